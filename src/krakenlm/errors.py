@@ -1,0 +1,10 @@
+"""User-facing errors. The CLI prints their message on one line and exits with code 2.
+
+Raise a `KrakenError` (or a subclass) for anything the user can fix: bad input, a config that
+does not match a checkpoint, a model that does not fit. The message must name the problem and
+what to do about it. Bugs stay ordinary exceptions and keep their tracebacks.
+"""
+
+
+class KrakenError(Exception):
+    """An error caused by the user's input, with a message that says how to fix it."""

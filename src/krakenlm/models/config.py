@@ -1,0 +1,220 @@
+"""The model configuration: the single source of truth for every half of krakenlm.
+
+The PyTorch model, the sharded multi-rank runtime and the simulator's operator graph are all
+built from a `ModelConfig`, so they cannot disagree about shapes. This module must stay
+importable without torch (the simulator half runs on numpy alone).
+
+Vocabulary used throughout:
+  * a *layer* is one of `n_layers` Transformer layers;
+  * a *sub-layer* is one of the `degree` independent halves/quarters/... of a Kraken layer
+    (GPT and parallel blocks have exactly one sub-layer per layer);
+  * `d_model`, `n_heads` and `ffn_dim` always describe ONE sub-layer: for Kraken they are the
+    spec's e, h and FFN width, for GPT they are the usual model width, heads and FFN width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import KrakenError
+
+ARCHITECTURES = ("gpt", "parallel", "kraken")
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu", "swiglu")
+POSITIONS = ("learned", "rope", "alibi")
+
+
+class ConfigError(KrakenError, ValueError):
+    """A model configuration is inconsistent; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str  # "gpt" (GPT-2 block), "parallel" (GPT-J/PaLM block) or "kraken"
+    n_layers: int
+    d_model: int  # residual width of one sub-layer (Kraken's e)
+    n_heads: int  # attention heads of one sub-layer (Kraken's h)
+    ffn_dim: int  # FFN hidden width of one sub-layer
+    degree: int = 1  # Kraken's d: sub-layers per layer; 1 for gpt and parallel
+    vocab_size: int = 50304
+    context_len: int = 1024
+    n_kv_heads: int | None = None  # grouped-query attention; None means n_heads (plain MHA)
+    norm: str = "layernorm"
+    activation: str = "gelu"  # "gelu" is the tanh approximation, as in GPT-2
+    position: str = "learned"
+    bias: bool = False  # biases on Linear and LayerNorm (GPT-2 and BLOOM have them)
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    # ----------------------------------------------------------------------------- checks
+    def _validate(self) -> None:
+        def need(cond: bool, field: str, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"model config field '{field}': {msg}")
+
+        need(self.arch in ARCHITECTURES, "arch", f"is {self.arch!r}; use one of {ARCHITECTURES}")
+        for name in ("n_layers", "d_model", "n_heads", "ffn_dim", "degree", "vocab_size",
+                     "context_len"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
+                 f"must be a positive integer, got {value!r}")
+        need(self.d_model % self.n_heads == 0, "n_heads",
+             f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
+             "pick a width that is a multiple of the head count")
+        need(self.arch == "kraken" or self.degree == 1, "degree",
+             f"is {self.degree} but only Kraken has sub-layers; use degree 1 for {self.arch!r}")
+        kv = self.kv_heads
+        need(kv > 0 and self.n_heads % kv == 0, "n_kv_heads",
+             f"{kv} does not divide n_heads {self.n_heads}")
+        need(self.norm in NORMS, "norm", f"is {self.norm!r}; use one of {NORMS}")
+        need(self.activation in ACTIVATIONS, "activation",
+             f"is {self.activation!r}; use one of {ACTIVATIONS}")
+        need(self.position in POSITIONS, "position",
+             f"is {self.position!r}; use one of {POSITIONS}")
+        need(self.position != "rope" or self.head_dim % 2 == 0, "position",
+             f"rope needs an even head dimension, got {self.head_dim}")
+        need(self.norm_eps > 0, "norm_eps", "must be positive")
+
+    # ------------------------------------------------------------------------ derived sizes
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def has_conjunction(self) -> bool:
+        """Kraken joins its d residual streams with one Linear(d*e -> e) before the head."""
+        return self.arch == "kraken"
+
+    @property
+    def norms_per_sublayer(self) -> int:
+        # The parallel block feeds attention and FFN from one shared norm (GPT-J, PaLM).
+        return 1 if self.arch == "parallel" else 2
+
+    @property
+    def total_heads(self) -> int:
+        return self.n_heads * self.degree
+
+    def attention_params_per_sublayer(self) -> int:
+        q_and_out = 2 * self.d_model * self.d_model
+        kv = 2 * self.d_model * self.kv_heads * self.head_dim
+        biases = (self.d_model + 2 * self.kv_heads * self.head_dim + self.d_model) if self.bias else 0
+        return q_and_out + kv + biases
+
+    def ffn_params_per_sublayer(self) -> int:
+        matrices = 3 if self.activation == "swiglu" else 2
+        biases = 0
+        if self.bias:
+            biases = (2 if self.activation == "swiglu" else 1) * self.ffn_dim + self.d_model
+        return matrices * self.d_model * self.ffn_dim + biases
+
+    def norm_params(self) -> int:
+        """Parameters of one norm over d_model (scale, plus shift for a biased LayerNorm)."""
+        with_shift = self.bias and self.norm == "layernorm"
+        return self.d_model * (2 if with_shift else 1)
+
+    def params_per_sublayer(self) -> int:
+        return (self.attention_params_per_sublayer() + self.ffn_params_per_sublayer()
+                + self.norms_per_sublayer * self.norm_params())
+
+    def embedding_params(self) -> int:
+        positions = self.context_len * self.d_model if self.position == "learned" else 0
+        return self.vocab_size * self.d_model + positions
+
+    def num_params(self) -> int:
+        """Every parameter counted once (a tied LM head is the token embedding)."""
+        total = self.embedding_params()
+        total += self.n_layers * self.degree * self.params_per_sublayer()
+        if self.has_conjunction:
+            total += self.degree * self.d_model * self.d_model + (self.d_model if self.bias else 0)
+        total += self.norm_params()  # final norm
+        if not self.tie_embeddings:
+            total += self.vocab_size * self.d_model
+        return total
+
+    def kv_cache_values_per_token(self) -> int:
+        """Values held in the KV cache per token of context: 2 * L * d * kv_heads * head_dim."""
+        return 2 * self.n_layers * self.degree * self.kv_heads * self.head_dim
+
+    def forward_flops_per_token(self, context_tokens: int | None = None) -> int:
+        """Matmul FLOPs of one token's forward pass (2 per multiply-add), attention included.
+
+        `context_tokens` is the number of keys a token attends to; by default the full context
+        (the usual MFU convention of 6N + 12*L*T*E per trained token counts the same terms).
+        """
+        t = self.context_len if context_tokens is None else context_tokens
+        dense = self.n_layers * self.degree * (self.attention_params_per_sublayer()
+                                               + self.ffn_params_per_sublayer())
+        if self.has_conjunction:
+            dense += self.degree * self.d_model * self.d_model
+        dense += self.vocab_size * self.d_model  # LM head
+        attention = self.n_layers * self.degree * 2 * self.d_model * t  # QK^T and AV
+        return 2 * dense + 2 * attention
+
+    # -------------------------------------------------------------------------- serialise
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown model config field(s) {unknown}; known fields: {sorted(known)}")
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.name not in data and f.default is dataclasses.MISSING]
+        if missing:
+            raise ConfigError(f"model config is missing required field(s) {missing}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ModelConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"model config file {path} does not exist")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"model config file {path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"model config file {path} must hold a JSON object")
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def kraken_width_for_params(target_params: int, degree: int, n_layers: int, n_heads: int,
+                            ffn_mult: int = 2, **common: Any) -> ModelConfig:
+    """The Kraken config of sub-layer width e (a multiple of `n_heads`) closest in parameters.
+
+    This is the spec's param-matching rule for the large engines: keep L and the head count,
+    FFN expansion 2, choose e so that the total parameter count matches the target.
+    """
+    # Parameters grow monotonically with e, so scan the multiples of n_heads around the
+    # analytic estimate e ~ sqrt(target / (8 L d)) (ignoring embeddings overestimates e: fine,
+    # the scan starts at the head count and stops once it overshoots).
+    best: ModelConfig | None = None
+    e = n_heads
+    while True:
+        cfg = ModelConfig(arch="kraken", n_layers=n_layers, d_model=e, n_heads=n_heads,
+                          ffn_dim=ffn_mult * e, degree=degree, **common)
+        if best is None or abs(cfg.num_params() - target_params) < abs(best.num_params() - target_params):
+            best = cfg
+        if cfg.num_params() > target_params:
+            return best
+        e += n_heads

@@ -1,0 +1,103 @@
+"""Named model configurations: the spec tables, GPT-2/GPT-3 shapes, modern families, tiny CPU models.
+
+Every preset is a plain `ModelConfig`. Large presets are shapes only (for the simulator and the
+inference benchmarks); they need not fit in memory here. Torch-free, like `config.py`.
+"""
+
+from __future__ import annotations
+
+from .config import ConfigError, ModelConfig, kraken_width_for_params
+
+GPT2_VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 64, as in the Kraken training runs
+GPT3_VOCAB = 50257
+
+
+def _gpt(n_layers: int, d_model: int, n_heads: int, *, arch: str = "gpt", context_len: int = 1024,
+         vocab_size: int = GPT2_VOCAB, **extra) -> ModelConfig:
+    return ModelConfig(arch=arch, n_layers=n_layers, d_model=d_model, n_heads=n_heads,
+                       ffn_dim=4 * d_model, vocab_size=vocab_size, context_len=context_len, **extra)
+
+
+def _kraken(degree: int, n_layers: int, e: int, h: int, *, context_len: int = 1024,
+            vocab_size: int = GPT2_VOCAB) -> ModelConfig:
+    return ModelConfig(arch="kraken", n_layers=n_layers, d_model=e, n_heads=h, ffn_dim=2 * e,
+                       degree=degree, vocab_size=vocab_size, context_len=context_len)
+
+
+def _build() -> dict[str, ModelConfig]:
+    p: dict[str, ModelConfig] = {}
+
+    # Kraken configurations trained in the paper (spec table; vocab 50304, context 1024).
+    p["kraken-125m-2way"] = _kraken(2, 12, 678, 6)
+    p["kraken-125m-4way"] = _kraken(4, 12, 504, 3)
+    p["kraken-125m-6way"] = _kraken(6, 12, 418, 2)
+    p["kraken-350m-2way"] = _kraken(2, 24, 888, 8)
+    p["kraken-350m-4way"] = _kraken(4, 24, 644, 4)
+    p["kraken-760m-4way"] = _kraken(4, 24, 960, 4)
+
+    # GPT-2 baselines (no biases, like the Kraken runs) and the parallel block at the same shape.
+    for size, (n_layers, width, heads) in {"124m": (12, 768, 12), "350m": (24, 1024, 16),
+                                           "774m": (36, 1280, 20)}.items():
+        p[f"gpt2-{size}"] = _gpt(n_layers, width, heads)
+        p[f"parallel-{size}"] = _gpt(n_layers, width, heads, arch="parallel")
+
+    # GPT-3 shapes (Brown et al. 2020, table 2.1; 1.3b uses 16 heads of 128 so that width and
+    # heads agree) and a 65B shape (LLaMA-65B's depth and width with a GPT block). Shapes only.
+    gpt3_shapes = {"1.3b": (24, 2048, 16), "6.7b": (32, 4096, 32), "13b": (40, 5120, 40),
+                   "65b": (80, 8192, 64), "175b": (96, 12288, 96)}
+    for size, (n_layers, width, heads) in gpt3_shapes.items():
+        base = f"gpt3-{size}" if size != "65b" else "gpt-65b"
+        standard = _gpt(n_layers, width, heads, context_len=2048, vocab_size=GPT3_VOCAB)
+        p[base] = standard
+        p[f"parallel-{base}"] = standard.replace(arch="parallel")
+        # The inference study's Kraken engines: spec rule, L and total heads kept, FFN 2x,
+        # e chosen so the parameter count matches the standard model.
+        for degree in (4, 8):
+            p[f"kraken-{base}-{degree}way"] = kraken_width_for_params(
+                standard.num_params(), degree=degree, n_layers=n_layers, n_heads=heads // degree,
+                context_len=2048, vocab_size=GPT3_VOCAB)
+
+    # Modern families, for the simulator (the PyTorch model implements these blocks too).
+    llama = dict(norm="rmsnorm", activation="swiglu", position="rope", tie_embeddings=False)
+    p["llama2-7b"] = ModelConfig(arch="gpt", n_layers=32, d_model=4096, n_heads=32, ffn_dim=11008,
+                                 vocab_size=32000, context_len=4096, **llama)
+    p["llama2-13b"] = ModelConfig(arch="gpt", n_layers=40, d_model=5120, n_heads=40,
+                                  ffn_dim=13824, vocab_size=32000, context_len=4096, **llama)
+    p["llama2-70b"] = ModelConfig(arch="gpt", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
+                                  ffn_dim=28672, vocab_size=32000, context_len=4096, **llama)
+    p["llama3-8b"] = ModelConfig(arch="gpt", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
+                                 ffn_dim=14336, vocab_size=128256, context_len=8192,
+                                 rope_theta=500000.0, **llama)
+    p["llama3-70b"] = ModelConfig(arch="gpt", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
+                                  ffn_dim=28672, vocab_size=128256, context_len=8192,
+                                  rope_theta=500000.0, **llama)
+    # BLOOM-176B (BigScience 2022): ALiBi, biased LayerNorm and Linears, 4x GELU FFN, tied head.
+    p["bloom-176b"] = ModelConfig(arch="gpt", n_layers=70, d_model=14336, n_heads=112,
+                                  ffn_dim=4 * 14336, vocab_size=250880, context_len=2048,
+                                  position="alibi", bias=True)
+
+    # Tiny models for CPU training, parameter-matched to gpt-tiny within 2 %. Kraken keeps the
+    # total head count (8 = 2 x 4 = 4 x 2), as the spec's configurations do.
+    tiny = dict(context_len=256, vocab_size=GPT2_VOCAB)
+    p["gpt-tiny"] = ModelConfig(arch="gpt", n_layers=4, d_model=256, n_heads=8, ffn_dim=1024, **tiny)
+    p["parallel-tiny"] = p["gpt-tiny"].replace(arch="parallel")
+    for degree in (2, 4):
+        p[f"kraken-tiny-{degree}way"] = kraken_width_for_params(
+            p["gpt-tiny"].num_params(), degree=degree, n_layers=4, n_heads=8 // degree, **tiny)
+    return p
+
+
+PRESETS: dict[str, ModelConfig] = _build()
+
+
+def get_preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown model preset {name!r}; run `krakenlm models` to list the "
+            f"{len(PRESETS)} presets, or pass --config FILE for a custom model") from None
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
