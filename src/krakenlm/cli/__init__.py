@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from ..errors import KrakenError
@@ -17,23 +16,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    """Kraken (inherently parallel Transformers) and a hardware simulator for LLM inference."""
+
+
 # Registration order is the order of `krakenlm --help`.
 from . import models as _models  # noqa: E402,F401  (registers `models`)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors become one line on stderr and exit code 2, never a traceback."""
-    command = typer.main.get_command(app)
+    """Entry point: user errors become one line on stderr and exit code 2, never a traceback.
+
+    Usage errors (unknown option, bad value) are reported by typer itself, also with exit 2.
+    """
     try:
-        command.main(args=argv, prog_name="krakenlm", standalone_mode=False)
+        app(args=argv, prog_name="krakenlm")
     except KrakenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)

@@ -303,7 +303,7 @@ class Transformer(nn.Module):
             gen = torch.Generator().manual_seed(seed)
         out_std = 0.02 / math.sqrt(2 * self.config.n_layers * self.config.degree)
         for name, param in self.named_parameters():
-            if parameter_kind(name) != "matrix":
+            if parameter_kind(name) != "matrix" or param.is_meta:
                 continue  # norms start at scale 1 and biases at 0 (set at construction)
             std = out_std if name.endswith(("attn.out.weight", "ffn.down.weight")) else 0.02
             param.copy_(torch.randn(param.shape, generator=gen) * std)
