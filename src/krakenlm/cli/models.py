@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..models import PRESETS
 from . import app
+from ._console import stdout_console
 
 
 @app.command("models")
@@ -28,4 +28,4 @@ def list_models(as_json: bool = typer.Option(False, "--json", help="Print a JSON
         table.add_row(name, cfg.arch, str(cfg.n_layers), str(cfg.degree), str(cfg.d_model),
                       str(cfg.n_heads), str(cfg.ffn_dim), str(cfg.vocab_size),
                       str(cfg.context_len), f"{cfg.num_params() / 1e6:,.2f}M")
-    Console().print(table)
+    stdout_console().print(table)
