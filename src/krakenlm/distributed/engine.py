@@ -1,0 +1,89 @@
+"""What one rank runs: build its shard of the model, then prefill and decode with timing.
+
+Generation itself is `evaluation.generate.generate`, unchanged: the sharded model does its own
+all-reduces, so every rank computes identical logits and (same seed) samples identical tokens.
+The per-rank KV cache comes from `model.new_cache`, already sized for the local heads or
+sub-layers.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..evaluation.generate import SamplingConfig, generate
+from ..models.comm import Communicator
+from ..models.config import ModelConfig
+from ..models.transformer import Shard, Transformer
+from .launch import RankContext
+from .sharding import load_shard
+
+
+def random_state_dict(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
+    """Full single-device weights: exactly those of `Transformer(config)` after
+    `torch.manual_seed(seed)`, so a sharded model can be compared with the single-device one."""
+    torch.manual_seed(seed)
+    return Transformer(config).state_dict()
+
+
+def build_local_model(ctx: RankContext, config: ModelConfig, *,
+                      state_dict: dict[str, torch.Tensor] | None = None,
+                      comm: Communicator | None = None) -> Transformer:
+    """This rank's shard on `ctx.device`, in eval mode.
+
+    With `state_dict` (full, single-device weights, e.g. a checkpoint) the shard is sliced from
+    it; without, the shard has its own random weights (enough for timing, not for comparing
+    with a single-device model).
+    """
+    model = Transformer(config, Shard(ctx.rank, ctx.world_size),
+                        comm if comm is not None else ctx.new_comm())
+    if state_dict is not None:
+        load_shard(model, state_dict)
+    return model.to(ctx.device).eval()
+
+
+@dataclass(frozen=True)
+class TimedGeneration:
+    tokens: torch.Tensor  # [b, n] new token ids, on the CPU
+    ttft_s: float  # prompt in -> first token out (prefill, incl. the KV cache allocation)
+    tpot_s: float | None  # mean time per decoded token after the first; None if only one token
+    prefill_comm_blocked_s: float  # this rank's wall time inside collectives during prefill
+
+
+def _comm_blocked_s(model: Transformer) -> float:
+    return getattr(model.comm, "blocked_s", 0.0)
+
+
+def timed_generate(ctx: RankContext, model: Transformer, prompt: torch.Tensor,
+                   sampling: SamplingConfig) -> TimedGeneration:
+    """`generate` on this rank, timed through its `on_token` hook.
+
+    All ranks pass a barrier first so that no rank's clock includes another's start-up; the
+    timings are this rank's wall clock (a blocking collective makes a rank wait for the slowest).
+    """
+    prompt = prompt.to(ctx.device)
+    stamps: list[float] = []
+    blocked_at_first = [0.0]
+
+    def on_token(step: int, token: torch.Tensor) -> None:
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+        stamps.append(time.perf_counter())
+        if step == 0:
+            blocked_at_first[0] = _comm_blocked_s(model)
+
+    ctx.barrier()
+    blocked_before = _comm_blocked_s(model)
+    start = time.perf_counter()
+    tokens = generate(model, prompt, sampling, on_token=on_token)
+    ttft_s = stamps[0] - start if stamps else float("nan")
+    tpot_s = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else None
+    return TimedGeneration(tokens.cpu(), ttft_s, tpot_s, blocked_at_first[0] - blocked_before)
+
+
+def median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None

@@ -1,0 +1,265 @@
+"""Start the ranks: under torchrun (any number of nodes) or by spawning them on this machine.
+
+`run_ranks(fn, args, world_size=N)` calls `fn(ctx, *args)` once per rank with a `RankContext`
+(rank, device, backend, a communicator factory) and returns the results this process can see:
+
+* under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), this process IS one rank;
+  the result is `{rank: value}` for it alone. torchrun's agent tears the group down if a rank
+  fails. Multi-node works through torchrun's rendezvous, e.g. on each node:
+  `torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \
+   -m krakenlm generate ...` (documented, not tested here: this machine has one node).
+* otherwise `N` processes are spawned here with a free loopback port, and the parent returns
+  `{rank: value}` for every rank. If a rank fails, the others are killed and its error is
+  raised in the parent: a `KrakenError` stays a one-line user error, a bug keeps the rank's
+  traceback.
+
+Device and backend are automatic: CUDA + NCCL when every local rank can have its own GPU, else
+CPU + gloo (force CPU with KRAKENLM_DEVICE=cpu). A timeout bounds the rendezvous and every
+collective, so a peer that never joins or stops answering gives a clear error, not a hang.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import queue as queue_module
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..errors import KrakenError
+from .comm import PeerError, ProcessGroupComm, peer_error
+
+DEFAULT_TIMEOUT_S = 300.0
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class RankFailedError(KrakenError):
+    """A spawned rank died without reporting (killed, out of memory, ...)."""
+
+
+@dataclass(frozen=True)
+class RankContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+    timeout_s: float
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def new_comm(self) -> ProcessGroupComm:
+        return ProcessGroupComm(timeout_s=self.timeout_s)
+
+    def barrier(self) -> None:
+        try:
+            if self.backend == "nccl":
+                dist.barrier(device_ids=[self.device.index])
+            else:
+                dist.barrier()
+        except RuntimeError as exc:
+            raise peer_error(exc, "a barrier", self.timeout_s) from None
+
+
+def under_torchrun() -> bool:
+    return all(name in os.environ for name in TORCHRUN_VARS)
+
+
+def pick_device(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
+    if (os.environ.get("KRAKENLM_DEVICE", "auto") != "cpu" and torch.cuda.is_available()
+            and torch.cuda.device_count() >= local_world_size):
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def _set_cpu_threads(local_world_size: int) -> None:
+    """Share the cores among the local ranks: with 2 ranks on 2 cores, 1 thread each.
+
+    More threads than cores per rank make the ranks (and gloo's own threads) fight for cores,
+    and a collective is only as fast as its slowest rank. OMP_NUM_THREADS (torchrun sets 1)
+    wins when given.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(max(1, (cores or 1) // local_world_size))
+
+
+def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
+    """Join the process group described by the torchrun environment variables."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    device, backend = pick_device(local_rank, local_world_size)
+    if device.type == "cpu":
+        _set_cpu_threads(local_world_size)
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    try:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s),
+                                device_id=device if backend == "nccl" else None)
+    except RuntimeError as exc:  # DistStoreError, DistNetworkError, gloo errors
+        detail = str(exc).strip().splitlines()[0]
+        raise PeerError(
+            f"rank {rank} of {world_size} could not form the process group at {where} within "
+            f"{timeout_s:g} s ({detail}). Start all {world_size} ranks (`torchrun "
+            f"--nproc-per-node {world_size} ...`, or `--world-size {world_size}` without "
+            "torchrun), check that MASTER_ADDR/MASTER_PORT are reachable and the port is free, "
+            "or raise --timeout") from None
+    return RankContext(rank, world_size, local_rank, local_world_size, device, backend, timeout_s)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def run_ranks(fn: Callable[..., Any], args: tuple = (), *, world_size: int | None = None,
+              timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[int, Any]:
+    """Run `fn(ctx, *args)` on every rank; the results this process can see, by rank.
+
+    `fn` must be a module-level function (it is pickled to spawned ranks), and its result is
+    pickled back, so return plain data or CPU tensors.
+    """
+    if world_size is not None and world_size < 1:
+        raise KrakenError(f"--world-size must be >= 1, got {world_size}")
+    if under_torchrun():
+        env_world = int(os.environ["WORLD_SIZE"])
+        if world_size is not None and world_size != env_world:
+            raise KrakenError(f"--world-size {world_size} disagrees with torchrun's world size "
+                              f"{env_world}; drop --world-size under torchrun")
+        ctx = init_rank(timeout_s)
+        result = fn(ctx, *args)  # on failure torchrun's agent stops the other ranks
+        shutdown()
+        return {ctx.rank: result}
+    return _spawn(fn, args, world_size or 1, timeout_s)
+
+
+# ----------------------------------------------------------------------------- spawning
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _spawned_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple,
+                  timeout_s: float, results: mp.Queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size))
+    code = 0
+    try:
+        ctx = init_rank(timeout_s)
+        # Pickled here with the plain pickler: tensors are copied, not shared through file
+        # descriptors that die with this process.
+        results.put(("ok", rank, pickle.dumps(fn(ctx, *args))))
+        shutdown()
+    except KeyboardInterrupt:
+        code = 130
+    except PeerError as exc:
+        results.put(("peer", rank, str(exc)))
+        code = 2
+    except KrakenError as exc:
+        results.put(("user", rank, str(exc)))
+        code = 2
+    except BaseException:  # noqa: BLE001 - a bug: ship the traceback to the parent
+        results.put(("bug", rank, traceback.format_exc()))
+        code = 1
+    results.close()
+    results.join_thread()  # the message must leave before the process does
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown, which can block on a dead peer
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name} (out of memory?)"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# Root causes first: a rank's own error explains the "lost my peer" errors of the others.
+_PRIORITY = {"user": 0, "bug": 0, "died": 1, "peer": 2}
+
+
+def _raise_failure(failures: list[tuple[str, int, str]]) -> None:
+    kind, rank, message = min(failures, key=lambda f: _PRIORITY[f[0]])
+    if kind == "bug":
+        raise RuntimeError(f"rank {rank} failed:\n{message}")
+    if kind == "died":
+        raise RankFailedError(f"rank {rank} {message}; the other ranks were stopped")
+    raise (PeerError if kind == "peer" else KrakenError)(f"rank {rank}: {message}")
+
+
+def _spawn(fn: Callable[..., Any], args: tuple, world_size: int,
+           timeout_s: float) -> dict[int, Any]:
+    context = mp.get_context("spawn")  # fork is unsafe with torch's threads
+    messages = context.Queue()
+    port = _free_port()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    procs = [context.Process(target=_spawned_rank, name=f"krakenlm-rank{rank}", daemon=True,
+                             args=(rank, world_size, port, fn, args, timeout_s, messages))
+             for rank in range(world_size)]
+    for proc in procs:
+        proc.start()
+    results: dict[int, Any] = {}
+    failures: list[tuple[str, int, str]] = []
+    reported: set[int] = set()
+    finished = False
+
+    def receive(wait_s: float) -> bool:
+        try:
+            kind, rank, payload = messages.get(timeout=wait_s)
+        except queue_module.Empty:
+            return False
+        reported.add(rank)
+        if kind == "ok":
+            results[rank] = pickle.loads(payload)
+        else:
+            failures.append((kind, rank, payload))
+        return True
+
+    try:
+        while len(results) < world_size and not failures:
+            if receive(0.1):
+                continue
+            for rank, proc in enumerate(procs):
+                if proc.exitcode not in (None, 0) and rank not in reported:
+                    while receive(1.0):  # its message may still be in flight
+                        pass
+                    if rank not in reported:
+                        failures.append(("died", rank, _exit_reason(proc.exitcode)))
+        if failures:
+            # Let the other ranks' errors arrive, so the root cause can be told from its echoes.
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and len(reported) < world_size:
+                receive(0.1)
+        finished = not failures
+    finally:
+        for proc in procs:  # after a failure (or Ctrl-C) nobody waits for stragglers
+            proc.join(timeout=10 if finished else 0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    if failures:
+        _raise_failure(failures)
+    return results
