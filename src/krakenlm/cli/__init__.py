@@ -24,6 +24,7 @@ def _root() -> None:
 
 # Registration order is the order of `krakenlm --help`.
 from . import models as _models  # noqa: E402,F401  (registers `models`)
+from . import bench as _bench  # noqa: E402,F401  (registers `bench tp`)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,6 +8,7 @@ collectives they are asked for, by kind, so tests can check 2L / L / L per forwa
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 
@@ -24,8 +25,16 @@ class PeerError(KrakenError):
     """A collective failed because another rank died, stopped responding or never joined."""
 
 
+def short_reason(exc: BaseException) -> str:
+    """The first line of a c10d/gloo error without its source location and boilerplate."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    line = re.sub(r"^\[[^\]]*\.(cpp|cc|h):\d+\]\s*", "", line)
+    return line.split(" This is typically caused")[0].rstrip(". ")
+
+
 def peer_error(exc: BaseException, what: str, timeout_s: float | None) -> PeerError:
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    detail = short_reason(exc)
     limit = f" (timeout {timeout_s:g} s)" if timeout_s else ""
     return PeerError(f"{what} failed{limit}: {detail}. Another rank failed, was killed or never "
                      "joined; look for its error above, check that every rank was started, and "

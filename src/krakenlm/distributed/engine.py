@@ -11,10 +11,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from ..evaluation.generate import SamplingConfig, generate
+from ..models import get_preset
 from ..models.comm import Communicator
 from ..models.config import ModelConfig
 from ..models.transformer import Shard, Transformer
@@ -27,6 +29,36 @@ def random_state_dict(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]
     `torch.manual_seed(seed)`, so a sharded model can be compared with the single-device one."""
     torch.manual_seed(seed)
     return Transformer(config).state_dict()
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Where every rank gets the full single-device weights from (it then keeps its shard):
+    a training checkpoint directory, or the random weights of a config (`random_state_dict`).
+    Small to pickle, so spawned ranks load the weights themselves instead of receiving them."""
+
+    checkpoint: Path | None = None
+    preset: str | None = None
+    config: ModelConfig | None = None  # instead of a preset
+    seed: int = 0
+
+    def model_config(self) -> ModelConfig:
+        if self.checkpoint is not None:
+            from ..training.checkpoint import load_config
+            return load_config(Path(self.checkpoint))
+        return self.config if self.config is not None else get_preset(self.preset)
+
+    def load(self) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+        config = self.model_config()
+        if self.checkpoint is not None:
+            from ..training.checkpoint import load_state_dict
+            return config, load_state_dict(Path(self.checkpoint))[0]
+        return config, random_state_dict(config, self.seed)
+
+    def describe(self) -> str:
+        if self.checkpoint is not None:
+            return f"checkpoint {self.checkpoint}"
+        return f"{self.preset or 'custom config'}, random weights (seed {self.seed})"
 
 
 def build_local_model(ctx: RankContext, config: ModelConfig, *,
@@ -57,25 +89,27 @@ def _comm_blocked_s(model: Transformer) -> float:
     return getattr(model.comm, "blocked_s", 0.0)
 
 
-def timed_generate(ctx: RankContext, model: Transformer, prompt: torch.Tensor,
-                   sampling: SamplingConfig) -> TimedGeneration:
-    """`generate` on this rank, timed through its `on_token` hook.
+def timed_generate(model: Transformer, prompt: torch.Tensor, sampling: SamplingConfig,
+                   ctx: RankContext | None = None) -> TimedGeneration:
+    """`generate`, timed through its `on_token` hook; on one rank of `ctx`, or single-device.
 
     All ranks pass a barrier first so that no rank's clock includes another's start-up; the
     timings are this rank's wall clock (a blocking collective makes a rank wait for the slowest).
     """
-    prompt = prompt.to(ctx.device)
+    device = model.tok_emb.weight.device
+    prompt = prompt.to(device)
     stamps: list[float] = []
     blocked_at_first = [0.0]
 
     def on_token(step: int, token: torch.Tensor) -> None:
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize(ctx.device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         stamps.append(time.perf_counter())
         if step == 0:
             blocked_at_first[0] = _comm_blocked_s(model)
 
-    ctx.barrier()
+    if ctx is not None:
+        ctx.barrier()
     blocked_before = _comm_blocked_s(model)
     start = time.perf_counter()
     tokens = generate(model, prompt, sampling, on_token=on_token)

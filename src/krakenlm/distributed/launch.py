@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import KrakenError
-from .comm import PeerError, ProcessGroupComm, peer_error
+from .comm import PeerError, ProcessGroupComm, peer_error, short_reason
 
 DEFAULT_TIMEOUT_S = 300.0
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -114,7 +114,7 @@ def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
                                 timeout=timedelta(seconds=timeout_s),
                                 device_id=device if backend == "nccl" else None)
     except RuntimeError as exc:  # DistStoreError, DistNetworkError, gloo errors
-        detail = str(exc).strip().splitlines()[0]
+        detail = short_reason(exc)
         raise PeerError(
             f"rank {rank} of {world_size} could not form the process group at {where} within "
             f"{timeout_s:g} s ({detail}). Start all {world_size} ranks (`torchrun "
@@ -129,6 +129,20 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def resolve_world_size(requested: int | None, default: int = 1) -> int:
+    """torchrun's world size under torchrun (a disagreeing request is an error), else the
+    requested one, else `default`."""
+    if requested is not None and requested < 1:
+        raise KrakenError(f"--world-size must be >= 1, got {requested}")
+    if under_torchrun():
+        env_world = int(os.environ["WORLD_SIZE"])
+        if requested is not None and requested != env_world:
+            raise KrakenError(f"--world-size {requested} disagrees with torchrun's world size "
+                              f"{env_world}; drop --world-size under torchrun")
+        return env_world
+    return requested or default
+
+
 def run_ranks(fn: Callable[..., Any], args: tuple = (), *, world_size: int | None = None,
               timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[int, Any]:
     """Run `fn(ctx, *args)` on every rank; the results this process can see, by rank.
@@ -136,18 +150,13 @@ def run_ranks(fn: Callable[..., Any], args: tuple = (), *, world_size: int | Non
     `fn` must be a module-level function (it is pickled to spawned ranks), and its result is
     pickled back, so return plain data or CPU tensors.
     """
-    if world_size is not None and world_size < 1:
-        raise KrakenError(f"--world-size must be >= 1, got {world_size}")
+    world_size = resolve_world_size(world_size)
     if under_torchrun():
-        env_world = int(os.environ["WORLD_SIZE"])
-        if world_size is not None and world_size != env_world:
-            raise KrakenError(f"--world-size {world_size} disagrees with torchrun's world size "
-                              f"{env_world}; drop --world-size under torchrun")
         ctx = init_rank(timeout_s)
         result = fn(ctx, *args)  # on failure torchrun's agent stops the other ranks
         shutdown()
         return {ctx.rank: result}
-    return _spawn(fn, args, world_size or 1, timeout_s)
+    return _spawn(fn, args, world_size, timeout_s)
 
 
 # ----------------------------------------------------------------------------- spawning
@@ -238,21 +247,26 @@ def _spawn(fn: Callable[..., Any], args: tuple, world_size: int,
             failures.append((kind, rank, payload))
         return True
 
+    def note_dead_ranks() -> None:
+        for rank, proc in enumerate(procs):
+            if proc.exitcode not in (None, 0) and rank not in reported:
+                while receive(1.0):  # its own message may still be in flight
+                    pass
+                if rank not in reported:
+                    reported.add(rank)
+                    failures.append(("died", rank, _exit_reason(proc.exitcode)))
+
     try:
         while len(results) < world_size and not failures:
-            if receive(0.1):
-                continue
-            for rank, proc in enumerate(procs):
-                if proc.exitcode not in (None, 0) and rank not in reported:
-                    while receive(1.0):  # its message may still be in flight
-                        pass
-                    if rank not in reported:
-                        failures.append(("died", rank, _exit_reason(proc.exitcode)))
+            if not receive(0.1):
+                note_dead_ranks()
         if failures:
-            # Let the other ranks' errors arrive, so the root cause can be told from its echoes.
+            # Let the other ranks' errors (or deaths) arrive, so the root cause can be told
+            # from its echoes: a rank that lost its peer reports first, the peer's story after.
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline and len(reported) < world_size:
-                receive(0.1)
+                if not receive(0.1):
+                    note_dead_ranks()
         finished = not failures
     finally:
         for proc in procs:  # after a failure (or Ctrl-C) nobody waits for stragglers

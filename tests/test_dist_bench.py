@@ -1,0 +1,78 @@
+"""`bench tp` and the tensor-parallel demo, on tiny models (behaviour, never timings)."""
+
+import io
+import json
+import math
+
+import pytest
+
+from krakenlm.cli import main
+from krakenlm.distributed.bench import BenchPlan, bench_config, kraken_preset
+from krakenlm.distributed.demo import run_tp_demo
+from krakenlm.errors import KrakenError
+from krakenlm.models import get_preset
+
+ROW_KEYS = {"arch", "preset", "world_size", "prompt_tokens", "ttft_s", "tpot_s", "exposed_comm_s"}
+
+
+def test_kraken_preset_has_the_fewest_sublayers_the_world_size_divides():
+    assert kraken_preset("125m", 1) == "kraken-125m-2way"
+    assert kraken_preset("125m", 2) == "kraken-125m-2way"
+    assert kraken_preset("125m", 3) == "kraken-125m-6way"
+    assert kraken_preset("125m", 4) == "kraken-125m-4way"
+    assert kraken_preset("760m", 2) == "kraken-760m-4way"
+    with pytest.raises(KrakenError, match="no 125m Kraken preset has a degree divisible by "
+                                          r"world size 5 \(degrees \[2, 4, 6\]\)"):
+        kraken_preset("125m", 5)
+
+
+def test_plan_rejects_what_would_fail_in_the_ranks():
+    with pytest.raises(KrakenError, match="n_heads \\(12\\) to be divisible by 8"):
+        BenchPlan(world_size=8, sizes=("125m",), archs=("gpt",)).validate()
+    with pytest.raises(KrakenError, match="unknown size 'huge'"):
+        BenchPlan(world_size=2, sizes=("huge",)).validate()
+    with pytest.raises(KrakenError, match="--new-tokens must be >= 2"):
+        BenchPlan(world_size=2, new_tokens=1).validate()
+
+
+def test_bench_config_grows_the_context_only_when_needed():
+    preset = get_preset("gpt2-124m")
+    assert bench_config(preset, 1000) is preset
+    grown = bench_config(preset, 1033)
+    assert grown.context_len == 1033 and grown.replace(context_len=1024) == preset
+
+
+def test_bad_world_size_is_a_one_line_error_before_any_process_starts(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "tp", "--world-size", "5", "--sizes", "125m"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: no 125m Kraken preset has a degree")
+
+
+@pytest.mark.slow
+def test_bench_tp_json_rows_and_plot(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "tp", "--world-size", "2", "--sizes", "tiny", "--prompt-tokens", "8,16",
+              "--new-tokens", "3", "--warmup", "0", "--repeats", "1", "--json",
+              "--out", str(tmp_path)])
+    assert exit_info.value.code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == json.loads((tmp_path / "rows.json").read_text())
+    assert (tmp_path / "ttft.png").stat().st_size > 0
+    assert [(r["arch"], r["prompt_tokens"]) for r in rows] == [
+        (arch, t) for arch in ("gpt", "parallel", "kraken") for t in (8, 16)]
+    assert {r["preset"] for r in rows} == {"gpt-tiny", "parallel-tiny", "kraken-tiny-2way"}
+    for r in rows:
+        assert ROW_KEYS <= set(r)
+        assert r["world_size"] == 2 and r["ttft_s"] > 0 and r["tpot_s"] > 0
+        assert math.isclose(r["exposed_comm_s"], r["ttft_s"] - r["ttft_comm_off_s"])
+
+
+@pytest.mark.slow
+def test_tp_demo_reports_identical_tokens_for_kraken_and_gpt():
+    out = io.StringIO()
+    assert run_tp_demo(world_size=2, prompt_tokens=8, new_tokens=5, repeats=1, out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Sharded generation on 2 processes against one device")
+    assert [line.split()[0] for line in lines[1:]] == ["kraken", "gpt"]
+    assert all("tokens identical: yes" in line and "TTFT 1 device" in line for line in lines[1:])
