@@ -151,7 +151,7 @@ def test_loss_equals_cross_entropy_of_logits():
     targets = torch.randint(0, 97, (2, 10))
     targets[0, :3] = -1
     expected = F.cross_entropy(model(idx).flatten(0, 1), targets.flatten(), ignore_index=-1)
-    loss = model.loss(idx, targets)
+    loss = model(idx, targets)
     torch.testing.assert_close(loss, expected)
     loss.backward()
     fused = {n: p.grad.clone() for n, p in model.named_parameters()}

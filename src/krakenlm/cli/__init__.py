@@ -24,6 +24,9 @@ def _root() -> None:
 
 # Registration order is the order of `krakenlm --help`.
 from . import models as _models  # noqa: E402,F401  (registers `models`)
+from . import train as _train  # noqa: E402,F401  (registers `train`, `eval`)
+from . import generate as _generate  # noqa: E402,F401  (registers `generate`)
+from . import study as _study  # noqa: E402,F401  (registers `study`, `demo`)
 from . import bench as _bench  # noqa: E402,F401  (registers `bench tp`)
 
 
