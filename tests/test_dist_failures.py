@@ -3,9 +3,11 @@
 import multiprocessing as mp
 import os
 import signal
+import socket
 
 import pytest
 import torch
+from conftest import run_cli
 
 from krakenlm.distributed.comm import PeerError
 from krakenlm.distributed.engine import build_local_model
@@ -60,7 +62,6 @@ def test_a_killed_rank_is_reported_by_the_parent():
 
 
 def _free_port():
-    import socket
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -68,16 +69,10 @@ def _free_port():
 
 def test_a_peer_that_never_joins_is_a_clear_timeout_not_a_hang():
     """Rank 0 of a torchrun world of 2 whose rank 1 never starts: exit 2 with a message that
-    names the missing ranks and the fix."""
-    import subprocess
-    import sys
-
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
-           "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    proc = subprocess.run(
-        [sys.executable, "-c", "from krakenlm.cli import main; main()", "bench", "tp",
-         "--sizes", "tiny", "--timeout", "2"], env=env, capture_output=True, text=True,
-        timeout=90)
+    names the missing rank and the fix."""
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    proc = run_cli("bench", "tp", "--sizes", "tiny", "--timeout", "2", env_extra=env, timeout=90)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: rank 0 of 2 could not form the process group"), last

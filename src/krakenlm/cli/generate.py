@@ -19,11 +19,15 @@ def generate_command(
     top_k: int = typer.Option(200, "--top-k", help="Sample among the k most likely tokens (0: all)."),
     greedy: bool = typer.Option(False, "--greedy", help="Always take the most likely token (deterministic)."),
     seed: int = typer.Option(None, "--seed", help="Seed for sampling (same seed, same text)."),
+    world_size: int = typer.Option(None, "--world-size", help="Shard the model over N processes spawned here (under torchrun: its processes)."),
+    timeout_s: float = typer.Option(300.0, "--timeout", help="With --world-size or torchrun: seconds to wait for a peer process."),
 ) -> None:
     """Continue a prompt with a trained model (KV-cached sampling)."""
     import torch
 
     from ..data.tokenizer import Tokenizer
+    from ..distributed.engine import generate_sharded
+    from ..distributed.launch import under_torchrun
     from ..evaluation.generate import SamplingConfig, generate
     from ..training.checkpoint import load_model
     from ..training.runtime import pick_device
@@ -32,9 +36,15 @@ def generate_command(
                               top_k=top_k or None, greedy=greedy, seed=seed)
     tokenizer = Tokenizer()
     ids = tokenizer.encode(prompt)
-    device = pick_device()
-    model = load_model(checkpoint_dir, device=device)
-    prompt_ids = torch.tensor([ids], dtype=torch.long, device=device)
-    new = generate(model, prompt_ids, sampling)
-    sys.stdout.write(tokenizer.decode(new[0].tolist()))
+    if world_size is not None or under_torchrun():
+        new_ids = generate_sharded(checkpoint_dir, ids, sampling, world_size=world_size,
+                                   timeout_s=timeout_s)
+        if new_ids is None:
+            return  # a torchrun rank other than 0: rank 0 prints
+    else:
+        device = pick_device()
+        model = load_model(checkpoint_dir, device=device)
+        prompt_ids = torch.tensor([ids], dtype=torch.long, device=device)
+        new_ids = generate(model, prompt_ids, sampling)[0].tolist()
+    sys.stdout.write(tokenizer.decode(new_ids))
     sys.stdout.write("\n")

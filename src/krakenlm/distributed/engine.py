@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from ..evaluation.generate import SamplingConfig, generate
+from ..evaluation.generate import SamplingConfig, check_prompt_fits, generate
 from ..models import get_preset
 from ..models.comm import Communicator
 from ..models.config import ModelConfig
-from ..models.transformer import Shard, Transformer
-from .launch import RankContext
+from ..models.transformer import Shard, Transformer, local_sizes
+from .launch import DEFAULT_TIMEOUT_S, RankContext, resolve_world_size, run_ranks
 from .sharding import load_shard
 
 
@@ -51,8 +51,11 @@ class Weights:
     def load(self) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
         config = self.model_config()
         if self.checkpoint is not None:
-            from ..training.checkpoint import load_state_dict
-            return config, load_state_dict(Path(self.checkpoint))[0]
+            from ..training.checkpoint import check_weights_match_config, load_state_dict
+            state = load_state_dict(Path(self.checkpoint))[0]
+            with torch.device("meta"):
+                check_weights_match_config(state, Transformer(config), Path(self.checkpoint))
+            return config, state
         return config, random_state_dict(config, self.seed)
 
     def describe(self) -> str:
@@ -70,11 +73,15 @@ def build_local_model(ctx: RankContext, config: ModelConfig, *,
     it; without, the shard has its own random weights (enough for timing, not for comparing
     with a single-device model).
     """
-    model = Transformer(config, Shard(ctx.rank, ctx.world_size),
-                        comm if comm is not None else ctx.new_comm())
-    if state_dict is not None:
-        load_shard(model, state_dict)
-    return model.to(ctx.device).eval()
+    shard, comm = Shard(ctx.rank, ctx.world_size), comm if comm is not None else ctx.new_comm()
+    if state_dict is None:
+        return Transformer(config, shard, comm).to(ctx.device).eval()
+    with torch.device("meta"):  # no random init of weights that are overwritten at once
+        model = Transformer(config, shard, comm)
+    model = model.to_empty(device=ctx.device)
+    load_shard(model, state_dict)
+    model.restore_buffers()
+    return model.eval()
 
 
 @dataclass(frozen=True)
@@ -121,3 +128,28 @@ def timed_generate(model: Transformer, prompt: torch.Tensor, sampling: SamplingC
 def median(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
+
+
+def _generate_rank(ctx: RankContext, weights: Weights, prompt_ids: list[int],
+                   sampling: SamplingConfig) -> list[int] | None:
+    config, state = weights.load()
+    model = build_local_model(ctx, config, state_dict=state)
+    del state  # keep only the shard
+    new = generate(model, torch.tensor([prompt_ids], device=ctx.device), sampling)
+    return new[0].tolist() if ctx.is_main else None  # every rank has the same tokens
+
+
+def generate_sharded(checkpoint: Path, prompt_ids: list[int], sampling: SamplingConfig, *,
+                     world_size: int | None = None,
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> list[int] | None:
+    """Generate from a single-device checkpoint sharded over `world_size` ranks (spawned here,
+    or this process's torchrun group). The new token ids, or None on a torchrun rank other
+    than 0. Bad input is refused before any process starts."""
+    world_size = resolve_world_size(world_size)
+    weights = Weights(checkpoint=Path(checkpoint))
+    config = weights.model_config()
+    check_prompt_fits(len(prompt_ids), sampling.max_new_tokens, config.context_len)
+    local_sizes(config, Shard(0, world_size))
+    results = run_ranks(_generate_rank, (weights, prompt_ids, sampling), world_size=world_size,
+                        timeout_s=timeout_s)
+    return results.get(0)

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import KrakenError
+from ..training.runtime import DistEnv, set_cpu_threads
 from .comm import PeerError, ProcessGroupComm, peer_error, short_reason
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -79,7 +80,7 @@ def under_torchrun() -> bool:
     return all(name in os.environ for name in TORCHRUN_VARS)
 
 
-def pick_device(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
+def pick_device_and_backend(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
     if (os.environ.get("KRAKENLM_DEVICE", "auto") != "cpu" and torch.cuda.is_available()
             and torch.cuda.device_count() >= local_world_size):
         torch.cuda.set_device(local_rank)
@@ -87,27 +88,21 @@ def pick_device(local_rank: int, local_world_size: int) -> tuple[torch.device, s
     return torch.device("cpu"), "gloo"
 
 
-def _set_cpu_threads(local_world_size: int) -> None:
-    """Share the cores among the local ranks: with 2 ranks on 2 cores, 1 thread each.
-
-    More threads than cores per rank make the ranks (and gloo's own threads) fight for cores,
-    and a collective is only as fast as its slowest rank. OMP_NUM_THREADS (torchrun sets 1)
-    wins when given.
-    """
-    if "OMP_NUM_THREADS" in os.environ:
-        return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, (cores or 1) // local_world_size))
+def _share_cpu_cores(env: DistEnv) -> None:
+    """1 thread per rank with 2 ranks on 2 cores: more threads than cores per rank make the
+    ranks (and gloo's own threads) fight for cores, and a collective waits for the slowest
+    rank. OMP_NUM_THREADS (torchrun sets 1) wins when given."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        set_cpu_threads(env, None)
 
 
 def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
     """Join the process group described by the torchrun environment variables."""
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    device, backend = pick_device(local_rank, local_world_size)
+    env = DistEnv.from_environment()
+    rank, world_size = env.rank, env.world_size
+    device, backend = pick_device_and_backend(env.local_rank, env.local_world_size)
     if device.type == "cpu":
-        _set_cpu_threads(local_world_size)
+        _share_cpu_cores(env)
     where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     try:
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
@@ -121,7 +116,8 @@ def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
             f"--nproc-per-node {world_size} ...`, or `--world-size {world_size}` without "
             "torchrun), check that MASTER_ADDR/MASTER_PORT are reachable and the port is free, "
             "or raise --timeout") from None
-    return RankContext(rank, world_size, local_rank, local_world_size, device, backend, timeout_s)
+    return RankContext(rank, world_size, env.local_rank, env.local_world_size, device, backend,
+                       timeout_s)
 
 
 def shutdown() -> None:
