@@ -60,7 +60,7 @@ def test_bench_tp_json_rows_and_plot(tmp_path, capsys):
     assert rows == json.loads((tmp_path / "rows.json").read_text())
     assert (tmp_path / "ttft.png").stat().st_size > 0
     assert [(r["arch"], r["prompt_tokens"]) for r in rows] == [
-        (arch, t) for arch in ("gpt", "parallel", "kraken") for t in (8, 16)]
+        (arch, t) for t in (8, 16) for arch in ("gpt", "parallel", "kraken")]
     assert {r["preset"] for r in rows} == {"gpt-tiny", "parallel-tiny", "kraken-tiny-2way"}
     for r in rows:
         assert ROW_KEYS <= set(r)

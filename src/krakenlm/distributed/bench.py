@@ -6,7 +6,9 @@ runs after `warmup` runs, taken on rank 0. Exposed communication is measured as 
 the same run with every collective replaced by a local no-op (`NoOpComm`, the `--comm off`
 run) costs the same compute without the traffic, so `ttft(comm on) - ttft(comm off)` is the
 communication time that compute did not hide (including waiting for the slower rank).
-Runs with and without communication alternate, so slow drifts of the machine hit both alike.
+Runs with and without communication, and of the three architectures, are interleaved, and the
+exposed time is the median of back-to-back differences, so slow drifts of the machine's speed
+hit every variant alike.
 """
 
 from __future__ import annotations
@@ -109,35 +111,53 @@ def _log(ctx: RankContext, message: str) -> None:
 
 
 def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
-    """Runs on every rank; returns the rows (every rank measures, rank 0's rows are reported)."""
+    """Runs on every rank; returns the rows (every rank measures, rank 0's rows are reported).
+
+    The machine's speed drifts (other tenants, frequency), so runs are interleaved as finely
+    as possible: for each prompt length, every repeat runs every architecture with and without
+    communication, and differences are taken within a repeat.
+    """
     comms = {"on": ctx.new_comm(), "off": NoOpComm()}
     modes = COMM_MODES[plan.comm]
     sampling = SamplingConfig(max_new_tokens=plan.new_tokens, greedy=True)
+    max_tokens = max(plan.prompt_tokens) + plan.new_tokens
     rows = []
-    for size, arch, name in plan.preset_list():
-        config = bench_config(get_preset(name), max(plan.prompt_tokens) + plan.new_tokens)
-        model = build_local_model(ctx, config, comm=comms["on"])  # random weights
+    for size in plan.sizes:
+        models = {}  # arch -> (preset name, config, model); random weights
+        for arch in plan.archs:
+            name = preset_for(size, arch, ctx.world_size)
+            config = bench_config(get_preset(name), max_tokens)
+            models[arch] = (name, config, build_local_model(ctx, config, comm=comms["on"]))
         for prompt_tokens in plan.prompt_tokens:
-            gen = torch.Generator().manual_seed(plan.seed + prompt_tokens)  # same on every rank
-            prompt = torch.randint(0, config.vocab_size, (1, prompt_tokens), generator=gen)
-            runs: dict[str, list] = {mode: [] for mode in modes}
+            runs: dict[str, dict[str, list]] = {arch: {m: [] for m in modes} for arch in models}
             for i in range(plan.warmup + plan.repeats):
-                for mode in modes:
-                    model.comm = comms[mode]
-                    result = timed_generate(model, prompt, sampling, ctx)
-                    if i >= plan.warmup:
-                        runs[mode].append(result)
-            row = _row(size, arch, name, config, ctx.world_size, prompt_tokens, plan.comm, runs)
-            rows.append(row)
-            _log(ctx, f"[bench tp] {name} world {ctx.world_size} prompt {prompt_tokens}: "
-                      f"TTFT {row['ttft_s']:.4f} s, TPOT {row['tpot_s']:.4f} s, exposed comm "
-                      f"{_fmt(row['exposed_comm_s'])} s")
-        del model
+                for arch, (_, config, model) in models.items():
+                    # The same prompt on every rank.
+                    gen = torch.Generator().manual_seed(plan.seed + prompt_tokens)
+                    prompt = torch.randint(0, config.vocab_size, (1, prompt_tokens), generator=gen)
+                    for mode in modes:
+                        model.comm = comms[mode]
+                        result = timed_generate(model, prompt, sampling, ctx)
+                        if i >= plan.warmup:
+                            runs[arch][mode].append(result)
+            for arch, (name, config, _) in models.items():
+                row = _row(size, arch, name, config, ctx.world_size, prompt_tokens, plan.comm,
+                           runs[arch])
+                rows.append(row)
+                _log(ctx, f"[bench tp] {name} world {ctx.world_size} prompt {prompt_tokens}: "
+                          f"TTFT {row['ttft_s']:.4f} s, TPOT {row['tpot_s']:.4f} s, exposed "
+                          f"comm {_fmt(row['exposed_comm_s'])} s")
+        del models
     return rows
 
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
+
+
+def _paired_median(on: list, off: list, field: str) -> float | None:
+    """Median over repeats of (with comm - without comm), each pair run back to back."""
+    return median([getattr(a, field) - getattr(b, field) for a, b in zip(on, off)])
 
 
 def _row(size, arch, name, config, world_size, prompt_tokens, comm, runs) -> dict[str, Any]:
@@ -148,12 +168,12 @@ def _row(size, arch, name, config, world_size, prompt_tokens, comm, runs) -> dic
     return {
         "arch": arch, "preset": name, "world_size": world_size, "prompt_tokens": prompt_tokens,
         "ttft_s": ttft[main], "tpot_s": tpot[main],
-        "exposed_comm_s": ttft["on"] - ttft["off"] if both else None,
+        "exposed_comm_s": _paired_median(runs["on"], runs["off"], "ttft_s") if both else None,
         # Extras: the no-op baseline itself, the decode-side difference, and the time rank 0
         # spent inside collectives during prefill (waits included, overlapped time excluded).
         "size": size, "params": config.num_params(), "comm": comm,
         "ttft_comm_off_s": ttft.get("off"), "tpot_comm_off_s": tpot.get("off"),
-        "tpot_exposed_comm_s": tpot["on"] - tpot["off"] if both else None,
+        "tpot_exposed_comm_s": _paired_median(runs["on"], runs["off"], "tpot_s") if both else None,
         "prefill_comm_blocked_s": (median([r.prefill_comm_blocked_s for r in runs["on"]])
                                    if "on" in runs else None),
     }
