@@ -1,6 +1,5 @@
 """`bench tp` and the tensor-parallel demo, on tiny models (behaviour, never timings)."""
 
-import io
 import json
 import math
 
@@ -70,9 +69,9 @@ def test_bench_tp_json_rows_and_plot(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_tp_demo_reports_identical_tokens_for_kraken_and_gpt():
-    out = io.StringIO()
-    assert run_tp_demo(world_size=2, prompt_tokens=8, new_tokens=5, repeats=1, out=out)
-    lines = out.getvalue().splitlines()
-    assert lines[0].startswith("Sharded generation on 2 processes against one device")
-    assert [line.split()[0] for line in lines[1:]] == ["kraken", "gpt"]
-    assert all("tokens identical: yes" in line and "TTFT 1 device" in line for line in lines[1:])
+    report = run_tp_demo(world_size=2, new_tokens=5, repeats=1)
+    assert report.ok and [row["arch"] for row in report.rows] == ["kraken", "gpt"]
+    assert all(row["ttft_single_s"] > 0 and row["ttft_sharded_s"] > 0 for row in report.rows)
+    lines = report.text().splitlines()
+    assert lines[0].startswith("Greedy generation sharded over 2 processes against one device")
+    assert sum("tokens identical: yes" in line for line in lines) == 2

@@ -86,14 +86,14 @@ def demo_tp(
     world_size: int = typer.Option(2, "--world-size", help="Processes to spawn."),
     kraken_checkpoint: Path = typer.Option(None, "--kraken-checkpoint", help="A trained Kraken checkpoint [default: random tiny weights]."),
     gpt_checkpoint: Path = typer.Option(None, "--gpt-checkpoint", help="A trained GPT checkpoint [default: random tiny weights]."),
-    prompt_tokens: int = typer.Option(64, "--prompt-tokens", help="Prompt length (random token ids)."),
-    new_tokens: int = typer.Option(16, "--new-tokens", help="Greedy tokens to generate."),
+    new_tokens: int = typer.Option(24, "--new-tokens", help="Greedy tokens to generate."),
 ) -> None:
     """Check that Kraken and GPT give the single-device tokens on N processes; print TTFTs."""
     from ..distributed.demo import run_tp_demo
 
     checkpoints = {arch: path for arch, path in (("kraken", kraken_checkpoint),
                                                  ("gpt", gpt_checkpoint)) if path is not None}
-    if not run_tp_demo(checkpoints, world_size=world_size, prompt_tokens=prompt_tokens,
-                       new_tokens=new_tokens):
+    report = run_tp_demo(checkpoints, world_size=world_size, new_tokens=new_tokens)
+    print(report.text())
+    if not report.ok:
         raise typer.Exit(1)

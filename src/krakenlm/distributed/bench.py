@@ -176,6 +176,9 @@ def _row(size, arch, name, config, world_size, prompt_tokens, comm, runs) -> dic
         "tpot_exposed_comm_s": _paired_median(runs["on"], runs["off"], "tpot_s") if both else None,
         "prefill_comm_blocked_s": (median([r.prefill_comm_blocked_s for r in runs["on"]])
                                    if "on" in runs else None),
+        # Every timed run, in order, so the spread behind each median is on record.
+        "ttft_runs_s": [r.ttft_s for r in runs[main]],
+        "ttft_comm_off_runs_s": [r.ttft_s for r in runs["off"]] if both else None,
     }
 
 

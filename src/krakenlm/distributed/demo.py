@@ -7,10 +7,9 @@ random weights of the tiny presets. Each rank loads the full weights itself and 
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 
@@ -21,6 +20,7 @@ from .engine import Weights, build_local_model, median, timed_generate
 from .launch import RankContext, run_ranks, under_torchrun
 
 DEFAULT_PRESETS = {"kraken": "kraken-tiny-2way", "gpt": "gpt-tiny"}
+DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,30 @@ class DemoCase:
     weights: Weights
 
 
-def _prompt(vocab_size: int, tokens: int) -> torch.Tensor:
-    return torch.randint(0, vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
+@dataclass
+class TPDemoReport:
+    world_size: int
+    prompt_tokens: int
+    new_tokens: int
+    repeats: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(row["identical"] for row in self.rows)
+
+    def text(self) -> str:
+        lines = [f"Greedy generation sharded over {self.world_size} processes against one device "
+                 f"({self.prompt_tokens}-token prompt, {self.new_tokens} new tokens, TTFT median "
+                 f"of {self.repeats}):"]
+        for row in self.rows:
+            lines.append(
+                f"  {row['arch']:7s} {row['weights']:40s} tokens identical: "
+                f"{'yes' if row['identical'] else 'NO'}   TTFT 1 device "
+                f"{1000 * row['ttft_single_s']:7.1f} ms, {self.world_size} ranks "
+                f"{1000 * row['ttft_sharded_s']:7.1f} ms")
+            lines.append(f"          continuation: {row['continuation']!r}")
+        return "\n".join(lines)
 
 
 def _measure(model: Transformer, prompt: torch.Tensor, sampling: SamplingConfig,
@@ -40,48 +62,49 @@ def _measure(model: Transformer, prompt: torch.Tensor, sampling: SamplingConfig,
     return {"tokens": runs[0].tokens, "ttft_s": median([r.ttft_s for r in runs])}
 
 
-def _demo_rank(ctx: RankContext, cases: list[DemoCase], prompt_tokens: int,
+def _demo_rank(ctx: RankContext, cases: list[DemoCase], prompt: torch.Tensor,
                sampling: SamplingConfig, repeats: int) -> dict[str, dict[str, Any]]:
     out = {}
     for case in cases:
         config, state = case.weights.load()
         model = build_local_model(ctx, config, state_dict=state)
         del state
-        prompt = _prompt(config.vocab_size, prompt_tokens)
         out[case.arch] = _measure(model, prompt, sampling, ctx, repeats)
     return out
 
 
 def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int = 2,
-                prompt_tokens: int = 64, new_tokens: int = 16, repeats: int = 3,
-                timeout_s: float = 300.0, out: TextIO = sys.stdout) -> bool:
-    """Print one line per architecture; True when every N-rank run gave the single-device
-    tokens. Spawns its ranks itself (not for torchrun: the single-device half runs here)."""
+                prompt: str = DEFAULT_PROMPT, new_tokens: int = 24, repeats: int = 3,
+                timeout_s: float = 300.0) -> TPDemoReport:
+    """Run the check; `report.ok` is True when every rank gave the single-device tokens.
+    Spawns its ranks itself (not for torchrun: the single-device half runs here)."""
+    from ..data.tokenizer import Tokenizer
+
     if under_torchrun():
         raise KrakenError("the tensor-parallel demo spawns its own ranks; run it without torchrun")
     checkpoints = checkpoints or {}
-    cases = [DemoCase(arch, Weights(checkpoint=checkpoints[arch]) if arch in checkpoints
+    cases = [DemoCase(arch, Weights(checkpoint=Path(checkpoints[arch])) if arch in checkpoints
                       else Weights(preset=preset, seed=0))
              for arch, preset in DEFAULT_PRESETS.items()]
+    tokenizer = Tokenizer()
+    prompt_ids = torch.tensor([tokenizer.encode(prompt)])
     sampling = SamplingConfig(max_new_tokens=new_tokens, greedy=True)
     single = {}
     for case in cases:
         config, state = case.weights.load()
         model = Transformer(config)
         model.load_state_dict(state)
-        single[case.arch] = _measure(model.eval(), _prompt(config.vocab_size, prompt_tokens),
-                                     sampling, None, repeats)
-    sharded = run_ranks(_demo_rank, (cases, prompt_tokens, sampling, repeats),
+        single[case.arch] = _measure(model.eval(), prompt_ids, sampling, None, repeats)
+    sharded = run_ranks(_demo_rank, (cases, prompt_ids, sampling, repeats),
                         world_size=world_size, timeout_s=timeout_s)
-    all_equal = True
-    print(f"Sharded generation on {world_size} processes against one device "
-          f"({prompt_tokens}-token prompt, {new_tokens} greedy tokens, median of {repeats}):",
-          file=out)
+    report = TPDemoReport(world_size, prompt_ids.shape[1], new_tokens, repeats)
     for case in cases:
-        one, many = single[case.arch], sharded[0][case.arch]
-        equal = all(torch.equal(r[case.arch]["tokens"], one["tokens"]) for r in sharded.values())
-        all_equal &= equal
-        print(f"  {case.arch:7s} {case.weights.describe():40s} tokens identical: "
-              f"{'yes' if equal else 'NO'}   TTFT 1 device {1000 * one['ttft_s']:7.1f} ms, "
-              f"{world_size} ranks {1000 * many['ttft_s']:7.1f} ms", file=out)
-    return all_equal
+        one = single[case.arch]
+        report.rows.append({
+            "arch": case.arch, "weights": case.weights.describe(),
+            "identical": all(torch.equal(r[case.arch]["tokens"], one["tokens"])
+                             for r in sharded.values()),
+            "ttft_single_s": one["ttft_s"], "ttft_sharded_s": sharded[0][case.arch]["ttft_s"],
+            "continuation": tokenizer.decode(one["tokens"][0].tolist()),
+        })
+    return report
