@@ -72,12 +72,12 @@ def _print_table(rows: list[dict]) -> None:
 
     table = Table(title=f"bench tp, world size {rows[0]['world_size']} (times in ms, medians)")
     for column in ("preset", "prompt", "TTFT", "TPOT", "exposed comm", "TTFT comm off",
-                   "blocked in comm"):
+                   "blocked in comm", "exposed if blocking"):
         table.add_column(column, justify="left" if column == "preset" else "right", no_wrap=True)
     for r in rows:
         table.add_row(r["preset"], str(r["prompt_tokens"]), ms(r["ttft_s"]), ms(r["tpot_s"]),
                       ms(r["exposed_comm_s"]), ms(r["ttft_comm_off_s"]),
-                      ms(r["prefill_comm_blocked_s"]))
+                      ms(r["prefill_comm_blocked_s"]), ms(r["exposed_comm_if_blocking_s"]))
     stdout_console().print(table)
 
 

@@ -6,9 +6,10 @@ runs after `warmup` runs, taken on rank 0. Exposed communication is measured as 
 the same run with every collective replaced by a local no-op (`NoOpComm`, the `--comm off`
 run) costs the same compute without the traffic, so `ttft(comm on) - ttft(comm off)` is the
 communication time that compute did not hide (including waiting for the slower rank).
-Runs with and without communication, and of the three architectures, are interleaved, and the
-exposed time is the median of back-to-back differences, so slow drifts of the machine's speed
-hit every variant alike.
+Kraken also runs with its reductions made blocking (`BlockingComm`), to show how much of the
+communication its overlap hides. Runs with and without communication, and of the three
+architectures, are interleaved, and the exposed time is the median of back-to-back
+differences, so slow drifts of the machine's speed hit every variant alike.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..evaluation.generate import SamplingConfig
 from ..models import get_preset, preset_names
 from ..models.config import ModelConfig
 from ..models.transformer import Shard, local_sizes
-from .comm import NoOpComm
+from .comm import BlockingComm, NoOpComm
 from .engine import build_local_model, median, timed_generate
 from .launch import RankContext
 
@@ -90,6 +91,13 @@ class BenchPlan:
             # Raises the clear TP divisibility error before any process starts.
             local_sizes(get_preset(name), Shard(0, self.world_size))
 
+    def modes(self, arch: str) -> tuple[str, ...]:
+        """Communicators to time: with `both`, Kraken also runs with its reductions made
+        blocking, which shows how much communication its overlap hides."""
+        if self.comm == "both" and arch == "kraken":
+            return ("on", "off", "blocking")
+        return COMM_MODES[self.comm]
+
     def preset_list(self) -> list[tuple[str, str, str]]:
         """(size, arch, preset name) in run order."""
         return [(size, arch, preset_for(size, arch, self.world_size))
@@ -117,8 +125,7 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
     as possible: for each prompt length, every repeat runs every architecture with and without
     communication, and differences are taken within a repeat.
     """
-    comms = {"on": ctx.new_comm(), "off": NoOpComm()}
-    modes = COMM_MODES[plan.comm]
+    comms = {"on": ctx.new_comm(), "off": NoOpComm(), "blocking": BlockingComm(timeout_s=ctx.timeout_s)}
     sampling = SamplingConfig(max_new_tokens=plan.new_tokens, greedy=True)
     max_tokens = max(plan.prompt_tokens) + plan.new_tokens
     rows = []
@@ -129,13 +136,13 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
             config = bench_config(get_preset(name), max_tokens)
             models[arch] = (name, config, build_local_model(ctx, config, comm=comms["on"]))
         for prompt_tokens in plan.prompt_tokens:
-            runs: dict[str, dict[str, list]] = {arch: {m: [] for m in modes} for arch in models}
+            runs = {arch: {m: [] for m in plan.modes(arch)} for arch in models}
             for i in range(plan.warmup + plan.repeats):
                 for arch, (_, config, model) in models.items():
                     # The same prompt on every rank.
                     gen = torch.Generator().manual_seed(plan.seed + prompt_tokens)
                     prompt = torch.randint(0, config.vocab_size, (1, prompt_tokens), generator=gen)
-                    for mode in modes:
+                    for mode in runs[arch]:
                         model.comm = comms[mode]
                         result = timed_generate(model, prompt, sampling, ctx)
                         if i >= plan.warmup:
@@ -176,6 +183,9 @@ def _row(size, arch, name, config, world_size, prompt_tokens, comm, runs) -> dic
         "tpot_exposed_comm_s": _paired_median(runs["on"], runs["off"], "tpot_s") if both else None,
         "prefill_comm_blocked_s": (median([r.prefill_comm_blocked_s for r in runs["on"]])
                                    if "on" in runs else None),
+        # Kraken only: the same runs with every reduction blocking (no overlap).
+        "exposed_comm_if_blocking_s": (_paired_median(runs["blocking"], runs["off"], "ttft_s")
+                                       if "blocking" in runs else None),
         # Every timed run, in order, so the spread behind each median is on record.
         "ttft_runs_s": [r.ttft_s for r in runs[main]],
         "ttft_comm_off_runs_s": [r.ttft_s for r in runs["off"]] if both else None,

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import KrakenError
+from ..models.comm import LocalComm, PendingReduce
 
 BLOCKING = "all_reduce"
 ASYNC = "all_reduce_async"
@@ -42,7 +43,8 @@ def peer_error(exc: BaseException, what: str, timeout_s: float | None) -> PeerEr
 
 
 class CountingComm:
-    """Counts collectives by kind; subclasses do the reduction."""
+    """Counts collectives by kind; subclasses do the reduction. `blocked_s` is measured on CPU
+    (gloo); with NCCL the calls return before the GPU has reduced, so it means little there."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -53,24 +55,16 @@ class CountingComm:
         self.blocked_s = 0.0
 
 
-class _Done:
-    def __init__(self, tensor: torch.Tensor):
-        self._tensor = tensor
-
-    def wait(self) -> torch.Tensor:
-        return self._tensor
-
-
-class NoOpComm(CountingComm):
+class NoOpComm(LocalComm, CountingComm):
     """Every collective becomes a local no-op: what the run costs without communication."""
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         self.counts[BLOCKING] += 1
-        return tensor
+        return super().all_reduce(tensor)
 
-    def all_reduce_async(self, tensor: torch.Tensor) -> _Done:
+    def all_reduce_async(self, tensor: torch.Tensor) -> PendingReduce:
         self.counts[ASYNC] += 1
-        return _Done(tensor)
+        return super().all_reduce_async(tensor)
 
 
 class _PendingWork:
@@ -122,3 +116,12 @@ class ProcessGroupComm(CountingComm):
         except RuntimeError as exc:
             raise peer_error(exc, "an asynchronous all-reduce", self.timeout_s) from None
         return _PendingWork(self, work, tensor)
+
+
+class BlockingComm(ProcessGroupComm):
+    """`all_reduce_async` reduces at once, before returning: Kraken without its overlap, so the
+    benchmark can show how much of the communication the overlap hides."""
+
+    def all_reduce_async(self, tensor: torch.Tensor) -> PendingReduce:
+        reduced = super().all_reduce_async(tensor).wait()  # launched and waited for at once
+        return LocalComm().all_reduce_async(reduced)

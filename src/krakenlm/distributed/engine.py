@@ -34,19 +34,18 @@ def random_state_dict(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class Weights:
     """Where every rank gets the full single-device weights from (it then keeps its shard):
-    a training checkpoint directory, or the random weights of a config (`random_state_dict`).
+    a training checkpoint directory, or the random weights of a preset (`random_state_dict`).
     Small to pickle, so spawned ranks load the weights themselves instead of receiving them."""
 
     checkpoint: Path | None = None
     preset: str | None = None
-    config: ModelConfig | None = None  # instead of a preset
     seed: int = 0
 
     def model_config(self) -> ModelConfig:
         if self.checkpoint is not None:
             from ..training.checkpoint import load_config
             return load_config(Path(self.checkpoint))
-        return self.config if self.config is not None else get_preset(self.preset)
+        return get_preset(self.preset)
 
     def load(self) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
         config = self.model_config()
@@ -61,7 +60,7 @@ class Weights:
     def describe(self) -> str:
         if self.checkpoint is not None:
             return f"checkpoint {self.checkpoint}"
-        return f"{self.preset or 'custom config'}, random weights (seed {self.seed})"
+        return f"{self.preset}, random weights (seed {self.seed})"
 
 
 def build_local_model(ctx: RankContext, config: ModelConfig, *,
