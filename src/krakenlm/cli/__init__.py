@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
+
+try:  # typer < 0.2x re-exported click; newer releases vendor it as typer._click
+    import click
+
+    _ClickException, _Abort, _Exit = (click.ClickException, click.exceptions.Abort,
+                                      click.exceptions.Exit)
+except ModuleNotFoundError:
+    from typer._click.exceptions import ClickException as _ClickException
+
+    _Abort, _Exit = typer.Abort, typer.Exit
 
 from ..errors import KrakenError
 
@@ -29,11 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     except KrakenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except _Abort:
         print("aborted", file=sys.stderr)
         sys.exit(130)
-    except click.ClickException as exc:
+    except _ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except _Exit as exc:
         sys.exit(exc.exit_code)
