@@ -28,6 +28,7 @@ app = typer.Typer(
 
 # Registration order is the order of `krakenlm --help`.
 from . import models as _models  # noqa: E402,F401  (registers `models`)
+from . import sim as _sim  # noqa: E402,F401  (registers `sim`)
 
 
 def main(argv: list[str] | None = None) -> None:
