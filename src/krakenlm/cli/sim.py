@@ -44,3 +44,107 @@ def systems(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
                       f"{r['memory_bandwidth_bytes_per_s'] / 1e12:.2f}",
                       f"{r['links_per_device']} x {r['link_bandwidth_bytes_per_s'] / 1e9:g}")
     Console().print(table)
+
+
+def _device_systems(pairs: list[str] | None) -> dict[str, str] | None:
+    from ..simulator.validate import DEVICE_SYSTEMS
+
+    if not pairs:
+        return None
+    mapping = dict(DEVICE_SYSTEMS)
+    for pair in pairs:
+        device, sep, system = pair.partition("=")
+        if not sep or not device or not system:
+            from ..errors import KrakenError
+            raise KrakenError(f"--device-system {pair!r}: write DEVICE=SYSTEM, e.g. A100=a100-80gb-x4")
+        mapping[device] = system
+    return mapping
+
+
+_DEVICE_SYSTEM_HELP = ("Which system a device name in the file names ran on, DEVICE=SYSTEM "
+                       "(repeatable; defaults: A100=a100-80gb-x4, MI210=mi210-x4).")
+
+
+@sim_app.command("calibrate")
+def calibrate(
+    measured: str = typer.Option(..., "--measured", help="Directory of measurements (format of shared/data/measured)."),
+    output: str = typer.Option(None, "--output", "-o", help="Where to write the constants (default: the package's calibration.yaml)."),
+    device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
+) -> None:
+    """Fit the simulator's constants on the fit half (even rows) of a measurement directory."""
+    from importlib import resources
+
+    from ..hardware import load_system
+    from ..simulator.calibration import CALIBRATION_FILE, fit_calibration, save_calibration
+    from ..simulator.measured import load_measured
+    from ..simulator.validate import DEVICE_SYSTEMS
+
+    data = load_measured(measured)
+    names = _device_systems(device_system) or DEVICE_SYSTEMS
+    systems = {d: load_system(s) for d, s in names.items()
+               if any(p.device == d for p in data.points)}
+    command = "krakenlm sim calibrate --measured " + measured
+    calibration = fit_calibration(data, systems, command=command)
+    path = output or str(resources.files("krakenlm.simulator").joinpath(CALIBRATION_FILE))
+    save_calibration(calibration, path)
+    print(f"wrote {path} ({sum(len(v) for v in calibration.devices.values())} operator groups)")
+
+
+@sim_app.command("validate")
+def validate_cmd(
+    measured: str = typer.Option(..., "--measured", help="Directory of measurements (format of shared/data/measured)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    csv_path: str = typer.Option(None, "--csv", help="Also save every point (predicted vs measured) as CSV."),
+    plot_path: str = typer.Option(None, "--plot", help="Also save a predicted-vs-measured plot (PNG)."),
+    calibration_path: str = typer.Option(None, "--calibration", help="Constants file (default: the package's)."),
+    device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
+) -> None:
+    """Compare simulated operator latencies with measurements: MAPE per operator and device,
+    on the fit half, the held-out half and all points, and the GPT-3 175B layer."""
+    from ..simulator.calibration import load_calibration
+    from ..simulator.validate import validate, write_csv, write_plot
+
+    report = validate(measured, load_calibration(calibration_path), _device_systems(device_system))
+    if csv_path:
+        write_csv(report, csv_path)
+    if plot_path:
+        write_plot(report, plot_path)
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+        return
+    console = Console()
+    table = Table(title="Operator error (MAPE %, predicted vs measured)")
+    for col in ("device", "op", "n", "fit half", "held-out", "all"):
+        table.add_column(col, justify="left" if col in ("device", "op") else "right")
+    for o in report.ops:
+        table.add_row(o["device"], o["op"], str(o["n"]), f"{o['mape_fit_half']:.1f}",
+                      f"{o['mape_held_out']:.1f}", f"{o['mape']:.1f}")
+    for device, s in report.per_device.items():
+        table.add_row(device, "all ops", str(s["n"]), f"{s['fit']:.1f}", f"{s['held_out']:.1f}",
+                      f"{s['all']:.1f}", style="bold")
+    o = report.overall
+    table.add_row("all", "all ops", str(o["n"]), f"{o['fit']:.1f}", f"{o['held_out']:.1f}",
+                  f"{o['all']:.1f}", style="bold")
+    console.print(table)
+    for device, phases in report.layer.items():
+        lt = Table(title=f"GPT-3 175B layer on {device} (TP 4, batch 8; never fitted on)")
+        lt.add_column("op")
+        for phase in phases:
+            for col in ("measured ms", "predicted ms", "error %"):
+                lt.add_column(f"{phase} {col}", justify="right")
+        names = [op["op"] for op in next(iter(phases.values()))["ops"]]
+        for i, name in enumerate(names):
+            cells = []
+            for info in phases.values():
+                op = info["ops"][i]
+                cells += [f"{op['measured_s'] * 1e3:.4f}", f"{op['predicted_s'] * 1e3:.4f}",
+                          f"{op['error_pct']:+.1f}"]
+            lt.add_row(name, *cells)
+        cells = []
+        for info in phases.values():
+            cells += [f"{info['sum_measured_s'] * 1e3:.4f}", f"{info['sum_predicted_s'] * 1e3:.4f}",
+                      f"{info['sum_error_pct']:+.1f}"]
+        lt.add_row("sum", *cells, style="bold")
+        console.print(lt)
+    for note in report.skipped:
+        console.print(f"skipped: {note}")
