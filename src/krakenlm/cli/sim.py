@@ -148,3 +148,65 @@ def validate_cmd(
         console.print(lt)
     for note in report.skipped:
         console.print(f"skipped: {note}")
+
+
+@sim_app.command("run")
+def run(
+    system: str = typer.Option(..., "--system", help="Hardware preset (see `krakenlm sim systems`) or a YAML file."),
+    model: str = typer.Option(..., "--model", help="Model preset (see `krakenlm models`) or a path to a config.json (Hugging Face or krakenlm)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (devices used)."),
+    batch: int = typer.Option(1, "--batch", help="Sequences per batch."),
+    prompt: int = typer.Option(..., "--prompt", help="Prompt tokens per sequence."),
+    gen: int = typer.Option(..., "--gen", help="Generated tokens per sequence (the first comes from prefill)."),
+    arch: str = typer.Option(None, "--arch", help="gpt | parallel | kraken: run the model as this architecture (kraken: the parameter-matched Kraken with degree = tp)."),
+    mode: str = typer.Option("simulate", "--mode", help="simulate (tile models, fitted constants) or roofline."),
+    dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8, int8, fp32."),
+    attention: str = typer.Option("fused", "--attention", help="fused (FlashAttention) or unfused (eager kernels)."),
+    skip_memory_check: bool = typer.Option(False, "--skip-memory-check", help="Time a model that does not fit instead of failing (reported as not fitting)."),
+    calibration_path: str = typer.Option(None, "--calibration", help="Constants file (default: the package's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Simulate inference: per-operator breakdown, TTFT, mean TPOT, end-to-end time and memory
+    per device."""
+    from ..hardware import load_system
+    from ..simulator.calibration import load_calibration
+    from ..simulator.run import arch_variant, resolve_model, simulate
+
+    name, original = resolve_model(model)
+    config = arch_variant(original, arch, tp)
+    label = name if arch in (None, original.arch) else f"{name} as {arch}"
+    result = simulate(config, load_system(system), tp, batch, prompt, gen, mode, dtype=dtype,
+                      attention=attention, calibration=load_calibration(calibration_path),
+                      check_memory=not skip_memory_check, model_name=label)
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    console = Console()
+    table = Table(title=f"{result.model} ({config.arch}) on {result.system}, TP {tp}, batch "
+                        f"{batch}, prompt {prompt}, gen {gen}, {mode}, {dtype}")
+    for col in ("op", "category", "prefill ms", "decode ms (all steps)", "share %"):
+        table.add_column(col, justify="left" if col in ("op", "category") else "right")
+    total = result.e2e_s
+    names = list(dict.fromkeys(list(result.prefill.ops) + list(result.decode.ops)))
+    for op in names:
+        p = result.prefill.ops.get(op, {})
+        d = result.decode.ops.get(op, {})
+        t = p.get("time_s", 0.0) + d.get("time_s", 0.0)
+        table.add_row(op, (p or d)["category"], f"{p.get('time_s', 0.0) * 1e3:,.3f}",
+                      f"{d.get('time_s', 0.0) * 1e3:,.3f}", f"{100 * t / total:.1f}")
+    console.print(table)
+    cats = Table(title="Wall time by category (adds up to the total; communication overlapped "
+                       "with compute is not counted twice)")
+    for col in ("category", "prefill ms", "decode ms"):
+        cats.add_column(col, justify="left" if col == "category" else "right")
+    for cat in dict.fromkeys(list(result.prefill.categories) + list(result.decode.categories)):
+        cats.add_row(cat, f"{result.prefill.categories.get(cat, 0.0) * 1e3:,.3f}",
+                     f"{result.decode.categories.get(cat, 0.0) * 1e3:,.3f}")
+    console.print(cats)
+    m = result.memory
+    console.print(f"TTFT {result.ttft_s * 1e3:,.2f} ms | mean TPOT {result.tpot_s * 1e3:,.3f} ms | "
+                  f"end-to-end {result.e2e_s:,.3f} s")
+    console.print(f"memory per device: weights {m.weights_bytes / 1e9:.2f} GB + KV cache "
+                  f"{m.kv_cache_bytes / 1e9:.2f} GB + activations {m.activation_bytes / 1e9:.2f} GB"
+                  f" + reserve {m.reserve_bytes / 1e9:.2f} GB = {m.total_bytes / 1e9:.2f} GB of "
+                  f"{m.capacity_bytes / 1e9:.2f} GB" + ("" if m.fits else "  [DOES NOT FIT]"))
