@@ -26,7 +26,8 @@ def systems(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
         s = load_system(name)
         d, ic = s.device, s.interconnect
         rows.append({"name": name, "device": d.name, "devices": ic.device_count,
-                     "topology": ic.topology, "fp16_flops_per_s": d.matrix_rate("fp16"),
+                     "topology": ic.topology,
+                     "fp16_flops_per_s": d.matrix_flops_per_s.fp16 or d.matrix_flops_per_s.bf16,
                      "memory_bytes": d.memory.capacity_bytes,
                      "memory_bandwidth_bytes_per_s": d.memory.bandwidth_bytes_per_s,
                      "link_bandwidth_bytes_per_s": ic.link_bandwidth_bytes_per_s,
@@ -35,7 +36,7 @@ def systems(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
         print(json.dumps(rows, indent=2))
         return
     table = Table(title="krakenlm hardware presets (per device)")
-    for col in ("name", "device", "n", "topology", "fp16 TFLOP/s", "memory GiB", "mem TB/s",
+    for col in ("name", "device", "n", "topology", "16-bit TFLOP/s", "memory GiB", "mem TB/s",
                 "links x GB/s/dir"):
         table.add_column(col, justify="left" if col in ("name", "device", "topology") else "right")
     for r in rows:
