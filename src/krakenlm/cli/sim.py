@@ -211,3 +211,93 @@ def run(
                   f"{m.kv_cache_bytes / 1e9:.2f} GB + activations {m.activation_bytes / 1e9:.2f} GB"
                   f" + reserve {m.reserve_bytes / 1e9:.2f} GB = {m.total_bytes / 1e9:.2f} GB of "
                   f"{m.capacity_bytes / 1e9:.2f} GB" + ("" if m.fits else "  [DOES NOT FIT]"))
+
+
+@sim_app.command("cost")
+def cost(
+    system: str = typer.Option(..., "--system", help="Hardware preset or YAML file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Die area per block, yield, and $ per device and per system (public-estimate prices;
+    for relative comparisons)."""
+    from ..hardware import load_system
+    from ..hardware.cost import system_cost
+
+    s = load_system(system)
+    c = system_cost(s)
+    if as_json:
+        print(json.dumps({"system": s.name, **c.to_dict()}, indent=2))
+        return
+    console = Console()
+    table = Table(title=f"{s.device.name}: die area per block at {s.device.process_node_nm:g} nm")
+    table.add_column("block")
+    table.add_column("mm^2", justify="right")
+    for block, area in c.area.blocks.items():
+        table.add_row(block, f"{area:,.1f}")
+    table.add_row("total", f"{c.area.total_mm2:,.1f}", style="bold")
+    if s.device.die_area_mm2:
+        table.add_row("published die area", f"{s.device.die_area_mm2:,.1f}")
+    console.print(table)
+    console.print(f"dies per 300 mm wafer {c.dies_per_wafer}, yield {c.yield_fraction:.1%}, wafer "
+                  f"${c.wafer_usd:,.0f} -> die ${c.die_usd:,.0f}")
+    console.print(f"device: die ${c.die_usd:,.0f} + memory ${c.memory_usd:,.0f} + packaging "
+                  f"${c.packaging_usd:,.0f} = ${c.device_usd:,.0f}"
+                  + (f" (street price ~${s.device.price_usd:,.0f})" if s.device.price_usd else ""))
+    console.print(f"system of {c.devices} devices (with boards and links): ${c.system_usd:,.0f}")
+
+
+@sim_app.command("sweep")
+def sweep_cmd(
+    base: str = typer.Option("a100-80gb-x8", "--base", help="System whose device is varied (the reference)."),
+    model: str = typer.Option("gpt3-175b", "--model", help="Model preset of the workload."),
+    tp: int = typer.Option(8, "--tp", help="Tensor-parallel degree of the workload."),
+    batch: int = typer.Option(8, "--batch", help="Batch of the workload."),
+    prompt: int = typer.Option(1024, "--prompt", help="Prompt tokens of the workload."),
+    gen: int = typer.Option(128, "--gen", help="Generated tokens of the workload."),
+    cores: str = typer.Option("32,64,96,108,128", "--cores", help="Core counts to try, comma-separated."),
+    memories: str = typer.Option("HBM2e-5,HBM3-5,DDR5-16,LPDDR5-16", "--memories", help="Memory configurations to try (see krakenlm.simulator.sweep.MEMORIES)."),
+    global_buffers: str = typer.Option("10,20,40,80,160", "--global-buffers", help="Global buffer sizes in MiB, comma-separated."),
+    top: int = typer.Option(15, "--top", help="Rows to print (best performance per $ first)."),
+    as_json: bool = typer.Option(False, "--json", help="Print every design as JSON."),
+) -> None:
+    """Design-space sweep (cores x memory technology x global buffer): throughput, cost and
+    performance per $ against the base system."""
+    from ..errors import KrakenError
+    from ..simulator.sweep import MEMORIES, Workload, sweep
+
+    def numbers(text: str, kind=int) -> tuple:
+        try:
+            return tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise KrakenError(f"expected comma-separated numbers, got {text!r}") from None
+
+    mems = tuple(m.strip() for m in memories.split(",") if m.strip())
+    unknown = [m for m in mems if m not in MEMORIES]
+    if unknown:
+        raise KrakenError(f"--memories: unknown {unknown}; choose from {list(MEMORIES)}")
+    result = sweep(base, Workload(model, tp, batch, prompt, gen), numbers(cores), mems,
+                   numbers(global_buffers, float))
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    ref = result["base"]
+    console = Console()
+    rows = sorted((r for r in result["designs"] if r.get("fits")),
+                  key=lambda r: -r["perf_per_usd_vs_base"])
+    table = Table(title=f"{result['configurations']} designs from {base}, {model} TP {tp} batch "
+                        f"{batch} prompt {prompt} gen {gen} (simulated in {result['seconds']:.1f} s)")
+    for col in ("cores", "memory", "GB/s", "GB", "L2 MiB", "die mm^2", "$/device", "tokens/s",
+                "perf/$ vs base"):
+        table.add_column(col, justify="left" if col == "memory" else "right")
+    for r in rows[:top]:
+        table.add_row(str(r["cores"]), r["memory"], f"{r['memory_bandwidth_bytes_per_s'] / 1e9:,.0f}",
+                      f"{r['memory_capacity_bytes'] / 1e9:,.0f}", f"{r['global_buffer_bytes'] / 2**20:g}",
+                      f"{r['die_area_mm2']:,.0f}", f"{r['device_usd']:,.0f}",
+                      f"{r['tokens_per_s']:,.1f}", f"{r['perf_per_usd_vs_base']:.2f}x")
+    console.print(table)
+    console.print(f"base {ref['system']}: {ref.get('tokens_per_s', float('nan')):,.1f} tokens/s, "
+                  f"${ref['device_usd']:,.0f} per device (model estimate), "
+                  f"${ref['system_usd']:,.0f} per system")
+    misfits = [r for r in result["designs"] if not r.get("fits")]
+    if misfits:
+        console.print(f"{len(misfits)} designs cannot hold the model (not timed)")
