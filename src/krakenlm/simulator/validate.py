@@ -167,16 +167,22 @@ def write_plot(report: ValidationReport, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
-    markers = {"matmul": "o", "softmax": "s", "layernorm": "^", "gelu": "D", "allreduce": "x"}
+    ops = sorted({r["op"] for r in report.rows})
+    devices = sorted({r["device"] for r in report.rows})
+    colours = plt.get_cmap("tab10")
+    markers = "osD^v<>"
     for (device, op) in sorted({(r["device"], r["op"]) for r in report.rows}):
         sel = [r for r in report.rows if r["device"] == device and r["op"] == op]
-        ax.scatter([r["measured_s"] for r in sel], [r["predicted_s"] for r in sel], s=18,
-                   marker=markers.get(op, "o"), label=f"{device} {op}",
-                   facecolors="none" if device != "A100" else None)
+        colour = colours(ops.index(op))
+        filled = devices.index(device) == 0  # first device filled, others hollow
+        ax.scatter([r["measured_s"] for r in sel], [r["predicted_s"] for r in sel], s=20,
+                   marker=markers[devices.index(device) % len(markers)],
+                   label=f"{device} {op}", edgecolors=colour,
+                   facecolors=colour if filled else "none")
     for device, phases in report.layer.items():
         for phase, info in phases.items():
             ax.scatter([o["measured_s"] for o in info["ops"]],
-                       [o["predicted_s"] for o in info["ops"]], s=30, marker="*",
+                       [o["predicted_s"] for o in info["ops"]], s=60, marker="*",
                        label=f"{device} GPT-3 layer {phase}")
     lo = min(r["measured_s"] for r in report.rows) / 2
     hi = max(r["measured_s"] for r in report.rows) * 2
