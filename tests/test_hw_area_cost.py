@@ -75,8 +75,10 @@ def test_sweep_reports_perf_per_dollar_against_the_base():
 
 
 def test_cost_cli(capsys):
-    main(["sim", "cost", "--system", "h100-80gb-x8", "--json"])
     import json
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "cost", "--system", "h100-80gb-x8", "--json"])
+    assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
     assert {"area_mm2", "yield", "device_usd", "system_usd"} <= set(out)
     assert 0 < out["yield"] < 1

@@ -10,7 +10,10 @@ from krakenlm.cli import main
 
 
 def _run(args, capsys):
-    main(args)
+    """Run the CLI in-process; a successful command exits 0 (typer's standalone mode)."""
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 0, capsys.readouterr().err
     return capsys.readouterr().out
 
 
@@ -82,9 +85,8 @@ def test_systems_lists_presets(capsys):
 
 
 def test_every_sim_command_has_help(capsys):
-    for cmd in ("systems", "run", "validate", "calibrate"):
-        main(["sim", cmd, "--help"])
-        out = capsys.readouterr().out
+    for cmd in ("systems", "run", "validate", "calibrate", "cost", "sweep"):
+        out = _run(["sim", cmd, "--help"], capsys)
         assert f"krakenlm sim {cmd}" in out and len(out) > 200
 
 

@@ -60,8 +60,10 @@ def test_fit_never_sees_the_held_out_half():
 @needs_data
 def test_validate_cli_json_csv_plot(tmp_path, capsys):
     csv_path, png = tmp_path / "v.csv", tmp_path / "v.png"
-    main(["sim", "validate", "--measured", str(MEASURED), "--json", "--csv", str(csv_path),
-          "--plot", str(png)])
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--measured", str(MEASURED), "--json", "--csv", str(csv_path),
+              "--plot", str(png)])
+    assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"ops", "overall_mape", "layer"}
     assert {"device", "op", "n", "mape"} <= set(out["ops"][0])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..models import PRESETS
 from . import app
+from ._console import stdout_console
 
 
 @app.command("models")
@@ -20,12 +20,12 @@ def list_models(as_json: bool = typer.Option(False, "--json", help="Print a JSON
                 for name, cfg in PRESETS.items()]
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title="krakenlm model presets")
-    for column in ("name", "arch", "layers", "d", "width e", "heads/sub-layer", "FFN", "vocab",
-                   "context", "params"):
-        table.add_column(column, justify="left" if column in ("name", "arch") else "right")
+    table = Table(title="krakenlm model presets (e, h, FFN are per sub-layer; d = sub-layers)")
+    for column in ("name", "arch", "L", "d", "e", "h", "FFN", "vocab", "ctx", "params"):
+        table.add_column(column, justify="left" if column in ("name", "arch") else "right",
+                         no_wrap=True)
     for name, cfg in PRESETS.items():
         table.add_row(name, cfg.arch, str(cfg.n_layers), str(cfg.degree), str(cfg.d_model),
                       str(cfg.n_heads), str(cfg.ffn_dim), str(cfg.vocab_size),
                       str(cfg.context_len), f"{cfg.num_params() / 1e6:,.2f}M")
-    Console().print(table)
+    stdout_console().print(table)

@@ -294,6 +294,14 @@ class Transformer(nn.Module):
             self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()
 
+    @torch.no_grad()
+    def restore_buffers(self) -> None:
+        """Recompute the derived (non-saved) buffers, after building on the meta device."""
+        if self.config.position == "rope":
+            cos, sin = rope_tables(self.config)
+            self.rope_cos.copy_(cos)
+            self.rope_sin.copy_(sin)
+
     # ------------------------------------------------------------------------------ init
     @torch.no_grad()
     def reset_parameters(self, seed: int | None = None) -> None:
@@ -303,7 +311,7 @@ class Transformer(nn.Module):
             gen = torch.Generator().manual_seed(seed)
         out_std = 0.02 / math.sqrt(2 * self.config.n_layers * self.config.degree)
         for name, param in self.named_parameters():
-            if parameter_kind(name) != "matrix":
+            if parameter_kind(name) != "matrix" or param.is_meta:
                 continue  # norms start at scale 1 and biases at 0 (set at construction)
             std = out_std if name.endswith(("attn.out.weight", "ffn.down.weight")) else 0.02
             param.copy_(torch.randn(param.shape, generator=gen) * std)
@@ -345,15 +353,18 @@ class Transformer(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, idx: torch.Tensor, *, cache: KVCache | None = None, start_pos: int = 0,
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *,
+                cache: KVCache | None = None, start_pos: int = 0,
                 last_only: bool = False) -> torch.Tensor:
-        """idx: [b, t] -> logits [b, t, V] ([b, 1, V] with last_only)."""
-        z = self.hidden_states(idx, cache=cache, start_pos=start_pos, last_only=last_only)
-        return F.linear(z, self.head_weight)
+        """idx: [b, t] token ids.
 
-    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy; targets [b, t] (-1 ignored). Never builds the logits."""
-        z = self.hidden_states(idx)
+        Without targets: logits [b, t, V] ([b, 1, V] with last_only).
+        With targets [b, t] (-1 ignored): the mean next-token cross-entropy, computed without
+        ever building the logits (see loss.py).
+        """
+        z = self.hidden_states(idx, cache=cache, start_pos=start_pos, last_only=last_only)
+        if targets is None:
+            return F.linear(z, self.head_weight)
         return linear_cross_entropy(z.reshape(-1, z.shape[-1]), self.head_weight,
                                     targets.reshape(-1))
 

