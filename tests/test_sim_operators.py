@@ -82,3 +82,12 @@ def test_few_rows_leave_cores_idle():
     few = simulate_stream(A100, "softmax", 4, 1 << 20, single_pass_row_bytes=1e9)
     many = simulate_stream(A100, "softmax", 1 << 12, 1 << 10, single_pass_row_bytes=1e9)
     assert few.bytes == many.bytes and few.time_s > many.time_s
+
+
+def test_single_row_takes_the_gemv_path_and_streams_the_weight_once():
+    r = simulate_matmul(A100, 1, 8192, 8192)
+    assert r.mapping["path"] == "gemv" and r.bound == "memory"
+    assert r.bytes == (8192 * 8192 + 2 * 8192) * 2
+    # narrow outputs are split along K so the whole device streams
+    narrow = simulate_matmul(A100, 1, 64, 1 << 20)
+    assert narrow.mapping["split_k"] > 1

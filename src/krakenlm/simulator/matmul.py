@@ -20,6 +20,9 @@ The tile model (one candidate mapping) of C[b, M, N] = A[b, M, K] @ B[b, K, N]:
   must hold the panels' K-slices (double-buffered).
 * Time = max(core-side time, off-chip traffic / bandwidth) + memory latency of the first load.
 
+A single row (M == 1) takes the GEMV path instead (`gemv`): a weight streamed once, split over
+the cores along N and, when N is narrow, along K.
+
 The mapper evaluates every (local tile, lane split, pipeline stages, global tile, loop order)
 candidate at once with numpy broadcasting and keeps the fastest; results are memoised by
 (op, shape, dtype, device, efficiencies). Calibration derates the device's peak compute and
@@ -112,9 +115,41 @@ def _ceil(a, b):
 def simulate_matmul(dev: Device, M: int, N: int, K: int, batch: int = 1, dtype: str = "fp16",
                     compute_eff: float = 1.0, memory_eff: float = 1.0,
                     detail: bool = False) -> MatmulResult:
-    """Best mapping of a (batched) matmul on one device; see the module docstring."""
+    """Best mapping of a (batched) matmul on one device; see the module docstring. A single
+    row (M == 1, e.g. batch-1 decode or one query against a KV cache) takes the GEMV path."""
+    if M == 1:
+        return gemv(dev, N, K, batch, dtype, compute_eff, memory_eff)
     return _simulate_matmul(dev, int(M), int(N), int(K), int(batch), dtype, float(compute_eff),
                             float(memory_eff), detail)
+
+
+GEMV_COLUMNS_PER_ITEM = 64  # output columns one core produces per work item
+
+
+@functools.lru_cache(maxsize=65536)
+def gemv(dev: Device, N: int, K: int, batch: int = 1, dtype: str = "fp16",
+         compute_eff: float = 1.0, memory_eff: float = 1.0) -> MatmulResult:
+    """y[b] = x[b] @ W[b] for a single row x: each weight is used once, so the op streams W at
+    memory bandwidth. Work items are blocks of output columns; when there are fewer blocks
+    than cores, K is split too (split-K) and the partial sums are added in a second, tiny
+    pass. A row cannot fill a systolic array (one of its H rows is used), so the products run
+    on the vector units; the streaming rate is what the active cores can pull."""
+    b = DTYPE_BYTES[dtype]
+    core, freq = dev.core, dev.frequency_hz
+    blocks = batch * _ceil(N, GEMV_COLUMNS_PER_ITEM)
+    split_k = max(1, min(_ceil(dev.core_count, blocks), _ceil(K, 256)))
+    active = min(dev.core_count, blocks * split_k)
+    moved = float(batch * (K * N + K + N) * b)
+    per_core_bw = core.local_sram_bandwidth_bytes_per_cycle * freq
+    t_mem = moved / min(dev.memory.bandwidth_bytes_per_s * memory_eff, active * per_core_bw)
+    flops = 2.0 * batch * N * K
+    vector = dev.vector_rate(dtype) * compute_eff * active / dev.core_count
+    t_vec = flops / vector
+    time_s = max(t_mem, t_vec) + dev.memory.latency_s + dev.global_buffer.latency_s
+    if split_k > 1:  # the partial sums: one more short pass over batch x N x split_k values
+        time_s += dev.memory.latency_s
+    return MatmulResult(time_s, flops, moved, {"path": "gemv", "split_k": split_k},
+                        "memory" if t_mem >= t_vec else "compute")
 
 
 @functools.lru_cache(maxsize=65536)
