@@ -123,8 +123,10 @@ def flash_decode(dev: Device, batch: int, heads: int, kv_heads: int, kv_len: int
     half = dev.matrix_flops_per_s.fp16 or dev.matrix_flops_per_s.bf16
     speed = dev.matrix_rate(dtype) / half * compute_eff
     keys = _ceil(kv_len, splits)
-    mm = 2 * float(systolic_cycles(group, keys, head_dim, core.systolic_array_height,
-                                   core.systolic_array_width)) / speed / core.lane_count
+    h, w = core.systolic_array_height, core.systolic_array_width
+    # q K^T (group x hd) @ (hd x keys) and p V (group x keys) @ (keys x hd), over the lanes
+    mm = float(systolic_cycles(group, keys, head_dim, h, w)
+               + systolic_cycles(group, head_dim, keys, h, w)) / speed / core.lane_count
     vec = group * keys * FLOPS_PER_ELEMENT["softmax"] / (dev.vector_rate("fp32") / dev.core_count / freq)
     t_core = _ceil(items, dev.core_count) * (mm + vec) / freq
     t = max(t_mem, t_core) + dev.memory.latency_s + dev.global_buffer.latency_s
