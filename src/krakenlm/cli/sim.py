@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import KrakenError
 from . import app
 
 sim_app = typer.Typer(help="Hardware simulator: predict LLM inference latency, memory and cost.",
@@ -56,7 +57,6 @@ def _device_systems(pairs: list[str] | None) -> dict[str, str] | None:
     for pair in pairs:
         device, sep, system = pair.partition("=")
         if not sep or not device or not system:
-            from ..errors import KrakenError
             raise KrakenError(f"--device-system {pair!r}: write DEVICE=SYSTEM, e.g. A100=a100-80gb-x4")
         mapping[device] = system
     return mapping
@@ -184,8 +184,9 @@ def run(
         return
     console = Console()
     table = Table(title=f"{result.model} ({config.arch}) on {result.system}, TP {tp}, batch "
-                        f"{batch}, prompt {prompt}, gen {gen}, {mode}, {dtype}")
-    for col in ("op", "category", "prefill ms", "decode ms (all steps)", "share %"):
+                        f"{batch}, prompt {prompt}, gen {gen}, {mode}, {dtype}: time per operator"
+                        " (a collective overlapped with compute counts in full here)")
+    for col in ("op", "category", "prefill ms", "decode ms (all steps)", "% of end-to-end"):
         table.add_column(col, justify="left" if col in ("op", "category") else "right")
     total = result.e2e_s
     names = list(dict.fromkeys(list(result.prefill.ops) + list(result.decode.ops)))
@@ -262,7 +263,6 @@ def sweep_cmd(
 ) -> None:
     """Design-space sweep (cores x memory technology x global buffer): throughput, cost and
     performance per $ against the base system."""
-    from ..errors import KrakenError
     from ..simulator.sweep import MEMORIES, Workload, sweep
 
     def numbers(text: str, kind=int) -> tuple:

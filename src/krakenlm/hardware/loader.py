@@ -49,7 +49,7 @@ def load_system(name_or_path: str) -> System:
         text, source = path.read_text(), str(path)
     data = _parse_yaml(text, source)
     try:
-        return system_from_dict(data, source)
+        return system_from_dict(data)
     except HardwareError as exc:
         raise HardwareError(f"{source}: {exc}") from None
 

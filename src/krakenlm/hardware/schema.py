@@ -300,7 +300,7 @@ def _check_consistency(system: System) -> None:
                             "memory; check the units")
 
 
-def system_from_dict(data: Any, source: str = "system") -> System:
+def system_from_dict(data: Any) -> System:
     system = _parse(System, data, "")
     _check_consistency(system)
     return system

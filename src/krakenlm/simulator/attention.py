@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hardware.schema import DTYPE_BYTES, Device
-from .elementwise import FLOPS_PER_ELEMENT, simulate_stream
-from .matmul import simulate_matmul, systolic_cycles
+from .elementwise import FLOPS_PER_ELEMENT
+from .matmul import systolic_cycles
 
 
 @dataclass(frozen=True)
@@ -143,15 +143,3 @@ def unfused_ops(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int) 
             ("attn_scale_mask", "stream", ("scale_mask", bh * q_len, kv_len)),
             ("attn_softmax", "stream", ("softmax", bh * q_len, kv_len)),
             ("attn_av", "matmul", (q_len, head_dim, kv_len, bh))]
-
-
-def unfused_time(dev: Device, batch: int, heads: int, q_len: int, kv_len: int, head_dim: int,
-                 dtype: str = "fp16") -> float:
-    """Uncalibrated total of the unfused sequence (for comparisons and tests)."""
-    total = 0.0
-    for _, model, args in unfused_ops(batch, heads, q_len, kv_len, head_dim):
-        if model == "matmul":
-            total += simulate_matmul(dev, *args, dtype=dtype).time_s
-        else:
-            total += simulate_stream(dev, *args, dtype=dtype).time_s
-    return total

@@ -44,7 +44,7 @@ CALIBRATION_FILE = "calibration.yaml"
 OP_ALIASES = {"rmsnorm": "layernorm", "swiglu": "gelu", "residual": "gelu", "rope": "gelu",
               "embedding": "gelu", "kv_append": "gelu", "scale_mask": "gelu",
               "reduce_scatter": "allreduce", "all_gather": "allreduce", "all_reduce": "allreduce",
-              "attention": "matmul", "bmm": "matmul", "lm_head": "matmul"}
+              "attention": "matmul"}
 
 
 class CalibrationError(KrakenError, ValueError):
@@ -111,8 +111,6 @@ def default_calibration() -> Calibration:
     text = resources.files("krakenlm.simulator").joinpath(CALIBRATION_FILE).read_text()
     return Calibration(yaml.safe_load(text))
 
-
-UNCALIBRATED = Calibration({})
 
 
 def load_calibration(path: str | Path | None) -> Calibration:

@@ -9,9 +9,10 @@ carries over the whole collective; the time is
 
 the time of a collective pipelined in chunks of the optimal size (a chunk pays the latency,
 the pipeline fills once): A + B + 2 sqrt(AB), between the alpha-beta sum and twice it, and
-smooth in the message size as measured curves are. Protocols model what NCCL/RCCL do (LL, LL128, Simple: lower latency for lower bandwidth); their
-(latency, efficiency) pairs are fitted constants (calibration), not hardware facts. With a single
-ideal protocol the formula is the pipelined alpha-beta model.
+smooth in the message size as measured curves are. Protocols model what NCCL/RCCL do (LL,
+LL128, Simple: lower latency for lower bandwidth); their (latency, efficiency) pairs are fitted
+constants (calibration), not hardware facts. With a single ideal protocol the formula is the
+pipelined alpha-beta model.
 
 Algorithms per topology (n devices, S bytes per device):
 * fully_connected: direct. Reduce-scatter sends S/n to each of the n-1 peers at once, over the

@@ -29,9 +29,6 @@ from ..errors import KrakenError
 from ..models import ModelConfig
 from .attention import unfused_ops
 
-CATEGORIES = ("GEMM", "GEMM overlapped with AllReduce", "attention", "LayerNorm", "elementwise",
-              "embedding", "LM head", "exposed AllReduce", "exposed AllGather")
-
 
 class SimulationError(KrakenError, ValueError):
     """The requested simulation is impossible (sharding, sizes); the message says why."""

@@ -5,14 +5,14 @@ The tile model (one candidate mapping) of C[b, M, N] = A[b, M, K] @ B[b, K, N]:
 * Work is cut into *local tiles* of C (Ml x Nl), one per core at a time; a core streams K in
   steps of Kl, loading an (Ml x Kl) slice of A and a (Kl x Nl) slice of B into its local SRAM
   through a pipeline of `stages` buffers (1: load then compute; 2: double buffering; more:
-  more loads in flight, which is what hides the global-buffer latency) and splitting the tile over its lanes as an lm x ln grid. A lane
-  computes its (ceil(Ml/lm) x ceil(Nl/ln) x K) piece in `systolic_cycles` (the closed form
-  every SCALE-Sim output-stationary table entry obeys): output stationary means the partial
-  sums stay in the lane for the whole reduction, so fill and drain are paid once per output
-  block, not once per Kl slice (Kl only sizes the SRAM staging). The finished tile is written back in
-  an epilogue that is *not* overlapped with the core's own compute (as in real GEMM kernels:
-  main loop, then store), at the core's share of memory bandwidth: this is what makes
-  small-K batched matmuls (Q K^T) slow.
+  more loads in flight, which is what hides the global-buffer latency) and splitting the tile
+  over its lanes as an lm x ln grid. A lane computes its (ceil(Ml/lm) x ceil(Nl/ln) x K)
+  piece in `systolic_cycles` (the closed form every SCALE-Sim output-stationary table entry
+  obeys): output stationary means the partial sums stay in the lane for the whole reduction,
+  so fill and drain are paid once per output block, not once per Kl slice (Kl only sizes the
+  SRAM staging). The finished tile is written back in an epilogue that is *not* overlapped
+  with the core's own compute (as in real GEMM kernels: main loop, then store), at the core's
+  share of memory bandwidth: this is what makes small-K batched matmuls (Q K^T) slow.
 * Tiles run in waves over the cores; the last wave may be partial (tile quantisation).
 * A *global tile* (Mg x Ng) is the block of C whose A and B panels the global buffer keeps:
   off-chip traffic is A once per column of global tiles and B once per row of them, or
