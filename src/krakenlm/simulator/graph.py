@@ -74,7 +74,8 @@ def shard(cfg: ModelConfig, tp: int) -> Sharding:
         if cfg.degree % tp:
             raise SimulationError(
                 f"a {cfg.degree}-way Kraken model runs one or more whole sub-layers per device: "
-                f"--tp must divide the degree {cfg.degree}, got {tp}; use --tp {cfg.degree}")
+                f"--tp must divide the degree {cfg.degree}, got {tp}; use one of "
+                f"{[t for t in range(1, cfg.degree + 1) if cfg.degree % t == 0]}")
         return Sharding(cfg.degree // tp, cfg.n_heads, cfg.kv_heads, cfg.ffn_dim, cfg.d_model,
                         vocab)
     if cfg.n_heads % tp:
