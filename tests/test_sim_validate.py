@@ -77,3 +77,10 @@ def test_missing_measurement_directory_is_a_clear_error(tmp_path, capsys):
         main(["sim", "validate", "--measured", str(tmp_path / "nope")])
     assert exc.value.code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_unmeasured_devices_borrow_their_vendors_constants():
+    c = default_calibration()
+    assert c.device_key(load_system("h100-80gb-x8").device) == "A100"
+    assert c.device_key(load_system("mi300x-x8").device) == "MI210"
+    assert c.device_key(load_system("tpuv3-x8").device) == "default"

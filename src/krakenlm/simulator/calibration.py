@@ -16,7 +16,9 @@ How: `fit_calibration` fits each (device, operator) group by Nelder-Mead on the 
 percentage error of the *fit half* only (even-indexed rows of each file, see measured.py); the
 odd rows and the whole-layer files are never seen by the fit. `krakenlm sim calibrate` writes
 the result to `calibration.yaml` beside this module, with the command and the split recorded.
-Devices without measurements use the `default` entry (the A100's constants, a stated guess).
+Devices without measurements use the constants of a measured device of the same vendor
+(VENDOR_KEYS: same libraries, cuBLAS/NCCL or rocBLAS/RCCL), others the `default` entry (the
+A100's constants): stated guesses.
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ class OpConstants:
 IDENTITY = OpConstants()
 
 
+# (word in a device name, measured device whose constants it borrows), tried in order.
+VENDOR_KEYS = (("AMD", "MI210"), ("NVIDIA", "A100"))
+
+
 class Calibration:
     """Constants per device key (a substring of the device name, e.g. "A100") and operator."""
 
@@ -88,8 +94,12 @@ class Calibration:
             for key, ops in data.get("devices", {}).items()}
 
     def device_key(self, device: Device) -> str | None:
+        name = device.name.lower()
         for key in self.devices:
-            if key != "default" and key.lower() in device.name.lower():
+            if key != "default" and key.lower() in name:
+                return key
+        for vendor, key in VENDOR_KEYS:
+            if vendor.lower() in name and key in self.devices:
                 return key
         return "default" if "default" in self.devices else None
 
@@ -288,7 +298,8 @@ def fit_calibration(measured: MeasuredSet, systems: dict[str, System],
             "fit_half": "even-indexed rows (0, 2, 4, ...) of every operator file; odd rows and "
                         "the transformer layer files are held out",
             "systems": {d: s.name for d, s in systems.items()},
-            "default": "devices without measurements use the A100's constants (a guess)"}
+            "default": "devices without measurements use a measured device of the same vendor "
+                       f"({dict(VENDOR_KEYS)}), others the A100's constants (a guess)"}
     return Calibration({"meta": meta, "devices": devices})
 
 
