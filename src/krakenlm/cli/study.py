@@ -56,6 +56,22 @@ def compare_command(
     print(report.read_text())
 
 
+@study_app.command("ttft")
+def ttft_command(
+    out: Path = typer.Option(Path("runs/kraken-ttft"), "--out", help="Directory for report.md and plots."),
+    system: str = typer.Option("a100-80gb-x8", "--system", help="Hardware preset or YAML (see `krakenlm sim systems`)."),
+    batch: int = typer.Option(1, "--batch", help="Sequences per prefill."),
+) -> None:
+    """Simulated TTFT of Kraken vs the standard and parallel blocks on the paper's grid."""
+    from ..studies.kraken_ttft import geomean_reduction, run_grid, write_report
+
+    rows = run_grid(system, batch)
+    report = write_report(rows, out, system=system, batch=batch)
+    stderr_console().print(f"report: {report}")
+    print(f"geometric-mean TTFT reduction of Kraken over the standard block: "
+          f"{100 * geomean_reduction(rows):.1f} % ({len(rows)} configurations)")
+
+
 @app.command("demo")
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the runs and report.md go."),
