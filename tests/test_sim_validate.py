@@ -37,9 +37,10 @@ def test_gpt3_layer_sums(report):
     prefill = report.layer["A100"]["prefill"]
     decode = report.layer["A100"]["decode"]
     assert abs(prefill["sum_error_pct"]) < 5.0
-    # decode misses by ~6 %: the measured QKV GEMV (N = 9216) runs at 64 % of the bandwidth of
-    # the N = 12288 FFN GEMV, a library effect the tile model does not reproduce
-    assert abs(decode["sum_error_pct"]) < 7.0
+    assert abs(decode["sum_error_pct"]) < 5.0
+    # the measured "QKV" line is three separate GEMMs, each the size of the output projection
+    qkv = next(o for o in decode["ops"] if o["op"] == "qkv")
+    assert abs(qkv["error_pct"]) < 10.0
 
 
 @needs_data
