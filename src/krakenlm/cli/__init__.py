@@ -26,7 +26,9 @@ def _root() -> None:
 from . import models as _models  # noqa: E402,F401  (registers `models`)
 from . import train as _train  # noqa: E402,F401  (registers `train`, `eval`)
 from . import generate as _generate  # noqa: E402,F401  (registers `generate`)
+from . import lm_eval as _lm_eval  # noqa: E402,F401  (registers `lm-eval`)
 from . import study as _study  # noqa: E402,F401  (registers `study`, `demo`)
+from . import sim as _sim  # noqa: E402,F401  (registers `sim`)
 from . import bench as _bench  # noqa: E402,F401  (registers `bench tp`)
 
 

@@ -37,6 +37,7 @@ def compare_command(
     data: str = typer.Option(None, "--data", help="Corpus (default: shakespeare)."),
     precision: str = typer.Option("auto", "--precision"),
     eval_interval: int = typer.Option(100, "--eval-interval"),
+    threads: int = typer.Option(None, "--threads", help="CPU threads (default: all cores)."),
 ) -> None:
     """Train presets at an equal token budget and compare validation perplexity (report + plot)."""
     from ..models import get_preset
@@ -49,10 +50,26 @@ def compare_command(
     template = TrainConfig(out_dir=out, data=data, max_steps=max_steps, batch_size=batch_size,
                            seq_len=seq_len, peak_lr=lr, warmup_steps=warmup_steps,
                            precision=precision, eval_interval=eval_interval,
-                           checkpoint_interval=eval_interval, eval_batches=25)
+                           checkpoint_interval=eval_interval, eval_batches=25, threads=threads)
     report = run_comparison(specs, template, out, title="Validation loss at equal token budget")
     stderr_console().print(f"report: {report}")
     print(report.read_text())
+
+
+@study_app.command("ttft")
+def ttft_command(
+    out: Path = typer.Option(Path("runs/kraken-ttft"), "--out", help="Directory for report.md and plots."),
+    system: str = typer.Option("a100-80gb-x8", "--system", help="Hardware preset or YAML (see `krakenlm sim systems`)."),
+    batch: int = typer.Option(1, "--batch", help="Sequences per prefill."),
+) -> None:
+    """Simulated TTFT of Kraken vs the standard and parallel blocks on the paper's grid."""
+    from ..studies.kraken_ttft import geomean_reduction, run_grid, write_report
+
+    rows = run_grid(system, batch)
+    report = write_report(rows, out, system=system, batch=batch)
+    stderr_console().print(f"report: {report}")
+    print(f"geometric-mean TTFT reduction of Kraken over the standard block: "
+          f"{100 * geomean_reduction(rows):.1f} % ({len(rows)} configurations)")
 
 
 @app.command("demo")

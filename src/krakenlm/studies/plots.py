@@ -31,3 +31,48 @@ def plot_loss_curves(curves: dict[str, list[dict]], path: Path, *, title: str) -
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+ARCH_LABELS = {"gpt": "standard (Megatron TP)", "parallel": "parallel block", "kraken": "Kraken"}
+
+
+def plot_ttft_grid(rows, path: Path, *, title: str) -> None:
+    """Grouped bars: TTFT of each architecture for each (model, prompt, TP) configuration."""
+    fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(rows)), 5))
+    width = 0.27
+    for i, arch in enumerate(ARCH_LABELS):
+        xs = [j + (i - 1) * width for j in range(len(rows))]
+        ax.bar(xs, [r.ttft_s[arch] * 1e3 for r in rows], width, label=ARCH_LABELS[arch],
+               color=f"C{i}")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{r.shape.split('-', 1)[1]}\n{r.prompt_tokens} tok\nTP {r.tp}"
+                        for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("time to first token (ms, log scale)")
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_layer_breakdown(layer_s: dict[str, dict[str, float]], path: Path, *, title: str) -> None:
+    """Stacked horizontal bars: one layer's time per category, one bar per architecture."""
+    archs = [a for a in ARCH_LABELS if a in layer_s]
+    categories = sorted({c for layer in layer_s.values() for c in layer})
+    fig, ax = plt.subplots(figsize=(11, 3.5))
+    for y, arch in enumerate(archs):
+        left = 0.0
+        for k, category in enumerate(categories):
+            value = layer_s[arch].get(category, 0.0) * 1e3
+            ax.barh(y, value, left=left, color=f"C{k}", label=category if y == 0 else None)
+            left += value
+    ax.set_yticks(range(len(archs)))
+    ax.set_yticklabels([ARCH_LABELS[a] for a in archs])
+    ax.set_xlabel("ms per layer per device")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -216,6 +216,7 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
                disable=not (tc.progress and env.is_main), dynamic_ncols=True)
     t_start = t_window = time.perf_counter()
     window_tokens = 0
+    postfix: dict[str, str] = {}
     model.train()
     try:
         for step in range(start_step, tc.max_steps):
@@ -250,11 +251,13 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
                        "tokens_per_s": tokens_per_s, "elapsed_s": now - t_start}
                 log.write(row)
                 history.append(row)
-                bar.set_postfix(loss=f"{last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}", lr=f"{lr:.1e}")
+                postfix.update(loss=f"{last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}", lr=f"{lr:.1e}")
+                bar.set_postfix(postfix)
             if completed % tc.eval_interval == 0 or completed == tc.max_steps:
                 if env.is_main:
                     val_loss = run_eval(completed)
-                    bar.set_postfix(loss=f"{last_loss:.3f}", val=f"{val_loss:.3f}")
+                    postfix["val"] = f"{val_loss:.3f}"
+                    bar.set_postfix(postfix)
                 if env.world_size > 1:
                     dist.barrier()
             stopping = completed == tc.stop_at

@@ -1,0 +1,98 @@
+"""Hugging Face `config.json` -> `ModelConfig` (torch-free), for the families krakenlm models.
+
+Supported `model_type`s: gpt2, bloom, llama, mistral (standard block), gptj and gpt_neox with
+parallel residual (parallel block). Only the shape matters here, not the weights. A krakenlm
+config file (with an "arch" field) is accepted too, so one loader serves both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, ModelConfig
+
+SUPPORTED = ("gpt2", "bloom", "llama", "mistral", "gptj", "gpt_neox")
+
+
+def _get(data: dict[str, Any], source: str, *keys: str, default: Any = ...) -> Any:
+    for key in keys:
+        if key in data and data[key] is not None:
+            return data[key]
+    if default is not ...:
+        return default
+    raise ConfigError(f"{source}: missing field {' or '.join(repr(k) for k in keys)} for "
+                      f"model_type {data.get('model_type')!r}")
+
+
+def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConfig:
+    if "arch" in data and "model_type" not in data:
+        return ModelConfig.from_dict(data)
+    kind = data.get("model_type")
+    if kind not in SUPPORTED:
+        raise ConfigError(f"{source}: unsupported model_type {kind!r}; supported: "
+                          f"{', '.join(SUPPORTED)} (or a krakenlm config with an 'arch' field)")
+    g = lambda *keys, default=...: _get(data, source, *keys, default=default)  # noqa: E731
+    if kind in ("llama", "mistral"):
+        heads = g("num_attention_heads")
+        return ModelConfig(
+            arch="gpt", n_layers=g("num_hidden_layers"), d_model=g("hidden_size"), n_heads=heads,
+            ffn_dim=g("intermediate_size"), vocab_size=g("vocab_size"),
+            context_len=g("max_position_embeddings", default=4096),
+            n_kv_heads=g("num_key_value_heads", default=heads), norm="rmsnorm",
+            activation="swiglu", position="rope", bias=bool(g("attention_bias", default=False)),
+            tie_embeddings=bool(g("tie_word_embeddings", default=False)),
+            norm_eps=float(g("rms_norm_eps", default=1e-5)),
+            rope_theta=float(g("rope_theta", default=10000.0)))
+    if kind == "gpt2":
+        width = g("n_embd", "hidden_size")
+        return ModelConfig(
+            arch="gpt", n_layers=g("n_layer", "num_hidden_layers"), d_model=width,
+            n_heads=g("n_head", "num_attention_heads"), ffn_dim=g("n_inner", default=4 * width),
+            vocab_size=g("vocab_size"), context_len=g("n_positions", "n_ctx", default=1024),
+            bias=True, tie_embeddings=bool(g("tie_word_embeddings", default=True)),
+            norm_eps=float(g("layer_norm_epsilon", default=1e-5)))
+    if kind == "bloom":
+        width = g("hidden_size", "n_embed")
+        return ModelConfig(
+            arch="gpt", n_layers=g("n_layer", "num_hidden_layers"), d_model=width,
+            n_heads=g("n_head", "num_attention_heads"), ffn_dim=4 * width,
+            vocab_size=g("vocab_size"), context_len=g("seq_length", default=2048),
+            position="alibi", bias=True, tie_embeddings=True,
+            norm_eps=float(g("layer_norm_epsilon", default=1e-5)))
+    if kind == "gptj":
+        width = g("n_embd", "hidden_size")
+        return ModelConfig(
+            arch="parallel", n_layers=g("n_layer"), d_model=width, n_heads=g("n_head"),
+            ffn_dim=g("n_inner", default=4 * width), vocab_size=g("vocab_size"),
+            context_len=g("n_positions", default=2048), position="rope", bias=True,
+            tie_embeddings=bool(g("tie_word_embeddings", default=False)),
+            norm_eps=float(g("layer_norm_epsilon", default=1e-5)))
+    # gpt_neox
+    parallel = bool(g("use_parallel_residual", default=True))
+    return ModelConfig(
+        arch="parallel" if parallel else "gpt", n_layers=g("num_hidden_layers"),
+        d_model=g("hidden_size"), n_heads=g("num_attention_heads"),
+        ffn_dim=g("intermediate_size"), vocab_size=g("vocab_size"),
+        context_len=g("max_position_embeddings", default=2048), position="rope", bias=True,
+        tie_embeddings=bool(g("tie_word_embeddings", default=False)),
+        norm_eps=float(g("layer_norm_eps", default=1e-5)))
+
+
+def load_model_config(path: str | Path) -> ModelConfig:
+    """A Hugging Face config.json or a krakenlm config file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"model config file {path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"model config file {path} is not valid JSON: {exc.msg} at line "
+                          f"{exc.lineno}, column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"model config file {path} must hold a JSON object")
+    try:
+        return from_hf_dict(data, str(path))
+    except TypeError as exc:  # a field of the wrong type reaching the dataclass
+        raise ConfigError(f"{path}: {exc}") from None

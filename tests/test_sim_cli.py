@@ -1,0 +1,99 @@
+"""`krakenlm sim` commands: JSON keys, errors as one line with exit code 2, torch-free."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from krakenlm.cli import main
+
+
+def _run(args, capsys):
+    """Run the CLI in-process; a successful command exits 0 (typer's standalone mode)."""
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def test_run_json_keys(capsys):
+    out = json.loads(_run(["sim", "run", "--system", "a100-80gb-x4", "--model", "llama3-8b",
+                           "--tp", "2", "--batch", "2", "--prompt", "128", "--gen", "8",
+                           "--json"], capsys))
+    assert {"ttft_s", "tpot_s", "e2e_s", "memory_bytes_per_device", "breakdown"} <= set(out)
+    assert out["ttft_s"] > 0 and out["tpot_s"] > 0 and out["e2e_s"] > out["ttft_s"]
+    assert all({"op", "time_s"} <= set(row) for row in out["breakdown"])
+    assert {row["op"] for row in out["breakdown"]} >= {"qkv", "attention", "ffn_up", "lm_head"}
+
+
+def test_run_table_and_arch_kraken(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = _run(["sim", "run", "--system", "mi210-x4", "--model", "gpt3-1.3b", "--tp", "4",
+                "--batch", "1", "--prompt", "128", "--gen", "4", "--arch", "kraken"], capsys)
+    assert "TTFT" in out and "memory per device" in out and "allreduce_prev_outputs" in out
+    assert "gpt3-1.3b as kraken" in out
+
+
+def test_run_config_json_path(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376,
+                                "num_attention_heads": 8, "num_key_value_heads": 2,
+                                "num_hidden_layers": 4, "vocab_size": 32000}))
+    out = json.loads(_run(["sim", "run", "--system", "a100-80gb-x4", "--model", str(path),
+                           "--tp", "2", "--prompt", "64", "--gen", "2", "--json"], capsys))
+    assert out["arch"] == "gpt"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "nope"], "unknown model 'nope'"),
+    (["--system", "nope"], "unknown system 'nope'"),
+    (["--tp", "3"], "does not divide the model's 32 attention heads"),
+    (["--model", "gpt3-175b", "--batch", "8", "--prompt", "2048", "--gen", "1024"],
+     "does not fit on a100-80gb-x4"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    base = {"--system": "a100-80gb-x4", "--model": "llama2-7b", "--tp": "4", "--prompt": "16",
+            "--gen": "2"}
+    for key, value in zip(args[::2], args[1::2]):
+        base[key] = value
+    argv = ["sim", "run"] + [x for kv in base.items() for x in kv]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("error: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_malformed_system_yaml_and_config_json(tmp_path, capsys):
+    bad_yaml = tmp_path / "sys.yaml"
+    bad_yaml.write_text("name: x\ndevice: {core_count: [\n")
+    bad_json = tmp_path / "config.json"
+    bad_json.write_text("{nope")
+    for args in (["--system", str(bad_yaml), "--model", "llama2-7b"],
+                 ["--system", "a100-80gb-x4", "--model", str(bad_json)]):
+        with pytest.raises(SystemExit) as exc:
+            main(["sim", "run", *args, "--prompt", "8", "--gen", "2"])
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "not valid YAML at line" in err and "not valid JSON" in err
+
+
+def test_systems_lists_presets(capsys):
+    rows = json.loads(_run(["sim", "systems", "--json"], capsys))
+    assert {"a100-80gb-x4", "mi210-x4"} <= {r["name"] for r in rows}
+
+
+def test_every_sim_command_has_help(capsys):
+    for cmd in ("systems", "run", "validate", "calibrate", "cost", "sweep"):
+        out = _run(["sim", cmd, "--help"], capsys)
+        assert f"krakenlm sim {cmd}" in out and len(out) > 200
+
+
+def test_simulator_runs_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"  # any torch import would now fail
+            "from krakenlm.simulator import simulate\n"
+            "from krakenlm.models import get_preset\n"
+            "r = simulate(get_preset('gpt3-1.3b'), 'a100-80gb-x4', 2, 1, 64, 3)\n"
+            "assert r.ttft_s > 0\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,87 @@
+"""Validation against the real measurements in ../shared/data/measured (never copied here)."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from krakenlm.cli import main
+from krakenlm.hardware import load_system
+from krakenlm.simulator.calibration import default_calibration, fit_group
+from krakenlm.simulator.measured import load_measured
+from krakenlm.simulator.validate import validate
+
+MEASURED = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured"
+needs_data = pytest.mark.skipif(not MEASURED.is_dir(),
+                                reason=f"measured data folder {MEASURED} is absent")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return validate(MEASURED, default_calibration())
+
+
+@needs_data
+def test_operator_error_goals_on_all_and_held_out_points(report):
+    # Issue goals: below 5 % on A100 and below 7 % overall, on the held-out half too.
+    # Thresholds are what the shipped calibration achieves (3.5 / 4.6 / 5.0 %), with a margin.
+    a100 = report.per_device["A100"]
+    assert a100["all"] < 4.0 and a100["held_out"] < 5.0
+    assert report.overall["all"] < 5.0 and report.overall["held_out"] < 5.5
+    assert {o["op"] for o in report.ops} == {"matmul", "softmax", "layernorm", "gelu", "allreduce"}
+
+
+@needs_data
+def test_gpt3_layer_sums(report):
+    prefill = report.layer["A100"]["prefill"]
+    decode = report.layer["A100"]["decode"]
+    assert abs(prefill["sum_error_pct"]) < 5.0
+    assert abs(decode["sum_error_pct"]) < 5.0
+    # the measured "QKV" line is three separate GEMMs, each the size of the output projection
+    qkv = next(o for o in decode["ops"] if o["op"] == "qkv")
+    assert abs(qkv["error_pct"]) < 10.0
+
+
+@needs_data
+def test_fit_never_sees_the_held_out_half():
+    data = load_measured(MEASURED)
+    system = load_system("a100-80gb-x4")
+    gelu = [p for p in data.points if p.device == "A100" and p.op == "gelu"]
+    fit_points = [p for p in gelu if p.fit_half]
+    # Corrupt every held-out point: a fit on the fit half must not move.
+    corrupted = [p if p.fit_half else dataclasses.replace(p, measured_s=p.measured_s * 3)
+                 for p in gelu]
+    a = fit_group(system.device, system, [p for p in corrupted if p.fit_half])
+    b = fit_group(system.device, system, fit_points)
+    assert a == b
+    assert all(p.row % 2 == 0 for p in fit_points) and len(fit_points) == 10
+
+
+@needs_data
+def test_validate_cli_json_csv_plot(tmp_path, capsys):
+    csv_path, png = tmp_path / "v.csv", tmp_path / "v.png"
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--measured", str(MEASURED), "--json", "--csv", str(csv_path),
+              "--plot", str(png)])
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"ops", "overall_mape", "layer"}
+    assert {"device", "op", "n", "mape"} <= set(out["ops"][0])
+    assert out["overall_mape"] < 5.0
+    assert csv_path.read_text().count("\n") > 200
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_missing_measurement_directory_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--measured", str(tmp_path / "nope")])
+    assert exc.value.code == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_unmeasured_devices_borrow_their_vendors_constants():
+    c = default_calibration()
+    assert c.device_key(load_system("h100-80gb-x8").device) == "A100"
+    assert c.device_key(load_system("mi300x-x8").device) == "MI210"
+    assert c.device_key(load_system("tpuv3-x8").device) == "default"
