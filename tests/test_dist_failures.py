@@ -3,7 +3,6 @@
 import multiprocessing as mp
 import os
 import signal
-import socket
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from conftest import run_cli
 from krakenlm.distributed.comm import PeerError
 from krakenlm.distributed.engine import build_local_model
 from krakenlm.distributed.launch import RankFailedError, run_ranks
+from krakenlm.distributed.launch import _free_port as free_port
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
 
@@ -61,17 +61,11 @@ def test_a_killed_rank_is_reported_by_the_parent():
     assert _no_rank_left()
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_peer_that_never_joins_is_a_clear_timeout_not_a_hang():
     """Rank 0 of a torchrun world of 2 whose rank 1 never starts: exit 2 with a message that
     names the missing rank and the fix."""
     env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     proc = run_cli("bench", "tp", "--sizes", "tiny", "--timeout", "2", env_extra=env, timeout=90)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
