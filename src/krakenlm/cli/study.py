@@ -81,4 +81,5 @@ def demo_command(
     from ..studies.demo import run_demo
 
     report = run_demo(out, max_steps=max_steps)
-    stderr_console().print(f"[bold green]demo report:[/] {report}")
+    print(report.read_text())
+    stderr_console().print(f"[bold green]demo report:[/] {report} (plot: {report.parent / 'loss_curves.png'})")
