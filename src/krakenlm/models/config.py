@@ -183,19 +183,25 @@ class ModelConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "ModelConfig":
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"model config file {path} does not exist")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"model config file {path} is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"model config file {path} must hold a JSON object")
-        return cls.from_dict(data)
+        return cls.from_dict(read_json_object(path))
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """A JSON file holding one object, or a ConfigError saying what is wrong with it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"model config file {path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"model config file {path} is not valid JSON: {exc.msg} at line "
+                          f"{exc.lineno}, column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"model config file {path} must hold a JSON object")
+    return data
 
 
 def kraken_width_for_params(target_params: int, degree: int, n_layers: int, n_heads: int,

@@ -7,11 +7,10 @@ config file (with an "arch" field) is accepted too, so one loader serves both.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, ModelConfig
+from .config import ConfigError, ModelConfig, read_json_object
 
 SUPPORTED = ("gpt2", "bloom", "llama", "mistral", "gptj", "gpt_neox")
 
@@ -82,16 +81,7 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
 
 def load_model_config(path: str | Path) -> ModelConfig:
     """A Hugging Face config.json or a krakenlm config file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"model config file {path} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"model config file {path} is not valid JSON: {exc.msg} at line "
-                          f"{exc.lineno}, column {exc.colno}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"model config file {path} must hold a JSON object")
+    data = read_json_object(path)
     try:
         return from_hf_dict(data, str(path))
     except TypeError as exc:  # a field of the wrong type reaching the dataclass
