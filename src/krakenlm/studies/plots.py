@@ -10,24 +10,35 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def _model_and_seed(run_name: str) -> tuple[str, str]:
+    model, _, seed = run_name.rpartition("-seed")
+    return (model, seed) if model else (run_name, "")
+
+
 def plot_loss_curves(curves: dict[str, list[dict]], path: Path, *, title: str) -> None:
-    """Training loss (thin) and validation loss (markers) against tokens, one colour per run."""
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for i, (name, rows) in enumerate(curves.items()):
-        colour = f"C{i}"
+    """Left: training loss against tokens. Right: validation loss, zoomed. One colour per
+    model, one line style per seed, so repeated seeds of a model read as one family."""
+    models = list(dict.fromkeys(_model_and_seed(name)[0] for name in curves))
+    seeds = list(dict.fromkeys(_model_and_seed(name)[1] for name in curves))
+    styles = ["-", "--", ":", "-."]
+    fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(12, 5))
+    for name, rows in curves.items():
+        model, seed = _model_and_seed(name)
+        colour = f"C{models.index(model)}"
+        style = styles[seeds.index(seed) % len(styles)]
         train = [r for r in rows if "loss" in r]
         tokens_per_step = train[-1]["tokens"] / train[-1]["step"]
-        ax.plot([r["tokens"] for r in train], [r["loss"] for r in train], color=colour,
-                alpha=0.6, linewidth=1, label=f"{name} train")
+        ax_train.plot([r["tokens"] for r in train], [r["loss"] for r in train], style,
+                      color=colour, alpha=0.7, linewidth=1, label=name)
         val = [r for r in rows if "val_loss" in r]
-        if val:
-            ax.plot([r["step"] * tokens_per_step for r in val], [r["val_loss"] for r in val],
-                    "o-", color=colour, linewidth=2, markersize=4, label=f"{name} val")
-    ax.set_xlabel("training tokens")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+        ax_val.plot([r["step"] * tokens_per_step for r in val], [r["val_loss"] for r in val],
+                    style, marker="o", color=colour, linewidth=1.5, markersize=3, label=name)
+    for ax, what in ((ax_train, "training loss"), (ax_val, "validation loss (held-out plays)")):
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel(f"{what} (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
