@@ -64,6 +64,8 @@ def test_bench_tp_json_rows_and_plot(tmp_path, capsys):
     for r in rows:
         assert ROW_KEYS <= set(r)
         assert r["world_size"] == 2 and r["ttft_s"] > 0 and r["tpot_s"] > 0
+        assert r["comm_backend"] == "shm"  # `auto`: all ranks on this host
+        assert r["prefill_comm_blocked_s"] >= r["prefill_comm_peer_wait_s"] >= 0
         assert math.isclose(r["exposed_comm_s"], r["ttft_s"] - r["ttft_comm_off_s"])
         # Kraken alone is also timed with its overlapped reductions made blocking.
         assert (r["exposed_comm_if_blocking_s"] is not None) == (r["arch"] == "kraken")

@@ -41,6 +41,7 @@ def bench_tp(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
     timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds to wait for a peer rank (rendezvous and each collective)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random prompts."),
+    comm_backend: str = typer.Option("auto", "--comm-backend", help="All-reduces through auto (shared memory on CPU when all ranks are on this host, else gloo/NCCL), shm, gloo or nccl."),
 ) -> None:
     """TTFT, TPOT and exposed communication of gpt / parallel / kraken at matched sizes."""
     from ..distributed.bench import BenchPlan, bench_rank, save_ttft_plot
@@ -48,9 +49,11 @@ def bench_tp(
 
     plan = BenchPlan(world_size=resolve_world_size(world_size, default=2), sizes=_csv(sizes), archs=_csv(archs),
                      prompt_tokens=_ints(prompt_tokens, "--prompt-tokens"), new_tokens=new_tokens,
-                     warmup=warmup, repeats=repeats, comm=comm, seed=seed)
+                     warmup=warmup, repeats=repeats, comm=comm, seed=seed,
+                     comm_backend=comm_backend)
     plan.validate()
-    results = run_ranks(bench_rank, (plan,), world_size=plan.world_size, timeout_s=timeout_s)
+    results = run_ranks(bench_rank, (plan,), world_size=plan.world_size, timeout_s=timeout_s,
+                        comm_backend=plan.comm_backend)
     if 0 not in results:
         return  # another torchrun rank: rank 0 reports
     rows = results[0]
@@ -70,7 +73,8 @@ def _print_table(rows: list[dict]) -> None:
     def ms(value):
         return "n/a" if value is None else f"{1000 * value:.1f}"
 
-    table = Table(title=f"bench tp, world size {rows[0]['world_size']} (times in ms, medians)")
+    table = Table(title=f"bench tp, world size {rows[0]['world_size']}, all-reduce "
+                        f"{rows[0]['comm_backend']} (times in ms, medians)")
     for column in ("preset", "prompt", "TTFT", "TPOT", "exposed comm", "TTFT comm off",
                    "blocked in comm", "exposed if blocking"):
         table.add_column(column, justify="left" if column == "preset" else "right", no_wrap=True)

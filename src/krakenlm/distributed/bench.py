@@ -6,8 +6,9 @@ runs after `warmup` runs, taken on rank 0. Exposed communication is measured as 
 the same run with every collective replaced by a local no-op (`NoOpComm`, the `--comm off`
 run) costs the same compute without the traffic, so `ttft(comm on) - ttft(comm off)` is the
 communication time that compute did not hide (including waiting for the slower rank).
-Kraken also runs with its reductions made blocking (`BlockingComm`), to show how much of the
-communication its overlap hides. Runs with and without communication, and of the three
+Kraken also runs with its reductions made blocking (`ctx.new_comm(overlap=False)`), to show
+how much of the communication its overlap hides. The collectives go through the run's
+`--comm-backend` (shared memory or gloo on CPU), recorded in every row. Runs with and without communication, and of the three
 architectures, are interleaved, and the exposed time is the median of back-to-back
 differences, so slow drifts of the machine's speed hit every variant alike.
 """
@@ -27,7 +28,8 @@ from ..evaluation.generate import SamplingConfig
 from ..models import get_preset, preset_names
 from ..models.config import ModelConfig
 from ..models.transformer import Shard, local_sizes
-from .comm import BlockingComm, NoOpComm
+from .comm import NoOpComm
+from .comm_backend import check_comm_backend
 from .engine import build_local_model, median, timed_generate
 from .launch import RankContext
 
@@ -73,8 +75,10 @@ class BenchPlan:
     repeats: int = 3
     comm: str = "both"
     seed: int = 0
+    comm_backend: str = "auto"  # passed to `run_ranks`; see comm_backend.py
 
     def validate(self) -> None:
+        check_comm_backend(self.comm_backend)
         for arch in self.archs:
             if arch not in ARCHS:
                 raise KrakenError(f"unknown architecture {arch!r}; use some of {', '.join(ARCHS)}")
@@ -125,7 +129,7 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
     as possible: for each prompt length, every repeat runs every architecture with and without
     communication, and differences are taken within a repeat.
     """
-    comms = {"on": ctx.new_comm(), "off": NoOpComm(), "blocking": BlockingComm(timeout_s=ctx.timeout_s)}
+    comms = {"on": ctx.new_comm(), "off": NoOpComm(), "blocking": ctx.new_comm(overlap=False)}
     sampling = SamplingConfig(max_new_tokens=plan.new_tokens, greedy=True)
     max_tokens = max(plan.prompt_tokens) + plan.new_tokens
     rows = []
@@ -150,6 +154,7 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
             for arch, (name, config, _) in models.items():
                 row = _row(size, arch, name, config, ctx.world_size, prompt_tokens, plan.comm,
                            runs[arch])
+                row["comm_backend"] = ctx.comm_backend
                 rows.append(row)
                 _log(ctx, f"[bench tp] {name} world {ctx.world_size} prompt {prompt_tokens}: "
                           f"TTFT {row['ttft_s']:.4f} s, TPOT {row['tpot_s']:.4f} s, exposed "
@@ -183,6 +188,11 @@ def _row(size, arch, name, config, world_size, prompt_tokens, comm, runs) -> dic
         "tpot_exposed_comm_s": _paired_median(runs["on"], runs["off"], "tpot_s") if both else None,
         "prefill_comm_blocked_s": (median([r.prefill_comm_blocked_s for r in runs["on"]])
                                    if "on" in runs else None),
+        # Shared memory only: the part of the above spent waiting for a peer (the rest is
+        # copying and summing); None with gloo, whose waiting and work cannot be told apart.
+        "prefill_comm_peer_wait_s": (median([r.prefill_comm_peer_wait_s for r in runs["on"]])
+                                     if "on" in runs and runs["on"][0].prefill_comm_peer_wait_s
+                                     is not None else None),
         # Kraken only: the same runs with every reduction blocking (no overlap).
         "exposed_comm_if_blocking_s": (_paired_median(runs["blocking"], runs["off"], "ttft_s")
                                        if "blocking" in runs else None),
@@ -215,7 +225,8 @@ def save_ttft_plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
             if mine[0]["exposed_comm_s"] is not None:
                 ax.plot(x, [r["ttft_comm_off_s"] for r in mine], "--", color=colours[arch],
                         alpha=0.6, label=f"{arch}, comm off")
-        ax.set_title(f"{size}, world size {rows[0]['world_size']}")
+        ax.set_title(f"{size}, world size {rows[0]['world_size']}, "
+                     f"{rows[0].get('comm_backend', 'gloo')} all-reduce")
         ax.set_xlabel("prompt tokens")
         ax.set_ylabel("TTFT (s)")
         ax.grid(alpha=0.3)
