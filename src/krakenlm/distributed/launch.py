@@ -70,11 +70,21 @@ class RankContext:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def new_comm(self, overlap: bool = True) -> ProcessGroupComm | SharedMemoryComm:
-        """A communicator over all ranks. `overlap=False`: asynchronous reductions complete
-        before returning (Kraken without its overlap, for the benchmark)."""
-        if self.shm_arena is not None:
+    def new_comm(self, overlap: bool = True,
+                 backend: str | None = None) -> ProcessGroupComm | SharedMemoryComm:
+        """A communicator over all ranks, through `backend` (default: the run's
+        `comm_backend`; "gloo"/"nccl": the process group's, which always exists).
+        `overlap=False`: asynchronous reductions complete before returning (Kraken without its
+        overlap, for the benchmark)."""
+        backend = backend or self.comm_backend
+        if backend == "shm":
+            if self.shm_arena is None:
+                raise KrakenError("these ranks have no shared-memory arena; start them with "
+                                  "comm_backend 'shm' or 'auto'")
             return SharedMemoryComm(self.shm_arena, timeout_s=self.timeout_s, overlap=overlap)
+        if backend != self.backend:
+            raise KrakenError(f"a {backend} communicator was asked for, but the process group "
+                              f"of these ranks is {self.backend}")
         return (ProcessGroupComm if overlap else BlockingComm)(timeout_s=self.timeout_s)
 
     def barrier(self) -> None:
