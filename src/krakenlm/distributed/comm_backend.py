@@ -42,7 +42,8 @@ def setup_comm_backend(requested: str, rank: int, world_size: int, device: torch
     if device.type == "cuda":
         if requested not in ("auto", "nccl"):
             raise KrakenError(f"--comm-backend {requested} needs CPU ranks, and these ranks run "
-                              "on GPUs; use auto or nccl, or force the CPU with KRAKENLM_DEVICE=cpu")
+                              "on GPUs; use auto or nccl, or force the CPU with "
+                              "KRAKENLM_DEVICE=cpu")
         return "nccl", None
     if requested == "nccl":
         raise KrakenError("--comm-backend nccl needs one GPU per local rank; use auto, shm or gloo")
