@@ -78,6 +78,21 @@ def test_two_collectives_in_flight_complete_in_launch_order(attach):
     assert rank0.complete(c0, 10).tolist() == rank1.complete(c1, 10).tolist() == [12.0] * 2
 
 
+def test_a_slot_is_not_overwritten_before_every_peer_has_read_it(attach):
+    """Rank 0 runs ahead: its third reduction would reuse the slot of its first, which rank 1
+    has not read yet, so it must wait (here: until its timeout) instead of overwriting it."""
+    rank0, rank1 = attach(2)
+    first0 = rank0.launch(torch.full((2,), 1.0), timeout_s=10)
+    first1 = rank1.launch(torch.full((2,), 2.0), timeout_s=10)
+    rank0.complete(first0, timeout_s=10)
+    rank0.launch(torch.full((2,), 10.0), timeout_s=10)
+    with pytest.raises(PeerError, match=r"all-reduce #3 failed \(timeout 0.2 s\): rank 1 did "
+                                        r"not finish reading all-reduce #1, whose slot this one "
+                                        "reuses, in time"):
+        rank0.launch(torch.full((2,), 100.0), timeout_s=0.2)
+    assert rank1.complete(first1, timeout_s=10).tolist() == [3.0, 3.0]
+
+
 def test_a_peer_that_never_publishes_is_a_timeout_error(attach):
     rank0, _ = attach(2)
     op = rank0.launch(torch.ones(3), timeout_s=0.2)

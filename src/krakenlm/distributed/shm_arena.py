@@ -286,24 +286,25 @@ class SharedMemoryArena:
                 sleep_s = min(2 * sleep_s, MAX_SLEEP_S)
                 now = time.perf_counter()
                 if timeout_s is not None and now - start > timeout_s:
-                    raise self._peer_error(peer, counter, seq, timeout_s, exited=False)
+                    raise self._peer_error(peer, counter, value, seq, timeout_s, exited=False)
                 if self.check_liveness and now > next_liveness:
                     next_liveness = now + LIVENESS_EVERY_S
                     if (counters[peer, counter] < value
                             and not _process_alive(int(counters[peer, PID]))):
-                        raise self._peer_error(peer, counter, seq, timeout_s, exited=True)
+                        raise self._peer_error(peer, counter, value, seq, timeout_s, exited=True)
         finally:
             self.peer_wait_s += time.perf_counter() - start
 
-    def _peer_error(self, peer: int, counter: int, seq: int, timeout_s: float | None,
-                    exited: bool) -> PeerError:
-        step = "publish its data for" if counter == PUBLISHED else "finish reading"
+    def _peer_error(self, peer: int, counter: int, value: int, seq: int,
+                    timeout_s: float | None, exited: bool) -> PeerError:
+        step = ("publish its data for it" if counter == PUBLISHED else
+                f"finish reading all-reduce #{value}, whose slot this one reuses,")
         if exited:
             detail = (f"rank {peer} (pid {int(self._counters[peer, PID])}) exited before it "
-                      f"could {step} it")
+                      f"could {step}")
             timeout_s = None
         else:
-            detail = f"rank {peer} did not {step} it in time"
+            detail = f"rank {peer} did not {step} in time"
         return peer_failure(f"shared-memory all-reduce #{seq}", detail, timeout_s)
 
 
