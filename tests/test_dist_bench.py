@@ -32,6 +32,16 @@ def test_plan_rejects_what_would_fail_in_the_ranks():
         BenchPlan(world_size=2, sizes=("huge",)).validate()
     with pytest.raises(KrakenError, match="--new-tokens must be >= 2"):
         BenchPlan(world_size=2, new_tokens=1).validate()
+    with pytest.raises(KrakenError, match="--comm-backend takes distinct backend names"):
+        BenchPlan(world_size=2, comm_backends=("shm", "shm")).validate()
+    with pytest.raises(KrakenError, match="--comm-backend must be one of auto, shm, gloo, nccl"):
+        BenchPlan(world_size=2, comm_backends=("shm", "tcp")).validate()
+
+
+def test_plan_starts_the_ranks_with_shared_memory_if_any_backend_needs_it():
+    assert BenchPlan(world_size=2, comm_backends=("gloo", "shm")).launch_backend == "shm"
+    assert BenchPlan(world_size=2, comm_backends=("gloo", "auto")).launch_backend == "auto"
+    assert BenchPlan(world_size=2, comm_backends=("gloo",)).launch_backend == "gloo"
 
 
 def test_bench_config_grows_the_context_only_when_needed():
@@ -53,17 +63,23 @@ def test_bench_tp_json_rows_and_plot(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "tp", "--world-size", "2", "--sizes", "tiny", "--prompt-tokens", "8,16",
               "--new-tokens", "3", "--warmup", "0", "--repeats", "1", "--json",
-              "--out", str(tmp_path)])
+              "--comm-backend", "auto,gloo", "--out", str(tmp_path)])
     assert exit_info.value.code == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows == json.loads((tmp_path / "rows.json").read_text())
     assert (tmp_path / "ttft.png").stat().st_size > 0
-    assert [(r["arch"], r["prompt_tokens"]) for r in rows] == [
-        (arch, t) for t in (8, 16) for arch in ("gpt", "parallel", "kraken")]
+    # `auto` is shared memory here (all ranks on this host); both backends are interleaved.
+    assert [(r["arch"], r["prompt_tokens"], r["comm_backend"]) for r in rows] == [
+        (arch, t, backend) for t in (8, 16) for arch in ("gpt", "parallel", "kraken")
+        for backend in ("shm", "gloo")]
     assert {r["preset"] for r in rows} == {"gpt-tiny", "parallel-tiny", "kraken-tiny-2way"}
     for r in rows:
         assert ROW_KEYS <= set(r)
         assert r["world_size"] == 2 and r["ttft_s"] > 0 and r["tpot_s"] > 0
+        if r["comm_backend"] == "shm":  # waiting for peers is part of the time in comm
+            assert r["prefill_comm_blocked_s"] >= r["prefill_comm_peer_wait_s"] >= 0
+        else:
+            assert r["prefill_comm_peer_wait_s"] is None
         assert math.isclose(r["exposed_comm_s"], r["ttft_s"] - r["ttft_comm_off_s"])
         # Kraken alone is also timed with its overlapped reductions made blocking.
         assert (r["exposed_comm_if_blocking_s"] is not None) == (r["arch"] == "kraken")

@@ -1,126 +1,38 @@
-"""Sharded models on 1, 2 and 4 gloo processes against the single-device model.
-
-Each world size is spawned once for the whole module; every rank runs all cases and ships its
-results back, and the comparisons run here, in the test process.
-"""
+"""Sharded models on 1, 2 and 4 processes reducing over gloo, against the single-device model
+(the shared-memory all-reduce: test_dist_shm_exact.py; the cases: dist_exact_cases.py)."""
 
 import pytest
-import torch
-
-from krakenlm.distributed.comm import ASYNC, BLOCKING
-from krakenlm.distributed.engine import build_local_model, random_state_dict
-from krakenlm.distributed.launch import run_ranks
-from krakenlm.evaluation.generate import SamplingConfig, generate
-from krakenlm.models import ModelConfig
-from krakenlm.models.transformer import Transformer
+from dist_exact_cases import (check_collectives_per_forward_pass,
+                              check_every_rank_reports_every_case,
+                              check_prefill_logits_match_single_device,
+                              check_tokens_match_single_device, run_world, single_device_results)
 
 pytestmark = pytest.mark.slow
-
-N_LAYERS = 3
-BASE = dict(n_layers=N_LAYERS, d_model=32, n_heads=4, ffn_dim=64, vocab_size=97, context_len=32)
-# (name, config): every architecture, Kraken with one and several sub-layers per rank, and the
-# optional features whose sharding has its own rules (biases, SwiGLU halves, GQA, RoPE).
-CASES = {
-    "gpt": ModelConfig(arch="gpt", **BASE),
-    "parallel": ModelConfig(arch="parallel", **BASE),
-    "kraken-4way": ModelConfig(arch="kraken", degree=4, **BASE),
-    "kraken-2way-bias": ModelConfig(arch="kraken", degree=2, bias=True, **BASE),
-    "gpt-llama-style": ModelConfig(arch="gpt", **{**BASE, "n_heads": 8, "n_kv_heads": 4},
-                                   norm="rmsnorm", activation="swiglu", position="rope",
-                                   tie_embeddings=False),
-    "parallel-bias-swiglu": ModelConfig(arch="parallel", bias=True, activation="swiglu", **BASE),
-}
-PROMPT = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
-GREEDY = SamplingConfig(max_new_tokens=12, greedy=True)
-SAMPLED = SamplingConfig(max_new_tokens=12, temperature=1.5, top_k=20, seed=7)
-
-
-def _nudge_norms(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Norm scales and biases away from 1 and 0, so a mis-sharded norm or bias would show."""
-    gen = torch.Generator().manual_seed(1)
-    return {name: t + 0.3 * torch.randn(t.shape, generator=gen)
-            if ("norm" in name or name.endswith("bias")) else t for name, t in state.items()}
-
-
-def full_weights(name: str) -> dict[str, torch.Tensor]:
-    return _nudge_norms(random_state_dict(CASES[name], seed=3))
-
-
-def _rank_runs_every_case(ctx):
-    out = {}
-    for name, config in CASES.items():
-        if config.arch == "kraken" and config.degree % ctx.world_size:
-            continue
-        model = build_local_model(ctx, config, state_dict=full_weights(name))
-        comm = model.comm
-        with torch.no_grad():
-            logits = model(PROMPT)
-            prefill_counts = dict(comm.counts)
-            comm.reset_stats()
-            cache = model.new_cache(2, 10)
-            model(PROMPT, cache=cache)
-            comm.reset_stats()
-            model(PROMPT[:, :1], cache=cache, start_pos=9)
-            decode_counts = dict(comm.counts)
-        out[name] = dict(logits=logits, prefill=prefill_counts, decode=decode_counts,
-                         greedy=generate(model, PROMPT, GREEDY),
-                         sampled=generate(model, PROMPT, SAMPLED))
-    return out
 
 
 @pytest.fixture(scope="module", params=[1, 2, 4], ids=lambda p: f"world{p}")
 def world(request):
-    return request.param, run_ranks(_rank_runs_every_case, world_size=request.param,
-                                    timeout_s=120)
+    world_size, results = run_world(request.param, "gloo")
+    assert {got["comm_backend"] for rank in results.values() for got in rank.values()} == {"gloo"}
+    return world_size, results
 
 
 @pytest.fixture(scope="module")
 def single_device():
-    out = {}
-    for name, config in CASES.items():
-        model = Transformer(config)
-        model.load_state_dict(full_weights(name))
-        model.eval()
-        with torch.no_grad():
-            out[name] = dict(logits=model(PROMPT), greedy=generate(model, PROMPT, GREEDY),
-                             sampled=generate(model, PROMPT, SAMPLED))
-    return out
-
-
-def _cases_for(world_size):
-    return [n for n, c in CASES.items() if c.arch != "kraken" or c.degree % world_size == 0]
+    return single_device_results()
 
 
 def test_every_rank_reports_every_case(world):
-    world_size, results = world
-    assert sorted(results) == list(range(world_size))
-    for rank_results in results.values():
-        assert sorted(rank_results) == sorted(_cases_for(world_size))
+    check_every_rank_reports_every_case(world)
 
 
 def test_prefill_logits_match_single_device(world, single_device):
-    _, results = world
-    for rank, rank_results in results.items():
-        for name, got in rank_results.items():
-            torch.testing.assert_close(got["logits"], single_device[name]["logits"],
-                                       rtol=1e-4, atol=1e-4, msg=f"{name} rank {rank}")
+    check_prefill_logits_match_single_device(world, single_device)
 
 
 def test_greedy_and_seeded_sampling_give_single_device_tokens(world, single_device):
-    _, results = world
-    for rank, rank_results in results.items():
-        for name, got in rank_results.items():
-            assert torch.equal(got["greedy"], single_device[name]["greedy"]), (name, rank)
-            assert torch.equal(got["sampled"], single_device[name]["sampled"]), (name, rank)
+    check_tokens_match_single_device(world, single_device)
 
 
 def test_collectives_per_forward_pass(world):
-    """gpt: 2L blocking; parallel: L blocking; Kraken: L-1 async (overlapped) + 1 blocking."""
-    _, results = world
-    expected = {"gpt": {BLOCKING: 2 * N_LAYERS}, "parallel": {BLOCKING: N_LAYERS},
-                "kraken": {BLOCKING: 1, ASYNC: N_LAYERS - 1}}
-    for rank_results in results.values():
-        for name, got in rank_results.items():
-            want = expected[CASES[name].arch]
-            assert got["prefill"] == want, name
-            assert got["decode"] == want, name
+    check_collectives_per_forward_pass(world)

@@ -1,5 +1,6 @@
 """Bad input and broken peers: a clear error, and no process left behind."""
 
+import glob
 import multiprocessing as mp
 import os
 import signal
@@ -55,10 +56,16 @@ def test_a_failing_rank_stops_all_and_its_error_wins_over_its_peers_echo():
     assert _no_rank_left()
 
 
-def test_a_killed_rank_is_reported_by_the_parent():
+def _shm_files():
+    return set(glob.glob("/dev/shm/krakenlm-shm-*"))
+
+
+def test_a_killed_rank_is_reported_by_the_parent_and_leaks_no_shared_memory():
+    before = _shm_files()
     with pytest.raises(RankFailedError, match="rank 1 was killed by SIGKILL"):
         run_ranks(_rank1_is_killed_while_rank0_reduces, world_size=2, timeout_s=30)
     assert _no_rank_left()
+    assert _shm_files() == before
 
 
 def test_a_peer_that_never_joins_is_a_clear_timeout_not_a_hang():

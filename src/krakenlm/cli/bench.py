@@ -41,6 +41,7 @@ def bench_tp(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON on stdout."),
     timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds to wait for a peer rank (rendezvous and each collective)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random prompts."),
+    comm_backend: str = typer.Option("auto", "--comm-backend", help="All-reduces through auto (shared memory on CPU when all ranks are on this host, else gloo/NCCL), shm, gloo or nccl; several, comma-separated (shm,gloo), are compared in interleaved runs."),
 ) -> None:
     """TTFT, TPOT and exposed communication of gpt / parallel / kraken at matched sizes."""
     from ..distributed.bench import BenchPlan, bench_rank, save_ttft_plot
@@ -48,9 +49,11 @@ def bench_tp(
 
     plan = BenchPlan(world_size=resolve_world_size(world_size, default=2), sizes=_csv(sizes), archs=_csv(archs),
                      prompt_tokens=_ints(prompt_tokens, "--prompt-tokens"), new_tokens=new_tokens,
-                     warmup=warmup, repeats=repeats, comm=comm, seed=seed)
+                     warmup=warmup, repeats=repeats, comm=comm, seed=seed,
+                     comm_backends=_csv(comm_backend))
     plan.validate()
-    results = run_ranks(bench_rank, (plan,), world_size=plan.world_size, timeout_s=timeout_s)
+    results = run_ranks(bench_rank, (plan,), world_size=plan.world_size, timeout_s=timeout_s,
+                        comm_backend=plan.launch_backend)
     if 0 not in results:
         return  # another torchrun rank: rank 0 reports
     rows = results[0]
@@ -71,11 +74,12 @@ def _print_table(rows: list[dict]) -> None:
         return "n/a" if value is None else f"{1000 * value:.1f}"
 
     table = Table(title=f"bench tp, world size {rows[0]['world_size']} (times in ms, medians)")
-    for column in ("preset", "prompt", "TTFT", "TPOT", "exposed comm", "TTFT comm off",
-                   "blocked in comm", "exposed if blocking"):
+    for column in ("preset", "prompt", "all-reduce", "TTFT", "TPOT", "exposed comm",
+                   "TTFT comm off", "blocked in comm", "exposed if blocking"):
         table.add_column(column, justify="left" if column == "preset" else "right", no_wrap=True)
     for r in rows:
-        table.add_row(r["preset"], str(r["prompt_tokens"]), ms(r["ttft_s"]), ms(r["tpot_s"]),
+        table.add_row(r["preset"], str(r["prompt_tokens"]), r["comm_backend"] or "off",
+                      ms(r["ttft_s"]), ms(r["tpot_s"]),
                       ms(r["exposed_comm_s"]), ms(r["ttft_comm_off_s"]),
                       ms(r["prefill_comm_blocked_s"]), ms(r["exposed_comm_if_blocking_s"]))
     stdout_console().print(table)

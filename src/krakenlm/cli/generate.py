@@ -21,6 +21,7 @@ def generate_command(
     seed: int = typer.Option(None, "--seed", help="Seed for sampling (same seed, same text)."),
     world_size: int = typer.Option(None, "--world-size", help="Shard the model over N processes spawned here (under torchrun: its processes)."),
     timeout_s: float = typer.Option(300.0, "--timeout", help="With --world-size or torchrun: seconds to wait for a peer process."),
+    comm_backend: str = typer.Option("auto", "--comm-backend", help="With --world-size or torchrun: all-reduces through auto (shared memory on CPU when all ranks are on this host, else gloo/NCCL), shm, gloo or nccl."),
 ) -> None:
     """Continue a prompt with a trained model (KV-cached sampling)."""
     import torch
@@ -38,7 +39,7 @@ def generate_command(
     ids = tokenizer.encode(prompt)
     if world_size is not None or under_torchrun():
         new_ids = generate_sharded(checkpoint_dir, ids, sampling, world_size=world_size,
-                                   timeout_s=timeout_s)
+                                   timeout_s=timeout_s, comm_backend=comm_backend)
         if new_ids is None:
             return  # a torchrun rank other than 0: rank 0 prints
     else:

@@ -6,8 +6,11 @@ runs after `warmup` runs, taken on rank 0. Exposed communication is measured as 
 the same run with every collective replaced by a local no-op (`NoOpComm`, the `--comm off`
 run) costs the same compute without the traffic, so `ttft(comm on) - ttft(comm off)` is the
 communication time that compute did not hide (including waiting for the slower rank).
-Kraken also runs with its reductions made blocking (`BlockingComm`), to show how much of the
-communication its overlap hides. Runs with and without communication, and of the three
+Kraken also runs with its reductions made blocking (`ctx.new_comm(overlap=False)`), to show
+how much of the communication its overlap hides. The collectives go through the run's
+`--comm-backend` (shared memory or gloo on CPU), recorded in every row; with several backends
+(`shm,gloo`) every repeat runs every backend too, so they are compared under the same drifts,
+against the same no-op runs. Runs with and without communication, and of the three
 architectures, are interleaved, and the exposed time is the median of back-to-back
 differences, so slow drifts of the machine's speed hit every variant alike.
 """
@@ -27,7 +30,8 @@ from ..evaluation.generate import SamplingConfig
 from ..models import get_preset, preset_names
 from ..models.config import ModelConfig
 from ..models.transformer import Shard, local_sizes
-from .comm import BlockingComm, NoOpComm
+from .comm import NoOpComm
+from .comm_backend import check_comm_backend
 from .engine import build_local_model, median, timed_generate
 from .launch import RankContext
 
@@ -73,8 +77,14 @@ class BenchPlan:
     repeats: int = 3
     comm: str = "both"
     seed: int = 0
+    comm_backends: tuple[str, ...] = ("auto",)  # see comm_backend.py; several are interleaved
 
     def validate(self) -> None:
+        if not self.comm_backends or len(set(self.comm_backends)) < len(self.comm_backends):
+            raise KrakenError(f"--comm-backend takes distinct backend names, got "
+                              f"{','.join(self.comm_backends)!r}")
+        for backend in self.comm_backends:
+            check_comm_backend(backend)
         for arch in self.archs:
             if arch not in ARCHS:
                 raise KrakenError(f"unknown architecture {arch!r}; use some of {', '.join(ARCHS)}")
@@ -91,12 +101,23 @@ class BenchPlan:
             # Raises the clear TP divisibility error before any process starts.
             local_sizes(get_preset(name), Shard(0, self.world_size))
 
-    def modes(self, arch: str) -> tuple[str, ...]:
-        """Communicators to time: with `both`, Kraken also runs with its reductions made
-        blocking, which shows how much communication its overlap hides."""
+    @property
+    def launch_backend(self) -> str:
+        """What the ranks are started with: one that sets up shared memory if any asks for it
+        (the process group's all-reduce is available in every case)."""
+        for wanted in ("shm", "auto"):
+            if wanted in self.comm_backends:
+                return wanted
+        return self.comm_backends[0]
+
+    def modes(self, arch: str, backends: Sequence[str]) -> list[str]:
+        """Communicators to time ("on:gloo", "off", ...): with `both`, Kraken also runs with its
+        reductions made blocking, which shows how much communication its overlap hides."""
+        modes = [f"{mode}:{b}" if mode == "on" else mode
+                 for mode in COMM_MODES[self.comm] for b in (backends if mode == "on" else [0])]
         if self.comm == "both" and arch == "kraken":
-            return ("on", "off", "blocking")
-        return COMM_MODES[self.comm]
+            modes += [f"blocking:{b}" for b in backends]
+        return modes
 
     def preset_list(self) -> list[tuple[str, str, str]]:
         """(size, arch, preset name) in run order."""
@@ -125,7 +146,13 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
     as possible: for each prompt length, every repeat runs every architecture with and without
     communication, and differences are taken within a repeat.
     """
-    comms = {"on": ctx.new_comm(), "off": NoOpComm(), "blocking": BlockingComm(timeout_s=ctx.timeout_s)}
+    backends = list(dict.fromkeys(ctx.comm_backend if b == "auto" else b
+                                  for b in plan.comm_backends))
+    comms = {"off": NoOpComm()}
+    for backend in backends:
+        comms[f"on:{backend}"] = ctx.new_comm(backend=backend)
+        comms[f"blocking:{backend}"] = ctx.new_comm(overlap=False, backend=backend)
+    row_backends = backends if plan.comm != "off" else [None]
     sampling = SamplingConfig(max_new_tokens=plan.new_tokens, greedy=True)
     max_tokens = max(plan.prompt_tokens) + plan.new_tokens
     rows = []
@@ -134,9 +161,9 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
         for arch in plan.archs:
             name = preset_for(size, arch, ctx.world_size)
             config = bench_config(get_preset(name), max_tokens)
-            models[arch] = (name, config, build_local_model(ctx, config, comm=comms["on"]))
+            models[arch] = (name, config, build_local_model(ctx, config, comm=comms["off"]))
         for prompt_tokens in plan.prompt_tokens:
-            runs = {arch: {m: [] for m in plan.modes(arch)} for arch in models}
+            runs = {arch: {m: [] for m in plan.modes(arch, backends)} for arch in models}
             for i in range(plan.warmup + plan.repeats):
                 for arch, (_, config, model) in models.items():
                     # The same prompt on every rank.
@@ -148,12 +175,16 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
                         if i >= plan.warmup:
                             runs[arch][mode].append(result)
             for arch, (name, config, _) in models.items():
-                row = _row(size, arch, name, config, ctx.world_size, prompt_tokens, plan.comm,
-                           runs[arch])
-                rows.append(row)
-                _log(ctx, f"[bench tp] {name} world {ctx.world_size} prompt {prompt_tokens}: "
-                          f"TTFT {row['ttft_s']:.4f} s, TPOT {row['tpot_s']:.4f} s, exposed "
-                          f"comm {_fmt(row['exposed_comm_s'])} s")
+                for backend in row_backends:
+                    mine = runs[arch]
+                    row = _row(size, arch, name, config, ctx.world_size, prompt_tokens, plan.comm,
+                               backend, mine.get(f"on:{backend}"), mine.get("off"),
+                               mine.get(f"blocking:{backend}"))
+                    rows.append(row)
+                    _log(ctx, f"[bench tp] {name} world {ctx.world_size} prompt {prompt_tokens} "
+                              f"{backend or 'comm off'}: TTFT {row['ttft_s']:.4f} s, TPOT "
+                              f"{row['tpot_s']:.4f} s, exposed comm "
+                              f"{_fmt(row['exposed_comm_s'])} s")
         del models
     return rows
 
@@ -167,59 +198,71 @@ def _paired_median(on: list, off: list, field: str) -> float | None:
     return median([getattr(a, field) - getattr(b, field) for a, b in zip(on, off)])
 
 
-def _row(size, arch, name, config, world_size, prompt_tokens, comm, runs) -> dict[str, Any]:
-    ttft = {m: median([r.ttft_s for r in rs]) for m, rs in runs.items()}
-    tpot = {m: median([r.tpot_s for r in rs]) for m, rs in runs.items()}
-    main = "on" if "on" in runs else "off"
-    both = "on" in runs and "off" in runs
+def _median_of(runs: list | None, field: str) -> float | None:
+    return median([getattr(r, field) for r in runs]) if runs else None
+
+
+def _row(size, arch, name, config, world_size, prompt_tokens, comm, backend, on, off,
+         blocking) -> dict[str, Any]:
+    """One row from the timed runs with communication through `backend` (`on`), with every
+    collective a no-op (`off`) and, Kraken only, with its reductions blocking; absent: None."""
+    main = on if on else off
+    both = bool(on) and bool(off)
+    waits = [r.prefill_comm_peer_wait_s for r in on or []]
     return {
         "arch": arch, "preset": name, "world_size": world_size, "prompt_tokens": prompt_tokens,
-        "ttft_s": ttft[main], "tpot_s": tpot[main],
-        "exposed_comm_s": _paired_median(runs["on"], runs["off"], "ttft_s") if both else None,
+        "ttft_s": _median_of(main, "ttft_s"), "tpot_s": _median_of(main, "tpot_s"),
+        "exposed_comm_s": _paired_median(on, off, "ttft_s") if both else None,
         # Extras: the no-op baseline itself, the decode-side difference, and the time rank 0
         # spent inside collectives during prefill (waits included, overlapped time excluded).
-        "size": size, "params": config.num_params(), "comm": comm,
-        "ttft_comm_off_s": ttft.get("off"), "tpot_comm_off_s": tpot.get("off"),
-        "tpot_exposed_comm_s": _paired_median(runs["on"], runs["off"], "tpot_s") if both else None,
-        "prefill_comm_blocked_s": (median([r.prefill_comm_blocked_s for r in runs["on"]])
-                                   if "on" in runs else None),
+        "size": size, "params": config.num_params(), "comm": comm, "comm_backend": backend,
+        "ttft_comm_off_s": _median_of(off, "ttft_s"), "tpot_comm_off_s": _median_of(off, "tpot_s"),
+        "tpot_exposed_comm_s": _paired_median(on, off, "tpot_s") if both else None,
+        "prefill_comm_blocked_s": _median_of(on, "prefill_comm_blocked_s"),
+        # Shared memory only: the part of the above spent waiting for a peer (the rest is
+        # copying and summing); None with gloo, whose waiting and work cannot be told apart.
+        "prefill_comm_peer_wait_s": (median(waits) if waits and None not in waits else None),
         # Kraken only: the same runs with every reduction blocking (no overlap).
-        "exposed_comm_if_blocking_s": (_paired_median(runs["blocking"], runs["off"], "ttft_s")
-                                       if "blocking" in runs else None),
+        "exposed_comm_if_blocking_s": (_paired_median(blocking, off, "ttft_s")
+                                       if blocking and off else None),
         # Every timed run, in order, so the spread behind each median is on record.
-        "ttft_runs_s": [r.ttft_s for r in runs[main]],
-        "ttft_comm_off_runs_s": [r.ttft_s for r in runs["off"]] if both else None,
+        "ttft_runs_s": [r.ttft_s for r in main],
+        "ttft_comm_off_runs_s": [r.ttft_s for r in off] if both else None,
     }
 
 
 def save_ttft_plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """TTFT against prompt length, one panel per model size, one line per architecture
-    (dashed: the same run with communication off)."""
+    """TTFT against prompt length, one panel per model size, one colour per architecture, one
+    line style per all-reduce backend (dashed: the same runs with communication off)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     sizes = list(dict.fromkeys(row["size"] for row in rows))
+    backends = list(dict.fromkeys(row["comm_backend"] for row in rows))
+    styles = ["o-", "s:", "^-."]
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
     colours = {"gpt": "tab:blue", "parallel": "tab:orange", "kraken": "tab:green"}
     for ax, size in zip(axes[0], sizes):
         for arch in ARCHS:
-            mine = sorted((r for r in rows if r["size"] == size and r["arch"] == arch),
-                          key=lambda r: r["prompt_tokens"])
-            if not mine:
-                continue
-            x = [r["prompt_tokens"] for r in mine]
-            ax.plot(x, [r["ttft_s"] for r in mine], "o-", color=colours[arch],
-                    label=f"{arch} ({mine[0]['preset']})")
-            if mine[0]["exposed_comm_s"] is not None:
-                ax.plot(x, [r["ttft_comm_off_s"] for r in mine], "--", color=colours[arch],
-                        alpha=0.6, label=f"{arch}, comm off")
+            for i, backend in enumerate(backends):
+                mine = sorted((r for r in rows if r["size"] == size and r["arch"] == arch
+                               and r["comm_backend"] == backend), key=lambda r: r["prompt_tokens"])
+                if not mine:
+                    continue
+                x = [r["prompt_tokens"] for r in mine]
+                ax.plot(x, [r["ttft_s"] for r in mine], styles[i % len(styles)],
+                        color=colours[arch],
+                        label=f"{arch} ({mine[0]['preset']}), {backend or 'comm off'}")
+                if i == 0 and mine[0]["exposed_comm_s"] is not None:
+                    ax.plot(x, [r["ttft_comm_off_s"] for r in mine], "--", color=colours[arch],
+                            alpha=0.6, label=f"{arch}, comm off")
         ax.set_title(f"{size}, world size {rows[0]['world_size']}")
         ax.set_xlabel("prompt tokens")
         ax.set_ylabel("TTFT (s)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

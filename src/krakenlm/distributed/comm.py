@@ -34,12 +34,15 @@ def short_reason(exc: BaseException) -> str:
     return line.split(" This is typically caused")[0].rstrip(". ")
 
 
-def peer_error(exc: BaseException, what: str, timeout_s: float | None) -> PeerError:
-    detail = short_reason(exc)
+def peer_failure(what: str, detail: str, timeout_s: float | None) -> PeerError:
     limit = f" (timeout {timeout_s:g} s)" if timeout_s else ""
     return PeerError(f"{what} failed{limit}: {detail}. Another rank failed, was killed or never "
                      "joined; look for its error above, check that every rank was started, and "
                      "raise --timeout if ranks are just slow")
+
+
+def peer_error(exc: BaseException, what: str, timeout_s: float | None) -> PeerError:
+    return peer_failure(what, short_reason(exc), timeout_s)
 
 
 class CountingComm:

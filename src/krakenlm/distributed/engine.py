@@ -89,10 +89,16 @@ class TimedGeneration:
     ttft_s: float  # prompt in -> first token out (prefill, incl. the KV cache allocation)
     tpot_s: float | None  # mean time per decoded token after the first; None if only one token
     prefill_comm_blocked_s: float  # this rank's wall time inside collectives during prefill
+    # Of which waiting for peers; None unless the communicator can tell (shared memory).
+    prefill_comm_peer_wait_s: float | None = None
 
 
 def _comm_blocked_s(model: Transformer) -> float:
     return getattr(model.comm, "blocked_s", 0.0)
+
+
+def _comm_peer_wait_s(model: Transformer) -> float | None:
+    return getattr(model.comm, "peer_wait_s", None)
 
 
 def timed_generate(model: Transformer, prompt: torch.Tensor, sampling: SamplingConfig,
@@ -106,6 +112,7 @@ def timed_generate(model: Transformer, prompt: torch.Tensor, sampling: SamplingC
     prompt = prompt.to(device)
     stamps: list[float] = []
     blocked_at_first = [0.0]
+    waited_at_first: list[float | None] = [None]
 
     def on_token(step: int, token: torch.Tensor) -> None:
         if device.type == "cuda":
@@ -113,15 +120,19 @@ def timed_generate(model: Transformer, prompt: torch.Tensor, sampling: SamplingC
         stamps.append(time.perf_counter())
         if step == 0:
             blocked_at_first[0] = _comm_blocked_s(model)
+            waited_at_first[0] = _comm_peer_wait_s(model)
 
     if ctx is not None:
         ctx.barrier()
-    blocked_before = _comm_blocked_s(model)
+    blocked_before, waited_before = _comm_blocked_s(model), _comm_peer_wait_s(model)
     start = time.perf_counter()
     tokens = generate(model, prompt, sampling, on_token=on_token)
     ttft_s = stamps[0] - start if stamps else float("nan")
     tpot_s = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else None
-    return TimedGeneration(tokens.cpu(), ttft_s, tpot_s, blocked_at_first[0] - blocked_before)
+    waited_s = (None if waited_before is None or waited_at_first[0] is None
+                else waited_at_first[0] - waited_before)
+    return TimedGeneration(tokens.cpu(), ttft_s, tpot_s, blocked_at_first[0] - blocked_before,
+                           waited_s)
 
 
 def median(values: list[float | None]) -> float | None:
@@ -139,8 +150,8 @@ def _generate_rank(ctx: RankContext, weights: Weights, prompt_ids: list[int],
 
 
 def generate_sharded(checkpoint: Path, prompt_ids: list[int], sampling: SamplingConfig, *,
-                     world_size: int | None = None,
-                     timeout_s: float = DEFAULT_TIMEOUT_S) -> list[int] | None:
+                     world_size: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                     comm_backend: str = "auto") -> list[int] | None:
     """Generate from a single-device checkpoint sharded over `world_size` ranks (spawned here,
     or this process's torchrun group). The new token ids, or None on a torchrun rank other
     than 0. Bad input is refused before any process starts."""
@@ -150,5 +161,5 @@ def generate_sharded(checkpoint: Path, prompt_ids: list[int], sampling: Sampling
     check_prompt_fits(len(prompt_ids), sampling.max_new_tokens, config.context_len)
     local_sizes(config, Shard(0, world_size))
     results = run_ranks(_generate_rank, (weights, prompt_ids, sampling), world_size=world_size,
-                        timeout_s=timeout_s)
+                        timeout_s=timeout_s, comm_backend=comm_backend)
     return results.get(0)

@@ -14,8 +14,10 @@
   traceback.
 
 Device and backend are automatic: CUDA + NCCL when every local rank can have its own GPU, else
-CPU + gloo (force CPU with KRAKENLM_DEVICE=cpu). A timeout bounds the rendezvous and every
-collective, so a peer that never joins or stops answering gives a clear error, not a hang.
+CPU + gloo (force CPU with KRAKENLM_DEVICE=cpu). On CPU the model's all-reduces go through
+shared memory when all ranks are on this host (`comm_backend.py`; `comm_backend="gloo"` keeps
+them on gloo). A timeout bounds the rendezvous and every collective, so a peer that never joins
+or stops answering gives a clear error, not a hang.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ import torch.distributed as dist
 
 from ..errors import KrakenError
 from ..training.runtime import DistEnv, set_cpu_threads
-from .comm import PeerError, ProcessGroupComm, peer_error, short_reason
+from .comm import BlockingComm, PeerError, ProcessGroupComm, peer_error, short_reason
+from .comm_backend import RUN_TOKEN_VAR, check_comm_backend, setup_comm_backend
+from .shm_arena import SharedMemoryArena, sweep_arena_files
+from .shm_comm import SharedMemoryComm
 
 DEFAULT_TIMEOUT_S = 300.0
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -56,15 +61,31 @@ class RankContext:
     local_rank: int
     local_world_size: int
     device: torch.device
-    backend: str
+    backend: str  # the process group's: gloo or nccl
     timeout_s: float
+    comm_backend: str = "gloo"  # the model's all-reduces: shm, gloo or nccl
+    shm_arena: SharedMemoryArena | None = None  # with comm_backend "shm"
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def new_comm(self) -> ProcessGroupComm:
-        return ProcessGroupComm(timeout_s=self.timeout_s)
+    def new_comm(self, overlap: bool = True,
+                 backend: str | None = None) -> ProcessGroupComm | SharedMemoryComm:
+        """A communicator over all ranks, through `backend` (default: the run's
+        `comm_backend`; "gloo"/"nccl": the process group's, which always exists).
+        `overlap=False`: asynchronous reductions complete before returning (Kraken without its
+        overlap, for the benchmark)."""
+        backend = backend or self.comm_backend
+        if backend == "shm":
+            if self.shm_arena is None:
+                raise KrakenError("these ranks have no shared-memory arena; start them with "
+                                  "comm_backend 'shm' or 'auto'")
+            return SharedMemoryComm(self.shm_arena, timeout_s=self.timeout_s, overlap=overlap)
+        if backend != self.backend:
+            raise KrakenError(f"a {backend} communicator was asked for, but the process group "
+                              f"of these ranks is {self.backend}")
+        return (ProcessGroupComm if overlap else BlockingComm)(timeout_s=self.timeout_s)
 
     def barrier(self) -> None:
         try:
@@ -96,8 +117,9 @@ def _share_cpu_cores(env: DistEnv) -> None:
         set_cpu_threads(env, None)
 
 
-def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
-    """Join the process group described by the torchrun environment variables."""
+def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S, comm_backend: str = "auto") -> RankContext:
+    """Join the process group described by the torchrun environment variables, and set up the
+    all-reduce `comm_backend` asks for (see `comm_backend.py`)."""
     env = DistEnv.from_environment()
     rank, world_size = env.rank, env.world_size
     device, backend = pick_device_and_backend(env.local_rank, env.local_world_size)
@@ -116,11 +138,14 @@ def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
             f"--nproc-per-node {world_size} ...`, or `--world-size {world_size}` without "
             "torchrun), check that MASTER_ADDR/MASTER_PORT are reachable and the port is free, "
             "or raise --timeout") from None
+    chosen, arena = setup_comm_backend(comm_backend, rank, world_size, device, timeout_s)
     return RankContext(rank, world_size, env.local_rank, env.local_world_size, device, backend,
-                       timeout_s)
+                       timeout_s, chosen, arena)
 
 
-def shutdown() -> None:
+def shutdown(ctx: RankContext | None = None) -> None:
+    if ctx is not None and ctx.shm_arena is not None:
+        ctx.shm_arena.close()
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -140,19 +165,20 @@ def resolve_world_size(requested: int | None, default: int = 1) -> int:
 
 
 def run_ranks(fn: Callable[..., Any], args: tuple = (), *, world_size: int | None = None,
-              timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[int, Any]:
+              timeout_s: float = DEFAULT_TIMEOUT_S, comm_backend: str = "auto") -> dict[int, Any]:
     """Run `fn(ctx, *args)` on every rank; the results this process can see, by rank.
 
     `fn` must be a module-level function (it is pickled to spawned ranks), and its result is
     pickled back, so return plain data or CPU tensors.
     """
     world_size = resolve_world_size(world_size)
+    check_comm_backend(comm_backend)
     if under_torchrun():
-        ctx = init_rank(timeout_s)
+        ctx = init_rank(timeout_s, comm_backend)
         result = fn(ctx, *args)  # on failure torchrun's agent stops the other ranks
-        shutdown()
+        shutdown(ctx)
         return {ctx.rank: result}
-    return _spawn(fn, args, world_size, timeout_s)
+    return _spawn(fn, args, world_size, timeout_s, comm_backend)
 
 
 # ----------------------------------------------------------------------------- spawning
@@ -163,17 +189,18 @@ def _free_port() -> int:
 
 
 def _spawned_rank(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple,
-                  timeout_s: float, results: mp.Queue) -> None:
+                  timeout_s: float, comm_backend: str, run_token: str,
+                  results: mp.Queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world_size))
+                      LOCAL_WORLD_SIZE=str(world_size), **{RUN_TOKEN_VAR: run_token})
     code = 0
     try:
-        ctx = init_rank(timeout_s)
+        ctx = init_rank(timeout_s, comm_backend)
         # Pickled here with the plain pickler: tensors are copied, not shared through file
         # descriptors that die with this process.
         results.put(("ok", rank, pickle.dumps(fn(ctx, *args))))
-        shutdown()
+        shutdown(ctx)
     except KeyboardInterrupt:
         code = 130
     except PeerError as exc:
@@ -214,15 +241,17 @@ def _raise_failure(failures: list[tuple[str, int, str]]) -> None:
     raise (PeerError if kind == "peer" else KrakenError)(f"rank {rank}: {message}")
 
 
-def _spawn(fn: Callable[..., Any], args: tuple, world_size: int,
-           timeout_s: float) -> dict[int, Any]:
+def _spawn(fn: Callable[..., Any], args: tuple, world_size: int, timeout_s: float,
+           comm_backend: str) -> dict[int, Any]:
     context = mp.get_context("spawn")  # fork is unsafe with torch's threads
     messages = context.Queue()
     port = _free_port()
+    run_token = f"s{os.getpid()}x{port}"  # names this launch's shared-memory files
     sys.stdout.flush()
     sys.stderr.flush()
     procs = [context.Process(target=_spawned_rank, name=f"krakenlm-rank{rank}", daemon=True,
-                             args=(rank, world_size, port, fn, args, timeout_s, messages))
+                             args=(rank, world_size, port, fn, args, timeout_s, comm_backend,
+                                   run_token, messages))
              for rank in range(world_size)]
     for proc in procs:
         proc.start()
@@ -270,6 +299,9 @@ def _spawn(fn: Callable[..., Any], args: tuple, world_size: int,
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        # Ranks unlink the arena as soon as all have mapped it; only a rank killed inside
+        # that window could leave its file behind.
+        sweep_arena_files(run_token)
     if failures:
         _raise_failure(failures)
     return results
