@@ -1,4 +1,4 @@
-"""Shared by test_dist_exact.py (gloo) and test_dist_shm_exact.py (shared memory): every
+"""Used by test_dist_exact.py (over gloo and through shared memory): every
 architecture sharded over N processes against the single-device model.
 
 Each (world size, backend) is spawned once per test module; every rank runs all cases and ships

@@ -1,5 +1,5 @@
-"""Sharded models on 1, 2 and 4 processes reducing over gloo, against the single-device model
-(the shared-memory all-reduce: test_dist_shm_exact.py; the cases: dist_exact_cases.py)."""
+"""Sharded models on 1, 2 and 4 processes, reducing over gloo and through shared memory,
+against the single-device model (the cases and checks: dist_exact_cases.py)."""
 
 import pytest
 from dist_exact_cases import (check_collectives_per_forward_pass,
@@ -9,11 +9,18 @@ from dist_exact_cases import (check_collectives_per_forward_pass,
 
 pytestmark = pytest.mark.slow
 
+WORLDS = [("gloo", 1), ("gloo", 2), ("gloo", 4), ("shm", 2), ("shm", 4)]
+COMM_CLASSES = {"gloo": "ProcessGroupComm", "shm": "SharedMemoryComm"}
 
-@pytest.fixture(scope="module", params=[1, 2, 4], ids=lambda p: f"world{p}")
+
+@pytest.fixture(scope="module", params=WORLDS, ids=lambda w: f"{w[0]}-world{w[1]}")
 def world(request):
-    world_size, results = run_world(request.param, "gloo")
-    assert {got["comm_backend"] for rank in results.values() for got in rank.values()} == {"gloo"}
+    backend, world_size = request.param
+    world_size, results = run_world(world_size, backend)
+    for rank in results.values():  # really this backend, not a silent fallback
+        for got in rank.values():
+            assert got["comm_backend"] == backend
+            assert got["comm_class"] == COMM_CLASSES[backend]
     return world_size, results
 
 

@@ -1,6 +1,6 @@
 """The shared-memory all-reduce: its protocol on arenas attached in this process, then on real
 ranks (ordering, counts, timeouts, no /dev/shm file left behind). Exactness of whole models:
-test_dist_shm_exact.py."""
+test_dist_exact.py."""
 
 import glob
 import os
