@@ -35,6 +35,7 @@ class TPDemoReport:
     prompt_tokens: int
     new_tokens: int
     repeats: int
+    comm_backend: str  # how the ranks' all-reduces went: shm, gloo or nccl
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -43,8 +44,8 @@ class TPDemoReport:
 
     def text(self) -> str:
         lines = [f"Greedy generation sharded over {self.world_size} processes against one device "
-                 f"({self.prompt_tokens}-token prompt, {self.new_tokens} new tokens, TTFT median "
-                 f"of {self.repeats}):"]
+                 f"({self.prompt_tokens}-token prompt, {self.new_tokens} new tokens, all-reduce "
+                 f"{self.comm_backend}, TTFT median of {self.repeats}):"]
         for row in self.rows:
             lines.append(
                 f"  {row['arch']:7s} {row['weights']:40s} tokens identical: "
@@ -63,8 +64,8 @@ def _measure(model: Transformer, prompt: torch.Tensor, sampling: SamplingConfig,
 
 
 def _demo_rank(ctx: RankContext, cases: list[DemoCase], prompt: torch.Tensor,
-               sampling: SamplingConfig, repeats: int) -> dict[str, dict[str, Any]]:
-    out = {}
+               sampling: SamplingConfig, repeats: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"comm_backend": ctx.comm_backend}
     for case in cases:
         config, state = case.weights.load()
         model = build_local_model(ctx, config, state_dict=state)
@@ -97,7 +98,8 @@ def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int =
         single[case.arch] = _measure(model.eval(), prompt_ids, sampling, None, repeats)
     sharded = run_ranks(_demo_rank, (cases, prompt_ids, sampling, repeats),
                         world_size=world_size, timeout_s=timeout_s)
-    report = TPDemoReport(world_size, prompt_ids.shape[1], new_tokens, repeats)
+    report = TPDemoReport(world_size, prompt_ids.shape[1], new_tokens, repeats,
+                          sharded[0]["comm_backend"])
     for case in cases:
         one = single[case.arch]
         report.rows.append({
