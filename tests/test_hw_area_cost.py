@@ -1,6 +1,5 @@
 """Area and cost model: the GA100 fit, node scaling, yield, and the sweep."""
 
-from pathlib import Path
 
 import pytest
 
@@ -8,9 +7,10 @@ from krakenlm.cli import main
 from krakenlm.hardware import area, load_system, replace_path
 from krakenlm.hardware.cost import dies_per_wafer, murphy_yield, system_cost
 from krakenlm.simulator.sweep import Workload, design, sweep
+from measured_data import MEASURED
 
-DIE_AREA = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured" / "die_area.csv"
-needs_data = pytest.mark.skipif(not DIE_AREA.is_file(), reason=f"{DIE_AREA} is absent")
+DIE_AREA = MEASURED / "die_area.csv"
+needs_data = pytest.mark.skipif(not DIE_AREA.is_file(), reason=f"{DIE_AREA} is absent (set KRAKENLM_MEASURED_DIR)")
 
 
 @needs_data

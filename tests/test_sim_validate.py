@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,10 +10,11 @@ from krakenlm.hardware import load_system
 from krakenlm.simulator.calibration import default_calibration, fit_group
 from krakenlm.simulator.measured import load_measured
 from krakenlm.simulator.validate import validate
+from measured_data import MEASURED
 
-MEASURED = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured"
 needs_data = pytest.mark.skipif(not MEASURED.is_dir(),
-                                reason=f"measured data folder {MEASURED} is absent")
+                                reason=f"measured data folder {MEASURED} is absent "
+                                "(set KRAKENLM_MEASURED_DIR)")
 
 
 @pytest.fixture(scope="module")
