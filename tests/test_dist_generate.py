@@ -36,9 +36,10 @@ def test_two_processes_print_the_single_device_text(checkpoint, capsys):
                 "12", *flags]
         code, single, err = run(capsys, *args)
         assert code == 0, err
-        code, sharded, err = run(capsys, *args, "--world-size", "2")
-        assert code == 0, err
-        assert sharded == single and single.strip(), flags
+        for sharding in (["--world-size", "2"], ["--world-size", "2", "--vocab-parallel-head"]):
+            code, sharded, err = run(capsys, *args, *sharding)
+            assert code == 0, err
+            assert sharded == single and single.strip(), (flags, sharding)
 
 
 @pytest.mark.parametrize("args,message", [

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from krakenlm.models import ConfigError, ModelConfig, get_preset
-from krakenlm.models.transformer import Shard, Transformer, local_sizes
+from krakenlm.models.transformer import Shard, Transformer, local_sizes, vocab_range
 
 
 def tiny(arch: str, **kw) -> ModelConfig:
@@ -182,3 +182,14 @@ def test_context_overflow_is_an_error():
     model = Transformer(tiny("gpt"))
     with pytest.raises(ConfigError, match="exceed the model's context of 24"):
         model(torch.zeros(1, 25, dtype=torch.long))
+
+
+@pytest.mark.parametrize("vocab_size", [97, 50257, 50304, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_vocab_blocks_tile_the_vocabulary(vocab_size, world_size):
+    """The vocabulary-parallel head's blocks are disjoint, in rank order and cover every id."""
+    blocks = [vocab_range(vocab_size, Shard(r, world_size)) for r in range(world_size)]
+    assert blocks[0][0] == 0 and blocks[-1][1] == vocab_size
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    sizes = [hi - lo for lo, hi in blocks]
+    assert max(sizes) == -(-vocab_size // world_size)  # near-equal: at most ceil(V / p)

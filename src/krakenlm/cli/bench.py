@@ -42,6 +42,7 @@ def bench_tp(
     timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds to wait for a peer rank (rendezvous and each collective)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random prompts."),
     comm_backend: str = typer.Option("auto", "--comm-backend", help="All-reduces through auto (shared memory on CPU when all ranks are on this host, else gloo/NCCL), shm, gloo or nccl; several, comma-separated (shm,gloo), are compared in interleaved runs."),
+    vocab_parallel_head: bool = typer.Option(False, "--vocab-parallel-head", help="Each rank computes 1/N of the vocabulary's logits (one more collective per forward pass)."),
 ) -> None:
     """TTFT, TPOT and exposed communication of gpt / parallel / kraken at matched sizes."""
     from ..distributed.bench import BenchPlan, bench_rank, save_ttft_plot
@@ -50,7 +51,7 @@ def bench_tp(
     plan = BenchPlan(world_size=resolve_world_size(world_size, default=2), sizes=_csv(sizes), archs=_csv(archs),
                      prompt_tokens=_ints(prompt_tokens, "--prompt-tokens"), new_tokens=new_tokens,
                      warmup=warmup, repeats=repeats, comm=comm, seed=seed,
-                     comm_backends=_csv(comm_backend))
+                     comm_backends=_csv(comm_backend), vocab_parallel_head=vocab_parallel_head)
     plan.validate()
     results = run_ranks(bench_rank, (plan,), world_size=plan.world_size, timeout_s=timeout_s,
                         comm_backend=plan.launch_backend)

@@ -22,6 +22,7 @@ def generate_command(
     world_size: int = typer.Option(None, "--world-size", help="Shard the model over N processes spawned here (under torchrun: its processes)."),
     timeout_s: float = typer.Option(300.0, "--timeout", help="With --world-size or torchrun: seconds to wait for a peer process."),
     comm_backend: str = typer.Option("auto", "--comm-backend", help="With --world-size or torchrun: all-reduces through auto (shared memory on CPU when all ranks are on this host, else gloo/NCCL), shm, gloo or nccl."),
+    vocab_parallel_head: bool = typer.Option(False, "--vocab-parallel-head", help="With --world-size or torchrun: each rank computes 1/N of the vocabulary's logits (one more collective per token, less LM-head work per rank)."),
 ) -> None:
     """Continue a prompt with a trained model (KV-cached sampling)."""
     import torch
@@ -39,7 +40,8 @@ def generate_command(
     ids = tokenizer.encode(prompt)
     if world_size is not None or under_torchrun():
         new_ids = generate_sharded(checkpoint_dir, ids, sampling, world_size=world_size,
-                                   timeout_s=timeout_s, comm_backend=comm_backend)
+                                   timeout_s=timeout_s, comm_backend=comm_backend,
+                                   vocab_parallel_head=vocab_parallel_head)
         if new_ids is None:
             return  # a torchrun rank other than 0: rank 0 prints
     else:

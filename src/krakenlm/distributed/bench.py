@@ -78,6 +78,7 @@ class BenchPlan:
     comm: str = "both"
     seed: int = 0
     comm_backends: tuple[str, ...] = ("auto",)  # see comm_backend.py; several are interleaved
+    vocab_parallel_head: bool = False  # see models.transformer.Shard
 
     def validate(self) -> None:
         if not self.comm_backends or len(set(self.comm_backends)) < len(self.comm_backends):
@@ -161,7 +162,8 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
         for arch in plan.archs:
             name = preset_for(size, arch, ctx.world_size)
             config = bench_config(get_preset(name), max_tokens)
-            models[arch] = (name, config, build_local_model(ctx, config, comm=comms["off"]))
+            models[arch] = (name, config, build_local_model(
+                ctx, config, comm=comms["off"], vocab_parallel_head=plan.vocab_parallel_head))
         for prompt_tokens in plan.prompt_tokens:
             runs = {arch: {m: [] for m in plan.modes(arch, backends)} for arch in models}
             for i in range(plan.warmup + plan.repeats):
@@ -180,6 +182,7 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
                     row = _row(size, arch, name, config, ctx.world_size, prompt_tokens, plan.comm,
                                backend, mine.get(f"on:{backend}"), mine.get("off"),
                                mine.get(f"blocking:{backend}"))
+                    row["vocab_parallel_head"] = plan.vocab_parallel_head
                     rows.append(row)
                     _log(ctx, f"[bench tp] {name} world {ctx.world_size} prompt {prompt_tokens} "
                               f"{backend or 'comm off'}: TTFT {row['ttft_s']:.4f} s, TPOT "

@@ -65,14 +65,16 @@ class Weights:
 
 def build_local_model(ctx: RankContext, config: ModelConfig, *,
                       state_dict: dict[str, torch.Tensor] | None = None,
-                      comm: Communicator | None = None) -> Transformer:
+                      comm: Communicator | None = None,
+                      vocab_parallel_head: bool = False) -> Transformer:
     """This rank's shard on `ctx.device`, in eval mode.
 
     With `state_dict` (full, single-device weights, e.g. a checkpoint) the shard is sliced from
     it; without, the shard has its own random weights (enough for timing, not for comparing
-    with a single-device model).
+    with a single-device model). `vocab_parallel_head`: see `Shard`.
     """
-    shard, comm = Shard(ctx.rank, ctx.world_size), comm if comm is not None else ctx.new_comm()
+    shard = Shard(ctx.rank, ctx.world_size, vocab_parallel_head)
+    comm = comm if comm is not None else ctx.new_comm()
     if state_dict is None:
         return Transformer(config, shard, comm).to(ctx.device).eval()
     with torch.device("meta"):  # no random init of weights that are overwritten at once
@@ -141,9 +143,10 @@ def median(values: list[float | None]) -> float | None:
 
 
 def _generate_rank(ctx: RankContext, weights: Weights, prompt_ids: list[int],
-                   sampling: SamplingConfig) -> list[int] | None:
+                   sampling: SamplingConfig, vocab_parallel_head: bool) -> list[int] | None:
     config, state = weights.load()
-    model = build_local_model(ctx, config, state_dict=state)
+    model = build_local_model(ctx, config, state_dict=state,
+                              vocab_parallel_head=vocab_parallel_head)
     del state  # keep only the shard
     new = generate(model, torch.tensor([prompt_ids], device=ctx.device), sampling)
     return new[0].tolist() if ctx.is_main else None  # every rank has the same tokens
@@ -151,7 +154,8 @@ def _generate_rank(ctx: RankContext, weights: Weights, prompt_ids: list[int],
 
 def generate_sharded(checkpoint: Path, prompt_ids: list[int], sampling: SamplingConfig, *,
                      world_size: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                     comm_backend: str = "auto") -> list[int] | None:
+                     comm_backend: str = "auto",
+                     vocab_parallel_head: bool = False) -> list[int] | None:
     """Generate from a single-device checkpoint sharded over `world_size` ranks (spawned here,
     or this process's torchrun group). The new token ids, or None on a torchrun rank other
     than 0. Bad input is refused before any process starts."""
@@ -160,6 +164,7 @@ def generate_sharded(checkpoint: Path, prompt_ids: list[int], sampling: Sampling
     config = weights.model_config()
     check_prompt_fits(len(prompt_ids), sampling.max_new_tokens, config.context_len)
     local_sizes(config, Shard(0, world_size))
-    results = run_ranks(_generate_rank, (weights, prompt_ids, sampling), world_size=world_size,
+    results = run_ranks(_generate_rank, (weights, prompt_ids, sampling, vocab_parallel_head),
+                        world_size=world_size,
                         timeout_s=timeout_s, comm_backend=comm_backend)
     return results.get(0)

@@ -25,10 +25,25 @@ from .loss import linear_cross_entropy
 
 @dataclass(frozen=True)
 class Shard:
-    """Which part of the model this process holds: rank r of a world of p ranks."""
+    """Which part of the model this process holds: rank r of a world of p ranks.
+
+    `vocab_parallel_head`: rank r computes only its block of the vocabulary's logits
+    (`vocab_range`) and the blocks are gathered, instead of every rank computing them all.
+    The head's weight stays replicated (it is the token embedding, which every rank needs), so
+    this saves the head's compute and memory traffic, not its memory.
+    """
 
     rank: int = 0
     world_size: int = 1
+    vocab_parallel_head: bool = False
+
+
+def vocab_range(vocab_size: int, shard: Shard) -> tuple[int, int]:
+    """[lo, hi): the logits rank r computes with a vocabulary-parallel head (near-equal
+    blocks, the last one shorter when p does not divide the vocabulary)."""
+    block = -(-vocab_size // shard.world_size)
+    lo = min(shard.rank * block, vocab_size)
+    return lo, min(lo + block, vocab_size)
 
 
 @dataclass(frozen=True)
@@ -364,9 +379,20 @@ class Transformer(nn.Module):
         """
         z = self.hidden_states(idx, cache=cache, start_pos=start_pos, last_only=last_only)
         if targets is None:
+            if self.shard.vocab_parallel_head:
+                return self._vocab_parallel_logits(z)
             return F.linear(z, self.head_weight)
         return linear_cross_entropy(z.reshape(-1, z.shape[-1]), self.head_weight,
                                     targets.reshape(-1))
+
+    def _vocab_parallel_logits(self, z: torch.Tensor) -> torch.Tensor:
+        """This rank's block of the logits, gathered from all ranks as a sum in which every
+        other rank contributes zeros there (x + 0 is exact), so the communicator's one
+        collective, the all-reduce, serves as the all-gather too."""
+        lo, hi = vocab_range(self.config.vocab_size, self.shard)
+        logits = z.new_zeros(*z.shape[:-1], self.config.vocab_size)
+        logits[..., lo:hi] = F.linear(z, self.head_weight[lo:hi])
+        return self.comm.all_reduce(logits)
 
     def _join_streams(self, x: torch.Tensor) -> torch.Tensor:
         """[n, b, t, e] -> [b, t, e]. Kraken: z = sum_i W_conj,i x_i, one final reduce."""
