@@ -29,8 +29,8 @@ class Shard:
 
     `vocab_parallel_head`: rank r computes only its block of the vocabulary's logits
     (`vocab_range`) and the blocks are gathered, instead of every rank computing them all.
-    The head's weight stays replicated (it is the token embedding, which every rank needs), so
-    this saves the head's compute and memory traffic, not its memory.
+    The head's weight stays replicated (with tied embeddings it is the token embedding, which
+    every rank needs anyway), so this saves the head's compute and memory traffic, not memory.
     """
 
     rank: int = 0
