@@ -53,6 +53,8 @@ class TPDemoReport:
                 f"{1000 * row['ttft_single_s']:7.1f} ms, {self.world_size} ranks "
                 f"{1000 * row['ttft_sharded_s']:7.1f} ms")
             lines.append(f"          continuation: {row['continuation']!r}")
+        lines.append("(Greedy decoding of a briefly trained or random model soon repeats itself; "
+                     "the point here is that the sharded run gives the same tokens.)")
         return "\n".join(lines)
 
 
