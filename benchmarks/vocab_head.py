@@ -36,7 +36,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     out = []
     keys = dict.fromkeys((r["arch"], r["preset"], r["prompt_tokens"]) for r in rows)
     for arch, preset, prompt in keys:
-        mine = [r for r in rows if (r["arch"], r["prompt_tokens"]) == (arch, prompt)]
+        mine = [r for r in rows if (r["arch"], r["preset"], r["prompt_tokens"]) == (arch, preset, prompt)]
         entry = {"arch": arch, "preset": preset, "prompt_tokens": prompt}
         for layout, flag in (("replicated", False), ("vocab_parallel", True)):
             runs = [r for r in mine if bool(r.get("vocab_parallel_head")) == flag]
