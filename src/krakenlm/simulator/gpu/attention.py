@@ -1,0 +1,306 @@
+"""Fused attention on a GPU: prefill ("context") and decode ("generation") kernel models.
+
+Two models with a handful of physical constants each, fitted per device, framework and dtype on
+measured kernels (aiconfigurator-core's tables, see sources/aiconfigurator.py) like gemm.py.
+Peak tensor rate, memory and L2 bandwidth, L2 capacity and SM count come from the hardware
+description; nothing here is specific to one GPU.
+
+Context attention (causal self-attention over a whole prompt, q_len = kv_len = isl)
+----------------------------------------------------------------------------------
+FlashAttention-2/3 and TensorRT-LLM's FMHA run one CTA (a *work item*) per tile of BLOCK_M query
+rows of one head (or, when the kernel packs the query heads of a GQA group into the rows of one
+tile -- FA3's PackGQA -- of one KV head), looping over BLOCK_N-key blocks up to the diagonal:
+
+    g         = heads / kv_heads if pack_gqa else 1        (query heads per tile)
+    tiles     = ceil(isl * g / BLOCK_M)                    (query tiles per sequence and head group)
+    items     = batch * heads / g * tiles
+    nk        = ceil(isl / BLOCK_N)                        (key blocks the last tile visits)
+    t_block   = BLOCK_M * BLOCK_N * (4 head_dim / (peak / SMs * mma_efficiency) + softmax_s)
+    compute   = max(ceil(items / SMs) * (item_s + (nk + 1)/2 * t_block),   (waves of average
+                    item_s + nk * t_block)                                   tiles; the longest)
+    memory    = batch * isl * head_dim * bytes * (2 heads + 2 kv_heads * kv_passes)
+                / (bandwidth * memory_efficiency)
+    time      = floor_s + (compute^p + memory^p)^(1/p)       (p = overlap_exponent)
+
+The head-dim dependence is physical, not a table: per score element a tile spends 4 head_dim
+FLOPs in the MMAs and a fixed `softmax_s` in the online softmax (exp, max, rescale on the
+SFU/FMA pipes), so the achieved fraction of peak rises with head_dim (64 -> 128 -> 256 measured
+~0.42 -> 0.51 -> 0.54 of peak on H100 TRT-LLM, 0.47 -> 0.60 -> 0.70 on vLLM FA3) and one
+parameter set covers every head_dim. The memory term counts Q read and O written once and K/V
+`kv_passes` times: the attention kernel's read plus whatever else the measured op does to K and
+V (the KV-cache write, RoPE, TRT-LLM's QKV preprocessing); it dominates short prompts with many
+sequences. `item_s` is the part of a CTA that is not MMA: launch, Q load, first K/V tile
+latency, epilogue; with one CTA per SM it is exposed once per wave. `floor_s` absorbs the op's
+fixed cost (TRT-LLM's context op has a ~13 us floor: it includes QKV preprocessing, RoPE and
+the KV-cache write as separate launches).
+
+`pack_gqa` is a structural choice (0/1, in CONTEXT_VARIANTS), not a fitted constant: the
+calibration fits both variants and keeps the one with the lower fit-half error. It is what the
+tables say: the packed form fits FA3 (vLLM, SGLang on Hopper), the A100 kernels and TensorRT-LLM
+on Ampere; TensorRT-LLM's Hopper and Blackwell FMHA (also under SGLang on B200) fit unpacked.
+
+The kernel's compute dtype is not always the table's `attn_dtype`: TensorRT-LLM runs its FP8
+context FMHA whenever the KV cache is FP8 (rows bf16/fp8 take 0.99x the time of fp8/fp8 rows
+and up to 1.28x the BF16 peak), see `context_kernel_dtype`.
+
+Generation attention (one new token per sequence over kv_len cached tokens)
+--------------------------------------------------------------------------
+FlashDecoding / split-KV: a CTA handles one (sequence, KV head) -- all `group = heads /
+kv_heads` query heads of a GQA group share one read of K and V -- and, when there are fewer
+such pairs than SMs, a slice of the sequence (`splits`, at least DECODE_CHUNK keys each):
+
+    splits    = clip(floor(SMs / (batch * kv_heads)), 1, ceil(kv_len / DECODE_CHUNK))
+    items     = batch * kv_heads * splits
+    chunk     = ceil(ceil(kv_len / splits) / DECODE_BLOCK) * DECODE_BLOCK   (keys per CTA)
+    item      = (mha_item_s if group == 1 else item_s)
+                + chunk * head_dim * 2 * kv_bytes / sm_bandwidth
+    exec      = ceil(items / SMs) * item + items * group * head_s / SMs
+    kv        = batch * kv_heads * kv_len * head_dim * 2 * kv_bytes
+    bandwidth = HBM bandwidth * memory_efficiency * (1 + l2_gain if kv <= L2 capacity else 1)
+    time      = floor_s + (exec^p + (kv / bandwidth)^p)^(1/p)
+
+`exec` is the latency-bound side: each CTA pays a fixed setup/epilogue and streams its chunk at
+the rate one CTA sustains (`sm_bandwidth`), which is the achieved-bandwidth ramp of small reads
+(few CTAs cannot saturate HBM); the per-query-head work (`head_s`: Q load, softmax rows, O
+store) is SM time that runs in parallel warps of a lone CTA, so it counts as throughput
+(items * group / SMs), not as latency. MHA gets its own CTA latency because frameworks switch
+kernels there (TensorRT-LLM: masked-MHA for MHA, XQA for GQA; ~1 us vs ~4.5 us of SM time per
+CTA). The L2 term is a property of the measurement, not of serving:
+the benchmark re-runs the same kernel on the same cache, so a KV cache smaller than the L2
+(50 MB on H100) is partly read from L2 (H100 SGLang: 33.5 MB in 6.6 us above the floor, ~5 TB/s,
+against ~3.1 TB/s for the bytes beyond the L2 capacity). `l2_gain` >= 0 keeps that bandwidth
+at or above the HBM one. In a real decode step the other layers evict the cache; a simulator
+of a full model should call `predict_generation(..., warm_l2=False)`.
+
+Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
+`context_supported`, `generation_supported`)
+-------------------------------------------------------------------------------------------
+* Rows "above peak" in context attention are sliding-window rows, not broken rows: the vLLM
+  0.24.0 H100 row at batch 1, 32 heads, head_dim 128, isl 16384 with 326 us has window=128
+  (kv_heads 8); the full-causal row of that shape takes 3310 us (0.54 of peak). Counting only
+  the keys inside the window (`causal_pairs`) no context row of any table (A100, H100, H200,
+  B200; all frameworks) exceeds the tensor peak, while 23 % of vLLM's window-128 rows would
+  exceed it if counted as full causal. Window rows are not modelled (excluded from fitting).
+* A100 TensorRT-LLM 1.0.0 generation: 289 of 5026 rows (265 of them GQA) imply more than
+  1.1x the HBM bandwidth for KV caches far larger than the L2 (up to 1.69x; e.g. batch 64,
+  64 heads / 8 KV heads, kv_len 4096: 342 us for 1.07 GB). The same KV bytes in MHA form take
+  2x longer, as do vLLM's and SGLang's: these GQA rows do not read the whole cache (they
+  measure something else); `plausible_generation` rejects them. No other table has a row above
+  the bandwidth once L2-resident footprints are compared with the L2 bandwidth and sliding
+  windows with their window.
+* Kernel switches that are not this model: head_dim > 256 (FA3's limit; vLLM runs an FA4 port,
+  SGLang a Triton kernel at 0.05-0.36 of peak); TensorRT-LLM decode with groups > 32 (XQA's
+  limit: it falls back to a kernel that reads K/V once per query head, 15x slower); SGLang decode
+  at head_dim 192 (a ~7 us extra pass: 16-18 us where head_dim 128 and 256 take 9-11 us).
+  These rows are left out of the fits by the `*_supported` masks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...hardware.schema import DTYPE_BYTES, Device
+from .params import Param
+
+BLOCK_M = 128  # query rows per prefill CTA (FA2/FA3/TRT-LLM FMHA tiles for head_dim <= 256)
+BLOCK_N = 128  # keys per step of a prefill CTA's inner loop
+DECODE_CHUNK = 256  # fewest keys a split-KV decode CTA is given
+DECODE_BLOCK = 128  # keys per step of a decode CTA (a CTA streams whole blocks)
+PLAUSIBLE_MARGIN = 1.1  # boost clocks reach ~1.08x the datasheet peaks
+
+CONTEXT_PARAMS = (
+    Param("floor_s", "seconds", 1e-5,
+          "fixed cost of the op: launches, QKV preprocessing, RoPE and KV-cache write setup"),
+    Param("mma_efficiency", "fraction", 0.7,
+          "fraction of the tensor-core peak the QK^T and PV MMAs of a tile reach"),
+    Param("softmax_s", "seconds", 2e-11,
+          "per-SM time per score element for the online softmax (exp, row max, rescale)"),
+    Param("item_s", "seconds", 1e-6,
+          "fixed time of one CTA besides its MMAs: launch, Q load, first K/V tile, epilogue"),
+    Param("memory_efficiency", "fraction", 0.7, "fraction of the HBM bandwidth reached"),
+    Param("kv_passes", "positive", 2.0,
+          "HBM passes over K and V per token (attention read, KV-cache write, RoPE)"),
+    Param("overlap_exponent", "positive", 1.5,
+          "p of the smooth maximum of compute and memory time (1: sum, large: max)"),
+)
+CONTEXT_VARIANTS = ({"pack_gqa": 0.0}, {"pack_gqa": 1.0})
+
+GENERATION_PARAMS = (
+    Param("floor_s", "seconds", 7e-6, "fixed cost of the op: launch(es), split-KV combine"),
+    Param("item_s", "seconds", 3e-6,
+          "fixed time of one decode CTA (GQA kernel): setup, Q load, reduction, epilogue"),
+    Param("mha_item_s", "seconds", 2e-6,
+          "fixed time of one decode CTA when group == 1 (frameworks switch kernel for MHA)"),
+    Param("head_s", "seconds", 5e-8,
+          "SM time per query head a CTA serves (throughput, not latency: warps run in parallel)"),
+    Param("sm_bandwidth", "positive", 6e10, "bytes/s one CTA streams from memory"),
+    Param("memory_efficiency", "fraction", 0.9, "fraction of the HBM bandwidth reached"),
+    Param("l2_gain", "positive", 0.5,
+          "how much faster than HBM an L2-resident KV cache is read (1 + l2_gain times)"),
+    Param("overlap_exponent", "positive", 1.5,
+          "p of the smooth maximum of CTA latency chain and bandwidth time"),
+)
+
+
+def _col(cols: dict, name: str) -> np.ndarray:
+    return np.atleast_1d(np.asarray(cols[name], dtype=float))
+
+
+def _kv_len(cols: dict) -> np.ndarray:
+    if "kv_len" in cols:
+        return _col(cols, "kv_len")
+    return _col(cols, "isl") + (_col(cols, "step") if "step" in cols else 0.0)
+
+
+def _pnorm(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
+    scale = np.maximum(np.maximum(a, b), 1e-30)  # scale before the power: q may be large
+    return scale * ((a / scale) ** q + (b / scale) ** q) ** (1.0 / q)
+
+
+# ---------------------------------------------------------------------------------- context
+def predict_context(dev: Device, cols: dict, p: dict, dtype: str = "bf16") -> np.ndarray:
+    """Seconds per row of `cols` (batch, isl, heads, kv_heads, head_dim); causal, no window.
+
+    `dtype` is the kernel's compute dtype (see `context_kernel_dtype`); `p` holds
+    CONTEXT_PARAMS and optionally `pack_gqa` (0 or 1, default 0).
+    """
+    b, s, h, kvh, d = (_col(cols, k) for k in ("batch", "isl", "heads", "kv_heads", "head_dim"))
+    nbytes = DTYPE_BYTES[dtype]
+    sms = dev.core_count
+    per_sm = dev.matrix_rate(dtype) / sms
+    g = h / kvh if p.get("pack_gqa", 0.0) > 0.5 else np.ones_like(h)
+    tiles = np.ceil(s * g / BLOCK_M)
+    items = b * (h / g) * tiles
+    nk = np.ceil(s / BLOCK_N)
+    t_block = BLOCK_M * BLOCK_N * (4 * d / (per_sm * p["mma_efficiency"]) + p["softmax_s"])
+    compute = np.maximum(np.ceil(items / sms) * (p["item_s"] + (nk + 1) / 2 * t_block),
+                         p["item_s"] + nk * t_block)
+    memory = b * s * d * nbytes * (2 * h + 2 * kvh * p["kv_passes"]) / (
+        dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"])
+    return p["floor_s"] + _pnorm(compute, memory, p["overlap_exponent"])
+
+
+def context_kernel_dtype(framework: str, dtype: str, kv_dtype: str) -> str:
+    """The dtype the context kernel computes in: TRT-LLM runs FP8 FMHA with an FP8 KV cache."""
+    if dtype == "fp8" or (framework == "trtllm" and kv_dtype == "fp8"):
+        return "fp8"
+    return dtype
+
+
+def causal_pairs(isl, window=None) -> np.ndarray:
+    """(query, key) pairs of causal attention over isl tokens, within a sliding window if > 0."""
+    s = np.atleast_1d(np.asarray(isl, float))
+    full = s * (s + 1) / 2
+    if window is None:
+        return full
+    w = np.atleast_1d(np.asarray(window, float))
+    windowed = w * (w + 1) / 2 + (s - w) * w
+    return np.where((w > 0) & (w < s), windowed, full)
+
+
+def context_flops(cols: dict) -> np.ndarray:
+    """Useful FLOPs of causal attention (QK^T and PV), counting a sliding window if present."""
+    b, h, d = (_col(cols, k) for k in ("batch", "heads", "head_dim"))
+    return 4.0 * b * h * d * causal_pairs(cols["isl"], cols.get("window"))
+
+
+def plausible_context(dev: Device, cols: dict, latency_s, dtype: str = "bf16") -> np.ndarray:
+    """False for rows whose implied FLOP rate exceeds the tensor peak of `dtype` by the margin."""
+    rate = context_flops(cols) / np.atleast_1d(np.asarray(latency_s, float))
+    return rate <= PLAUSIBLE_MARGIN * dev.matrix_rate(dtype)
+
+
+def context_supported(dev: Device, framework: str, cols: dict, dtype: str = "bf16") -> np.ndarray:
+    """Rows this model describes: no sliding window, head_dim <= 256 (see module docstring)."""
+    window = np.asarray(cols["window"]) if "window" in cols else 0
+    return (window == 0) & (np.asarray(cols["head_dim"]) <= 256)
+
+
+# ------------------------------------------------------------------------------- generation
+def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16", *,
+                       warm_l2: bool = True) -> np.ndarray:
+    """Seconds per row of `cols` (batch, heads, kv_heads, head_dim, kv_len or isl + step).
+
+    `warm_l2=True` reproduces the benchmark (a KV cache that fits the L2 is read from it);
+    False models a decode step inside a full model, where the cache always comes from HBM.
+    """
+    b, h, kvh, d = (_col(cols, k) for k in ("batch", "heads", "kv_heads", "head_dim"))
+    L = _kv_len(cols)
+    nbytes = DTYPE_BYTES[kv_dtype]
+    sms = dev.core_count
+    group = h / kvh
+    pairs = b * kvh
+    splits = np.clip(np.floor(sms / pairs), 1, np.ceil(L / DECODE_CHUNK))
+    items = pairs * splits
+    chunk = np.ceil(np.ceil(L / splits) / DECODE_BLOCK) * DECODE_BLOCK
+    item = (np.where(group == 1, p["mha_item_s"], p["item_s"])
+            + chunk * d * 2 * nbytes / p["sm_bandwidth"])
+    exec_s = np.ceil(items / sms) * item + items * group * p["head_s"] / sms
+    kv = b * kvh * L * d * 2 * nbytes
+    hbm = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
+    if warm_l2:
+        bandwidth = np.where(kv <= dev.global_buffer.capacity_bytes, hbm * (1 + p["l2_gain"]),
+                             hbm)
+    else:
+        bandwidth = hbm
+    return p["floor_s"] + _pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
+
+
+def generation_bytes(cols: dict, kv_dtype: str = "bf16") -> np.ndarray:
+    """K and V bytes one decode step must read (within a sliding window if present)."""
+    b, kvh, d = (_col(cols, k) for k in ("batch", "kv_heads", "head_dim"))
+    L = _kv_len(cols)
+    if "window" in cols:
+        w = _col(cols, "window")
+        L = np.where((w > 0) & (w < L), w, L)
+    if "kv_dtype" in cols:
+        nbytes = np.array([DTYPE_BYTES[str(x)] for x in np.atleast_1d(cols["kv_dtype"])], float)
+    else:
+        nbytes = DTYPE_BYTES[kv_dtype]
+    return b * kvh * L * d * 2 * nbytes
+
+
+def plausible_generation(dev: Device, cols: dict, latency_s,
+                         kv_dtype: str = "bf16") -> np.ndarray:
+    """False for rows reading K/V faster than the memory they must come from allows.
+
+    A KV cache that fits the L2 is compared with the L2 bandwidth (the benchmark re-reads a
+    warm cache), a larger one with the HBM bandwidth, both with PLAUSIBLE_MARGIN.
+    """
+    kv = generation_bytes(cols, kv_dtype)
+    bandwidth = np.where(kv <= dev.global_buffer.capacity_bytes,
+                         dev.global_buffer_bandwidth_bytes_per_s, dev.memory.bandwidth_bytes_per_s)
+    return kv / np.atleast_1d(np.asarray(latency_s, float)) <= PLAUSIBLE_MARGIN * bandwidth
+
+
+def generation_supported(dev: Device, framework: str, cols: dict) -> np.ndarray:
+    """Rows this model describes (see the module docstring for the kernel switches left out)."""
+    head_dim = np.asarray(cols["head_dim"])
+    ok = head_dim <= 256
+    if "window" in cols:
+        ok = ok & (np.asarray(cols["window"]) == 0)
+    if framework == "trtllm":  # XQA serves groups <= 32; larger ones fall back to MMHA
+        ok = ok & (np.asarray(cols["heads"]) // np.asarray(cols["kv_heads"]) <= 32)
+    if framework == "sglang":  # head_dim 192 is padded by an extra pass
+        ok = ok & (head_dim != 192)
+    return ok
+
+
+# ------------------------------------------------------------------------------------- keys
+CONTEXT_KEY = ("batch", "isl", "heads", "kv_heads", "head_dim", "window")
+GENERATION_KEY = ("batch", "isl", "step", "kv_len", "heads", "kv_heads", "head_dim", "window")
+
+
+def _key(cols: dict, names: tuple[str, ...]) -> list[str]:
+    present = [np.atleast_1d(np.asarray(cols[n])) for n in names if n in cols]
+    return [",".join(str(v) for v in row) for row in zip(*present)]
+
+
+def context_key(cols: dict) -> list[str]:
+    """Shape key for the fit/held-out split (dtype left out: a shape is in the same half for
+    every dtype, framework and device)."""
+    return _key(cols, CONTEXT_KEY)
+
+
+def generation_key(cols: dict) -> list[str]:
+    return _key(cols, GENERATION_KEY)

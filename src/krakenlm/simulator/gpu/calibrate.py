@@ -1,0 +1,339 @@
+"""`krakenlm sim calibrate --source aiconfigurator`: fit every kernel family of one GPU.
+
+For each framework measured on the system (TensorRT-LLM, vLLM, SGLang) and each family with a
+model in this package (GEMM per dtype, context and generation attention per dtype, the
+streaming elementwise kernels, the framework's custom all-reduce) plus NCCL's collectives,
+`datasets()` selects the rows and drops the physically implausible ones (a row implying more
+than the device's peak is a measurement artefact; how many were dropped is recorded); the fit
+uses one half of the shapes and is scored on the other (fit.py); the constants are stored with
+their fit statistics (store.py). `krakenlm sim validate --level operators` re-reads the same
+datasets and scores the shipped constants on both halves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ...hardware import load_system
+from ...hardware.schema import System
+from ..sources import aiconfigurator as aic
+from . import elementwise, gemm
+from .fit import FitError, FitResult, fit_half, fit_model
+from .params import Param
+from .store import DeviceCalibration, Entry, today
+
+DEVICE_KEYS = {"a100_sxm": "A100", "h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200",
+               "gb200": "GB200", "l40s": "L40S"}
+GEMM_DTYPES = ("bf16", "fp8")
+PEAK_MARGIN = 1.05  # a kernel may not beat the datasheet peak by more than measurement noise
+
+
+@dataclass
+class Dataset:
+    """The measured rows of one (framework, family, variant) and the model that predicts them."""
+
+    framework: str
+    version: str
+    family: str
+    variant: str
+    cols: dict[str, np.ndarray]
+    latency_s: np.ndarray
+    params: tuple[Param, ...]
+    predict: Callable[[dict[str, np.ndarray], dict[str, float]], np.ndarray]
+    keys: list[str]
+    notes: list[str] = field(default_factory=list)
+    # structural choices (not fitted constants) tried in turn; the lowest fit-half error wins
+    structures: tuple[dict[str, float], ...] = ({},)
+
+    def fit(self, system_name: str) -> FitResult:
+        best: FitResult | None = None
+        for structure in self.structures:
+            r = fit_model(f"{self.family} {self.variant} ({self.framework}, {system_name})",
+                          lambda c, p, s=structure: self.predict(c, {**p, **s}), self.params,
+                          self.cols, self.latency_s, self.keys)
+            if best is None or r.mape_fit < best.mape_fit:
+                r.params.update(structure)
+                best = r
+        assert best is not None
+        return best
+
+
+def device_key(system_name: str) -> str:
+    return DEVICE_KEYS[aic.aic_system(system_name)]
+
+
+def _keep(cols: dict[str, np.ndarray], lat: np.ndarray, ok: np.ndarray, notes: list[str],
+          why: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    if (~ok).any():
+        notes.append(f"{int((~ok).sum())} of {len(lat)} rows dropped: {why}")
+    return {k: v[ok] for k, v in cols.items()}, lat[ok]
+
+
+def gemm_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
+    dev = system.device
+    table = aic.read_gemm(system.name, framework, root=root)
+    out = []
+    for dtype in GEMM_DTYPES:
+        if dev.matrix_flops_per_s.get(dtype) is None:
+            continue
+        sel = table.columns["dtype"] == dtype
+        if not sel.any():
+            continue
+        notes = list(table.notes)
+        cols = {k: v[sel] for k, v in table.columns.items()}
+        lat = table.latency_s[sel]
+        peak = dev.matrix_rate(dtype)
+        cols, lat = _keep(cols, lat, gemm.flops(cols) / lat <= PEAK_MARGIN * peak, notes,
+                          f"faster than the {dtype} peak ({peak / 1e12:.0f} TFLOP/s)")
+        out.append(Dataset(framework, table.version, "gemm", dtype, cols, lat, gemm.PARAMS,
+                           lambda c, p, dtype=dtype: gemm.predict(dev, c, p, dtype),
+                           gemm.shape_key(cols), notes))
+    return out
+
+
+def elementwise_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
+    dev = system.device
+    if framework == "sglang":
+        # SGLang's measured quantiser is a plain torch op (~10 % of HBM bandwidth), not the
+        # fused kernels its norms and activations use: it would misstate them.
+        return []
+    try:
+        table = aic.read_elementwise(system.name, framework, root=root)
+    except aic.CalibrationSourceError:
+        return []  # not every system has quantisation kernels measured (A100 has none)
+    cols = dict(table.columns)
+    cols["bytes"] = cols["bytes_read"] + cols["bytes_written"]
+    notes = list(table.notes) + ["fitted on static FP8 quantisation (scale_matrix): read 16-bit, "
+                                 "write 8-bit"]
+    return [Dataset(framework, table.version, "elementwise", "any", cols, table.latency_s,
+                    elementwise.PARAMS, lambda c, p: elementwise.predict(dev, c, p),
+                    elementwise.shape_key(cols), notes)]
+
+
+def _attention_module():
+    try:
+        from . import attention
+        return attention
+    except ImportError:
+        return None
+
+
+def _collectives_module():
+    try:
+        from . import collectives
+        return collectives
+    except ImportError:
+        return None
+
+
+def attention_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
+    """Context attention per kernel dtype (TensorRT-LLM computes in FP8 whenever its KV cache is
+    FP8) and generation attention per KV-cache dtype; rows the model does not describe (sliding
+    windows, head sizes beyond 256, kernel fallbacks) and implausible rows are dropped."""
+    module = _attention_module()
+    if module is None:
+        return []
+    dev = system.device
+    out = []
+    try:
+        ctx = aic.read_context_attention(system.name, framework, root=root)
+    except aic.CalibrationSourceError:
+        ctx = None
+    if ctx is not None:
+        c = ctx.columns
+        kernel = np.array([module.context_kernel_dtype(framework, d, k)
+                           for d, k in zip(c["dtype"], c["kv_dtype"])], dtype=object)
+        for dtype in ("bf16", "fp8"):
+            sel = kernel == dtype
+            if dtype == "bf16":
+                sel &= c["kv_dtype"] == "bf16"
+            if not sel.any() or dev.matrix_flops_per_s.get(dtype) is None:
+                continue
+            notes = list(ctx.notes)
+            cols = {k: v[sel] for k, v in c.items()}
+            lat = ctx.latency_s[sel]
+            cols, lat = _keep(cols, lat, module.context_supported(dev, framework, cols, dtype),
+                              notes, "not this kernel (sliding window, head dim > 256)")
+            cols, lat = _keep(cols, lat, module.plausible_context(dev, cols, lat, dtype), notes,
+                              "faster than the tensor peak allows")
+            out.append(Dataset(framework, ctx.version, "context_attention", dtype, cols, lat,
+                               module.CONTEXT_PARAMS,
+                               lambda cc, p, dtype=dtype: module.predict_context(dev, cc, p, dtype),
+                               module.context_key(cols), notes,
+                               tuple(module.CONTEXT_VARIANTS)))
+    try:
+        gen = aic.read_generation_attention(system.name, framework, root=root)
+    except aic.CalibrationSourceError:
+        gen = None
+    if gen is not None:
+        c = gen.columns
+        for kv_dtype in ("bf16", "fp8"):
+            sel = (c["kv_dtype"] == kv_dtype) & (c["dtype"] == "bf16")
+            if not sel.any():
+                continue
+            notes = list(gen.notes)
+            cols = {k: v[sel] for k, v in c.items()}
+            lat = gen.latency_s[sel]
+            cols, lat = _keep(cols, lat, module.generation_supported(dev, framework, cols), notes,
+                              "not this kernel (sliding window, head dim > 256, fallback kernels)")
+            cols, lat = _keep(cols, lat, module.plausible_generation(dev, cols, lat, kv_dtype),
+                              notes, "faster than the memory the KV cache comes from allows")
+            out.append(Dataset(framework, gen.version, "generation_attention", kv_dtype, cols,
+                               lat, module.GENERATION_PARAMS,
+                               lambda cc, p, kv=kv_dtype: module.predict_generation(dev, cc, p, kv),
+                               module.generation_key(cols), notes))
+    return out
+
+
+def nccl_datasets(system: System, root: str | None) -> list[Dataset]:
+    """NCCL's all-reduce, all-gather and reduce-scatter on 2, 4 and 8 GPUs: one constant set
+    per device (the protocol NCCL's own tuner picks, see gpu/collectives.py)."""
+    module = _collectives_module()
+    if module is None:
+        return []
+    try:
+        table = aic.read_nccl(system.name, root=root)
+    except aic.CalibrationSourceError:
+        return []
+    cols = table.columns
+    return [Dataset("nccl", table.version, "nccl", "any", cols, table.latency_s,
+                    module.nccl_params_for(system),
+                    lambda c, p: module.predict_nccl(system, c, p), module.nccl_key(cols),
+                    list(table.notes))]
+
+
+def custom_allreduce_datasets(system: System, framework: str, root: str | None,
+                              nccl: dict[str, Any]) -> list[Dataset]:
+    """The framework's own all-reduce (CUDA-graph and eager rows). Above a size the framework
+    hands the message to NCCL: that size is read off the fit half (where the measured time
+    equals NCCL's measured time) and stored with the constants (`handoff_<n>`); above it the
+    fitted NCCL model of the same device times the message (`nccl["params"]`, filled in once
+    NCCL is fitted, before this dataset is)."""
+    module = _collectives_module()
+    if module is None:
+        return []
+    try:
+        table = aic.read_custom_allreduce(system.name, framework, root=root)
+        ref_table = aic.read_nccl(system.name, root=root)
+    except aic.CalibrationSourceError:
+        return []
+    cols, lat = table.columns, table.latency_s
+    keys = module.custom_key(cols)
+    # NCCL's measured time at each custom row's size and GPU count (NaN where not measured)
+    ref = np.full(len(lat), np.nan)
+    ar = ref_table.columns["op"] == "all_reduce"
+    for i, (n, b) in enumerate(zip(cols["n"], cols["bytes"])):
+        m = ar & (ref_table.columns["n"] == n) & (ref_table.columns["bytes"] == b)
+        if m.any():
+            ref[i] = np.median(ref_table.latency_s[m])
+    handoff = module.detect_handoff(cols, lat, ref, mask=fit_half(keys))
+    below = module.oneshot_below_for(framework, system)
+    has_eager = bool((~cols["graph"]).any())
+    params = module.custom_params_for(has_eager, module.runs_twoshot(below))
+    notes = list(table.notes)
+    notes.append("hand-off to NCCL (read off the fit half): " + (", ".join(
+        f"n={k} above {v / 2**20:.3g} MiB" for k, v in sorted(handoff.items())) or "none"))
+    fixed = {f"handoff_{k}": float(v) for k, v in handoff.items()}
+
+    def predict(c, p):
+        return module.predict_custom(system, c, p, nccl_params=nccl.get("params"),
+                                     handoff=handoff_of(p), oneshot_below=below)
+
+    return [Dataset(framework, table.version, "custom_all_reduce", "any", cols, lat, params,
+                    predict, keys, notes, (fixed,))]
+
+
+def handoff_of(p: dict[str, float]) -> dict[int, float]:
+    """The {n: bytes} hand-off stored with custom all-reduce constants as handoff_<n>."""
+    return {int(k.split("_", 1)[1]): v for k, v in p.items() if k.startswith("handoff_")}
+
+
+def check(system_name: str, frameworks: list[str] | None = None,
+          root: str | None = None) -> list[str]:
+    """The frameworks to calibrate; raises CalibrationSourceError naming what is missing."""
+    load_system(system_name)
+    aic.aic_system(system_name)  # fails early, naming the systems with tables
+    available = aic.available_frameworks(system_name, root=root)
+    wanted = frameworks or available
+    for fw in wanted:
+        if fw not in aic.FRAMEWORKS:
+            raise aic.CalibrationSourceError(f"unknown framework {fw!r}; use one of "
+                                             f"{', '.join(aic.FRAMEWORKS)}")
+        if fw not in available:
+            raise aic.CalibrationSourceError(
+                f"the tables have no {fw} kernels for {system_name}; measured frameworks: "
+                f"{', '.join(available) or 'none'}")
+    return list(wanted)
+
+
+def datasets(system_name: str, frameworks: list[str] | None = None,
+             root: str | None = None) -> tuple[System, list[Dataset], dict[str, Any]]:
+    """Every measured family of the system, ready to fit or to score, NCCL first. The returned
+    dict takes the NCCL constants (key "params") before the custom all-reduce is fitted or
+    scored: that model hands large messages to NCCL."""
+    wanted = check(system_name, frameworks, root)
+    system = load_system(system_name)
+    out: list[Dataset] = nccl_datasets(system, root)  # first: custom all-reduce hands off to it
+    nccl: dict[str, Any] = {}
+    for fw in wanted:
+        out += gemm_datasets(system, fw, root)
+        out += elementwise_datasets(system, fw, root)
+        out += attention_datasets(system, fw, root)
+        out += custom_allreduce_datasets(system, fw, root, nccl)
+    return system, out, nccl
+
+
+def calibrate(system_name: str, frameworks: list[str] | None = None, root: str | None = None,
+              command: str = "", base: DeviceCalibration | None = None,
+              progress: Callable[[Dataset, FitResult | None, str], None] | None = None
+              ) -> DeviceCalibration:
+    """Fit every family; `base` (an existing file's content) keeps frameworks not refitted."""
+    system, sets, nccl = datasets(system_name, frameworks, root)
+    key = device_key(system_name)
+    cal = base if base is not None else DeviceCalibration(key)
+    results: list[tuple[Dataset, FitResult]] = []
+    for ds in sets:  # fit everything first: a failure leaves `base` untouched
+        try:
+            result = ds.fit(system_name)
+        except FitError as exc:
+            if progress:
+                progress(ds, None, str(exc))
+            continue
+        results.append((ds, result))
+        if ds.family == "nccl":
+            nccl["params"] = result.params
+        if progress:
+            progress(ds, result, "")
+    if not results:
+        raise FitError(f"nothing could be fitted for {system_name}")
+    for fw in {ds.framework for ds, _ in results}:
+        cal.frameworks.pop(fw, None)  # a refit framework is replaced whole
+    for ds, result in results:
+        cal.put(ds.framework, ds.version, ds.family, ds.variant,
+                Entry(result.params, result.summary(), ds.notes + result.notes))
+    device = aic.read_gemm(system_name, next(d.framework for d in sets if d.framework != "nccl"),
+                           root=root).device
+    cal.meta.update({
+        "system": system_name,
+        "device_measured": device,
+        "source": f"aiconfigurator-core {aic.package_version()} (NVIDIA, Apache-2.0): "
+                  f"systems/data/{aic.aic_system(system_name)}",
+        "command": command,
+        "created": today(),
+        "split": "rows hashed by shape (CRC-32 of the shape key): even hashes are fitted, odd "
+                 "ones held out; fits use a seeded sample of at most 4000 fit-half shapes",
+    })
+    return cal
+
+
+def mape_table(cal: DeviceCalibration) -> list[dict[str, Any]]:
+    rows = []
+    for fw, info in cal.frameworks.items():
+        for fam, variants in info.get("families", {}).items():
+            for variant, e in variants.items():
+                rows.append({"framework": fw, "version": info.get("version", ""), "family": fam,
+                             "variant": variant, **e.fit})
+    return rows

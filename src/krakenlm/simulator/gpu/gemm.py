@@ -1,0 +1,243 @@
+"""GEMM (and batched GEMM) on a GPU: CUDA thread-block tiles in waves over the SMs.
+
+C[b, M, N] = A[b, M, K] @ B[b, K, N] runs as thread blocks (CTAs), each computing an Mt x Nt
+tile of C over a K range. A library (cuBLAS, CUTLASS) has a menu of kernels; the model builds
+the menu of the device's architecture class and takes the kernel a library would run.
+
+Candidates, for every tile (Mt, Nt) of the class and every K split s in 1, 2, 4, 8, 16:
+
+    CTAs      = b * ceil(M / Mt) * ceil(N / Nt) * s
+    waves     = ceil(CTAs / SMs)                 (the last wave may be partial)
+    CTA time  = max(2 Mt Nt ceil(K/s) / (peak / SMs) / compute_efficiency,
+                    ceil(ceil(K/s) / 64) * k_step_latency_s) + wave_overhead_s
+    compute   = waves * CTA time
+
+A split (s > 1) needs a K slice of at least 256 and costs `split_k_overhead_s` plus the fp32
+partial sums written and read once. Hopper-class devices also have persistent stream-K kernels:
+the same tiles with the MAC loop spread evenly over the SMs (waves = CTAs / SMs, not rounded
+up), and a fix-up of split tiles costing `split_k_overhead_s` when CTAs is not a multiple of
+SMs.
+
+Memory: the weights B stream from DRAM; the activations A are re-read from L2 when they fit in
+it (the measured benchmarks, like a transformer layer, read an activation that the previous
+kernel or call left in L2), from DRAM otherwise; the output C goes to DRAM. Every byte also
+crosses L2:
+
+    memory = max(DRAM bytes / (bandwidth * memory_efficiency),
+                 (A + B + C bytes) / (L2 bandwidth * l2_efficiency)) + memory_latency_s
+    time   = floor_s + min over candidates of (compute^p + memory^p)^(1/p)  [+ split costs]
+
+The p-norm (p = 2.5, OVERLAP_EXPONENT) is a smooth maximum: compute and memory overlap well
+but not perfectly.
+
+Architecture classes, told apart by the dense 16-bit tensor rate per SM and clock (Ampere 2048
+flop/clk, Hopper 4096, Blackwell 8192; HOPPER_CLASS_FLOP_PER_CLK):
+* Ampere class (cuBLAS sm80 kernels): tiles 64..256 x 64..256, data-parallel only (no
+  stream-K), and the epilogue (C store) runs after each CTA's main loop, so the C write time
+  adds to the kernel rather than overlapping. cuBLAS's heuristic is not the fastest candidate:
+  for K <= BIG_TILE_MAX_K it takes its largest tiles (256x128 or 128x256) whenever they give
+  at least BIG_TILE_MIN_FILL x SMs CTAs, even when that leaves a nearly empty last wave
+  (n = k = 4096 on A100: m = 1024 takes 204 us, m = 768 104 us). Otherwise the fastest
+  candidate is taken.
+* Hopper class (sm90, sm100 kernels): warp-specialised persistent kernels, tiles up to
+  128x256 / 256x128, stream-K, an epilogue that overlaps the next tile's main loop; the fastest
+  candidate is taken.
+
+FP8 (dtype "fp8"): the measured call also quantises the 16-bit activation A (read 2 bytes,
+write 1 per element, a separate kernel): + 3 b M K / (bandwidth * quantize_efficiency). The
+output C is 16-bit.
+
+Constants (fitted per device, framework and dtype on measured kernels, calibrate.py):
+  floor_s               launch floor: the time of an empty kernel (fp8: two kernels)
+  compute_efficiency    fraction of the tensor-core peak a busy SM sustains
+  memory_efficiency     fraction of the DRAM bandwidth a streaming kernel reaches
+  l2_efficiency         fraction of the device's L2 bandwidth (preset global_buffer) reached
+  memory_latency_s      DRAM round trips a kernel cannot overlap: pipeline fill and drain
+  wave_overhead_s       per-wave CTA prologue and epilogue
+  k_step_latency_s      latency of one 64-deep K step a CTA cannot hide (narrow tiles, long K)
+  split_k_overhead_s    reduction (split-K) or fix-up (stream-K) of partial tiles
+  quantize_efficiency   (fp8 only) bandwidth fraction of the activation quantisation kernel
+Constants missing from `p` (a calibration written by an older version of this model) take
+their initial values below; re-run `krakenlm sim calibrate` to refit them.
+
+Held-out MAPE (half the shapes of each table fitted, the other half scored) and what each piece
+bought are in the report of the recalibration; the structure is evaluated as a handful of
+arrays (rows x candidates), and the geometry of the shapes (everything that does not depend on
+the constants) is kept for the last few column sets, so a fit re-evaluates only the constants'
+arithmetic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...hardware.schema import DTYPE_BYTES, Device
+from .params import Param
+
+PARAMS = (
+    Param("floor_s", "seconds", 1.5e-6, "launch floor: the time of the smallest kernel"),
+    Param("compute_efficiency", "fraction", 0.8, "fraction of the tensor-core peak a busy SM "
+          "sustains"),
+    Param("memory_efficiency", "fraction", 0.85, "fraction of the DRAM bandwidth reached"),
+    Param("l2_efficiency", "fraction", 0.35, "fraction of the (preset) L2 bandwidth reached by "
+          "L2-resident operands"),
+    Param("memory_latency_s", "seconds", 1e-6, "DRAM latency a kernel cannot overlap (pipeline "
+          "fill and drain)"),
+    Param("wave_overhead_s", "seconds", 8e-7, "per-wave CTA prologue and epilogue"),
+    Param("k_step_latency_s", "seconds", 1e-7, "latency of one 64-deep K step a CTA cannot "
+          "hide"),
+    Param("split_k_overhead_s", "seconds", 2.5e-6, "reduction (split-K) or fix-up (stream-K) "
+          "of partial tiles"),
+    Param("quantize_efficiency", "fraction", 0.35, "fp8 only: bandwidth fraction of the "
+          "activation quantisation kernel"),
+)
+_INITIAL = {q.name: q.initial for q in PARAMS}
+
+OVERLAP_EXPONENT = 2.5  # p of the smooth max of compute and memory time
+HOPPER_CLASS_FLOP_PER_CLK = 3000  # dense 16-bit flop per SM and clock: A100 2048, H100 4096
+AMPERE_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64), (128, 256),
+                (256, 128))
+HOPPER_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (128, 256), (256, 128))
+SPLITS = (1, 2, 4, 8, 16)
+MIN_SPLIT_K = 256  # a split-K slice shorter than this is not worth a reduction pass
+K_STEP = 64
+PARTIAL_BYTES = 4  # split-K partial sums are fp32, written once and read once
+QUANT_BYTES = 3  # fp8 activation quantisation: read 2 bytes, write 1 per element
+BIG_TILE_MIN_FILL = 0.75  # Ampere heuristic: largest tiles once they give >= 0.75 SMs of CTAs
+BIG_TILE_MAX_K = 6144  # ... for K up to this (longer K: split-K kernels, fastest candidate)
+
+_cache: list = []  # geometry of the last few (device, dtype, column set)
+_CACHE_SIZE = 4
+
+
+def hopper_class(dev: Device) -> bool:
+    """True for devices with Hopper/Blackwell-style persistent, stream-K GEMM kernels."""
+    rate = dev.matrix_flops_per_s.get("bf16") or dev.matrix_flops_per_s.get("fp16")
+    if rate is None:
+        return False
+    return rate / dev.core_count / dev.frequency_hz >= HOPPER_CLASS_FLOP_PER_CLK
+
+
+def _columns(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    m = np.asarray(cols["m"], float).reshape(-1)
+    n = np.asarray(cols["n"], float).reshape(-1)
+    k = np.asarray(cols["k"], float).reshape(-1)
+    b = cols.get("batch")
+    b = np.ones_like(m) if b is None else np.broadcast_to(np.asarray(b, float), m.shape)
+    return m, n, k, b
+
+
+def _geometry(dev: Device, cols: dict[str, np.ndarray], dtype: str) -> dict:
+    """Everything that does not depend on the fitted constants, memoised per column set."""
+    arrays = tuple(cols.get(c) for c in ("m", "n", "k", "batch"))
+    for key, copies, g in _cache:
+        if key[0] is dev and key[1] == dtype and all(
+                a is b for a, b in zip(key[2], arrays)) and all(
+                c is None or np.array_equal(c, a) for c, a in zip(copies, arrays)):
+            return g
+    g = _build_geometry(dev, cols, dtype)
+    copies = tuple(None if a is None else np.array(a, copy=True) for a in arrays)
+    _cache.append(((dev, dtype, arrays), copies, g))
+    del _cache[:-_CACHE_SIZE]
+    return g
+
+
+def _build_geometry(dev: Device, cols: dict[str, np.ndarray], dtype: str) -> dict:
+    M, N, K, B = _columns(cols)
+    hopper = hopper_class(dev)
+    tiles = np.array(HOPPER_TILES if hopper else AMPERE_TILES, float)
+    tm, tn = tiles[None, :, 0, None], tiles[None, :, 1, None]  # (1, T, 1)
+    sp = np.array(SPLITS, float)[None, None, :]  # (1, 1, S)
+    m, n, k, b = (x[:, None, None] for x in (M, N, K, B))  # (R, 1, 1)
+    sms = dev.core_count
+    per_sm = dev.matrix_rate(dtype) / sms
+    ebytes = DTYPE_BYTES[dtype]
+    obytes = max(ebytes, 2)  # fp8 GEMMs write a 16-bit output
+
+    tiles_mn = b * np.ceil(m / tm) * np.ceil(n / tn)  # (R, T, 1)
+    ctas = tiles_mn * sp
+    waves = np.ceil(ctas / sms)
+    kp = np.ceil(k / sp)  # (R, 1, S)
+    ksteps = np.ceil(kp / K_STEP)
+    work = 2.0 * tm * tn * kp / per_sm  # one CTA's main loop at the full per-SM rate
+    valid = (sp == 1) | (kp >= MIN_SPLIT_K)
+    g = {"hopper": hopper,
+         "wave_work": np.where(valid, waves * work, np.inf),
+         "wave_steps": waves * ksteps, "waves": waves}
+    if hopper:  # stream-K: the same tiles, the MAC loop spread evenly over the SMs
+        t2 = tiles_mn[:, :, 0]  # (R, T)
+        frac = t2 / sms
+        work_sk = 2.0 * tiles[None, :, 0] * tiles[None, :, 1] * K[:, None] / per_sm
+        g["sk_work"] = frac * work_sk
+        g["sk_steps"] = frac * np.ceil(K[:, None] / K_STEP)
+        g["sk_waves"] = frac
+        g["sk_fixup"] = (np.mod(t2, sms) != 0).astype(float)
+    else:  # cuBLAS's big-tile heuristic
+        area = tiles[:, 0] * tiles[:, 1]
+        big = area >= area.max()
+        qual = (big[None, :] & (tiles_mn[:, :, 0] >= BIG_TILE_MIN_FILL * sms)
+                & (tiles[None, :, 0] <= M[:, None]) & (tiles[None, :, 1] <= N[:, None])
+                & (K[:, None] <= BIG_TILE_MAX_K))
+        g["big"] = qual
+        g["big_any"] = qual.any(axis=1)
+
+    a_bytes, b_bytes, c_bytes = B * M * K * ebytes, B * K * N * ebytes, B * M * N * obytes
+    hot = a_bytes <= dev.global_buffer.capacity_bytes  # activations re-read from L2
+    dram = b_bytes + c_bytes + np.where(hot, 0.0, a_bytes)
+    l2 = a_bytes + b_bytes + c_bytes
+    if not hopper:  # the epilogue's C store is timed after the main loop, not overlapped
+        dram, l2 = dram - c_bytes, l2 - c_bytes
+        g["epilogue_bytes"] = c_bytes
+    g["dram_bytes"], g["l2_bytes"] = dram, l2
+    g["partial_bytes"] = (B * M * N)[:, None] * sp[0] * 2 * PARTIAL_BYTES  # (R, S)
+    g["split"] = sp[0] > 1
+    g["quant_bytes"] = B * M * K * QUANT_BYTES if dtype.startswith("fp8") else None
+    return g
+
+
+def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    hi = np.maximum(a, b)
+    r = np.minimum(a, b) / np.where(hi > 0, hi, 1.0)
+    return hi * (1.0 + r * r * np.sqrt(r)) ** (1.0 / OVERLAP_EXPONENT)  # p = 2.5
+
+
+def predict(dev: Device, cols: dict[str, np.ndarray], p: dict[str, float],
+            dtype: str = "bf16") -> np.ndarray:
+    """Seconds per row of `cols` (arrays m, n, k and optionally batch)."""
+    p = {**_INITIAL, **p}
+    g = _geometry(dev, cols, dtype)
+    eff, kst, wo, sko = (p["compute_efficiency"], p["k_step_latency_s"], p["wave_overhead_s"],
+                         p["split_k_overhead_s"])
+    bw = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
+    l2bw = dev.global_buffer_bandwidth_bytes_per_s * p["l2_efficiency"]
+
+    comp = np.maximum(g["wave_work"] / eff, g["wave_steps"] * kst) + g["waves"] * wo  # (R,T,S)
+    per_split = comp.min(axis=1)  # (R, S): the best tile for every split
+    if g["hopper"]:
+        sk = (np.maximum(g["sk_work"] / eff, g["sk_steps"] * kst) + g["sk_waves"] * wo
+              + g["sk_fixup"] * sko).min(axis=1)
+        compute = np.concatenate([per_split, sk[:, None]], axis=1)
+        extra = np.concatenate([np.where(g["split"], sko + g["partial_bytes"] / bw, 0.0),
+                                np.zeros((len(sk), 1))], axis=1)
+    else:
+        big = np.where(g["big"], comp[:, :, 0], np.inf).min(axis=1)
+        per_split[:, 0] = np.where(g["big_any"], big, per_split[:, 0])
+        compute = per_split
+        extra = np.where(g["split"], sko + g["partial_bytes"] / bw, 0.0)
+    memory = np.maximum(g["dram_bytes"] / bw, g["l2_bytes"] / l2bw) + p["memory_latency_s"]
+    time = (_smooth_max(compute, memory[:, None]) + extra).min(axis=1)
+    if "epilogue_bytes" in g:
+        time = time + g["epilogue_bytes"] / bw
+    if g["quant_bytes"] is not None:
+        time = time + g["quant_bytes"] / (dev.memory.bandwidth_bytes_per_s
+                                          * p["quantize_efficiency"])
+    return p["floor_s"] + time
+
+
+def flops(cols: dict[str, np.ndarray]) -> np.ndarray:
+    batch = np.asarray(cols.get("batch", np.ones(len(cols["m"]))), float)
+    return 2.0 * batch * np.asarray(cols["m"], float) * cols["n"] * cols["k"]
+
+
+def shape_key(cols: dict[str, np.ndarray]) -> list[str]:
+    return [f"{m},{n},{k}" for m, n, k in zip(cols["m"], cols["n"], cols["k"])]

@@ -1,0 +1,196 @@
+"""The GPU attention kernel models (simulator/gpu/attention.py) on synthetic data only."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from krakenlm.hardware import load_system
+from krakenlm.simulator.gpu import attention as A
+from krakenlm.simulator.gpu.fit import fit_model
+
+# Constants of the order the H100 tables give (TRT-LLM / FA3).
+CTX = {"floor_s": 1.2e-5, "mma_efficiency": 0.78, "softmax_s": 3e-11, "item_s": 1e-6,
+       "memory_efficiency": 0.6, "kv_passes": 2.0, "overlap_exponent": 1.1}
+GEN = {"floor_s": 6e-6, "item_s": 3.2e-6, "mha_item_s": 1e-6, "head_s": 6e-8,
+       "sm_bandwidth": 9e10, "memory_efficiency": 0.9, "l2_gain": 0.3,
+       "overlap_exponent": 1.4}
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_system("h100-80gb-x8").device
+
+
+def ctx_cols(batch, isl, heads, kv_heads, head_dim):
+    arrays = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x)) for x in
+                                   (batch, isl, heads, kv_heads, head_dim)))
+    names = ("batch", "isl", "heads", "kv_heads", "head_dim")
+    cols = {n: a.astype(np.int64) for n, a in zip(names, arrays)}
+    cols["window"] = np.zeros_like(cols["batch"])
+    return cols
+
+
+def gen_cols(batch, kv_len, heads, kv_heads, head_dim):
+    b, kv, h, k, d = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x)) for x in
+                                           (batch, kv_len, heads, kv_heads, head_dim)))
+    cols = ctx_cols(b, 1, h, k, d)
+    cols["step"] = kv.astype(np.int64) - 1
+    cols["kv_len"] = kv.astype(np.int64)
+    return cols
+
+
+ISL = np.array([1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384])
+KV_LEN = np.array([2, 16, 128, 256, 1024, 4096, 16384, 65536, 131072])
+
+
+@pytest.mark.parametrize("pack", [0.0, 1.0])
+@pytest.mark.parametrize("batch,heads,kv_heads,head_dim",
+                         [(1, 32, 8, 128), (8, 64, 8, 64), (64, 16, 16, 256), (2, 96, 1, 128)])
+def test_context_is_monotone_in_isl(h100, pack, batch, heads, kv_heads, head_dim):
+    t = A.predict_context(h100, ctx_cols(batch, ISL, heads, kv_heads, head_dim),
+                          {**CTX, "pack_gqa": pack})
+    assert np.all(np.diff(t) >= 0), t
+    assert np.all(np.isfinite(t)) and np.all(t >= CTX["floor_s"])
+
+
+@pytest.mark.parametrize("batch,heads,kv_heads,head_dim",
+                         [(1, 32, 8, 128), (64, 64, 8, 64), (512, 16, 16, 256), (2048, 8, 1, 128)])
+def test_generation_is_monotone_in_kv_len_and_batch(h100, batch, heads, kv_heads, head_dim):
+    t = A.predict_generation(h100, gen_cols(batch, KV_LEN, heads, kv_heads, head_dim), GEN)
+    assert np.all(np.diff(t) >= 0), t
+    # cold L2 (a decode step inside a model) is never faster than the warm benchmark
+    cold = A.predict_generation(h100, gen_cols(batch, KV_LEN, heads, kv_heads, head_dim), GEN,
+                                warm_l2=False)
+    assert np.all(cold >= t - 1e-15)
+    batches = np.array([1, 2, 4, 16, 64, 256, 1024])
+    tb = A.predict_generation(h100, gen_cols(batches, 4096, heads, kv_heads, head_dim), GEN)
+    assert np.all(np.diff(tb) >= 0), tb
+
+
+def test_context_never_beats_the_tensor_peak(h100):
+    """For fitted-looking constants (even optimistic ones) the causal FLOP rate stays <= peak."""
+    grid = list(itertools.product([1, 4, 32, 256], ISL, [8, 32, 96], [1, 8], [64, 128, 256]))
+    b, s, h, kv, d = (np.array(x) for x in zip(*grid))
+    kv = np.minimum(kv, h)
+    cols = ctx_cols(b, s, h, kv, d)
+    for p in (CTX, {**CTX, "mma_efficiency": 0.999, "softmax_s": 1e-15, "item_s": 1e-9,
+                    "floor_s": 1e-7, "overlap_exponent": 50.0}):
+        for pack in (0.0, 1.0):
+            for dtype in ("bf16", "fp8"):
+                t = A.predict_context(h100, cols, {**p, "pack_gqa": pack}, dtype)
+                rate = A.context_flops(cols) / t
+                assert rate.max() <= h100.matrix_rate(dtype), rate.max()
+
+
+def test_generation_gqa_with_fewer_kv_heads_is_not_slower(h100):
+    """Sharing K/V among more query heads never costs time within one kernel.
+
+    The MHA -> GQA step may: frameworks switch kernel there (TRT-LLM measured 13.6 us for
+    16 heads / 16 KV heads at batch 64, kv_len <= 128, and 24.3 us for 16 / 8), which
+    `mha_item_s` != `item_s` expresses; once bandwidth-bound, fewer KV heads win again.
+    """
+    same = {**GEN, "mha_item_s": GEN["item_s"]}
+    kvs = np.array([32, 16, 8, 4, 2, 1])
+    for batch, kv_len, head_dim in itertools.product([1, 8, 64, 512], [16, 1024, 32768],
+                                                     [64, 128, 256]):
+        t = A.predict_generation(h100, gen_cols(batch, kv_len, 32, kvs, head_dim), same)
+        assert np.all(np.diff(t) <= 1e-12), (batch, kv_len, head_dim, t)
+        t = A.predict_generation(h100, gen_cols(batch, kv_len, 32, kvs, head_dim), GEN)
+        assert np.all(np.diff(t[1:]) <= 1e-12), (batch, kv_len, head_dim, t)  # GQA kernel only
+        if kv_len >= 32768 and batch >= 8:  # bandwidth-bound: the KV bytes decide
+            assert t[1] < t[0] and t[-1] < 0.2 * t[0]
+
+
+def test_generation_is_memory_bound_for_long_caches(h100):
+    cols = gen_cols(256, 65536, 64, 8, 128)
+    t = A.predict_generation(h100, cols, GEN, "bf16")[0]
+    floor = A.generation_bytes(cols, "bf16")[0] / h100.memory.bandwidth_bytes_per_s
+    assert floor <= t <= 2 * floor
+    # an FP8 cache moves half the bytes
+    t8 = A.predict_generation(h100, cols, GEN, "fp8")[0]
+    assert 0.45 * t < t8 < 0.8 * t
+
+
+def test_plausibility_filter(h100):
+    cols = ctx_cols([1, 1, 1], [8192, 8192, 8192], [32, 32, 32], [8, 8, 8], [128, 128, 128])
+    flops = A.context_flops(cols)
+    peak = h100.matrix_rate("bf16")
+    latency = flops / np.array([2.0 * peak, 0.5 * peak, 0.5 * peak])
+    ok = A.plausible_context(h100, cols, latency, "bf16")
+    assert list(ok) == [False, True, True]
+    # what is impossible at the bf16 peak is possible at the fp8 peak (1.5x bf16 peak)
+    assert A.plausible_context(h100, cols, flops / (1.5 * peak), "fp8").all()
+    # a sliding window: the same latency is plausible once only the window's keys count
+    win = dict(cols, window=np.array([128, 128, 128]))
+    fast = flops / (4 * peak)
+    assert not A.plausible_context(h100, cols, fast).any()
+    assert A.plausible_context(h100, win, fast).all()
+
+    g = gen_cols([64, 64], [8192, 8192], [32, 32], [8, 8], [128, 128])
+    nbytes = A.generation_bytes(g, "bf16")
+    assert nbytes[0] > h100.global_buffer.capacity_bytes
+    bw = h100.memory.bandwidth_bytes_per_s
+    ok = A.plausible_generation(h100, g, nbytes / np.array([2.0 * bw, 0.8 * bw]))
+    assert list(ok) == [False, True]
+    # an L2-resident cache may beat HBM, up to the L2 bandwidth
+    small = gen_cols([1], [1024], [32], [8], [128])
+    sb = A.generation_bytes(small)
+    assert A.plausible_generation(h100, small, sb / (1.5 * bw)).all()
+    l2 = h100.global_buffer_bandwidth_bytes_per_s
+    assert not A.plausible_generation(h100, small, sb / (2 * l2)).any()
+
+
+def test_context_kernel_dtype():
+    assert A.context_kernel_dtype("trtllm", "bf16", "fp8") == "fp8"
+    assert A.context_kernel_dtype("trtllm", "bf16", "bf16") == "bf16"
+    assert A.context_kernel_dtype("vllm", "bf16", "fp8") == "bf16"
+    assert A.context_kernel_dtype("sglang", "fp8", "fp8") == "fp8"
+
+
+def test_single_row_and_scalar_inputs(h100):
+    one = {"batch": 4, "isl": 2048, "heads": 32, "kv_heads": 8, "head_dim": 128, "window": 0}
+    t = A.predict_context(h100, one, CTX)
+    assert t.shape == (1,) and 1e-5 < t[0] < 1e-2
+    g = {"batch": 4, "isl": 1, "step": 2047, "heads": 32, "kv_heads": 8, "head_dim": 128}
+    assert A.predict_generation(h100, g, GEN).shape == (1,)
+    assert A.context_key(one) == ["4,2048,32,8,128,0"]
+    assert A.generation_key(dict(g, kv_len=2048)) == ["4,1,2047,2048,32,8,128"]
+
+
+def _grid_ctx():
+    grid = list(itertools.product([1, 2, 8, 32, 128], [16, 128, 512, 2048, 8192],
+                                  [(8, 8), (32, 8), (32, 32), (64, 4), (96, 1)], [64, 128, 256]))
+    b, s, hk, d = zip(*grid)
+    h, kv = zip(*hk)
+    return ctx_cols(np.array(b), np.array(s), np.array(h), np.array(kv), np.array(d))
+
+
+def _grid_gen():
+    grid = list(itertools.product([1, 4, 16, 64, 256, 1024], [2, 128, 1024, 8192, 65536],
+                                  [(8, 8), (32, 8), (32, 32), (64, 4), (16, 1)], [64, 128, 256]))
+    b, L, hk, d = zip(*grid)
+    h, kv = zip(*hk)
+    return gen_cols(np.array(b), np.array(L), np.array(h), np.array(kv), np.array(d))
+
+
+@pytest.mark.parametrize("kind", ["context", "generation"])
+def test_synthetic_fit_recovers_known_parameters(h100, kind):
+    if kind == "context":
+        cols, truth, params = _grid_ctx(), {**CTX, "pack_gqa": 1.0}, A.CONTEXT_PARAMS
+        predict = lambda c, p: A.predict_context(h100, c, {**p, "pack_gqa": 1.0})  # noqa: E731
+        key = A.context_key(cols)
+    else:
+        cols, truth, params = _grid_gen(), GEN, A.GENERATION_PARAMS
+        predict = lambda c, p: A.predict_generation(h100, c, p)  # noqa: E731
+        key = A.generation_key(cols)
+    measured = predict(cols, truth)
+    start = {k: v * 1.3 for k, v in truth.items() if k != "pack_gqa"}
+    for k in start:
+        if params[[q.name for q in params].index(k)].kind == "fraction":
+            start[k] = min(start[k], 0.95)
+    r = fit_model(kind, predict, params, cols, measured, key, starts=[start])
+    assert r.n_fit > 100 and r.n_held_out > 100
+    assert r.mape_held_out < 1.0, (r.mape_held_out, r.params)

@@ -1,0 +1,231 @@
+"""Collective models fitted on measured kernels (simulator/gpu/collectives.py): NCCL ring / NVLS
+with NCCL's own protocol choice, and the frameworks' one-/two-shot all-reduce."""
+
+import math
+
+import numpy as np
+import pytest
+
+from krakenlm.hardware import load_system
+from krakenlm.simulator.gpu import collectives as C
+from krakenlm.simulator.gpu.fit import fit_model
+
+A100 = load_system("a100-80gb-x8")
+H100 = load_system("h100-80gb-x8")
+B200 = load_system("b200-x8")
+MiB = 2 ** 20
+
+# rounded constants of the fits on aiconfigurator-core's tables (A100: no NVLS)
+NCCL_A100 = {"floor_s": 8.1e-6, "ll_step_s": 0.95e-6, "ll_ramp_s": 2.5e-6, "ll_efficiency": 0.40,
+             "ll128_latency_s": 9.8e-6, "ll128_efficiency": 0.50, "simple_latency_s": 13.8e-6,
+             "simple_step_s": 7.5e-6, "simple_efficiency": 0.78, "ring_fill_steps": 0.47}
+NCCL_H100 = {"floor_s": 4.8e-6, "ll_step_s": 0.84e-6, "ll_ramp_s": 0.67e-6, "ll_efficiency": 0.47,
+             "ll128_latency_s": 5.5e-6, "ll128_efficiency": 0.64, "simple_latency_s": 5.8e-6,
+             "simple_step_s": 3.8e-6, "simple_efficiency": 0.83, "ring_fill_steps": 0.62,
+             "nvls_peer_s": 2.4e-6, "nvls_efficiency": 0.66}
+CUSTOM_H100 = {"oneshot_latency_s": 4.2e-6, "barrier_peer_s": 0.07e-6, "blocks_peer_s": 0.05e-6,
+               "oneshot_efficiency": 0.48, "twoshot_latency_s": 7.7e-6,
+               "twoshot_efficiency": 0.62, "eager_host_s": 22e-6}
+
+
+def rows(op, n, sizes):
+    sizes = np.asarray(sizes, float)
+    return {"op": np.full(len(sizes), op, object), "n": np.full(len(sizes), n),
+            "bytes": sizes, "graph": np.ones(len(sizes), bool)}
+
+
+def grid(ops=C.OPS, ns=(2, 4, 8), log2_sizes=range(9, 30)):
+    o, n, b = np.meshgrid(np.array(ops, object), list(ns), 2.0 ** np.array(list(log2_sizes)),
+                          indexing="ij")
+    return {"op": o.ravel(), "n": n.ravel(), "bytes": b.ravel(), "graph": np.ones(o.size, bool)}
+
+
+def saturated(p):
+    """Fitted-looking constants with every efficiency at its ceiling (the worst case for the
+    bandwidth bound)."""
+    return {k: (0.999 if k.endswith("efficiency") else v) for k, v in p.items()}
+
+
+# ----------------------------------------------------------------------------- no communication
+@pytest.mark.parametrize("system,p", [(A100, NCCL_A100), (H100, NCCL_H100)])
+def test_one_gpu_or_empty_message_costs_nothing(system, p):
+    for op in C.OPS:
+        assert np.all(C.predict_nccl(system, rows(op, 1, [1e3, 1e6, 1e9]), p) == 0.0)
+        assert C.predict_nccl(system, rows(op, 8, [0.0]), p)[0] == 0.0
+    eager = {"n": np.array([1, 1]), "bytes": np.array([1e3, 1e9]), "graph": np.array([True, False])}
+    assert np.all(C.predict_custom(system, eager, CUSTOM_H100, nccl_params=p,
+                                   handoff={1: 0.0}) == 0.0)
+
+
+# ------------------------------------------------------------------------- size and bandwidth
+@pytest.mark.parametrize("system,p", [(A100, NCCL_A100), (H100, NCCL_H100), (B200, NCCL_H100)])
+def test_latency_increases_with_message_size_at_large_sizes(system, p):
+    sizes = 2.0 ** np.arange(24, 33, 0.5)  # 16 MiB .. 4 GiB, past every protocol switch
+    for op in C.OPS:
+        for n in (2, 4, 8):
+            t = C.predict_nccl(system, rows(op, n, sizes), p)
+            assert np.all(np.diff(t) > 0), (op, n)
+            # and it approaches a bandwidth: doubling S less than doubles t, never more
+            assert np.all(t[2:] / t[:-2] <= 2.0 + 1e-9)
+    for n in (2, 4, 8):
+        t = C.predict_custom(system, rows("all_reduce", n, sizes), CUSTOM_H100,
+                             oneshot_below=C.ONESHOT_BELOW["vllm"])
+        assert np.all(np.diff(t) > 0)
+
+
+@pytest.mark.parametrize("system,p", [(A100, NCCL_A100), (H100, NCCL_H100), (B200, NCCL_H100)])
+def test_bytes_moved_never_exceed_the_port_bandwidth(system, p):
+    port = system.interconnect.links_per_device * system.interconnect.link_bandwidth_bytes_per_s
+    cols = grid(log2_sizes=range(9, 34))
+    for params in (p, saturated(p)):
+        t = C.predict_nccl(system, cols, params)
+        assert np.all(C.nccl_wire_bytes(system, cols) / t <= port)
+        ring_rows = C.nccl_choice(system, cols) != C.PROTOCOLS.index("nvls")
+        bus = np.array([C.bus_bandwidth(o, n, s, x) for o, n, s, x
+                        in zip(cols["op"], cols["n"], cols["bytes"], t)])
+        assert np.all(bus[ring_rows] <= port)  # rings: nccl-tests' bus bandwidth is the port's
+    for below in (C.ONESHOT_BELOW["vllm"], None):
+        for n in (2, 4, 8):
+            sizes = 2.0 ** np.arange(8, 34)
+            t = C.predict_custom(system, rows("all_reduce", n, sizes), saturated(CUSTOM_H100),
+                                 oneshot_below=below)
+            assert np.all(C.bus_bandwidth("all_reduce", n, sizes, t) <= port)
+
+
+def test_nvls_bus_bandwidth_can_pass_the_port_but_its_traffic_cannot():
+    """NCCL's bus bandwidth assumes a ring's 2(n-1)/n S per GPU; NVLS moves (n+1)/n S."""
+    cols = rows("all_reduce", 8, [8 * 2.0 ** 30])
+    assert C.nccl_choice(H100, cols)[0] == C.PROTOCOLS.index("nvls")
+    t = C.predict_nccl(H100, cols, NCCL_H100)[0]
+    port = C.port_bandwidth(H100)
+    assert C.bus_bandwidth("all_reduce", 8, cols["bytes"][0], t) > port
+    assert C.nccl_wire_bytes(H100, cols)[0] / t < port
+
+
+def test_bytes_are_the_whole_buffer_as_in_nccl_tests():
+    """All-gather of S bytes (the gathered output) over n GPUs moves (n-1)/n S per GPU, so 8 GPUs
+    take less than twice as long as 2 at large S (per-GPU input bytes would make it 7x)."""
+    big = [2.0 ** 29]
+    t2 = C.predict_nccl(A100, rows("all_gather", 2, big), NCCL_A100)[0]
+    t8 = C.predict_nccl(A100, rows("all_gather", 8, big), NCCL_A100)[0]
+    assert 1.0 < t8 / t2 < 1.5
+    # reduce-scatter of S moves the same bytes as all-gather of S; all-reduce twice that
+    rs = C.predict_nccl(A100, rows("reduce_scatter", 8, big), NCCL_A100)[0]
+    ar = C.predict_nccl(A100, rows("all_reduce", 8, big), NCCL_A100)[0]
+    assert rs == pytest.approx(t8) and 1.8 < ar / rs < 2.1
+
+
+# ------------------------------------------------------------------------------ NCCL's choice
+def test_protocol_choice_follows_nccl_tuner():
+    choice = {k: i for i, k in enumerate(C.PROTOCOLS)}
+    # A100, 2 GPUs: NCCL's model moves all-reduce from LL to Simple at ~1 MB (measured: 19 us at
+    # 512 KiB, 41 us at 1 MiB)
+    pick = C.nccl_choice(A100, rows("all_reduce", 2, [512 * 1024, MiB]))
+    assert list(pick) == [choice["ll"], choice["simple"]]
+    # LL128 only where many steps amortise its latency: 8-GPU rings, mid sizes
+    assert choice["ll128"] in C.nccl_choice(A100, rows("all_reduce", 8, 2.0 ** np.arange(20, 26)))
+    small_ring = C.nccl_choice(A100, rows("all_gather", 2, 2.0 ** np.arange(9, 30)))
+    assert choice["ll128"] not in small_ring
+    # NVLS: all-reduce on NVLink SHARP fabrics with more than 2 GPUs (nvls.cc), from ~1 MiB
+    sizes = 2.0 ** np.arange(9, 31)
+    assert choice["nvls"] not in C.nccl_choice(A100, rows("all_reduce", 8, sizes))
+    assert choice["nvls"] not in C.nccl_choice(H100, rows("all_reduce", 2, sizes))
+    assert choice["nvls"] not in C.nccl_choice(H100, rows("all_gather", 8, sizes))
+    h8 = C.nccl_choice(H100, rows("all_reduce", 8, sizes))
+    assert h8[0] == choice["ll"] and np.all(h8[sizes >= 2 * MiB] == choice["nvls"])
+
+
+def test_nvls_constants_missing_fall_back_on_the_ring():
+    ring_only = {k: v for k, v in NCCL_H100.items() if not k.startswith("nvls")}
+    t = C.predict_nccl(H100, rows("all_reduce", 8, [64 * MiB]), ring_only)
+    assert np.isfinite(t).all() and t[0] > 0
+
+
+def test_unknown_collective_is_an_error():
+    with pytest.raises(ValueError, match="all_to_all"):
+        C.predict_nccl(H100, rows("all_to_all", 8, [1e6]), NCCL_H100)
+
+
+# ----------------------------------------------------------------------- framework all-reduce
+def test_custom_handoff_eager_and_kernel_switch():
+    sizes = 2.0 ** np.arange(10, 30)
+    cols = rows("all_reduce", 8, sizes)
+    handoff = {8: 8 * MiB}
+    t = C.predict_custom(H100, cols, CUSTOM_H100, nccl_params=NCCL_H100, handoff=handoff,
+                         oneshot_below=C.ONESHOT_BELOW["vllm"])
+    nccl = C.predict_nccl(H100, cols, NCCL_H100)
+    above = sizes > 8 * MiB
+    assert np.allclose(t[above], nccl[above]) and not np.allclose(t[~above], nccl[~above])
+    # vLLM on 8 GPUs: one-shot below 256 KiB, two-shot from it
+    one_only = C.predict_custom(H100, cols, CUSTOM_H100, oneshot_below=C.ONESHOT_BELOW["trtllm"])
+    at = sizes == 256 * 1024
+    assert t[at][0] < one_only[at][0]
+    # eager: the host time for small messages, device time + the input clone for large ones
+    eager = dict(cols, graph=np.zeros(len(sizes), bool))
+    te = C.predict_custom(H100, eager, CUSTOM_H100, nccl_params=NCCL_H100, handoff=handoff,
+                          oneshot_below=C.ONESHOT_BELOW["vllm"])
+    assert np.all(te >= t) and te[0] == pytest.approx(CUSTOM_H100["eager_host_s"], rel=0.01)
+    copy = 2 * sizes[-1] / H100.device.memory.bandwidth_bytes_per_s
+    assert te[-1] == pytest.approx(t[-1] + copy, rel=0.01)
+    with pytest.raises(ValueError, match="eager_host_s"):
+        C.predict_custom(H100, eager, {k: v for k, v in CUSTOM_H100.items() if k != "eager_host_s"})
+
+
+def test_detect_handoff_reads_the_switch_to_nccl():
+    sizes = 2.0 ** np.arange(8, 31)
+    cols = {"n": np.repeat([2, 8], len(sizes)), "bytes": np.tile(sizes, 2),
+            "graph": np.ones(2 * len(sizes), bool)}
+    nccl = np.tile(20e-6 + sizes / 2e11, 2)
+    measured = nccl.copy()
+    own = cols["bytes"] < 8 * MiB
+    measured[own] *= 0.5
+    measured[(cols["n"] == 2) & ~own] *= 1.05  # within tolerance: still NCCL's
+    nccl[(cols["bytes"] == 2.0 ** 30)] = np.nan  # not measured by NCCL: ignored
+    got = C.detect_handoff(cols, measured, nccl)
+    assert got == {2: pytest.approx(math.sqrt(4 * MiB * 8 * MiB)),
+                   8: pytest.approx(math.sqrt(4 * MiB * 8 * MiB))}
+    # a framework whose largest messages are its own has no hand-off
+    assert C.detect_handoff(cols, nccl * 0.5, nccl) == {}
+
+
+def test_split_keys_hold_a_size_out_of_both_tables():
+    c = {"op": np.array(["all_reduce"], object), "n": np.array([8]), "bytes": np.array([4096]),
+         "graph": np.array([True])}
+    assert C.nccl_key(c) == C.custom_key(c) == ["all_reduce,8,4096,1"]
+    assert C.custom_key(dict(c, graph=np.array([False]))) == ["all_reduce,8,4096,0"]
+
+
+def test_parameter_sets_match_the_fabric():
+    assert [p.name for p in C.nccl_params_for(A100) if p.name.startswith("nvls")] == []
+    assert C.nccl_params_for(H100) == C.NCCL_PARAMS
+    names = [p.name for p in C.custom_params_for(False, twoshot=False)]
+    assert "eager_host_s" not in names and not any(n.startswith("twoshot") for n in names)
+    assert C.oneshot_below_for("trtllm", B200) is None
+    assert C.oneshot_below_for("vllm", H100) == C.ONESHOT_BELOW["vllm"]
+
+
+# ------------------------------------------------------------------------- synthetic recovery
+def test_synthetic_nccl_fit_recovers_its_constants():
+    cols = grid()
+    truth = NCCL_H100
+    measured = C.predict_nccl(H100, cols, truth)
+    r = fit_model("synthetic nccl", lambda c, p: C.predict_nccl(H100, c, p), C.NCCL_PARAMS,
+                  cols, measured, C.nccl_key(cols))
+    assert r.mape_held_out < 1.0
+    for name in ("floor_s", "ll_step_s", "ll_efficiency", "simple_latency_s", "simple_step_s",
+                 "simple_efficiency", "ring_fill_steps", "nvls_peer_s", "nvls_efficiency"):
+        assert r.params[name] == pytest.approx(truth[name], rel=0.03), name
+
+
+def test_synthetic_custom_fit_recovers_its_constants():
+    n, b, g = np.meshgrid([2, 4, 8], 2.0 ** np.arange(8, 30), [True, False], indexing="ij")
+    cols = {"n": n.ravel(), "bytes": b.ravel(), "graph": g.ravel()}
+    below = C.ONESHOT_BELOW["vllm"]
+    measured = C.predict_custom(H100, cols, CUSTOM_H100, oneshot_below=below)
+    r = fit_model("synthetic custom",
+                  lambda c, p: C.predict_custom(H100, c, p, oneshot_below=below),
+                  C.CUSTOM_PARAMS, cols, measured, C.custom_key(cols))
+    assert r.mape_held_out < 1.0
+    for name in ("oneshot_latency_s", "oneshot_efficiency", "twoshot_latency_s",
+                 "twoshot_efficiency", "eager_host_s"):
+        assert r.params[name] == pytest.approx(CUSTOM_H100[name], rel=0.03), name

@@ -1,0 +1,164 @@
+"""Calibration from measured kernel tables: the adapter, the fit/held-out split, the stored
+constants, and the CLI's errors. Synthetic tables in aiconfigurator's layout (aic_fixture)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from aic_fixture import ELEMENTWISE_PARAMS, GEMM_PARAMS, gemm_shapes, write_tables
+from krakenlm.cli import main
+from krakenlm.hardware import load_system
+from krakenlm.simulator.gpu import gemm, store
+from krakenlm.simulator.gpu.calibrate import calibrate
+from krakenlm.simulator.gpu.fit import FitError, fit_half, fit_model
+from krakenlm.simulator.sources import aiconfigurator as aic
+
+pytest.importorskip("pyarrow")
+H100 = load_system("h100-80gb-x8")
+
+
+@pytest.fixture
+def tables(tmp_path):
+    return write_tables(tmp_path / "tables")
+
+
+def test_adapter_normalises_units_and_keeps_the_fastest_kernel(tables):
+    t = aic.read_gemm("h100-80gb-x8", "trtllm", root=str(tables))
+    assert len(t) == len(gemm_shapes())  # the slower duplicate of the first shape is gone
+    assert any("fastest kernel per shape" in n for n in t.notes)
+    m, n, k = 1, 512, 512
+    i = np.flatnonzero((t.columns["m"] == m) & (t.columns["n"] == n) & (t.columns["k"] == k))[0]
+    expected = gemm.predict(H100.device, {"m": np.array([m]), "n": np.array([n]),
+                                          "k": np.array([k])}, GEMM_PARAMS, "bf16")[0]
+    assert t.latency_s[i] == pytest.approx(expected)  # ms in the file, seconds here
+    assert set(t.columns["dtype"]) == {"bf16"}
+
+
+def test_adapter_errors_name_what_is_missing(tmp_path, tables):
+    with pytest.raises(aic.CalibrationSourceError, match="no gemm tables for framework 'vllm'"):
+        aic.read_gemm("h100-80gb-x8", "vllm", root=str(tables))
+    with pytest.raises(aic.CalibrationSourceError, match="systems with tables"):
+        aic.read_gemm("mi210-x4", "trtllm", root=str(tables))
+    with pytest.raises(aic.CalibrationSourceError, match="the tables have no system 'a100_sxm'"):
+        aic.read_gemm("a100-80gb-x8", "trtllm", root=str(tables))
+    # a table whose columns are not the expected ones
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    bad = tmp_path / "bad" / "data" / "h100_sxm" / "gemm" / "trtllm" / "1.0" / "gemm_perf.parquet"
+    bad.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"m": [1], "n": [2], "latency": [0.1]}), bad)
+    with pytest.raises(aic.CalibrationSourceError, match=r"missing column\(s\) \['k', 'gemm_dtype'"):
+        aic.read_gemm("h100-80gb-x8", "trtllm", root=str(tmp_path / "bad"))
+
+
+def test_split_is_by_shape_and_stable():
+    keys = gemm.shape_key({"m": [1, 1, 2], "n": [3, 3, 4], "k": [5, 5, 6]})
+    half = fit_half(keys)
+    assert half[0] == half[1]  # the same shape is always in the same half
+    assert list(half) == list(fit_half(keys))
+
+
+def test_fit_recovers_known_constants_and_scores_the_other_half(tables):
+    t = aic.read_gemm("h100-80gb-x8", "trtllm", root=str(tables))
+    r = fit_model("gemm", lambda c, p: gemm.predict(H100.device, c, p, "bf16"), gemm.PARAMS,
+                  t.columns, t.latency_s, gemm.shape_key(t.columns))
+    assert r.n_fit + r.n_held_out == len(t)
+    assert r.mape_held_out < 1.0
+    assert r.params["floor_s"] == pytest.approx(GEMM_PARAMS["floor_s"], rel=0.05)
+
+
+def test_fit_never_sees_the_held_out_half(tables):
+    t = aic.read_gemm("h100-80gb-x8", "trtllm", root=str(tables))
+    held = ~fit_half(gemm.shape_key(t.columns))
+    corrupted = t.latency_s.copy()
+    corrupted[held] *= 7.0  # garbage in the held-out half must not move the constants
+    predict = lambda c, p: gemm.predict(H100.device, c, p, "bf16")  # noqa: E731
+    a = fit_model("gemm", predict, gemm.PARAMS, t.columns, t.latency_s, gemm.shape_key(t.columns))
+    b = fit_model("gemm", predict, gemm.PARAMS, t.columns, corrupted, gemm.shape_key(t.columns))
+    assert a.params == b.params
+    assert b.mape_held_out == pytest.approx(100 * (1 - 1 / 7), rel=1e-3)  # and it is scored
+
+
+def test_too_few_points_is_a_fit_error():
+    cols = {"m": np.array([1, 2, 3]), "n": np.array([4, 5, 6]), "k": np.array([7, 8, 9])}
+    n = len(gemm.PARAMS)
+    with pytest.raises(FitError, match=f"fitting {n} constants needs at least {4 * n}"):
+        fit_model("gemm", lambda c, p: gemm.predict(H100.device, c, p), gemm.PARAMS, cols,
+                  np.ones(3) * 1e-5, gemm.shape_key(cols))
+
+
+def test_calibration_file_round_trip_and_device_lookup(tables, tmp_path):
+    cal = calibrate("h100-80gb-x8", ["trtllm"], str(tables), command="test")
+    assert cal.device_key == "H100"
+    e = cal.entry("trtllm", "elementwise", "any")
+    assert e.params["memory_efficiency"] == pytest.approx(ELEMENTWISE_PARAMS["memory_efficiency"],
+                                                          rel=0.02)
+    assert e.fit["mape_held_out_pct"] < 1.0
+    path = store.save(cal, tmp_path / "H100.yaml")
+    assert not list(tmp_path.glob(".H100.yaml.*"))  # no temporary file left behind
+    again = store.load_file(path)
+    assert again.entry("trtllm", "gemm", "bf16").params == pytest.approx(
+        cal.entry("trtllm", "gemm", "bf16").params, rel=1e-5)
+    # the longest device key that is part of the name wins: GB200 is not B200
+    b200 = store.DeviceCalibration("B200")
+    gb200 = store.DeviceCalibration("GB200")
+    assert store.for_device(load_system("gb200-nvl72").device, (b200, gb200)) is gb200
+    assert store.for_device(load_system("b200-x8").device, (b200, gb200)) is b200
+
+
+def test_malformed_calibration_file_is_a_clear_error(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("meta: {format: 1, device_key: X}\n")
+    with pytest.raises(store.GpuCalibrationError, match="re-run `krakenlm sim calibrate`"):
+        store.load_file(p)
+    p.write_text("frameworks: {}\n")
+    with pytest.raises(store.GpuCalibrationError, match="no meta section"):
+        store.load_file(p)
+
+
+def test_calibrate_cli_writes_merges_and_fails_cleanly(tables, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "cal.yaml"
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "calibrate", "--source", "aiconfigurator", "--system", "h100-80gb-x8",
+              "--tables", str(tables), "--output", str(out)])
+    assert exc.value.code == 0
+    assert "wrote" in capsys.readouterr().out
+    data = store.load_file(out)
+    assert data.meta["command"].startswith("krakenlm sim calibrate --source aiconfigurator")
+    for argv, message in (
+            (["--system", "h100-80gb-x8", "--framework", "sglang"], "no sglang kernels"),
+            (["--system", "mi210-x4"], "no aiconfigurator tables for system 'mi210-x4'"),
+            ([], "needs --system"),
+            (["--system", "h100-80gb-x8", "--framework", "tgi"], "unknown framework 'tgi'")):
+        with pytest.raises(SystemExit) as exc:
+            main(["sim", "calibrate", "--source", "aiconfigurator", "--tables", str(tables),
+                  "--output", str(out), *argv])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and message in err and "\n" not in err
+    # a source that is not installed: say how to install it
+    monkeypatch.delenv("KRAKENLM_AIC_TABLES", raising=False)
+    monkeypatch.setattr(aic, "package_root", lambda: (_ for _ in ()).throw(
+        aic.CalibrationSourceError("the calibration source 'aiconfigurator' is not installed; "
+                                   + aic.INSTALL_HINT)))
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "calibrate", "--source", "aiconfigurator", "--system", "h100-80gb-x8",
+              "--output", str(out)])
+    assert exc.value.code == 2
+    assert "pip install 'krakenlm[calibrate]'" in capsys.readouterr().err
+    assert json.dumps(store.load_file(out).to_dict())  # the earlier file is untouched
+
+
+def test_package_root_without_the_extra_says_how_to_install(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name == "aiconfigurator_core":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(aic.CalibrationSourceError, match=r"pip install 'krakenlm\[calibrate\]'"):
+        aic.package_root()
