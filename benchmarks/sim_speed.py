@@ -1,18 +1,25 @@
-"""Simulator speed, measured as cold processes pinned to one core.
+"""Simulator speed: cold CLI runs, warm in-process queries, and the decode fast path's error.
 
-    python benchmarks/sim_speed.py [--repeats 5]
+    python benchmarks/sim_speed.py [--repeats 5] [--json OUT.json]
 
-Times (wall clock, median of the repeats, each a fresh `krakenlm` process under `taskset -c 0`):
-  1. the issue's run: GPT-3 175B on a100-80gb-x4, TP 4, batch 8, prompt 2048, 1024 generated
-     tokens, every decode step simulated (--skip-memory-check: at fp16 it does not fit in 80 GB,
-     which the simulator reports; the timing is of the same work the original tool did);
-  2. `krakenlm sim sweep` over its default 100 configurations.
+1. Cold CLI: fresh `krakenlm sim run ... --json` processes pinned to one core (`taskset -c 0`),
+   wall clock including Python start-up and imports, median of the repeats:
+   Llama-2-70B on 8x A100 (prefill 1024 + 1023 decode steps), and GPT-3 175B on 4x A100 at
+   batch 8, prompt 2048, 1024 generated tokens.
+2. Warm API: one `Simulator` session (krakenlm.simulator.Simulator), timed per query after a
+   warm-up, on one core: the same query repeated, and a sweep of distinct queries (64 prompt
+   lengths), prefill only (gen 1) and prefill + 1023 decode steps.
+3. Decode error bound: the fast decode path (exact when no collective can overlap the
+   attention, sampled every 32nd step otherwise) against scheduling every step exactly, over
+   the Kraken TTFT grid's engines and prompt lengths: the largest relative difference of the
+   end-to-end time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -21,42 +28,91 @@ import time
 from pathlib import Path
 
 KRAKENLM = str(Path(sys.executable).with_name("krakenlm"))
-RUN_175B = [KRAKENLM, "sim", "run", "--system", "a100-80gb-x4", "--model", "gpt3-175b",
-            "--tp", "4", "--batch", "8", "--prompt", "2048", "--gen", "1024",
-            "--skip-memory-check", "--json"]
-SWEEP_100 = [KRAKENLM, "sim", "sweep", "--json"]
+COLD_RUNS = {
+    "llama2-70b, a100-80gb-x8, TP 8, prompt 1024, gen 1024": [
+        "sim", "run", "--system", "a100-80gb-x8", "--model", "llama2-70b", "--tp", "8",
+        "--batch", "1", "--prompt", "1024", "--gen", "1024", "--json"],
+    "gpt3-175b, a100-80gb-x4, TP 4, batch 8, prompt 2048, gen 1024": [
+        "sim", "run", "--system", "a100-80gb-x4", "--model", "gpt3-175b", "--tp", "4",
+        "--batch", "8", "--prompt", "2048", "--gen", "1024", "--skip-memory-check", "--json"],
+}
 
 
-def timed(cmd: list[str], repeats: int) -> tuple[list[float], str]:
+def cold(repeats: int) -> dict:
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    times, out = [], ""
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = subprocess.run(pin + cmd, check=True, capture_output=True, text=True).stdout
-        times.append(time.perf_counter() - start)
-    return times, out
+    out = {}
+    for label, args in COLD_RUNS.items():
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            subprocess.run(pin + [KRAKENLM] + args, check=True, capture_output=True)
+            times.append(time.perf_counter() - start)
+        out[label] = {"command": " ".join(pin + ["krakenlm"] + args),
+                      "median_s": statistics.median(times), "all_s": times}
+    return out
+
+
+def warm(repeats: int) -> dict:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {0})
+    from krakenlm.models import get_preset
+    from krakenlm.simulator import Simulator
+
+    cfg = get_preset("llama2-70b")
+    out = {}
+    for gen in (1, 1024):
+        sim = Simulator("a100-80gb-x8")
+        sim.run(cfg, 8, 1, 1024, gen)  # warm-up
+        same = []
+        for _ in range(max(20, repeats)):
+            t = time.perf_counter()
+            sim.run(cfg, 8, 1, 1024, gen)
+            same.append(time.perf_counter() - t)
+        sweep_sim = Simulator("a100-80gb-x8")
+        sweep_sim.run(cfg, 8, 1, 100, gen)  # warm-up: imports, first kernels
+        distinct = []
+        for prompt in range(128, 128 + 64 * 61, 61):  # 64 distinct prompt lengths
+            t = time.perf_counter()
+            sweep_sim.run(cfg, 8, 1, prompt, gen)
+            distinct.append(time.perf_counter() - t)
+        key = "prefill only" if gen == 1 else "prefill + 1023 decode steps"
+        out[key] = {"same_query_median_ms": statistics.median(same) * 1e3,
+                    "distinct_queries_median_ms": statistics.median(distinct) * 1e3,
+                    "distinct_queries_max_ms": max(distinct) * 1e3, "queries": len(distinct)}
+    return out
+
+
+def decode_error() -> dict:
+    from krakenlm.models import get_preset
+    from krakenlm.simulator import simulate
+    from krakenlm.studies.kraken_ttft import DEGREES, SHAPES
+
+    worst, cases, methods = 0.0, 0, set()
+    for shape in SHAPES:
+        for d in DEGREES:
+            for suffix in ("", "-hc"):
+                cfg = get_preset(f"kraken-{shape}-{d}way{suffix}")
+                for prompt in (128, 2048):
+                    fast = simulate(cfg, "a100-80gb-x8", d, 1, prompt, 512, check_memory=False)
+                    exact = simulate(cfg, "a100-80gb-x8", d, 1, prompt, 512, check_memory=False,
+                                     exact_decode=True)
+                    worst = max(worst, abs(fast.e2e_s / exact.e2e_s - 1))
+                    methods.add(fast.decode_method)
+                    cases += 1
+    return {"cases": cases, "max_relative_error_e2e": worst, "methods": sorted(methods)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", default=None, help="Also write the report here.")
     args = parser.parse_args()
-    run_times, run_out = timed(RUN_175B, args.repeats)
-    run = json.loads(run_out)
-    sweep_times, sweep_out = timed(SWEEP_100, args.repeats)
-    sweep = json.loads(sweep_out)
-    report = {
-        "gpt3_175b_run": {"command": "taskset -c 0 " + " ".join(["krakenlm"] + RUN_175B[1:]),
-                          "median_s": statistics.median(run_times), "all_s": run_times,
-                          "decode_steps": run["gen_tokens"] - 1, "ttft_s": run["ttft_s"],
-                          "tpot_s": run["tpot_s"], "e2e_s": run["e2e_s"],
-                          "memory_bytes_per_device": run["memory_bytes_per_device"],
-                          "fits": run["memory"]["fits"]},
-        "sweep_100": {"command": "taskset -c 0 " + " ".join(["krakenlm"] + SWEEP_100[1:]),
-                      "configurations": sweep["configurations"],
-                      "median_s": statistics.median(sweep_times), "all_s": sweep_times},
-    }
-    print(json.dumps(report, indent=2))
+    report = {"cold_cli": cold(args.repeats), "warm_api": warm(args.repeats),
+              "decode_fast_path": decode_error()}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -29,13 +29,23 @@ def test_tiny_presets_are_parameter_matched():
 
 @pytest.mark.parametrize("size", ["1.3b", "6.7b", "13b", "175b"])
 @pytest.mark.parametrize("degree", [4, 8])
-def test_large_kraken_engines_follow_param_matching_rule(size, degree):
+def test_large_kraken_engines_follow_param_matching_rules(size, degree):
     gpt = get_preset(f"gpt3-{size}")
-    kraken = get_preset(f"kraken-gpt3-{size}-{degree}way")
-    assert kraken.n_layers == gpt.n_layers
-    assert kraken.total_heads == gpt.n_heads
-    assert kraken.ffn_dim == 2 * kraken.d_model
-    assert abs(kraken.num_params() - gpt.num_params()) / gpt.num_params() < 0.01
+    # head-count rule (the spec's): total heads kept, parameters within 1 %
+    hc = get_preset(f"kraken-gpt3-{size}-{degree}way-hc")
+    assert hc.n_layers == gpt.n_layers and hc.total_heads == gpt.n_heads
+    assert hc.ffn_dim == 2 * hc.d_model
+    assert abs(hc.num_params() - gpt.num_params()) / gpt.num_params() < 0.01
+    # engine rule (default): heads of 128 or 64, width a multiple of 64, within 2.5 %
+    engine = get_preset(f"kraken-gpt3-{size}-{degree}way")
+    assert engine.n_layers == gpt.n_layers and engine.ffn_dim == 2 * engine.d_model
+    assert engine.head_dim == (128 if engine.d_model % 128 == 0 else 64)
+    assert engine.d_model % 64 == 0
+    assert abs(engine.num_params() - gpt.num_params()) / gpt.num_params() < 0.025
+    # and no multiple of 64 is closer in parameters
+    for e in (engine.d_model - 64, engine.d_model + 64):
+        other = engine.replace(d_model=e, n_heads=e // (128 if e % 128 == 0 else 64), ffn_dim=2 * e)
+        assert abs(other.num_params() - gpt.num_params()) >= abs(engine.num_params() - gpt.num_params())
 
 
 def test_gpt2_124m_is_the_known_shape():

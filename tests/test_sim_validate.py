@@ -62,13 +62,15 @@ def test_fit_never_sees_the_held_out_half():
 def test_validate_cli_json_csv_plot(tmp_path, capsys):
     csv_path, png = tmp_path / "v.csv", tmp_path / "v.png"
     with pytest.raises(SystemExit) as exc:
-        main(["sim", "validate", "--measured", str(MEASURED), "--json", "--csv", str(csv_path),
-              "--plot", str(png)])
+        main(["sim", "validate", "--measured", str(MEASURED), "--level", "layers", "--json",
+              "--csv", str(csv_path), "--plot", str(png)])
     assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) >= {"ops", "overall_mape", "layer"}
-    assert {"device", "op", "n", "mape"} <= set(out["ops"][0])
-    assert out["overall_mape"] < 5.0
+    assert set(out) >= {"llmcompass", "layers", "skipped"}
+    llmcompass = out["llmcompass"]
+    assert set(llmcompass) >= {"ops", "overall_mape", "layer"}
+    assert {"device", "op", "n", "mape"} <= set(llmcompass["ops"][0])
+    assert llmcompass["overall_mape"] < 5.0
     assert csv_path.read_text().count("\n") > 200
     assert png.read_bytes()[:4] == b"\x89PNG"
 

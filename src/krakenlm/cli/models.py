@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.table import Table
 
 from ..models import PRESETS
 from . import app
-from ._console import stdout_console
+from ._console import stdout_console, table as _table
 
 
 @app.command("models")
@@ -20,7 +19,7 @@ def list_models(as_json: bool = typer.Option(False, "--json", help="Print a JSON
                 for name, cfg in PRESETS.items()]
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title="krakenlm model presets (e, h, FFN are per sub-layer; d = sub-layers)")
+    table = _table(title="krakenlm model presets (e, h, FFN are per sub-layer; d = sub-layers)")
     for column in ("name", "arch", "L", "d", "e", "h", "FFN", "vocab", "ctx", "params"):
         table.add_column(column, justify="left" if column in ("name", "arch") else "right",
                          no_wrap=True)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ..errors import KrakenError
 from . import app
+from ._console import stdout_console, table as _table
 
 sim_app = typer.Typer(help="Hardware simulator: predict LLM inference latency, memory and cost.",
                       no_args_is_help=True)
@@ -36,7 +35,7 @@ def systems(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title="krakenlm hardware presets (per device)")
+    table = _table(title="krakenlm hardware presets (per device)")
     for col in ("name", "device", "n", "topology", "16-bit TFLOP/s", "memory GiB", "mem TB/s",
                 "links x GB/s/dir"):
         table.add_column(col, justify="left" if col in ("name", "device", "topology") else "right")
@@ -45,7 +44,7 @@ def systems(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
                       f"{r['fp16_flops_per_s'] / 1e12:,.0f}", f"{r['memory_bytes'] / 2**30:,.0f}",
                       f"{r['memory_bandwidth_bytes_per_s'] / 1e12:.2f}",
                       f"{r['links_per_device']} x {r['link_bandwidth_bytes_per_s'] / 1e9:g}")
-    Console().print(table)
+    stdout_console().print(table)
 
 
 def _device_systems(pairs: list[str] | None) -> dict[str, str] | None:
@@ -68,11 +67,103 @@ _DEVICE_SYSTEM_HELP = ("Which system a device name in the file names ran on, DEV
 
 @sim_app.command("calibrate")
 def calibrate(
-    measured: str = typer.Option(..., "--measured", help="Directory of measurements (format of shared/data/measured)."),
-    output: str = typer.Option(None, "--output", "-o", help="Where to write the constants (default: the package's calibration.yaml)."),
+    source: str = typer.Option("llmcompass", "--source", help="aiconfigurator (NVIDIA's measured kernel tables; needs `pip install 'krakenlm[calibrate]'`), vidur (streaming kernels per kind from real Llama-2-70B layers, merged into a GPU file) or llmcompass (a directory of measurements, --measured)."),
+    system: str = typer.Option(None, "--system", help="aiconfigurator: the system preset to calibrate (e.g. h100-80gb-x8)."),
+    framework: list[str] = typer.Option(None, "--framework", help="aiconfigurator: trtllm, vllm or sglang (repeatable; default: every framework measured on the system)."),
+    tables: str = typer.Option(None, "--tables", help="aiconfigurator: a directory in the layout of aiconfigurator_core/systems (your own collected tables) instead of the installed package."),
+    measured: str = typer.Option(None, "--measured", help="llmcompass: directory of measurements (format of shared/data/measured)."),
+    output: str = typer.Option(None, "--output", "-o", help="Where to write the constants (default: ./calibration-<DEVICE>.yaml, or ./calibration.yaml for llmcompass)."),
+    install: bool = typer.Option(False, "--install", help="Write into the package's shipped calibration files instead (what the presets use by default)."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
 ) -> None:
-    """Fit the simulator's constants on the fit half (even rows) of a measurement directory."""
+    """Fit the simulator's constants: per GPU and framework from measured kernel tables
+    (aiconfigurator), or the template constants from a measurement directory (llmcompass).
+    Constants are fitted on one half of the shapes and scored on the other half."""
+    if source == "aiconfigurator":
+        _calibrate_aiconfigurator(system, framework, tables, output, install, measured)
+    elif source == "vidur":
+        _calibrate_vidur(system, output, install)
+    elif source == "llmcompass":
+        _calibrate_llmcompass(measured, output, install, device_system, system)
+    else:
+        raise KrakenError(f"--source {source!r}: use aiconfigurator, vidur or llmcompass")
+
+
+def _calibrate_vidur(system: str | None, output: str | None, install: bool) -> None:
+    """Streaming kernels per kind (norm, activation, rotary, residual) from Vidur's layers,
+    merged into the device's GPU calibration file."""
+    from pathlib import Path
+
+    from ..simulator.gpu import calibrate as gcal
+    from ..simulator.gpu import store
+    from ..simulator.gpu.calibrate_layers import calibrate_layers
+
+    if not system:
+        raise KrakenError("--source vidur needs --system (a100-80gb-x8 or h100-80gb-x8: the GPUs "
+                          "Vidur's layer profiles were measured on)")
+    if install and output:
+        raise KrakenError("give either --output or --install, not both")
+    key = gcal.device_key(system)
+    path = Path(output) if output else (store.shipped_dir() / f"{key}.yaml" if install
+                                        else Path(f"calibration-{key}.yaml"))
+    if not path.is_file():
+        raise KrakenError(f"{path} does not exist: calibrate the kernel tables first "
+                          f"(krakenlm sim calibrate --source aiconfigurator --system {system})")
+    cal = store.load_file(path)
+    fits = calibrate_layers(system, cal)
+    if not fits:
+        raise KrakenError(f"the layer measurements have no streaming-kernel rows for {system}")
+    for kind, r in fits:
+        print(f"  vllm    elementwise ({kind:10s}) n={r.n_fit:>4}  fit {r.mape_fit:5.1f} %  "
+              f"held-out {r.mape_held_out:5.1f} %")
+    store.save(cal, path)
+    print(f"wrote {path}")
+
+
+def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, tables: str | None,
+                              output: str | None, install: bool, measured: str | None) -> None:
+    from pathlib import Path
+
+    from ..simulator.gpu import calibrate as gcal
+    from ..simulator.gpu import store
+    from ._console import stderr_console
+
+    if measured:
+        raise KrakenError("--measured belongs to --source llmcompass; aiconfigurator reads the "
+                          "installed tables (or --tables DIR)")
+    if not system:
+        raise KrakenError("--source aiconfigurator needs --system, e.g. --system h100-80gb-x8")
+    gcal.check(system, frameworks or None, tables)
+    key = gcal.device_key(system)
+    if install and output:
+        raise KrakenError("give either --output or --install, not both")
+    path = Path(output) if output else (store.shipped_dir() / f"{key}.yaml" if install
+                                        else Path(f"calibration-{key}.yaml"))
+    base = store.load_file(path) if path.is_file() else None
+    if base is not None and base.device_key != key:
+        raise KrakenError(f"{path} holds constants of {base.device_key}, not {key}; choose another "
+                          "--output")
+    err = stderr_console()
+    command = "krakenlm sim calibrate --source aiconfigurator --system " + system + "".join(
+        f" --framework {f}" for f in frameworks or [])
+
+    def progress(job, result, problem):  # job: a gpu.calibrate.Dataset
+        if result is None:
+            err.print(f"  skipped {job.framework} {job.family} {job.variant}: {problem}")
+        else:
+            err.print(f"  {job.framework:7s} {job.family:22s} {job.variant:5s} n={result.n_fit:>6,}"
+                      f"  fit {result.mape_fit:5.1f} %  held-out {result.mape_held_out:5.1f} %")
+
+    err.print(f"calibrating {system} ({key}) from aiconfigurator tables; every fit on one half "
+              "of the shapes, scored on the other")
+    with err.status("fitting..."):
+        cal = gcal.calibrate(system, frameworks or None, tables, command, base, progress)
+    store.save(cal, path)
+    print(f"wrote {path} ({sum(len(v) for info in cal.frameworks.values() for v in info['families'].values())} fitted families)")
+
+
+def _calibrate_llmcompass(measured: str | None, output: str | None, install: bool,
+                          device_system: list[str] | None, system: str | None) -> None:
     from importlib import resources
 
     from ..hardware import load_system
@@ -80,41 +171,174 @@ def calibrate(
     from ..simulator.measured import load_measured
     from ..simulator.validate import DEVICE_SYSTEMS
 
+    if not measured:
+        raise KrakenError("--source llmcompass needs --measured DIR (e.g. ../shared/data/measured)")
+    if system:
+        raise KrakenError("--system belongs to --source aiconfigurator; llmcompass maps devices "
+                          "with --device-system DEVICE=SYSTEM")
     data = load_measured(measured)
     names = _device_systems(device_system) or DEVICE_SYSTEMS
     systems = {d: load_system(s) for d, s in names.items()
                if any(p.device == d for p in data.points)}
-    command = "krakenlm sim calibrate --measured " + measured
+    command = "krakenlm sim calibrate --source llmcompass --measured " + measured
     calibration = fit_calibration(data, systems, command=command)
-    path = output or str(resources.files("krakenlm.simulator").joinpath(CALIBRATION_FILE))
+    if install and output:
+        raise KrakenError("give either --output or --install, not both")
+    path = str(resources.files("krakenlm.simulator").joinpath(CALIBRATION_FILE)) if install \
+        else (output or "calibration.yaml")
     save_calibration(calibration, path)
     print(f"wrote {path} ({sum(len(v) for v in calibration.devices.values())} operator groups)")
 
 
 @sim_app.command("validate")
 def validate_cmd(
-    measured: str = typer.Option(..., "--measured", help="Directory of measurements (format of shared/data/measured)."),
+    level: str = typer.Option("all", "--level", help="operators (kernel tables, fit vs held-out halves), layers (operators of real model layers), models (public end-to-end measurements), or all."),
+    measured: str = typer.Option(None, "--measured", help="Also score the LLMCompass measurement set in this directory (A100/MI210 operators and the GPT-3 175B layer)."),
+    out: str = typer.Option(None, "--out", help="Write every point as CSV and a predicted-vs-measured log-log plot per level into this directory."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    csv_path: str = typer.Option(None, "--csv", help="Also save every point (predicted vs measured) as CSV."),
-    plot_path: str = typer.Option(None, "--plot", help="Also save a predicted-vs-measured plot (PNG)."),
-    calibration_path: str = typer.Option(None, "--calibration", help="Constants file (default: the package's)."),
+    csv_path: str = typer.Option(None, "--csv", help="LLMCompass set: save every point as CSV."),
+    plot_path: str = typer.Option(None, "--plot", help="LLMCompass set: save its predicted-vs-measured plot (PNG)."),
+    calibration_path: str = typer.Option(None, "--calibration", help="Template constants file (default: the package's)."),
+    tables: str = typer.Option(None, "--tables", help="Operators: kernel tables in the layout of aiconfigurator_core/systems instead of the installed package."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
 ) -> None:
-    """Compare simulated operator latencies with measurements: MAPE per operator and device,
-    on the fit half, the held-out half and all points, and the GPT-3 175B layer."""
-    from ..simulator.calibration import load_calibration
-    from ..simulator.validate import validate, write_csv, write_plot
+    """Compare the simulator with measurements it was not fitted on, at three levels:
+    operators (per family, device and framework, fit half vs held-out half), layers (the
+    operators of real Llama-2-70B layers on A100/H100), and whole models (published serving
+    benchmarks: TTFT, TPOT, end-to-end). Errors are mean absolute percentage errors."""
+    from pathlib import Path
 
-    report = validate(measured, load_calibration(calibration_path), _device_systems(device_system))
-    if csv_path:
-        write_csv(report, csv_path)
-    if plot_path:
-        write_plot(report, plot_path)
+    from ._console import stderr_console, stdout_console
+
+    levels = {"all": ("operators", "layers", "models"), "operators": ("operators",),
+              "layers": ("layers",), "models": ("models",)}
+    if level not in levels:
+        raise KrakenError(f"--level {level!r}: use operators, layers, models or all")
+    wanted = levels[level]
+    result: dict = {"skipped": []}
+    outdir = Path(out) if out else None
+    err = stderr_console()
+    console = stdout_console()
+
+    if measured:
+        from ..simulator.calibration import load_calibration
+        from ..simulator.validate import validate, write_csv, write_plot
+
+        report = validate(measured, load_calibration(calibration_path),
+                          _device_systems(device_system))
+        if csv_path:
+            write_csv(report, csv_path)
+        if plot_path:
+            write_plot(report, plot_path)
+        if outdir:
+            outdir.mkdir(parents=True, exist_ok=True)
+            write_csv(report, outdir / "llmcompass.csv")
+            write_plot(report, outdir / "llmcompass.png")
+        result["llmcompass"] = report.to_json()
+        if not as_json:
+            _print_llmcompass(console, report)
+    elif csv_path or plot_path:
+        raise KrakenError("--csv and --plot belong to the LLMCompass set: give --measured DIR "
+                          "(or use --out DIR for every level)")
+
+    if "operators" in wanted:
+        from ..simulator.validate_kernels import validate_kernels
+
+        with err.status("operators: scoring the kernel tables..."):
+            kr = validate_kernels(root=tables)
+        result["operators"] = kr.to_json()
+        result["skipped"] += kr.skipped
+        if not as_json and kr.groups:
+            t = _table(title="Operators: kernel tables (MAPE %; constants fitted on one half of the "
+                            "shapes)")
+            for col in ("device", "framework", "family", "variant", "n", "fit half",
+                        "held-out", "median signed"):
+                t.add_column(col, justify="left" if col in ("device", "framework", "family",
+                                                            "variant") else "right")
+            for g in kr.groups:
+                t.add_row(g["device"], g["framework"], g["family"], g["variant"], f"{g['n']:,}",
+                          f"{g['mape_fit_pct']:.1f}", f"{g['mape_held_out_pct']:.1f}",
+                          f"{g['median_signed_held_out_pct']:+.1f}")
+            console.print(t)
+        if outdir and kr.points:
+            from ..simulator.validation_plots import scatter
+            _write_rows(outdir / "operators.csv", kr.points)
+            scatter(kr.points, outdir / "operators.png",
+                    "Operators: kernel tables (hollow: fit half)", "family", "device",
+                    hollow=lambda p: p["half"] == "fit")
+
+    if "layers" in wanted:
+        from ..simulator.validate_layers import validate_layers
+
+        lr = validate_layers()
+        result["layers"] = lr.to_json()
+        if not as_json:
+            t = _table(title="Layers: operators of Llama-2-70B layers (Vidur, MLSys 2024; MAPE %)")
+            for col in ("system", "op", "n", "MAPE", "mean signed"):
+                t.add_column(col, justify="left" if col in ("system", "op") else "right")
+            for g in lr.by(("system", "op")) + lr.by(("system", "op"), lr.gemm_sums):
+                t.add_row(g["system"], g["op"], str(g["n"]), f"{g['mape_pct']:.1f}",
+                          f"{g['mean_signed_pct']:+.1f}")
+            console.print(t)
+        if outdir:
+            from ..simulator.validation_plots import scatter
+            _write_rows(outdir / "layers.csv", lr.rows + lr.gemm_sums)
+            scatter(lr.rows, outdir / "layers.png", "Layers: Llama-2-70B operators (Vidur)",
+                    "op", "system")
+
+    if "models" in wanted:
+        from ..simulator.validate_models import validate_models
+
+        with err.status("models: simulating the published setups..."):
+            mr = validate_models()
+        result["models"] = mr.to_json()
+        result["skipped"] += mr.skipped
+        if not as_json:
+            t = _table(title="Models: published end-to-end measurements (MAPE %; rows flagged "
+                            "anomalous by the data excluded)")
+            for col in ("source", "system", "metric", "n", "MAPE", "mean signed", "too fast"):
+                t.add_column(col, justify="left" if col in ("source", "system", "metric") else "right")
+            for g in mr.groups(("source", "system", "metric")):
+                t.add_row(g["source"], g["system"], g["metric"], str(g["n"]),
+                          f"{g['mape_pct']:.1f}", f"{g['mean_signed_pct']:+.1f}",
+                          f"{g['too_fast']}/{g['n']}")
+            o = mr.overall()
+            t.add_row("all", "", "", str(o["n"]), f"{o['mape_pct']:.1f}",
+                      f"{o['mean_signed_pct']:+.1f}", f"{o['too_fast']}/{o['n']}", style="bold")
+            console.print(t)
+            anomalous = sum(1 for r in mr.rows if r["anomalous"])
+            if anomalous:
+                console.print(f"{anomalous} rows flagged anomalous in the data were not scored")
+        if outdir:
+            from ..simulator.validation_plots import scatter
+            _write_rows(outdir / "models.csv", mr.rows)
+            scatter([r for r in mr.rows if not r["anomalous"]], outdir / "models.png",
+                    "Whole models: published TTFT / TPOT / end-to-end", "source", "metric")
+
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(result, indent=2, default=float))
+    else:
+        for note in result["skipped"]:
+            console.print(f"skipped: {note}")
+        if outdir:
+            console.print(f"CSV and plots in {outdir}/")
+
+
+def _write_rows(path, rows: list[dict]) -> None:
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not rows:
         return
-    console = Console()
-    table = Table(title="Operator error (MAPE %, predicted vs measured)")
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _print_llmcompass(console, report) -> None:
+    table = _table(title="LLMCompass set: operator error (MAPE %, predicted vs measured)")
     for col in ("device", "op", "n", "fit half", "held-out", "all"):
         table.add_column(col, justify="left" if col in ("device", "op") else "right")
     for o in report.ops:
@@ -128,7 +352,7 @@ def validate_cmd(
                   f"{o['all']:.1f}", style="bold")
     console.print(table)
     for device, phases in report.layer.items():
-        lt = Table(title=f"GPT-3 175B layer on {device} (TP 4, batch 8; never fitted on)")
+        lt = _table(title=f"GPT-3 175B layer on {device} (TP 4, batch 8; never fitted on)")
         lt.add_column("op")
         for phase in phases:
             for col in ("measured ms", "predicted ms", "error %"):
@@ -160,11 +384,14 @@ def run(
     prompt: int = typer.Option(..., "--prompt", help="Prompt tokens per sequence."),
     gen: int = typer.Option(..., "--gen", help="Generated tokens per sequence (the first comes from prefill)."),
     arch: str = typer.Option(None, "--arch", help="gpt | parallel | kraken: run the model as this architecture (kraken: the parameter-matched Kraken with degree = tp)."),
-    mode: str = typer.Option("simulate", "--mode", help="simulate (tile models, fitted constants) or roofline."),
+    kraken_rule: str = typer.Option("engine", "--kraken-rule", help="With --arch kraken: engine (heads of 128 or 64 that fused attention runs) or head-count (the spec's rule: total heads kept, wide heads)."),
+    mode: str = typer.Option("simulate", "--mode", help="simulate (kernel models fitted on measured kernels where the GPU has them, template tile models otherwise), tile (template tile models only) or roofline."),
+    software: str = typer.Option(None, "--software", help="Serving software profile: trtllm (default), vllm, vllm-v0, sglang, eager, or a YAML file (`krakenlm sim software` lists them)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8, int8, fp32."),
     attention: str = typer.Option("fused", "--attention", help="fused (FlashAttention) or unfused (eager kernels)."),
     skip_memory_check: bool = typer.Option(False, "--skip-memory-check", help="Time a model that does not fit instead of failing (reported as not fitting)."),
-    calibration_path: str = typer.Option(None, "--calibration", help="Constants file (default: the package's)."),
+    calibration_path: str = typer.Option(None, "--calibration", help="Template constants file (default: the package's)."),
+    gpu_calibration_path: str = typer.Option(None, "--gpu-calibration", help="GPU kernel constants file from `sim calibrate --source aiconfigurator` (default: the package's file for the device)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate inference: per-operator breakdown, TTFT, mean TPOT, end-to-end time and memory
@@ -174,16 +401,17 @@ def run(
     from ..simulator.run import arch_variant, resolve_model, simulate
 
     name, original = resolve_model(model)
-    config = arch_variant(original, arch, tp)
+    config = arch_variant(original, arch, tp, kraken_rule)
     label = name if arch in (None, original.arch) else f"{name} as {arch}"
     result = simulate(config, load_system(system), tp, batch, prompt, gen, mode, dtype=dtype,
                       attention=attention, calibration=load_calibration(calibration_path),
-                      check_memory=not skip_memory_check, model_name=label)
+                      gpu_calibration=_gpu_calibration(gpu_calibration_path),
+                      software=software, check_memory=not skip_memory_check, model_name=label)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return
-    console = Console()
-    table = Table(title=f"{result.model} ({config.arch}) on {result.system}, TP {tp}, batch "
+    console = stdout_console()
+    table = _table(title=f"{result.model} ({config.arch}) on {result.system}, TP {tp}, batch "
                         f"{batch}, prompt {prompt}, gen {gen}, {mode}, {dtype}: time per operator"
                         " (a collective overlapped with compute counts in full here)")
     for col in ("op", "category", "prefill ms", "decode ms (all steps)", "% of end-to-end"):
@@ -197,7 +425,7 @@ def run(
         table.add_row(op, (p or d)["category"], f"{p.get('time_s', 0.0) * 1e3:,.3f}",
                       f"{d.get('time_s', 0.0) * 1e3:,.3f}", f"{100 * t / total:.1f}")
     console.print(table)
-    cats = Table(title="Wall time by category (adds up to the total; communication overlapped "
+    cats = _table(title="Wall time by category (adds up to the total; communication overlapped "
                        "with compute is not counted twice)")
     for col in ("category", "prefill ms", "decode ms"):
         cats.add_column(col, justify="left" if col == "category" else "right")
@@ -206,12 +434,98 @@ def run(
                      f"{result.decode.categories.get(cat, 0.0) * 1e3:,.3f}")
     console.print(cats)
     m = result.memory
+    console.print(f"software {result.software}; attention {result.attention_path}")
+    for family, how in result.kernel_sources.items():
+        console.print(f"  {family}: {how}")
     console.print(f"TTFT {result.ttft_s * 1e3:,.2f} ms | mean TPOT {result.tpot_s * 1e3:,.3f} ms | "
                   f"end-to-end {result.e2e_s:,.3f} s")
     console.print(f"memory per device: weights {m.weights_bytes / 1e9:.2f} GB + KV cache "
                   f"{m.kv_cache_bytes / 1e9:.2f} GB + activations {m.activation_bytes / 1e9:.2f} GB"
                   f" + reserve {m.reserve_bytes / 1e9:.2f} GB = {m.total_bytes / 1e9:.2f} GB of "
                   f"{m.capacity_bytes / 1e9:.2f} GB" + ("" if m.fits else "  [DOES NOT FIT]"))
+
+
+def _gpu_calibration(path: str | None):
+    if path is None:
+        return None
+    from ..simulator.gpu.store import load_file
+    return load_file(path)
+
+
+@sim_app.command("fit-software")
+def fit_software_cmd(
+    software: str = typer.Option(..., "--software", help="The profile whose host constants to fit (e.g. vllm-eager, trtllm)."),
+    system: list[str] = typer.Option(None, "--system", help="System(s) to fit (repeatable; default: every system with fit rows for this software)."),
+    install: bool = typer.Option(False, "--install", help="Write the fitted constants into the package's profile (default: only print them)."),
+    output: str = typer.Option(None, "--output", help="Write a copy of the profile with the fitted constants to this path."),
+    mark_split: bool = typer.Option(False, "--mark-split", help="First (re)mark the end-to-end set's fit / held_out halves by the CRC-32 of each setup."),
+) -> None:
+    """Fit a software profile's host constants (time per kernel outside CUDA graphs, per-step
+    work) on the fit half of the public end-to-end set; score the held-out half."""
+    import shutil
+    from importlib import resources
+    from pathlib import Path
+
+    from ..simulator.fit_software import fit_host, mark_split as mark, write_host
+    from ..simulator.software import software_names
+    from ..simulator.validate_models import load_rows, row_software
+
+    if software not in software_names():
+        raise KrakenError(f"unknown software {software!r}; profiles: {', '.join(software_names())}")
+    if install and output:
+        raise KrakenError("give either --install or --output, not both")
+    if mark_split:
+        print(f"marked {mark()} rows as fit (the rest held out)")
+    rows = load_rows()
+    systems = system or sorted({r.system for r in rows if row_software(r) == software
+                                and r.split == "fit"})
+    if not systems:
+        raise KrakenError(f"no rows of the end-to-end set are fit rows for software {software!r}; "
+                          "run with --mark-split first")
+    src = Path(str(resources.files("krakenlm.simulator.software_profiles").joinpath(f"{software}.yaml")))
+    target = src if install else (Path(output) if output else None)
+    if target is not None and target != src:
+        shutil.copyfile(src, target)
+    command = f"krakenlm sim fit-software --software {software}" + "".join(f" --system {s}" for s in systems)
+    console = stdout_console()
+    t = _table(title=f"Host constants of {software}, fitted on the fit half (MAPE %)")
+    for col in ("system", "constants", "n fit", "fit", "n held-out", "held-out", "held-out before"):
+        t.add_column(col)
+    for name in systems:
+        fit = fit_host(software, name, rows)
+        t.add_row(name, ", ".join(f"{k} {v * 1e6:,.1f} us" for k, v in fit.host.items()),
+                  str(fit.n_fit), f"{fit.mape_fit:.1f}", str(fit.n_held_out),
+                  f"{fit.mape_held_out:.1f}", f"{fit.mape_held_out_before:.1f}")
+        if target is not None:
+            write_host(target, fit, command)
+    console.print(t)
+    if target is not None:
+        print(f"wrote {target}")
+
+
+@sim_app.command("software")
+def software_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """List the serving-software profiles (kernels, CUDA graphs, host overheads, all-reduce)."""
+    import dataclasses
+
+    from ..simulator.software import load_software, software_names
+
+    profiles = [load_software(n) for n in software_names()]
+    if as_json:
+        print(json.dumps([dataclasses.asdict(p) for p in profiles], indent=2))
+        return
+    table = _table(title="krakenlm serving-software profiles")
+    for col in ("name", "kernels", "CUDA graphs", "host us/kernel", "step ms (prefill/decode)",
+                "all-reduce", "attention (max head dim)"):
+        table.add_column(col)
+    for p in profiles:
+        graphs = "+".join(k for k, v in (("prefill", p.graphs.prefill), ("decode", p.graphs.decode)) if v) or "none"
+        ar = p.collectives.all_reduce + (f" <= {p.collectives.custom_max_bytes / 2**20:g} MiB"
+                                         if p.collectives.custom_max_bytes else "")
+        table.add_row(p.name, p.kernels, graphs, f"{p.host.per_kernel_s * 1e6:g}",
+                      f"{p.host.prefill_step_s * 1e3:g} / {p.host.decode_step_s * 1e3:g}", ar,
+                      f"{p.attention.kernel} ({p.attention.max_head_dim})")
+        stdout_console().print(table)
 
 
 @sim_app.command("cost")
@@ -229,8 +543,8 @@ def cost(
     if as_json:
         print(json.dumps({"system": s.name, **c.to_dict()}, indent=2))
         return
-    console = Console()
-    table = Table(title=f"{s.device.name}: die area per block at {s.device.process_node_nm:g} nm")
+    console = stdout_console()
+    table = _table(title=f"{s.device.name}: die area per block at {s.device.process_node_nm:g} nm")
     table.add_column("block")
     table.add_column("mm^2", justify="right")
     for block, area in c.area.blocks.items():
@@ -281,10 +595,10 @@ def sweep_cmd(
         print(json.dumps(result, indent=2))
         return
     ref = result["base"]
-    console = Console()
+    console = stdout_console()
     rows = sorted((r for r in result["designs"] if r.get("fits")),
                   key=lambda r: -r["perf_per_usd_vs_base"])
-    table = Table(title=f"{result['configurations']} designs from {base}, {model} TP {tp} batch "
+    table = _table(title=f"{result['configurations']} designs from {base}, {model} TP {tp} batch "
                         f"{batch} prompt {prompt} gen {gen} (simulated in {result['seconds']:.1f} s)")
     for col in ("cores", "memory", "GB/s", "GB", "L2 MiB", "die mm^2", "$/device", "tokens/s",
                 "perf/$ vs base"):

@@ -59,17 +59,40 @@ def compare_command(
 @study_app.command("ttft")
 def ttft_command(
     out: Path = typer.Option(Path("runs/kraken-ttft"), "--out", help="Directory for report.md and plots."),
-    system: str = typer.Option("a100-80gb-x8", "--system", help="Hardware preset or YAML (see `krakenlm sim systems`)."),
+    system: list[str] = typer.Option(None, "--system", help="Hardware preset(s) or YAML (repeatable; default a100-80gb-x8; `all`: A100 40GB and 80GB, H100, H200, B200)."),
     batch: int = typer.Option(1, "--batch", help="Sequences per prefill."),
+    software: str = typer.Option("trtllm", "--software", help="Serving software profile (`krakenlm sim software`)."),
+    kraken_rule: str = typer.Option("engine", "--kraken-rule", help="engine (heads of 128/64 that fused attention runs) or head-count (the spec's rule: wide heads)."),
+    with_sensitivity: bool = typer.Option(False, "--sensitivity", help="Also re-run the grid on the first system under alternative assumptions (collective library, contention, software, head rule)."),
 ) -> None:
     """Simulated TTFT of Kraken vs the standard and parallel blocks on the paper's grid."""
-    from ..studies.kraken_ttft import geomean_reduction, run_grid, write_report
+    from ..simulator.run import KRAKEN_RULES
+    from ..studies.kraken_ttft import SYSTEMS, geomean_reduction, run_grid, sensitivity, write_report
 
-    rows = run_grid(system, batch)
-    report = write_report(rows, out, system=system, batch=batch)
-    stderr_console().print(f"report: {report}")
-    print(f"geometric-mean TTFT reduction of Kraken over the standard block: "
-          f"{100 * geomean_reduction(rows):.1f} % ({len(rows)} configurations)")
+    if batch < 1:
+        raise KrakenError(f"--batch must be at least 1, got {batch}")
+    if kraken_rule not in KRAKEN_RULES:
+        raise KrakenError(f"--kraken-rule {kraken_rule!r}: use one of {', '.join(KRAKEN_RULES)}")
+    systems = list(SYSTEMS) if system == ["all"] else (system or ["a100-80gb-x8"])
+    err = stderr_console()
+    rows = []
+    for name in systems:
+        with err.status(f"simulating the grid on {name}..."):
+            rows += run_grid(name, batch, software=software, kraken_rule=kraken_rule)
+    sens = None
+    if with_sensitivity:
+        with err.status(f"sensitivity on {systems[0]}..."):
+            sens = sensitivity(systems[0], batch, software)
+    command = ("krakenlm study ttft " + " ".join(f"--system {s}" for s in system or [])
+               + f" --batch {batch} --software {software} --kraken-rule {kraken_rule}"
+               + (" --sensitivity" if with_sensitivity else "") + f" --out {out}")
+    report = write_report(rows, out, system=systems[0], batch=batch, software=software,
+                          kraken_rule=kraken_rule, sensitivity_rows=sens, command=command)
+    err.print(f"report: {report}")
+    for name in systems:
+        rs = [r for r in rows if r.system == name]
+        print(f"{name}: geometric-mean TTFT reduction of Kraken over the standard block "
+              f"{100 * geomean_reduction(rs):.1f} % ({len(rs)} configurations)")
 
 
 @app.command("demo")

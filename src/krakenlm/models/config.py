@@ -204,23 +204,54 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _closest_multiple(target_params: int, step: int, build) -> ModelConfig:
+    """The config build(e) of e a multiple of `step` whose parameter count is closest to the
+    target. Parameters grow monotonically with e: bisect on the multiple, then compare the two
+    neighbours (fast: the presets module builds dozens of these at import)."""
+    lo, hi = 1, 1
+    while build(hi * step).num_params() < target_params:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if build(mid * step).num_params() < target_params:
+            lo = mid
+        else:
+            hi = mid
+    a, b = build(lo * step), build(hi * step)
+    return a if abs(a.num_params() - target_params) <= abs(b.num_params() - target_params) else b
+
+
 def kraken_width_for_params(target_params: int, degree: int, n_layers: int, n_heads: int,
                             ffn_mult: int = 2, **common: Any) -> ModelConfig:
     """The Kraken config of sub-layer width e (a multiple of `n_heads`) closest in parameters.
 
-    This is the spec's param-matching rule for the large engines: keep L and the head count,
-    FFN expansion 2, choose e so that the total parameter count matches the target.
+    The spec's param-matching rule ("head-count rule"): keep L and the head count, FFN
+    expansion 2, choose e so that the total parameter count matches the target. For the large
+    GPT-3 shapes it gives heads of 314-453 dimensions, beyond what fused attention kernels
+    support (see `kraken_engine_for_params`).
     """
-    # Parameters grow monotonically with e, so scan the multiples of n_heads around the
-    # analytic estimate e ~ sqrt(target / (8 L d)) (ignoring embeddings overestimates e: fine,
-    # the scan starts at the head count and stops once it overshoots).
-    best: ModelConfig | None = None
-    e = n_heads
-    while True:
-        cfg = ModelConfig(arch="kraken", n_layers=n_layers, d_model=e, n_heads=n_heads,
-                          ffn_dim=ffn_mult * e, degree=degree, **common)
-        if best is None or abs(cfg.num_params() - target_params) < abs(best.num_params() - target_params):
-            best = cfg
-        if cfg.num_params() > target_params:
-            return best
-        e += n_heads
+    return _closest_multiple(target_params, n_heads, lambda e: ModelConfig(
+        arch="kraken", n_layers=n_layers, d_model=e, n_heads=n_heads, ffn_dim=ffn_mult * e,
+        degree=degree, **common))
+
+
+ENGINE_WIDTH_STEP = 64
+ENGINE_HEAD_DIMS = (128, 64)
+
+
+def kraken_engine_for_params(target_params: int, degree: int, n_layers: int,
+                             ffn_mult: int = 2, **common: Any) -> ModelConfig:
+    """A Kraken config an inference engine can run with its fused attention kernels.
+
+    The "engine rule": keep L and FFN expansion 2, choose the sub-layer width e as the multiple
+    of 64 closest in parameters, and split it into heads of 128 (GPT-3's head size) when e
+    allows it, else heads of 64. FlashAttention / TensorRT-LLM FMHA support both; parameters
+    land within ~2 % of the target (the 64-wide granularity), where the head-count rule's
+    wide heads would fall back to unfused attention.
+    """
+    def build(e: int) -> ModelConfig:
+        hd = next(h for h in ENGINE_HEAD_DIMS if e % h == 0)
+        return ModelConfig(arch="kraken", n_layers=n_layers, d_model=e, n_heads=e // hd,
+                           ffn_dim=ffn_mult * e, degree=degree, **common)
+
+    return _closest_multiple(target_params, ENGINE_WIDTH_STEP, build)

@@ -6,7 +6,7 @@ inference benchmarks); they need not fit in memory here. Torch-free, like `confi
 
 from __future__ import annotations
 
-from .config import ConfigError, ModelConfig, kraken_width_for_params
+from .config import ConfigError, ModelConfig, kraken_engine_for_params, kraken_width_for_params
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 64, as in the Kraken training runs
 GPT3_VOCAB = 50257
@@ -50,10 +50,15 @@ def _build() -> dict[str, ModelConfig]:
         standard = _gpt(n_layers, width, heads, context_len=2048, vocab_size=GPT3_VOCAB)
         p[base] = standard
         p[f"parallel-{base}"] = standard.replace(arch="parallel")
-        # The inference study's Kraken engines: spec rule, L and total heads kept, FFN 2x,
-        # e chosen so the parameter count matches the standard model.
+        # The inference study's Kraken engines, parameter-matched with FFN expansion 2 and the
+        # same depth. Default ("engine rule"): heads of 128 (or 64) that fused attention kernels
+        # run; "-hc" ("head-count rule", the spec's): GPT-3's total head count kept, which
+        # gives heads of 314-453 dimensions that engines run unfused.
         for degree in (4, 8):
-            p[f"kraken-{base}-{degree}way"] = kraken_width_for_params(
+            p[f"kraken-{base}-{degree}way"] = kraken_engine_for_params(
+                standard.num_params(), degree=degree, n_layers=n_layers, context_len=2048,
+                vocab_size=GPT3_VOCAB)
+            p[f"kraken-{base}-{degree}way-hc"] = kraken_width_for_params(
                 standard.num_params(), degree=degree, n_layers=n_layers, n_heads=heads // degree,
                 context_len=2048, vocab_size=GPT3_VOCAB)
 
@@ -71,6 +76,20 @@ def _build() -> dict[str, ModelConfig]:
     p["llama3-70b"] = ModelConfig(arch="gpt", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
                                   ffn_dim=28672, vocab_size=128256, context_len=8192,
                                   rope_theta=500000.0, **llama)
+    # Mistral-7B-v0.1 (Jiang et al. 2023): Llama block with GQA 32/8 and a 14336 SwiGLU FFN (its
+    # 4096-token sliding window does not change prompts up to 4096 tokens).
+    p["mistral-7b"] = ModelConfig(arch="gpt", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
+                                  ffn_dim=14336, vocab_size=32000, context_len=32768, **llama)
+    # GPT-J 6B (Wang and Komatsuzaki 2021): the parallel attention+FFN block, 16 heads of 256,
+    # rotary embeddings (on 64 of the 256 dims), untied LM head. Its MLP biases are left out.
+    p["gpt-j-6b"] = ModelConfig(arch="parallel", n_layers=28, d_model=4096, n_heads=16,
+                                ffn_dim=16384, vocab_size=50400, context_len=2048, position="rope",
+                                tie_embeddings=False)
+    # Falcon-180B (TII 2023): parallel block, 232 heads of 64 with 8 KV heads, GELU FFN 4x, no
+    # biases, tied head. (Its two parallel LayerNorms are one norm here: 15k parameters.)
+    p["falcon-180b"] = ModelConfig(arch="parallel", n_layers=80, d_model=14848, n_heads=232,
+                                   n_kv_heads=8, ffn_dim=59392, vocab_size=65024,
+                                   context_len=2048, position="rope")
     # BLOOM-176B (BigScience 2022): ALiBi, biased LayerNorm and Linears, 4x GELU FFN, tied head.
     p["bloom-176b"] = ModelConfig(arch="gpt", n_layers=70, d_model=14336, n_heads=112,
                                   ffn_dim=4 * 14336, vocab_size=250880, context_len=2048,

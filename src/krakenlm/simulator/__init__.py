@@ -30,6 +30,6 @@ collectives, graph (model -> per-device operator graphs), schedule (two streams,
 memory, run (this API), calibration / measured / validate (fitting and validation), sweep.
 """
 
-from .run import Result, arch_variant, resolve_model, simulate
+from .run import Result, Simulator, arch_variant, resolve_model, simulate
 
-__all__ = ["Result", "arch_variant", "resolve_model", "simulate"]
+__all__ = ["Result", "Simulator", "arch_variant", "resolve_model", "simulate"]

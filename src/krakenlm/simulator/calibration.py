@@ -43,7 +43,8 @@ from .measured import MeasuredSet, Point
 
 CALIBRATION_FILE = "calibration.yaml"
 # Operators without measurements borrow the constants of the closest measured one.
-OP_ALIASES = {"rmsnorm": "layernorm", "swiglu": "gelu", "residual": "gelu", "rope": "gelu",
+OP_ALIASES = {"rmsnorm": "layernorm", "add_layernorm": "layernorm", "add_rmsnorm": "layernorm",
+              "swiglu": "gelu", "residual": "gelu", "rope": "gelu",
               "embedding": "gelu", "kv_append": "gelu", "scale_mask": "gelu",
               "reduce_scatter": "allreduce", "all_gather": "allreduce", "all_reduce": "allreduce",
               "attention": "matmul"}

@@ -31,11 +31,16 @@ FLOPS_PER_ELEMENT = {
     "embedding": 0,
     "kv_append": 0,
     "scale_mask": 2,  # scale and mask of attention scores (unfused attention)
+    "add_layernorm": 9,  # residual add fused with the next layernorm
+    "add_rmsnorm": 7,    # residual add fused with the next RMSNorm
 }
 # Tensors of the output's size read and written per op (norm weights are negligible).
 TENSORS_READ = {"softmax": 1, "layernorm": 1, "rmsnorm": 1, "gelu": 1, "swiglu": 2,
-                "residual": 2, "rope": 1, "embedding": 1, "kv_append": 1, "scale_mask": 1}
-ROW_REDUCTIONS = {"softmax", "layernorm", "rmsnorm"}
+                "residual": 2, "rope": 1, "embedding": 1, "kv_append": 1, "scale_mask": 1,
+                "add_layernorm": 2, "add_rmsnorm": 2}
+# Tensors written: one, except a fused add+norm (the new residual stream and the norm's output).
+TENSORS_WRITTEN = {"add_layernorm": 2, "add_rmsnorm": 2}
+ROW_REDUCTIONS = {"softmax", "layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm"}
 ELEMENTWISE_CHUNK = 4096  # elements a core takes at a time in a purely elementwise kernel
 
 
@@ -71,7 +76,7 @@ def _stream(dev: Device, op: str, rows: int, cols: int, dtype: str,
     else:
         active = min(dev.core_count, -(-elements // ELEMENTWISE_CHUNK))
         read_passes = 1
-    moved = elements * b * (TENSORS_READ[op] * read_passes + 1)
+    moved = elements * b * (TENSORS_READ[op] * read_passes + TENSORS_WRITTEN.get(op, 1))
     per_core_bw = core.local_sram_bandwidth_bytes_per_cycle * dev.frequency_hz
     bandwidth = min(dev.memory.bandwidth_bytes_per_s * memory_eff, active * per_core_bw)
     t_mem = moved / bandwidth
@@ -88,7 +93,7 @@ def roofline_stream(dev: Device, op: str, rows: int, cols: int, dtype: str = "fp
     """Every operand read once, the result written once, at peak bandwidth and vector rate."""
     b = DTYPE_BYTES[dtype]
     elements = rows * cols
-    moved = float(elements * b * (TENSORS_READ[op] + 1))
+    moved = float(elements * b * (TENSORS_READ[op] + TENSORS_WRITTEN.get(op, 1)))
     flops = float(elements * FLOPS_PER_ELEMENT[op])
     t_m = moved / (dev.memory.bandwidth_bytes_per_s * memory_eff)
     t_c = flops / dev.vector_rate("fp32")

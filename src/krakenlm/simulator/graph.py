@@ -19,6 +19,12 @@ Tensor parallelism (tp devices):
 Embeddings are replicated (no communication); the LM head is vocabulary-parallel (V/tp columns
 per device) followed by an all-gather of the last tokens' logits. Prefill computes logits for
 the last token of each sequence only (that is all generation needs).
+
+`GraphOptions` carries what the serving software changes (krakenlm.simulator.software): the
+attention path (a fused kernel only up to the head dimension it supports, the unfused QK^T /
+softmax / AV kernels beyond it), a residual add fused into the following norm (one kernel
+reading two tensors and writing two), and RoPE plus the KV-cache write done inside the
+attention kernel. The defaults are the plain graph: every operator a kernel of its own.
 """
 
 from __future__ import annotations
@@ -53,6 +59,27 @@ class Graph:
     def add(self, name: str, category: str, model: str, args: tuple, *, stream: str = "compute",
             deps: tuple[str, ...] = ()) -> None:
         self.ops.append(OpSpec(name, category, model, args, stream, deps))
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    fused_attention: bool = True      # asked for a fused (FlashAttention-style) kernel
+    max_head_dim: int | None = None   # the fused kernel's largest head dimension (None: any)
+    add_norm: bool = False            # residual add fused into the following norm
+    rope_in_attention: bool = False   # RoPE and the KV-cache write inside the attention kernel
+    attention_kernel: str = "fused attention"
+
+    def attention_path(self, head_dim: int) -> str:
+        """"fused", or why the unfused kernels run."""
+        if not self.fused_attention:
+            return "unfused (requested)"
+        if self.max_head_dim is not None and head_dim > self.max_head_dim:
+            return (f"unfused (head dim {head_dim} > {self.max_head_dim}, the largest "
+                    f"{self.attention_kernel} supports)")
+        return "fused"
+
+
+PLAIN = GraphOptions()
 
 
 @dataclass(frozen=True)
@@ -93,13 +120,17 @@ def shard(cfg: ModelConfig, tp: int) -> Sharding:
 
 
 def _attention(g: Graph, cfg: ModelConfig, sh: Sharding, batch: int, q_len: int, kv_len: int,
-               phase: str, fused: bool) -> str:
+               phase: str, opts: GraphOptions) -> str:
     """Append RoPE, the KV-cache write and attention; return the name of the last op."""
     s, hd = sh.sublayers, cfg.head_dim
     tokens = batch * q_len
-    if cfg.position == "rope":
-        g.add("rope", "attention", "stream", ("rope", tokens * s, (sh.heads + sh.kv_heads) * hd))
-    g.add("kv_cache_write", "attention", "stream", ("kv_append", tokens * s, 2 * sh.kv_heads * hd))
+    fused = opts.attention_path(hd) == "fused"
+    if not (fused and opts.rope_in_attention):
+        if cfg.position == "rope":
+            g.add("rope", "attention", "stream",
+                  ("rope", tokens * s, (sh.heads + sh.kv_heads) * hd))
+        g.add("kv_cache_write", "attention", "stream",
+              ("kv_append", tokens * s, 2 * sh.kv_heads * hd))
     if fused:
         if phase == "prefill":
             g.add("attention", "attention", "flash_prefill",
@@ -114,68 +145,96 @@ def _attention(g: Graph, cfg: ModelConfig, sh: Sharding, batch: int, q_len: int,
 
 
 def layer_graph(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int, phase: str,
-                bytes_per_value: int, *, fused: bool = True, first: bool = False) -> Graph:
-    """One layer on one device. `first` is Kraken's layer 1 (no communication)."""
+                bytes_per_value: int, *, fused: bool = True, first: bool = False,
+                options: GraphOptions | None = None) -> Graph:
+    """One layer on one device. `first` is Kraken's layer 1 (no communication).
+    `bytes_per_value` sizes the collectives (the activations' dtype on the wire).
+
+    With `options.add_norm` the residual add that ends a sub-block is fused with the norm that
+    follows it: the layer starts with "add_norm_attn" (the previous layer's last residual add
+    and this layer's first norm) and the FFN norm absorbs the attention residual."""
+    opts = options or GraphOptions(fused_attention=fused)
     sh = shard(cfg, tp)
     s, d = sh.sublayers, sh.width
     tokens = batch * q_len
     rows = tokens * s  # elementwise rows over all sub-layers held by the device
     norm = cfg.norm
+    add_norm = f"add_{norm}"
     qkv_cols = (sh.heads + 2 * sh.kv_heads) * cfg.head_dim
     up_cols = sh.ffn * (2 if cfg.activation == "swiglu" else 1)
     act = "swiglu" if cfg.activation == "swiglu" else "gelu"
     g = Graph(f"{cfg.arch} layer ({phase})")
     act_bytes = tokens * d * bytes_per_value
+    fuse = opts.add_norm
+
+    def first_norm(name: str, rows_: int, deps: tuple[str, ...] = ()) -> None:
+        if fuse:  # the previous layer's final residual add happens here
+            g.add(f"add_{name}", "LayerNorm", "stream", (add_norm, rows_, d), deps=deps)
+        else:
+            g.add(name, "LayerNorm", "stream", (norm, rows_, d), deps=deps)
 
     if cfg.arch == "kraken":
         communicate = not first and tp > 1
+        # Fused: the kernel that finishes x_i (previous residual add + this norm) runs first,
+        # since the all-reduce of the x_i needs them.
+        if fuse:
+            first_norm("norm_attn", rows)
         if not first and s > 1:  # the device first sums its own sub-layers' outputs
             g.add("local_sum", "elementwise", "stream", ("residual", tokens * (s - 1), d))
         if communicate:
+            ready = ("local_sum",) if s > 1 else (("add_norm_attn",) if fuse else ())
             g.add("allreduce_prev_outputs", "AllReduce", "collective",
-                  ("all_reduce", act_bytes, tp), stream="comm",
-                  deps=("local_sum",) if s > 1 else ())
-        g.add("norm_attn", "LayerNorm", "stream", (norm, rows, d))
+                  ("all_reduce", act_bytes, tp), stream="comm", deps=ready)
+        if not fuse:
+            first_norm("norm_attn", rows)
         g.add("qkv", "GEMM", "matmul", (tokens, qkv_cols, d, s))
-        _attention(g, cfg, sh, batch, q_len, kv_len, phase, fused)
+        _attention(g, cfg, sh, batch, q_len, kv_len, phase, opts)
         g.add("out_proj", "GEMM", "matmul", (tokens, d, sh.heads * cfg.head_dim, s))
         g.add("residual_attn", "elementwise", "stream", ("residual", rows, d))
-        if not first:
-            # S + m_i: the FFN input mixes every sub-layer; only this waits for the all-reduce
-            g.add("add_reduced", "elementwise", "stream", ("residual", rows, d),
-                  deps=("allreduce_prev_outputs",) if communicate else ())
-        g.add("norm_ffn", "LayerNorm", "stream", (norm, rows, d))
+        waits = ("allreduce_prev_outputs",) if communicate else ()
+        if fuse and not first:
+            # S + m_i and the FFN norm in one kernel; only this waits for the all-reduce
+            g.add("add_norm_ffn", "LayerNorm", "stream", (add_norm, rows, d), deps=waits)
+        else:
+            if not first:
+                g.add("add_reduced", "elementwise", "stream", ("residual", rows, d), deps=waits)
+            g.add("norm_ffn", "LayerNorm", "stream", (norm, rows, d))
         g.add("ffn_up", "GEMM", "matmul", (tokens, up_cols, d, s))
         g.add("activation", "elementwise", "stream", (act, rows, sh.ffn))
         g.add("ffn_down", "GEMM", "matmul", (tokens, d, sh.ffn, s))
-        g.add("residual_ffn", "elementwise", "stream", ("residual", rows, d))
+        if not fuse:
+            g.add("residual_ffn", "elementwise", "stream", ("residual", rows, d))
         return g
 
     if cfg.arch == "gpt":
-        g.add("norm_attn", "LayerNorm", "stream", (norm, tokens, d))
+        first_norm("norm_attn", tokens)
         g.add("qkv", "GEMM", "matmul", (tokens, qkv_cols, d, 1))
-        _attention(g, cfg, sh, batch, q_len, kv_len, phase, fused)
+        _attention(g, cfg, sh, batch, q_len, kv_len, phase, opts)
         g.add("out_proj", "GEMM", "matmul", (tokens, d, sh.heads * cfg.head_dim, 1))
         if tp > 1:
             g.add("allreduce_attn", "AllReduce", "collective", ("all_reduce", act_bytes, tp),
                   stream="comm", deps=("out_proj",))
-        g.add("residual_attn", "elementwise", "stream", ("residual", tokens, d),
-              deps=("allreduce_attn",) if tp > 1 else ())
-        g.add("norm_ffn", "LayerNorm", "stream", (norm, tokens, d))
+        waits = ("allreduce_attn",) if tp > 1 else ()
+        if fuse:
+            g.add("add_norm_ffn", "LayerNorm", "stream", (add_norm, tokens, d), deps=waits)
+        else:
+            g.add("residual_attn", "elementwise", "stream", ("residual", tokens, d), deps=waits)
+            g.add("norm_ffn", "LayerNorm", "stream", (norm, tokens, d))
         g.add("ffn_up", "GEMM", "matmul", (tokens, up_cols, d, 1))
         g.add("activation", "elementwise", "stream", (act, tokens, sh.ffn))
         g.add("ffn_down", "GEMM", "matmul", (tokens, d, sh.ffn, 1))
         if tp > 1:
             g.add("allreduce_ffn", "AllReduce", "collective", ("all_reduce", act_bytes, tp),
                   stream="comm", deps=("ffn_down",))
-        g.add("residual_ffn", "elementwise", "stream", ("residual", tokens, d),
-              deps=("allreduce_ffn",) if tp > 1 else ())
+        if not fuse:
+            g.add("residual_ffn", "elementwise", "stream", ("residual", tokens, d),
+                  deps=("allreduce_ffn",) if tp > 1 else ())
         return g
 
     # parallel block: one norm, attention and FFN side by side, one reduce of their sum
-    g.add("norm", "LayerNorm", "stream", (norm, tokens, d))
+    first_norm("norm", tokens)
     g.add("qkv", "GEMM", "matmul", (tokens, qkv_cols, d, 1))
-    _attention(g, cfg, sh, batch, q_len, kv_len, phase, fused)
+    _attention(g, cfg, sh, batch, q_len, kv_len, phase, opts)
     g.add("out_proj", "GEMM", "matmul", (tokens, d, sh.heads * cfg.head_dim, 1))
     g.add("ffn_up", "GEMM", "matmul", (tokens, up_cols, d, 1))
     g.add("activation", "elementwise", "stream", (act, tokens, sh.ffn))
@@ -184,8 +243,9 @@ def layer_graph(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int, 
     if tp > 1:
         g.add("allreduce", "AllReduce", "collective", ("all_reduce", act_bytes, tp),
               stream="comm", deps=("add_branches",))
-    g.add("residual", "elementwise", "stream", ("residual", tokens, d),
-          deps=("allreduce",) if tp > 1 else ())
+    if not fuse:
+        g.add("residual", "elementwise", "stream", ("residual", tokens, d),
+              deps=("allreduce",) if tp > 1 else ())
     return g
 
 
@@ -198,19 +258,25 @@ def embedding_graph(cfg: ModelConfig, batch: int, q_len: int) -> Graph:
     return g
 
 
-def head_graph(cfg: ModelConfig, tp: int, batch: int, bytes_per_value: int) -> Graph:
-    """Conjunction (Kraken), final norm and the vocabulary-parallel LM head, last tokens only."""
+def head_graph(cfg: ModelConfig, tp: int, batch: int, bytes_per_value: int,
+               options: GraphOptions | None = None) -> Graph:
+    """Conjunction (Kraken), final norm and the vocabulary-parallel LM head, last tokens only.
+    With fused add+norm the last layer's residual add happens here (on the last tokens)."""
+    opts = options or PLAIN
     sh = shard(cfg, tp)
     g = Graph("head")
     e = cfg.d_model
     if cfg.arch == "kraken":
+        if opts.add_norm:
+            g.add("residual_final", "elementwise", "stream", ("residual", batch * sh.sublayers, e))
         # sum_i W_conj[:, i] x_i: each device multiplies its own streams, then one reduce
         g.add("conjunction", "GEMM", "matmul", (batch, e, e * sh.sublayers, 1))
         if tp > 1:
             g.add("allreduce_conjunction", "AllReduce", "collective",
                   ("all_reduce", batch * e * bytes_per_value, tp), stream="comm",
                   deps=("conjunction",))
-    g.add("norm_final", "LayerNorm", "stream", (cfg.norm, batch, e),
+    norm_op = f"add_{cfg.norm}" if opts.add_norm and cfg.arch != "kraken" else cfg.norm
+    g.add("norm_final", "LayerNorm", "stream", (norm_op, batch, e),
           deps=("allreduce_conjunction",) if cfg.arch == "kraken" and tp > 1 else ())
     g.add("lm_head", "LM head", "matmul", (batch, sh.vocab, e, 1))
     if tp > 1:
@@ -221,19 +287,25 @@ def head_graph(cfg: ModelConfig, tp: int, batch: int, bytes_per_value: int) -> G
 
 
 def model_graphs(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int, phase: str,
-                 bytes_per_value: int, fused: bool = True) -> list[Graph]:
+                 bytes_per_value: int, fused: bool = True,
+                 options: GraphOptions | None = None) -> list[Graph]:
     """Every graph of one forward pass (prefill or one decode step), with repeat counts."""
+    opts = options or GraphOptions(fused_attention=fused)
     graphs = [embedding_graph(cfg, batch, q_len)]
+
+    def layer(first: bool = False) -> Graph:
+        return layer_graph(cfg, tp, batch, q_len, kv_len, phase, bytes_per_value, first=first,
+                           options=opts)
+
     if cfg.arch == "kraken":
-        graphs.append(layer_graph(cfg, tp, batch, q_len, kv_len, phase, bytes_per_value,
-                                  fused=fused, first=True))
+        graphs.append(layer(first=True))
         if cfg.n_layers > 1:
-            rest = layer_graph(cfg, tp, batch, q_len, kv_len, phase, bytes_per_value, fused=fused)
+            rest = layer()
             rest.count = cfg.n_layers - 1
             graphs.append(rest)
     else:
-        layer = layer_graph(cfg, tp, batch, q_len, kv_len, phase, bytes_per_value, fused=fused)
-        layer.count = cfg.n_layers
-        graphs.append(layer)
-    graphs.append(head_graph(cfg, tp, batch, bytes_per_value))
+        one = layer()
+        one.count = cfg.n_layers
+        graphs.append(one)
+    graphs.append(head_graph(cfg, tp, batch, bytes_per_value, opts))
     return graphs

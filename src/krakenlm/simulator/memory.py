@@ -7,11 +7,16 @@ of the conjunction Linear. KV cache: batch x (prompt + generated) tokens x 2 x l
 KV heads it holds x head_dim. Activations: the largest live set of the prefill (input and
 output of the widest GEMM, the scores of unfused attention) plus the logits. A fixed runtime
 reserve stands for the CUDA/HIP context and library workspaces.
+
+Precision per tensor follows the software profile (`SoftwareProfile.precision`): served in FP8,
+the layers' matrices take one byte per value while the embedding, an untied LM head and the
+norms stay 16-bit, and the KV cache is FP8 only where the profile says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import KrakenError
 from ..hardware.schema import DTYPE_BYTES, System
@@ -46,6 +51,18 @@ class MemoryUse:
                 "activation_bytes": self.activation_bytes, "reserve_bytes": self.reserve_bytes,
                 "total_bytes": self.total_bytes, "capacity_bytes": self.capacity_bytes,
                 "fits": self.fits}
+
+
+def matrix_params_per_device(cfg: ModelConfig, tp: int) -> int:
+    """The layers' GEMM weights (and Kraken's conjunction) held by one device: what FP8
+    quantisation shrinks."""
+    sh = shard(cfg, tp)
+    if cfg.arch == "kraken":
+        per_layer = sh.sublayers * (cfg.attention_params_per_sublayer()
+                                    + cfg.ffn_params_per_sublayer())
+        return cfg.n_layers * per_layer + sh.sublayers * cfg.d_model * cfg.d_model
+    matrices = cfg.attention_params_per_sublayer() + cfg.ffn_params_per_sublayer()
+    return cfg.n_layers * (matrices // tp)
 
 
 def weight_params_per_device(cfg: ModelConfig, tp: int) -> int:
@@ -83,11 +100,19 @@ def activation_bytes(cfg: ModelConfig, tp: int, batch: int, prompt: int, dtype: 
 
 
 def memory_use(cfg: ModelConfig, system: System, tp: int, batch: int, prompt: int, gen: int,
-               dtype: str = "fp16", fused_attention: bool = True) -> MemoryUse:
-    b = DTYPE_BYTES[dtype]
-    return MemoryUse(weights_bytes=weight_params_per_device(cfg, tp) * b,
-                     kv_cache_bytes=kv_cache_bytes(cfg, tp, batch, prompt + gen, dtype),
-                     activation_bytes=activation_bytes(cfg, tp, batch, prompt, dtype,
+               dtype: str = "fp16", fused_attention: bool = True,
+               precision: Callable[[str], str] | None = None) -> MemoryUse:
+    """`precision(operator)` gives the dtype of "gemm", "kv_cache", ... (default: `dtype`)."""
+    precision = precision or (lambda _op: dtype)
+    matrices = matrix_params_per_device(cfg, tp)
+    others = weight_params_per_device(cfg, tp) - matrices
+    gemm_bytes = DTYPE_BYTES[precision("gemm")]
+    other_bytes = DTYPE_BYTES[precision("elementwise")] if dtype == "fp8" else DTYPE_BYTES[dtype]
+    return MemoryUse(weights_bytes=matrices * gemm_bytes + others * other_bytes,
+                     kv_cache_bytes=kv_cache_bytes(cfg, tp, batch, prompt + gen,
+                                                   precision("kv_cache")),
+                     activation_bytes=activation_bytes(cfg, tp, batch, prompt,
+                                                       precision("elementwise"),
                                                        fused_attention),
                      reserve_bytes=RUNTIME_RESERVE_BYTES,
                      capacity_bytes=int(system.device.memory.capacity_bytes))

@@ -1,11 +1,21 @@
 """Whole-model inference: prefill (TTFT), every decode step (TPOT), memory per device.
 
-Every operator of every graph (graph.py) is timed by its model (matmul.py, attention.py,
-elementwise.py, collectives.py) with the fitted efficiencies (calibration.py) plus the device's
-per-kernel launch overhead, then each graph is scheduled on two streams (schedule.py). Identical
-layers are scheduled once and multiplied; every decode step is simulated (its attention reads a
-longer KV cache), not a sample of them. Operator timings are memoised by (op, shape, dtype,
-device, constants), so the 1024 decode steps of a 175B model cost milliseconds each.
+Every operator of every graph (graph.py) is timed (timing.py: the GPU kernel models fitted on
+measured kernels where the device has them, the template tile models otherwise), each graph is
+scheduled on two streams (schedule.py), and the software profile (software.py) adds what the
+host does: a step issued kernel by kernel from the host takes, per graph, max(GPU time,
+kernels x host time per kernel); a step replayed as a CUDA graph pays one graph launch; every
+step pays the per-step host work (scheduler, sampling), added or, with an asynchronous
+scheduler, overlapped. Identical layers are scheduled once and multiplied.
+
+Decode: every step is accounted for, and fast. Only the attention operators depend on the KV
+length; their times for all steps are computed at once (vectorised), everything else once.
+When no collective can run beside those operators (the dependency structure forbids it: the
+standard and parallel blocks), a step's time is the first step's plus the change of the
+attention time, exactly. When one can (Kraken's all-reduce overlaps attention), the step is
+scheduled exactly at every `DECODE_SAMPLE_STRIDE`-th step and the overlap residual (step time
+minus the attention time) is interpolated linearly between those steps; `exact_decode=True`
+schedules every step (benchmarks/sim_speed.py measures the difference).
 
 Token accounting: prefill processes the prompt and yields the first token (TTFT); each of the
 gen - 1 decode steps then yields one more token, attending to prompt + tokens so far. TPOT is
@@ -14,23 +24,39 @@ the mean decode step; end-to-end = TTFT + sum of decode steps.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..hardware import load_system
 from ..hardware.schema import DTYPE_BYTES, System
 from ..models import ModelConfig
-from .attention import flash_decode, flash_prefill
 from .calibration import Calibration, default_calibration
-from .collectives import IDEAL, collective_time, memory_traffic_bytes
-from .elementwise import roofline_stream, simulate_stream
-from .graph import Graph, OpSpec, SimulationError, model_graphs
-from .matmul import roofline_matmul, simulate_matmul
+from .gpu import store as gpu_store
+from .gpu.store import DeviceCalibration
+from .graph import Graph, GraphOptions, OpSpec, SimulationError, model_graphs
 from .memory import MemoryUse, check_fits, memory_use
-from .schedule import COMM_CORE_SHARE, TimedOp, schedule
+from .schedule import COMM_CORE_SHARE, Schedule, TimedOp, schedule
+from .software import Host, SoftwareProfile, load_software
+from .timing import OpTimer
 
-MODES = ("simulate", "roofline")
+MODES = ("simulate", "tile", "roofline")
+DECODE_SAMPLE_STRIDE = 32
+HOST_KERNELS = "host overhead (kernel launches)"
+HOST_STEP = "host overhead (per step)"
+
+
+@dataclass
+class GraphTime:
+    """One graph of a phase: its GPU time per step (a single value for prefill), how many
+    kernels the host issues for it and how often it repeats per step (layers)."""
+    name: str
+    kernels: int
+    count: int
+    gpu_s: np.ndarray
 
 
 @dataclass
@@ -38,18 +64,16 @@ class PhaseResult:
     time_s: float = 0.0
     categories: dict[str, float] = field(default_factory=dict)
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> category, time, count
+    graphs: list[GraphTime] = field(default_factory=list)
 
-    def add(self, graph_time: float, categories: dict[str, float], timed: list[TimedOp],
-            spans: dict[str, tuple[float, float]], times: int) -> None:
-        self.time_s += graph_time * times
-        for cat, t in categories.items():
-            self.categories[cat] = self.categories.get(cat, 0.0) + t * times
-        for op in timed:
-            start, end = spans[op.name]
-            entry = self.ops.setdefault(op.name, {"category": op.category, "time_s": 0.0,
-                                                  "count": 0})
-            entry["time_s"] += (end - start) * times
-            entry["count"] += times
+    def add_category(self, category: str, seconds: float) -> None:
+        if seconds:
+            self.categories[category] = self.categories.get(category, 0.0) + seconds
+
+    def add_op(self, name: str, category: str, seconds: float, count: int) -> None:
+        entry = self.ops.setdefault(name, {"category": category, "time_s": 0.0, "count": 0})
+        entry["time_s"] += seconds
+        entry["count"] += count
 
 
 @dataclass
@@ -70,7 +94,28 @@ class Result:
     prefill: PhaseResult
     decode: PhaseResult
     layer_categories: dict[str, dict[str, float]]  # phase -> categories of one (later) layer
+    software: str = ""
+    attention_path: str = "fused"
+    kernel_sources: dict[str, str] = field(default_factory=dict)
+    decode_method: str = ""
     simulated_in_s: float = 0.0
+    profile: SoftwareProfile | None = field(default=None, repr=False, compare=False)
+
+    def retimed(self, host: Host) -> tuple[float, float]:
+        """(TTFT, mean TPOT) under other host constants, from the per-graph GPU times kept in
+        `prefill.graphs` / `decode.graphs`: no re-simulation (used to fit host constants)."""
+        sw = self.profile
+        if sw is None:
+            raise ValueError("this result keeps no software profile")
+        launch = host.graph_launch_s
+        ttft = float(host_step_times(self.prefill.graphs, host, sw.graphs.prefill,
+                                     host.prefill_step_s + (launch if sw.graphs.prefill else 0.0))[0])
+        steps = self.gen_tokens - 1
+        if steps <= 0:
+            return ttft, 0.0
+        decode = host_step_times(self.decode.graphs, host, sw.graphs.decode,
+                                 host.decode_step_s + (launch if sw.graphs.decode else 0.0), steps)
+        return ttft, float(decode.mean())
 
     def breakdown(self) -> list[dict[str, Any]]:
         rows = []
@@ -84,141 +129,340 @@ class Result:
         return {"model": self.model, "system": self.system, "arch": self.arch, "tp": self.tp,
                 "batch": self.batch, "prompt_tokens": self.prompt_tokens,
                 "gen_tokens": self.gen_tokens, "mode": self.mode, "dtype": self.dtype,
+                "software": self.software, "attention_path": self.attention_path,
                 "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s,
                 "memory_bytes_per_device": self.memory.total_bytes,
                 "memory": self.memory.to_dict(), "breakdown": self.breakdown(),
                 "categories": {"prefill": self.prefill.categories,
                                "decode": self.decode.categories},
                 "layer_categories": self.layer_categories,
+                "kernel_sources": self.kernel_sources, "decode_method": self.decode_method,
                 "simulated_in_s": self.simulated_in_s}
 
 
-class _Timer:
-    """Times operator specs on one system; memoised per spec."""
+# ----------------------------------------------------------------------------------- helpers
+class _Scheduler:
+    """Schedules timed graphs, memoised on the timed operators."""
 
-    def __init__(self, system: System, calibration: Calibration, mode: str, dtype: str):
-        self.system, self.dev = system, system.device
-        self.calibration, self.mode, self.dtype = calibration, mode, dtype
-        self.cache: dict[OpSpec, TimedOp] = {}
+    def __init__(self, core_share: float = COMM_CORE_SHARE) -> None:
+        self.core_share = core_share
+        self.cache: dict[tuple, Schedule] = {}
 
-    def __call__(self, spec: OpSpec) -> TimedOp:
-        hit = self.cache.get(spec)
+    def __call__(self, timed: list[TimedOp]) -> Schedule:
+        key = tuple(timed)
+        hit = self.cache.get(key)
         if hit is None:
-            hit = self.cache[spec] = self._time(spec)
+            hit = self.cache[key] = schedule(timed, self.core_share)
         return hit
 
-    def _time(self, spec: OpSpec) -> TimedOp:
-        dev, dtype, roof = self.dev, self.dtype, self.mode == "roofline"
-        model, args = spec.model, spec.args
-        launch = 0.0 if roof else dev.launch_overhead_s
-        if model == "collective":
-            kind, size, n = args
-            c = self.calibration.get(dev, kind)
-            t, _ = collective_time(kind, self.system.interconnect, float(size), n,
-                                   IDEAL if roof else c.protocols)
-            share = memory_traffic_bytes(kind, size, n) / max(t, 1e-12) / \
-                dev.memory.bandwidth_bytes_per_s
-            return TimedOp(spec.name, spec.category, "comm", t + launch, deps=spec.deps,
-                           memory_share=share)
-        if model == "matmul":
-            M, N, K, batch = args
-            c = self.calibration.get(dev, "matmul")
-            r = roofline_matmul(dev, M, N, K, batch, dtype) if roof else simulate_matmul(
-                dev, M, N, K, batch, dtype, c.compute_efficiency, c.memory_efficiency)
-        elif model == "stream":
-            op, rows, cols = args
-            c = self.calibration.get(dev, op)
-            r = roofline_stream(dev, op, rows, cols, dtype) if roof else simulate_stream(
-                dev, op, rows, cols, dtype, c.memory_efficiency, c.single_pass_row_bytes)
-        elif model in ("flash_prefill", "flash_decode"):
-            c = self.calibration.get(dev, "attention")
-            eff = (1.0, 1.0) if roof else (c.compute_efficiency, c.memory_efficiency)
-            if model == "flash_prefill":
-                batch, heads, kv_heads, q_len, kv_len, hd = args
-                r = flash_prefill(dev, batch, heads, kv_heads, q_len, kv_len, hd, True, dtype, *eff)
-            else:
-                batch, heads, kv_heads, kv_len, hd = args
-                r = flash_decode(dev, batch, heads, kv_heads, kv_len, hd, dtype, *eff)
-            if roof:  # roofline of the fused kernel: its FLOPs and its minimal traffic
-                t = max(r.flops / dev.matrix_rate(dtype),
-                        r.bytes / dev.memory.bandwidth_bytes_per_s)
-                return TimedOp(spec.name, spec.category, "compute", t, r.bound, spec.deps)
-        else:
-            raise ValueError(f"unknown op model {model!r}")
-        return TimedOp(spec.name, spec.category, "compute", r.time_s + launch, r.bound, spec.deps)
+
+def _host_bound(gpu_s: float | np.ndarray, kernels: int, per_kernel_s: float, graphs: bool):
+    """A graph issued kernel by kernel cannot run faster than the host issues its kernels."""
+    if graphs or per_kernel_s <= 0:
+        return gpu_s
+    return np.maximum(gpu_s, kernels * per_kernel_s)
 
 
-def _run_graphs(graphs: list[Graph], timer: _Timer, phase: PhaseResult,
-                schedules: dict) -> dict[str, float]:
-    """Schedule every graph, add it to `phase`; return the categories of the last layer graph."""
-    last_layer: dict[str, float] = {}
+def host_step_times(graphs: list[GraphTime], host: Host, captured: bool, step_s: float,
+                    steps: int = 1) -> np.ndarray:
+    """Wall time of every step of a phase under a host model: the per-graph GPU times bounded
+    by the host's kernel issue rate (outside CUDA graphs), plus the per-step host work (or its
+    excess over the GPU time, with an asynchronous scheduler). What `simulate` reports, and
+    what `fit_software` re-evaluates for candidate host constants without re-simulating."""
+    gpu = np.zeros(steps)
+    for g in graphs:
+        gpu = gpu + g.count * _host_bound(g.gpu_s, g.kernels, host.per_kernel_s, captured)
+    if host.step_overlaps_gpu:
+        return np.maximum(gpu, step_s)
+    return gpu + step_s
+
+
+def _add_graph(phase: PhaseResult, g: Graph, timed: list[TimedOp], sched: Schedule,
+               times: int, host_s: float) -> None:
+    for cat, t in sched.categories.items():
+        phase.add_category(cat, t * times)
+    phase.add_category(HOST_KERNELS, (host_s - sched.total_s) * times)
+    phase.time_s += host_s * times
+    for op in timed:
+        start, end = sched.spans[op.name]
+        phase.add_op(op.name, op.category, (end - start) * times, times)
+
+
+def _step_overhead(software: SoftwareProfile, phase: str) -> float:
+    host = software.host
+    per_step = host.prefill_step_s if phase == "prefill" else host.decode_step_s
+    graphs = software.graphs.prefill if phase == "prefill" else software.graphs.decode
+    return per_step + (host.graph_launch_s if graphs else 0.0)
+
+
+def _finish_step(phase: PhaseResult, gpu_s: float, overhead_s: float, overlaps: bool) -> float:
+    """Add the per-step host work; return the step's wall time."""
+    extra = max(0.0, overhead_s - gpu_s) if overlaps else overhead_s
+    phase.add_category(HOST_STEP, extra)
+    phase.time_s += extra
+    return gpu_s + extra
+
+
+def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> GraphOptions:
+    fused = attention == "fused"
+    if mode == "tile":  # the template world: plain graph, fused attention at any head size
+        return GraphOptions(fused_attention=fused)
+    return GraphOptions(fused_attention=fused, max_head_dim=software.attention.max_head_dim,
+                        add_norm=software.fusions.add_norm,
+                        rope_in_attention=software.fusions.rope_in_attention,
+                        attention_kernel=software.attention.kernel)
+
+
+def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
+             software: SoftwareProfile) -> tuple[PhaseResult, dict[str, float], float]:
+    phase = PhaseResult()
+    layer: dict[str, float] = {}
+    captured = software.graphs.prefill
     for g in graphs:
         timed = [timer(spec) for spec in g.ops]
-        key = tuple(timed)
-        sched = schedules.get(key)
-        if sched is None:
-            sched = schedules[key] = schedule(timed, COMM_CORE_SHARE)
-        phase.add(sched.total_s, sched.categories, timed, sched.spans, g.count)
+        sched = scheduler(timed)
+        host = float(_host_bound(sched.total_s, len(g.ops), software.host.per_kernel_s, captured))
+        _add_graph(phase, g, timed, sched, g.count, host)
+        phase.graphs.append(GraphTime(g.name, len(g.ops), g.count, np.array([sched.total_s])))
         if "layer" in g.name:
-            last_layer = sched.categories
-    return last_layer
+            layer = dict(sched.categories)
+            if host > sched.total_s:
+                layer[HOST_KERNELS] = host - sched.total_s
+    step = _finish_step(phase, phase.time_s, _step_overhead(software, "prefill"),
+                        software.host.step_overlaps_gpu)
+    return phase, layer, step
+
+
+def _depends(ops: list[OpSpec]) -> dict[str, set[str]]:
+    """Transitive dependencies of every op: explicit deps plus program order on its stream."""
+    direct: dict[str, set[str]] = {}
+    last: dict[str, str] = {}
+    for op in ops:
+        direct[op.name] = set(op.deps) | ({last[op.stream]} if op.stream in last else set())
+        last[op.stream] = op.name
+    closure: dict[str, set[str]] = {}
+    for op in ops:  # program order is topological
+        seen = set(direct[op.name])
+        for d in direct[op.name]:
+            seen |= closure.get(d, set())
+        closure[op.name] = seen
+    return closure
+
+
+def _overlap_free(ops: list[OpSpec], varying: set[str]) -> bool:
+    """True when no collective can ever run beside an op in `varying`: every collective is
+    ordered before or after each of them by the dependencies, whatever the durations."""
+    deps = _depends(ops)
+    for c in ops:
+        if c.stream != "comm":
+            continue
+        for v in varying:
+            if not (v in deps[c.name] or c.name in deps[v]):
+                return False
+    return True
+
+
+def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b: int,
+            opts: GraphOptions, timer: OpTimer, scheduler: _Scheduler,
+            software: SoftwareProfile, exact: bool) -> tuple[PhaseResult, dict[str, float], str]:
+    phase = PhaseResult()
+    if steps <= 0:
+        return phase, {}, "none"
+    kv = np.arange(prompt + 1, prompt + steps + 1)
+    base = model_graphs(config, tp, batch, 1, int(kv[0]), "decode", b, options=opts)
+    other = model_graphs(config, tp, batch, 1, int(kv[0]) + 1, "decode", b, options=opts)
+    captured = software.graphs.decode
+    per_kernel = software.host.per_kernel_s
+    overhead = _step_overhead(software, "decode")
+    overlaps = software.host.step_overlaps_gpu
+
+    step_gpu = np.zeros(steps)
+    methods = set()
+    layer: dict[str, float] = {}
+    for g, g2 in zip(base, other):
+        varying = [i for i, (a, c) in enumerate(zip(g.ops, g2.ops)) if a != c]
+        timed = [timer(spec) for spec in g.ops]
+        sched = scheduler(timed)
+        if "layer" in g.name and not layer:
+            layer = dict(sched.categories)
+        if not varying:
+            phase.graphs.append(GraphTime(g.name, len(g.ops), g.count, np.full(steps, sched.total_s)))
+            t = _host_bound(np.full(steps, sched.total_s), len(g.ops), per_kernel, captured)
+            step_gpu += t * g.count
+            _add_graph(phase, g, timed, sched, g.count * steps, float(t[0]))
+            continue
+        # times of the kv-length-dependent ops at every step (vectorised where possible)
+        var_times = {i: timer.time_steps(g.ops[i], g2.ops[i], kv) for i in varying}
+        delta = sum(var_times[i] - var_times[i][0] for i in varying)
+        if exact or not _overlap_free(g.ops, {g.ops[i].name for i in varying}):
+            total, method = _scheduled_steps(g, varying, var_times, timer, scheduler, kv, exact)
+        else:
+            total, method = sched.total_s + delta, "exact (no overlap with attention)"
+        methods.add(method)
+        phase.graphs.append(GraphTime(g.name, len(g.ops), g.count, np.asarray(total, float)))
+        t = _host_bound(total, len(g.ops), per_kernel, captured)
+        step_gpu += t * g.count
+        # categories and per-op times: the first step's, plus the attention time added since
+        for cat, s in sched.categories.items():
+            phase.add_category(cat, s * g.count * steps)
+        phase.add_category("attention", float(delta.sum()) * g.count)
+        phase.add_category(HOST_KERNELS, float((t - total).sum()) * g.count)
+        # a longer attention hides more of an overlapped collective: the exposed part shrinks
+        phase.add_category("exposed AllReduce", float((total - sched.total_s - delta).sum()) * g.count)
+        for i, op in enumerate(timed):
+            start, end = sched.spans[op.name]
+            span = (end - start) * steps if i not in var_times else float(var_times[i].sum())
+            phase.add_op(op.name, op.category, span * g.count, g.count * steps)
+    step_total = step_gpu + (np.maximum(0.0, overhead - step_gpu) if overlaps else overhead)
+    phase.add_category(HOST_STEP, float((step_total - step_gpu).sum()))
+    phase.time_s = float(step_total.sum())
+    return phase, layer, ", ".join(sorted(methods)) or "exact (no kv-dependent ops)"
+
+
+def _scheduled_steps(g: Graph, varying: list[int], var_times: dict[int, np.ndarray],
+                     timer: OpTimer, scheduler: _Scheduler, kv: np.ndarray,
+                     exact: bool) -> tuple[np.ndarray, str]:
+    """Schedule the graph at sampled steps (every step when `exact`); interpolate the rest."""
+    steps = len(kv)
+    base = [timer(spec) for spec in g.ops]
+    if exact or steps <= 2 * DECODE_SAMPLE_STRIDE:
+        sample = np.arange(steps)
+    else:
+        sample = np.unique(np.r_[np.arange(0, steps, DECODE_SAMPLE_STRIDE), steps - 1])
+    totals = np.empty(len(sample))
+    for j, k in enumerate(sample):
+        timed = list(base)
+        for i in varying:
+            timed[i] = _with_time(base[i], float(var_times[i][k]))
+        totals[j] = scheduler(timed).total_s
+    if len(sample) == steps:
+        return totals, "exact (every step scheduled)"
+    var_sum = sum(var_times[i] for i in varying)
+    residual = totals - var_sum[sample]
+    interp = np.interp(np.arange(steps), sample, residual) + var_sum
+    return interp, f"scheduled every {DECODE_SAMPLE_STRIDE}th step, overlap interpolated"
+
+
+def _with_time(op: TimedOp, seconds: float) -> TimedOp:
+    return TimedOp(op.name, op.category, op.stream, seconds, op.bound, op.deps, op.memory_share)
+
+
+# --------------------------------------------------------------------------------------- API
+class Simulator:
+    """A session: one system, software profile, mode and dtype, queried many times.
+
+    It keeps its operator timings and schedules between queries, so a sweep over models,
+    batches and lengths pays for each distinct operator once (the warm API that
+    benchmarks/sim_speed.py times). `simulate()` is a session of one query.
+
+        sim = Simulator("h100-80gb-x8", software="vllm")
+        for prompt in (128, 512, 2048):
+            r = sim.run(get_preset("llama3-70b"), tp=8, batch=1, prompt_tokens=prompt,
+                        gen_tokens=1024)
+    """
+
+    def __init__(self, system: System | str, software: SoftwareProfile | str | None = None,
+                 mode: str = "simulate", *, dtype: str = "fp16", attention: str = "fused",
+                 calibration: Calibration | None = None,
+                 gpu_calibration: DeviceCalibration | None = None,
+                 comm_core_share: float = COMM_CORE_SHARE):
+        if isinstance(system, str):
+            system = load_system(system)
+        if mode not in MODES:
+            raise SimulationError(f"mode {mode!r} is not one of {MODES}")
+        if attention not in ("fused", "unfused"):
+            raise SimulationError(f"attention {attention!r} is not 'fused' or 'unfused'")
+        if dtype not in DTYPE_BYTES:
+            raise SimulationError(f"dtype {dtype!r} is not one of {tuple(DTYPE_BYTES)}")
+        if not 0.0 <= comm_core_share < 1.0:
+            raise SimulationError(f"comm_core_share must be in [0, 1), got {comm_core_share}")
+        profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+        profile = dataclasses.replace(profile, host=profile.host_for(system.name))
+        system.device.matrix_rate(dtype)  # fails early, naming the field, if the dtype is missing
+        self.precision = (lambda op: profile.precision(op, dtype)) if mode != "tile" \
+            else (lambda op: dtype)
+        for op in ("gemm", "attention"):
+            system.device.matrix_rate(self.precision(op))
+        self.system, self.profile, self.mode, self.dtype = system, profile, mode, dtype
+        self.options = _graph_options(profile, attention, mode)
+        gpu = gpu_calibration if gpu_calibration is not None else \
+            gpu_store.for_device(system.device)
+        self.timer = OpTimer(system, profile, mode, dtype, calibration or default_calibration(),
+                             gpu)
+        if mode == "tile":
+            self.timer.software = _tile_software(profile)
+        self.scheduler = _Scheduler(comm_core_share)
+
+    def run(self, config: ModelConfig, tp: int, batch: int, prompt_tokens: int,
+            gen_tokens: int, *, check_memory: bool = True, model_name: str = "model",
+            exact_decode: bool = False) -> Result:
+        started = time.perf_counter()
+        system, profile, opts = self.system, self.profile, self.options
+        for name, value, low in (("batch", batch, 1), ("prompt", prompt_tokens, 1),
+                                 ("gen", gen_tokens, 1), ("tp", tp, 1)):
+            if value < low:
+                raise SimulationError(f"--{name} must be at least {low}, got {value}")
+        if tp > system.device_count:
+            raise SimulationError(f"--tp {tp} exceeds the {system.device_count} devices of "
+                                  f"{system.name}")
+        use = memory_use(config, system, tp, batch, prompt_tokens, gen_tokens, self.dtype,
+                         opts.attention_path(config.head_dim) == "fused", self.precision)
+        if check_memory:
+            check_fits(use, model_name, system, tp)
+        b = DTYPE_BYTES[self.precision("all_reduce")]
+        graphs = model_graphs(config, tp, batch, prompt_tokens, prompt_tokens, "prefill", b,
+                              options=opts)
+        prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile)
+        decode, decode_layer, method = _decode(config, tp, batch, prompt_tokens, gen_tokens - 1,
+                                               b, opts, self.timer, self.scheduler, profile,
+                                               exact_decode)
+        steps = gen_tokens - 1
+        tpot = decode.time_s / steps if steps else 0.0
+        layer_cats = {"prefill": prefill_layer}
+        if steps:
+            layer_cats["decode"] = decode_layer
+        return Result(model=model_name, system=system.name, arch=config.arch, tp=tp,
+                      batch=batch, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens,
+                      mode=self.mode, dtype=self.dtype, ttft_s=ttft, tpot_s=tpot,
+                      e2e_s=ttft + decode.time_s, memory=use, prefill=prefill, decode=decode,
+                      layer_categories=layer_cats, software=profile.name,
+                      attention_path=opts.attention_path(config.head_dim),
+                      kernel_sources=dict(self.timer.sources), decode_method=method,
+                      simulated_in_s=time.perf_counter() - started, profile=profile)
 
 
 def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,
              prompt_tokens: int, gen_tokens: int, mode: str = "simulate", *,
              dtype: str = "fp16", attention: str = "fused",
-             calibration: Calibration | None = None, check_memory: bool = True,
-             model_name: str = "model") -> Result:
-    """Simulate serving `config` on `system` with tensor parallelism `tp`.
+             software: SoftwareProfile | str | None = None,
+             calibration: Calibration | None = None,
+             gpu_calibration: DeviceCalibration | None = None,
+             check_memory: bool = True, model_name: str = "model",
+             exact_decode: bool = False, comm_core_share: float = COMM_CORE_SHARE) -> Result:
+    """Simulate serving `config` on `system` with tensor parallelism `tp` (one query; for many,
+    keep a `Simulator`).
 
-    mode "simulate" uses the tile models and fitted constants; "roofline" uses peak rates and
-    minimal traffic only. attention "fused" (FlashAttention) or "unfused" (eager kernels).
-    Raises SimulationError / ModelDoesNotFit (KrakenError) with a message for bad requests.
+    mode "simulate": fitted GPU kernel models where the device has them, template models
+    otherwise; "tile": the template tile models only; "roofline": peak rates and minimal
+    traffic. `software`: a profile name or path (default: trtllm) or a SoftwareProfile.
+    attention "fused" (the software's fused kernel, unfused beyond its head-size limit) or
+    "unfused". `comm_core_share`: the fraction of the cores a running collective takes from
+    compute beside it (schedule.py). Raises SimulationError / ModelDoesNotFit (KrakenError)
+    for bad requests.
     """
-    started = time.perf_counter()
-    if isinstance(system, str):
-        system = load_system(system)
-    if mode not in MODES:
-        raise SimulationError(f"mode {mode!r} is not one of {MODES}")
-    if attention not in ("fused", "unfused"):
-        raise SimulationError(f"attention {attention!r} is not 'fused' or 'unfused'")
-    if dtype not in DTYPE_BYTES:
-        raise SimulationError(f"dtype {dtype!r} is not one of {tuple(DTYPE_BYTES)}")
-    for name, value, low in (("batch", batch, 1), ("prompt", prompt_tokens, 1),
-                             ("gen", gen_tokens, 1), ("tp", tp, 1)):
-        if value < low:
-            raise SimulationError(f"--{name} must be at least {low}, got {value}")
-    if tp > system.device_count:
-        raise SimulationError(f"--tp {tp} exceeds the {system.device_count} devices of "
-                              f"{system.name}")
-    system.device.matrix_rate(dtype)  # fails early, naming the field, if the dtype is missing
-    fused = attention == "fused"
-    calibration = calibration or default_calibration()
-    use = memory_use(config, system, tp, batch, prompt_tokens, gen_tokens, dtype, fused)
-    if check_memory:
-        check_fits(use, model_name, system, tp)
+    session = Simulator(system, software, mode, dtype=dtype, attention=attention,
+                        calibration=calibration, gpu_calibration=gpu_calibration,
+                        comm_core_share=comm_core_share)
+    return session.run(config, tp, batch, prompt_tokens, gen_tokens, check_memory=check_memory,
+                       model_name=model_name, exact_decode=exact_decode)
 
-    b = DTYPE_BYTES[dtype]
-    timer = _Timer(system, calibration, mode, dtype)
-    schedules: dict = {}
-    prefill = PhaseResult()
-    graphs = model_graphs(config, tp, batch, prompt_tokens, prompt_tokens, "prefill", b, fused)
-    layer_cats = {"prefill": _run_graphs(graphs, timer, prefill, schedules)}
-    decode = PhaseResult()
-    steps = gen_tokens - 1
-    for step in range(steps):
-        kv_len = prompt_tokens + step + 1
-        graphs = model_graphs(config, tp, batch, 1, kv_len, "decode", b, fused)
-        cats = _run_graphs(graphs, timer, decode, schedules)
-        if step == 0:
-            layer_cats["decode"] = cats
-    ttft = prefill.time_s
-    tpot = decode.time_s / steps if steps else 0.0
-    return Result(model=model_name, system=system.name, arch=config.arch, tp=tp, batch=batch,
-                  prompt_tokens=prompt_tokens, gen_tokens=gen_tokens, mode=mode, dtype=dtype,
-                  ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + decode.time_s, memory=use,
-                  prefill=prefill, decode=decode, layer_categories=layer_cats,
-                  simulated_in_s=time.perf_counter() - started)
+
+def _tile_software(profile: SoftwareProfile) -> SoftwareProfile:
+    """Tile mode keeps the template world's assumptions: every operator in the model dtype."""
+    import dataclasses
+
+    from .software import Fp8Policy
+    return dataclasses.replace(profile, fp8=Fp8Policy("fp8", "fp8", "fp8", "fp8", "fp8"))
 
 
 def resolve_model(name_or_path: str) -> tuple[str, ModelConfig]:
@@ -238,25 +482,36 @@ def resolve_model(name_or_path: str) -> tuple[str, ModelConfig]:
                       "a path to a config.json")
 
 
-def arch_variant(config: ModelConfig, arch: str | None, tp: int) -> ModelConfig:
+KRAKEN_RULES = ("engine", "head-count")
+
+
+def arch_variant(config: ModelConfig, arch: str | None, tp: int,
+                 rule: str = "engine") -> ModelConfig:
     """The same model as another architecture. gpt <-> parallel swap the block on the same
-    shape; gpt/parallel -> kraken builds the spec's parameter-matched Kraken with degree = tp
-    (same layers and total heads, FFN expansion 2, sub-layer width chosen so the parameter
-    count matches: the inference study's rule). A Kraken config cannot be turned back."""
-    from ..models import kraken_width_for_params
+    shape; gpt/parallel -> kraken builds the parameter-matched Kraken with degree = tp (same
+    layers, FFN expansion 2, sub-layer width chosen so the parameter count matches). `rule`
+    "engine" (default) uses heads of 128 or 64 that fused attention kernels run
+    (models.kraken_engine_for_params); "head-count" keeps the total head count (the spec's
+    rule, heads that may exceed the kernels' limit). A Kraken config cannot be turned back."""
+    from ..models import kraken_engine_for_params, kraken_width_for_params
 
     if arch is None or arch == config.arch:
         return config
     if arch not in ("gpt", "parallel", "kraken"):
         raise SimulationError(f"--arch {arch!r} is not one of gpt, parallel, kraken")
+    if rule not in KRAKEN_RULES:
+        raise SimulationError(f"--kraken-rule {rule!r} is not one of {KRAKEN_RULES}")
     if config.arch == "kraken":
         raise SimulationError(f"--arch {arch} cannot be derived from a Kraken config (its widths "
                               "are its own); pick the GPT or parallel model instead")
     if arch in ("gpt", "parallel"):
         return config.replace(arch=arch)
+    common = dict(context_len=config.context_len, vocab_size=config.vocab_size)
+    if rule == "engine":
+        return kraken_engine_for_params(config.num_params(), degree=tp,
+                                        n_layers=config.n_layers, **common)
     if config.n_heads % tp:
         raise SimulationError(f"--arch kraken with --tp {tp}: the {config.n_heads} heads must "
                               f"split evenly over {tp} sub-layers; use a --tp that divides them")
     return kraken_width_for_params(config.num_params(), degree=tp, n_layers=config.n_layers,
-                                   n_heads=config.n_heads // tp, context_len=config.context_len,
-                                   vocab_size=config.vocab_size)
+                                   n_heads=config.n_heads // tp, **common)

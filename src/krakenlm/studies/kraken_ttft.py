@@ -5,29 +5,37 @@ tokens, TP 4 and 8 with Kraken degree d = TP, batch 1, on 8x A100 with NVSwitch;
 standard block (Megatron TP, two blocking all-reduces per layer) and the GPT-J/PaLM parallel
 block (one). The paper reports a 35.6 % geometric-mean TTFT reduction with TensorRT-LLM.
 
-Every configuration is simulated with the same hardware description and calibration; the
-Kraken engines are the parameter-matched `kraken-<shape>-<d>way` presets (spec rule). The
-report has the table, the geometric mean, a TTFT plot and a one-layer runtime breakdown in the
-paper's categories (GEMM, GEMM overlapped with AllReduce, attention, LayerNorm, exposed
-AllReduce, ...). Memory is not checked: like the paper's engines, configurations are timed
+Every configuration is simulated with the same hardware description, GPU kernel calibration
+and software profile (default `trtllm`, the paper's runtime). The Kraken engines are
+parameter-matched presets: by default the "engine rule" (heads of 128 or 64 that fused
+attention runs, `kraken-<shape>-<d>way`), or the spec's head-count rule (`-hc`: heads of
+314-453 dimensions, which engines run unfused). The report has the table per system, the
+geometric means, a TTFT plot, a one-layer runtime breakdown in the paper's categories, and
+optionally a sensitivity section: how far the geometric mean moves when the assumptions that
+are not measured on the same hardware change (collective library, contention share, software
+stack, head rule). Memory is not checked: like the paper's engines, configurations are timed
 whether or not a deployment would hold them (175B at TP 4 does not fit in 80 GB devices).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..models import get_preset
 from ..simulator import simulate
+from ..simulator.software import Collectives, SoftwareProfile, load_software
 from .plots import plot_layer_breakdown, plot_ttft_grid
 
 SHAPES = ("gpt3-1.3b", "gpt3-6.7b", "gpt3-13b", "gpt-65b", "gpt3-175b")
 PROMPTS = (128, 2048)
 DEGREES = (4, 8)
 ARCHS = ("gpt", "parallel", "kraken")
+SYSTEMS = ("a100-40gb-x8", "a100-80gb-x8", "h100-80gb-x8", "h200-x8", "b200-x8")
 PAPER_GEOMEAN_REDUCTION_PCT = 35.6
 
 
@@ -38,72 +46,142 @@ class TTFTRow:
     tp: int
     ttft_s: dict[str, float]  # by architecture
     layer_s: dict[str, dict[str, float]]  # one prefill layer, by architecture and category
+    system: str = ""
+    attention: dict[str, str] = field(default_factory=dict)  # attention path by architecture
 
     @property
     def kraken_reduction(self) -> float:
         return 1 - self.ttft_s["kraken"] / self.ttft_s["gpt"]
 
 
-def engines(shape: str, tp: int) -> dict[str, object]:
-    standard = get_preset(shape)
-    return {"gpt": standard, "parallel": get_preset(f"parallel-{shape}"),
-            "kraken": get_preset(f"kraken-{shape}-{tp}way")}
+def engines(shape: str, tp: int, rule: str = "engine") -> dict[str, object]:
+    suffix = "-hc" if rule == "head-count" else ""
+    return {"gpt": get_preset(shape), "parallel": get_preset(f"parallel-{shape}"),
+            "kraken": get_preset(f"kraken-{shape}-{tp}way{suffix}")}
 
 
 def run_grid(system: str = "a100-80gb-x8", batch: int = 1, shapes=SHAPES, prompts=PROMPTS,
-             degrees=DEGREES) -> list[TTFTRow]:
+             degrees=DEGREES, software: str | SoftwareProfile = "trtllm",
+             kraken_rule: str = "engine", comm_core_share: float | None = None) -> list[TTFTRow]:
     rows = []
     for shape in shapes:
         for prompt in prompts:
             for tp in degrees:
-                ttft, layers = {}, {}
-                for arch, config in engines(shape, tp).items():
-                    result = simulate(config, system, tp, batch, prompt, 1, check_memory=False)
+                ttft, layers, paths = {}, {}, {}
+                for arch, config in engines(shape, tp, kraken_rule).items():
+                    extra = {} if comm_core_share is None else {"comm_core_share": comm_core_share}
+                    result = simulate(config, system, tp, batch, prompt, 1, check_memory=False,
+                                      software=software, **extra)
                     ttft[arch] = result.ttft_s
                     layers[arch] = dict(result.layer_categories["prefill"])
-                rows.append(TTFTRow(shape, prompt, tp, ttft, layers))
+                    paths[arch] = result.attention_path
+                rows.append(TTFTRow(shape, prompt, tp, ttft, layers, system, paths))
     return rows
 
 
-def geomean_reduction(rows: list[TTFTRow]) -> float:
-    ratios = [row.ttft_s["kraken"] / row.ttft_s["gpt"] for row in rows]
+def geomean_reduction(rows: list[TTFTRow], baseline: str = "gpt") -> float:
+    ratios = [row.ttft_s["kraken"] / row.ttft_s[baseline] for row in rows]
     return 1 - math.exp(sum(map(math.log, ratios)) / len(ratios))
 
 
-def write_report(rows: list[TTFTRow], out: Path, *, system: str, batch: int) -> Path:
+# ------------------------------------------------------------------------------ sensitivity
+def _with_collectives(profile: SoftwareProfile, library: str) -> SoftwareProfile:
+    return dataclasses.replace(profile, collectives=Collectives(
+        all_reduce=library, custom_max_bytes=profile.collectives.custom_max_bytes))
+
+
+def sensitivity(system: str, batch: int = 1, software: str = "trtllm", shapes=SHAPES,
+                prompts=PROMPTS, degrees=DEGREES) -> list[dict[str, Any]]:
+    """The geometric-mean reduction under alternative assumptions, one changed at a time."""
+    base = load_software(software)
+    variants: list[tuple[str, dict[str, Any]]] = [
+        ("as calibrated", {}),
+        ("NCCL all-reduce instead of the framework's", {"software": _with_collectives(base, "nccl")}),
+        ("collective takes 5 % of the SMs (instead of 10 %)", {"core_share": 0.05}),
+        ("collective takes 20 % of the SMs", {"core_share": 0.20}),
+        ("vLLM (piecewise CUDA graphs, its kernels)", {"software": load_software("vllm")}),
+        ("eager PyTorch (host-issued kernels)", {"software": load_software("eager")}),
+        ("Kraken head-count rule (wide heads, unfused)", {"kraken_rule": "head-count"}),
+    ]
+    out = []
+    for label, change in variants:
+        rows = run_grid(system, batch, shapes, prompts, degrees,
+                        software=change.get("software", base),
+                        kraken_rule=change.get("kraken_rule", "engine"),
+                        comm_core_share=change.get("core_share"))
+        out.append({"variant": label, "geomean_reduction": geomean_reduction(rows),
+                    "vs_parallel": geomean_reduction(rows, "parallel")})
+    return out
+
+
+# ---------------------------------------------------------------------------------- report
+def write_report(rows: list[TTFTRow], out: Path, *, system: str, batch: int,
+                 software: str = "trtllm", kraken_rule: str = "engine",
+                 sensitivity_rows: list[dict[str, Any]] | None = None,
+                 command: str | None = None) -> Path:
+    """One report for rows of one or several systems (grouped by `row.system`)."""
     out.mkdir(parents=True, exist_ok=True)
-    plot_ttft_grid(rows, out / "ttft.png", title=f"Simulated TTFT on {system}, batch {batch}")
-    focus = max(rows, key=lambda r: (r.shape == "gpt3-13b", r.prompt_tokens == 2048, r.tp))
+    systems = list(dict.fromkeys(r.system or system for r in rows))
+    by_system = {s: [r for r in rows if (r.system or system) == s] for s in systems}
+    command = command or (f"krakenlm study ttft --system {system} --batch {batch} "
+                          f"--software {software} --out {out}")
+    lines = ["# Kraken TTFT study (simulated)", "",
+             f"Batch {batch}, one generated token, software profile `{software}`, Kraken "
+             f"engines by the {kraken_rule} rule. Command: `{command}`.", "",
+             f"The Kraken paper reports a {PAPER_GEOMEAN_REDUCTION_PCT} % geometric-mean TTFT "
+             "reduction with TensorRT-LLM on 8x A100 80GB.", "",
+             "| system | configurations | Kraken vs standard (geomean) | Kraken vs parallel |",
+             "|---|---:|---:|---:|"]
+    for s, rs in by_system.items():
+        lines.append(f"| {s} | {len(rs)} | **{100 * geomean_reduction(rs):.1f} %** | "
+                     f"{100 * geomean_reduction(rs, 'parallel'):.1f} % |")
+    lines.append("")
+    for s, rs in by_system.items():
+        stem = s.replace("/", "_")
+        plot_ttft_grid(rs, out / f"ttft-{stem}.png", title=f"Simulated TTFT on {s}, batch {batch}")
+        lines += [f"## {s}", "", f"![TTFT]({'ttft-' + stem}.png)", "",
+                  "| model | prompt | TP = d | standard ms | parallel ms | Kraken ms | Kraken vs standard | Kraken vs parallel |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rs:
+            t = {k: v * 1e3 for k, v in r.ttft_s.items()}
+            lines.append(f"| {r.shape} | {r.prompt_tokens} | {r.tp} | {t['gpt']:.2f} | "
+                         f"{t['parallel']:.2f} | {t['kraken']:.2f} | "
+                         f"{-100 * r.kraken_reduction:+.1f} % | "
+                         f"{100 * (t['kraken'] / t['parallel'] - 1):+.1f} % |")
+        unfused = sorted({p for r in rs for p in r.attention.values() if p != "fused"})
+        if unfused:
+            lines += ["", "Attention ran unfused in some engines: " + "; ".join(unfused) + "."]
+        lines.append("")
+    focus_rows = by_system[systems[0]]
+    focus = max(focus_rows, key=lambda r: (r.shape == "gpt3-13b", r.prompt_tokens == 2048, r.tp))
     plot_layer_breakdown(focus.layer_s, out / "layer_breakdown.png",
-                         title=f"One prefill layer: {focus.shape}, prompt {focus.prompt_tokens}, "
-                               f"TP = d = {focus.tp}")
-    reduction = geomean_reduction(rows)
-    lines = [
-        "# Kraken TTFT study (simulated)", "",
-        f"System `{system}`, batch {batch}, one generated token. Command: `krakenlm study ttft "
-        f"--system {system} --batch {batch} --out {out}`.", "",
-        f"Geometric-mean TTFT reduction of Kraken over the standard block: **{100 * reduction:.1f} %** "
-        f"(the Kraken paper reports {PAPER_GEOMEAN_REDUCTION_PCT} % with TensorRT-LLM on 8x A100).",
-        "", "![TTFT](ttft.png)", "", "![one layer](layer_breakdown.png)", "",
-        "| model | prompt | TP = d | standard ms | parallel ms | Kraken ms | Kraken vs standard | Kraken vs parallel |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        t = {k: v * 1e3 for k, v in r.ttft_s.items()}
-        lines.append(f"| {r.shape} | {r.prompt_tokens} | {r.tp} | {t['gpt']:.2f} | "
-                     f"{t['parallel']:.2f} | {t['kraken']:.2f} | "
-                     f"{-100 * r.kraken_reduction:+.1f} % | "
-                     f"{100 * (t['kraken'] / t['parallel'] - 1):+.1f} % |")
-    lines += ["", "Where the time goes in one prefill layer of the configuration plotted above "
-              "(ms, per device):", "",
+                         title=f"One prefill layer on {systems[0]}: {focus.shape}, prompt "
+                               f"{focus.prompt_tokens}, TP = d = {focus.tp}")
+    lines += [f"## One layer ({systems[0]}, {focus.shape}, prompt {focus.prompt_tokens}, "
+              f"TP = d = {focus.tp})", "", "![one layer](layer_breakdown.png)", "",
               "| category | " + " | ".join(ARCHS) + " |", "|---|" + "---:|" * len(ARCHS)]
     categories = sorted({c for layer in focus.layer_s.values() for c in layer})
     for c in categories:
         lines.append(f"| {c} | " + " | ".join(f"{1e3 * focus.layer_s[a].get(c, 0.0):.3f}"
                                              for a in ARCHS) + " |")
+    if sensitivity_rows:
+        lines += ["", f"## Sensitivity ({systems[0]})", "",
+                  "Each line changes one assumption that is not measured on this hardware; the "
+                  "range is how much the study's headline depends on them.", "",
+                  "| variant | Kraken vs standard | Kraken vs parallel |", "|---|---:|---:|"]
+        for v in sensitivity_rows:
+            lines.append(f"| {v['variant']} | {100 * v['geomean_reduction']:.1f} % | "
+                         f"{100 * v['vs_parallel']:.1f} % |")
+        values = [100 * v["geomean_reduction"] for v in sensitivity_rows]
+        lines += ["", f"Range of the geometric mean: {min(values):.1f} % to {max(values):.1f} %."]
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     (out / "rows.json").write_text(json.dumps(
-        {"system": system, "batch": batch, "geomean_ttft_reduction": reduction,
-         "rows": [{"shape": r.shape, "prompt_tokens": r.prompt_tokens, "tp": r.tp,
-                   "ttft_s": r.ttft_s, "layer_s": r.layer_s} for r in rows]}, indent=2) + "\n")
+        {"batch": batch, "software": software, "kraken_rule": kraken_rule,
+         "geomean_ttft_reduction": {s: geomean_reduction(rs) for s, rs in by_system.items()},
+         "sensitivity": sensitivity_rows or [],
+         "rows": [{"system": r.system or system, "shape": r.shape,
+                   "prompt_tokens": r.prompt_tokens, "tp": r.tp, "ttft_s": r.ttft_s,
+                   "attention": r.attention, "layer_s": r.layer_s} for r in rows]},
+        indent=2) + "\n")
     return report

@@ -1,0 +1,1 @@
+"""Software profiles (YAML): see krakenlm.simulator.software."""

@@ -1,0 +1,176 @@
+"""Software profiles and what they change: the attention path by head size, fusions, FP8 per
+operator, host overheads, and the decode fast path."""
+
+import dataclasses
+
+import pytest
+
+from krakenlm.cli import main
+from krakenlm.hardware import load_system
+from krakenlm.models import get_preset
+from krakenlm.simulator.graph import GraphOptions, model_graphs
+from krakenlm.simulator.gpu.store import DeviceCalibration
+from krakenlm.simulator.run import simulate
+from krakenlm.simulator.software import (Host, SoftwareError, load_software, profile_from_dict,
+                                         software_names)
+
+A100 = load_system("a100-80gb-x8")
+NO_GPU_CAL = DeviceCalibration("none")  # template models only: independent of shipped files
+
+
+def test_every_shipped_profile_loads_with_sources():
+    names = software_names()
+    assert {"trtllm", "vllm", "vllm-v0", "sglang", "eager", "lmdeploy"} <= set(names)
+    for name in names:
+        p = load_software(name)
+        assert p.name == name and p.sources, name
+        assert p.attention.max_head_dim >= 128
+
+
+def test_malformed_profiles_are_errors_naming_the_field(tmp_path):
+    with pytest.raises(SoftwareError, match=r"host: unknown field\(s\) \['per_kernel_us'\]"):
+        profile_from_dict({"name": "x", "kernels": "trtllm", "host": {"per_kernel_us": 3}}, "f")
+    with pytest.raises(SoftwareError, match="fp8.gemm: 'fp4' is not one of"):
+        profile_from_dict({"name": "x", "kernels": "trtllm", "fp8": {"gemm": "fp4"}}, "f")
+    with pytest.raises(SoftwareError, match="missing field 'kernels'"):
+        profile_from_dict({"name": "x"}, "f")
+    with pytest.raises(SoftwareError, match="expected a number >= 0"):
+        profile_from_dict({"name": "x", "kernels": "v", "host": {"per_kernel_s": -1}}, "f")
+    with pytest.raises(SoftwareError, match="unknown software 'tgi'"):
+        load_software("tgi")
+    bad = tmp_path / "p.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SoftwareError, match="is not valid YAML"):
+        load_software(str(bad))
+
+
+def test_fp8_applies_to_the_operators_the_engine_quantises():
+    p = load_software("trtllm")
+    assert p.precision("gemm", "fp8") == "fp8"
+    for op in ("attention", "kv_cache", "lm_head", "all_reduce", "elementwise"):
+        assert p.precision(op, "fp8") == "bf16", op
+    assert p.precision("gemm", "fp16") == "fp16"
+    # memory: FP8 shrinks the layers' matrices only, not the embedding, head or KV cache
+    cfg = get_preset("llama2-70b")
+    f16 = simulate(cfg, A100, 8, 4, 1024, 2, dtype="fp16", gpu_calibration=NO_GPU_CAL)
+    h100 = load_system("h100-80gb-x8")
+    f8 = simulate(cfg, h100, 8, 4, 1024, 2, dtype="fp8", gpu_calibration=NO_GPU_CAL)
+    assert f8.memory.kv_cache_bytes == f16.memory.kv_cache_bytes
+    embedding_and_head = (cfg.embedding_params() + cfg.vocab_size * cfg.d_model / 8 + cfg.d_model) * 2
+    assert f8.memory.weights_bytes == pytest.approx(f16.memory.weights_bytes / 2
+                                                    + embedding_and_head / 2, rel=0.01)
+
+
+def test_custom_all_reduce_up_to_the_profiles_limit():
+    v = load_software("vllm")
+    assert v.uses_custom_all_reduce(8 * 2**20) and not v.uses_custom_all_reduce(8 * 2**20 + 1)
+    assert load_software("trtllm").uses_custom_all_reduce(1e12)
+    assert not load_software("eager").uses_custom_all_reduce(1)
+
+
+def _names(cfg, options, tp=4):
+    return [o.name for g in model_graphs(cfg, tp, 1, 64, 64, "prefill", 2, options=options)
+            for o in g.ops]
+
+
+def test_heads_wider_than_the_kernel_run_unfused_and_say_so():
+    wide = get_preset("kraken-gpt3-13b-4way-hc")  # heads of 314
+    narrow = get_preset("kraken-gpt3-13b-4way")    # heads of 64
+    opts = GraphOptions(max_head_dim=256, attention_kernel="FlashAttention-2")
+    assert "attn_qk" in _names(wide, opts) and "attention" not in _names(wide, opts)
+    assert "attention" in _names(narrow, opts)
+    r = simulate(wide, A100, 4, 1, 512, 2, software="vllm", gpu_calibration=NO_GPU_CAL)
+    assert r.attention_path == ("unfused (head dim 314 > 256, the largest FlashAttention-2/3 "
+                                "(vllm_flash_attn) supports)")
+    assert "attn_softmax" in r.prefill.ops and "attn_softmax" in r.decode.ops
+    assert simulate(narrow, A100, 4, 1, 512, 2, software="vllm",
+                    gpu_calibration=NO_GPU_CAL).attention_path == "fused"
+
+
+def test_fusions_change_the_kernel_list():
+    cfg = get_preset("llama2-7b")
+    plain = _names(cfg, GraphOptions(), tp=2)
+    fused = _names(cfg, GraphOptions(add_norm=True, rope_in_attention=True), tp=2)
+    assert {"rope", "kv_cache_write", "residual_attn", "residual_ffn"} <= set(plain)
+    assert not {"rope", "kv_cache_write", "residual_attn", "residual_ffn"} & set(fused)
+    assert {"add_norm_attn", "add_norm_ffn"} <= set(fused)
+    # one layer graph (it repeats n_layers times): rope, KV write and two residual adds fewer
+    assert len(plain) - len(fused) == 4
+
+
+def test_host_bound_steps_and_per_step_overhead():
+    cfg = get_preset("gpt3-1.3b")
+    base = load_software("eager")
+    fast = simulate(cfg, A100, 1, 1, 16, 4, software=dataclasses.replace(base, host=Host()),
+                    gpu_calibration=NO_GPU_CAL)
+    slow_host = dataclasses.replace(base, host=Host(per_kernel_s=1e-3))
+    slow = simulate(cfg, A100, 1, 1, 16, 4, software=slow_host, gpu_calibration=NO_GPU_CAL)
+    kernels_per_step = sum(len(g.ops) * g.count for g in
+                           model_graphs(cfg, 1, 1, 1, 17, "decode", 2,
+                                        options=GraphOptions(max_head_dim=256)))
+    assert slow.tpot_s == pytest.approx(kernels_per_step * 1e-3)  # the host is the bottleneck
+    assert slow.decode.categories["host overhead (kernel launches)"] > 0
+    step = dataclasses.replace(base, host=Host(prefill_step_s=0.01, decode_step_s=0.002))
+    r = simulate(cfg, A100, 1, 1, 16, 4, software=step, gpu_calibration=NO_GPU_CAL)
+    assert r.ttft_s == pytest.approx(fast.ttft_s + 0.01)
+    assert r.tpot_s == pytest.approx(fast.tpot_s + 0.002)
+    overlapped = dataclasses.replace(step, host=dataclasses.replace(step.host, step_overlaps_gpu=True))
+    r2 = simulate(cfg, A100, 1, 1, 16, 4, software=overlapped, gpu_calibration=NO_GPU_CAL)
+    assert r2.tpot_s == pytest.approx(max(fast.tpot_s, 0.002))
+    for res in (slow, r, r2):
+        assert sum(res.prefill.categories.values()) == pytest.approx(res.ttft_s)
+        assert sum(res.decode.categories.values()) == pytest.approx(res.tpot_s * 3)
+
+
+@pytest.mark.parametrize("preset,tp", [("gpt3-13b", 8), ("parallel-gpt3-13b", 8),
+                                       ("kraken-gpt3-13b-8way", 8), ("kraken-gpt3-13b-4way-hc", 4)])
+def test_fast_decode_matches_scheduling_every_step(preset, tp):
+    cfg = get_preset(preset)
+    fast = simulate(cfg, A100, tp, 2, 300, 200, gpu_calibration=NO_GPU_CAL, check_memory=False)
+    exact = simulate(cfg, A100, tp, 2, 300, 200, gpu_calibration=NO_GPU_CAL, check_memory=False,
+                     exact_decode=True)
+    assert exact.decode_method.startswith("exact")
+    assert fast.e2e_s == pytest.approx(exact.e2e_s, rel=1e-4)
+    assert fast.decode.ops["ffn_down"]["count"] == exact.decode.ops["ffn_down"]["count"]
+    if cfg.arch != "kraken":  # no collective can overlap attention: exact by construction
+        assert fast.decode_method == "exact (no overlap with attention)"
+        assert fast.e2e_s == pytest.approx(exact.e2e_s, rel=1e-12)
+
+
+def test_run_cli_takes_software_and_names_the_attention_path(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "run", "--system", "a100-80gb-x8", "--model", "gpt3-13b", "--tp", "4",
+              "--prompt", "128", "--gen", "2", "--arch", "kraken", "--kraken-rule", "head-count",
+              "--software", "eager"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "software eager; attention unfused (head dim 314 > 256" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "run", "--system", "a100-80gb-x8", "--model", "gpt3-13b", "--prompt", "8",
+              "--gen", "2", "--software", "tgi"])
+    assert exc.value.code == 2
+    assert "unknown software 'tgi'" in capsys.readouterr().err
+
+
+def test_retiming_under_other_host_constants_matches_a_new_simulation():
+    cfg = get_preset("llama2-7b")
+    base = load_software("vllm-v0")
+    r = simulate(cfg, A100, 2, 4, 300, 40, software=base, gpu_calibration=NO_GPU_CAL)
+    assert r.retimed(base.host) == pytest.approx((r.ttft_s, r.tpot_s), rel=1e-12)
+    other = Host(per_kernel_s=4e-5, prefill_step_s=3e-3, decode_step_s=1e-3, graph_launch_s=2e-5,
+                 step_overlaps_gpu=False)
+    again = simulate(cfg, A100, 2, 4, 300, 40, software=dataclasses.replace(base, host=other),
+                     gpu_calibration=NO_GPU_CAL)
+    assert r.retimed(other) == pytest.approx((again.ttft_s, again.tpot_s), rel=1e-12)
+
+
+def test_a_session_answers_like_single_queries():
+    from krakenlm.simulator import Simulator
+
+    sim = Simulator(A100, "vllm", gpu_calibration=NO_GPU_CAL)
+    for cfg, tp, prompt in ((get_preset("llama2-7b"), 2, 300), (get_preset("gpt3-13b"), 8, 64),
+                            (get_preset("llama2-7b"), 2, 300)):
+        a = sim.run(cfg, tp, 2, prompt, 20, check_memory=False)
+        b = simulate(cfg, A100, tp, 2, prompt, 20, software="vllm", gpu_calibration=NO_GPU_CAL,
+                     check_memory=False)
+        assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
