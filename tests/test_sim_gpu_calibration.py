@@ -162,3 +162,13 @@ def test_package_root_without_the_extra_says_how_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake)
     with pytest.raises(aic.CalibrationSourceError, match=r"pip install 'krakenlm\[calibrate\]'"):
         aic.package_root()
+
+
+def test_parameter_transforms_stay_in_range_far_from_the_start():
+    from krakenlm.simulator.gpu.params import Param
+
+    frac = Param("e", "fraction", 0.5, "")
+    # a Nelder-Mead step can wander far out in logit space; the value saturates, never raises
+    assert frac.from_free(-5000.0) == pytest.approx(0.0, abs=1e-300)
+    assert frac.from_free(5000.0) == 1.0
+    assert frac.from_free(frac.to_free(0.25)) == pytest.approx(0.25)

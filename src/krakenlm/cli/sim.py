@@ -67,7 +67,7 @@ _DEVICE_SYSTEM_HELP = ("Which system a device name in the file names ran on, DEV
 
 @sim_app.command("calibrate")
 def calibrate(
-    source: str = typer.Option("llmcompass", "--source", help="aiconfigurator (NVIDIA's measured kernel tables; needs `pip install 'krakenlm[calibrate]'`), vidur (streaming kernels per kind from real Llama-2-70B layers, merged into a GPU file) or llmcompass (a directory of measurements, --measured)."),
+    source: str = typer.Option("llmcompass", "--source", help="aiconfigurator (NVIDIA's measured kernel tables; needs `pip install 'krakenlm\\[calibrate]'`), vidur (streaming kernels per kind from real Llama-2-70B layers, merged into a GPU file) or llmcompass (a directory of measurements, --measured)."),
     system: str = typer.Option(None, "--system", help="aiconfigurator: the system preset to calibrate (e.g. h100-80gb-x8)."),
     framework: list[str] = typer.Option(None, "--framework", help="aiconfigurator: trtllm, vllm or sglang (repeatable; default: every framework measured on the system)."),
     tables: str = typer.Option(None, "--tables", help="aiconfigurator: a directory in the layout of aiconfigurator_core/systems (your own collected tables) instead of the installed package."),
@@ -296,14 +296,26 @@ def validate_cmd(
         if not as_json:
             t = _table(title="Models: published end-to-end measurements (MAPE %; rows flagged "
                             "anomalous by the data excluded)")
-            for col in ("source", "system", "metric", "n", "MAPE", "mean signed", "too fast"):
+            for col in ("source", "system", "metric", "n", "MAPE", "fit half", "held-out",
+                        "mean signed", "too fast"):
                 t.add_column(col, justify="left" if col in ("source", "system", "metric") else "right")
-            for g in mr.groups(("source", "system", "metric")):
+
+            def half(g: dict) -> str:
+                return f"{g['mape_pct']:.1f} ({g['n']})" if g["n"] else "-"
+
+            keys = ("source", "system", "metric")
+            by_half = {h: {tuple(g[k] for k in keys): g for g in mr.groups(keys, h)}
+                       for h in ("fit", "held_out")}
+            empty = {"n": 0}
+            for g in mr.groups(keys):
+                k = tuple(g[c] for c in keys)
                 t.add_row(g["source"], g["system"], g["metric"], str(g["n"]),
-                          f"{g['mape_pct']:.1f}", f"{g['mean_signed_pct']:+.1f}",
-                          f"{g['too_fast']}/{g['n']}")
+                          f"{g['mape_pct']:.1f}", half(by_half["fit"].get(k, empty)),
+                          half(by_half["held_out"].get(k, empty)),
+                          f"{g['mean_signed_pct']:+.1f}", f"{g['too_fast']}/{g['n']}")
             o = mr.overall()
             t.add_row("all", "", "", str(o["n"]), f"{o['mape_pct']:.1f}",
+                      half(mr.overall("fit")), half(mr.overall("held_out")),
                       f"{o['mean_signed_pct']:+.1f}", f"{o['too_fast']}/{o['n']}", style="bold")
             console.print(t)
             anomalous = sum(1 for r in mr.rows if r["anomalous"])
@@ -516,7 +528,7 @@ def software_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON 
         return
     table = _table(title="krakenlm serving-software profiles")
     for col in ("name", "kernels", "CUDA graphs", "host us/kernel", "step ms (prefill/decode)",
-                "all-reduce", "attention (max head dim)"):
+                "all-reduce", "attention (max head dim)", "host fitted for"):
         table.add_column(col)
     for p in profiles:
         graphs = "+".join(k for k, v in (("prefill", p.graphs.prefill), ("decode", p.graphs.decode)) if v) or "none"
@@ -524,8 +536,9 @@ def software_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON 
                                          if p.collectives.custom_max_bytes else "")
         table.add_row(p.name, p.kernels, graphs, f"{p.host.per_kernel_s * 1e6:g}",
                       f"{p.host.prefill_step_s * 1e3:g} / {p.host.decode_step_s * 1e3:g}", ar,
-                      f"{p.attention.kernel} ({p.attention.max_head_dim})")
-        stdout_console().print(table)
+                      f"{p.attention.kernel} ({p.attention.max_head_dim})",
+                      ", ".join(sorted(p.host_systems)) or "-")
+    stdout_console().print(table)
 
 
 @sim_app.command("cost")

@@ -29,8 +29,8 @@ class Param:
         return math.log(max(value, 1e-15))
 
     def from_free(self, x: float) -> float:
-        if self.kind == "fraction":
-            return 1.0 / (1.0 + math.exp(-x))
+        if self.kind == "fraction":  # clipped: a simplex step can leave exp()'s range
+            return 1.0 / (1.0 + math.exp(-min(max(x, -700.0), 700.0)))
         return math.exp(min(x, 700.0))
 
 
