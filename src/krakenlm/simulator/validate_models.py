@@ -206,7 +206,10 @@ def fit_half_by_hash(row: ModelRow) -> bool:
 
 def validate_models(rows: list[ModelRow] | None = None,
                     software_override: Callable[[str], SoftwareProfile] | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> ModelReport:
+                    progress: Callable[[int, int], None] | None = None,
+                    **simulate_kwargs: Any) -> ModelReport:
+    """Every row simulated with its software profile (or `software_override(name)`);
+    `simulate_kwargs` go to `simulate` (e.g. mode="tile" for the template models)."""
     rows = load_rows() if rows is None else rows
     report = ModelReport()
     for i, row in enumerate(rows):
@@ -220,7 +223,7 @@ def validate_models(rows: list[ModelRow] | None = None,
             report.skipped.append(f"{row.source} {row.model or '?'}: no model preset")
             continue
         profile = software_override(name) if software_override else load_software(name)
-        predicted = simulate_row(row, PRESETS[row.model], profile)
+        predicted = simulate_row(row, PRESETS[row.model], profile, **simulate_kwargs)
         report.rows.append({
             "source": row.source, "model": row.model, "system": row.system, "tp": row.tp,
             "software": profile.name, "framework": row.framework, "dtype": row.dtype,

@@ -1,0 +1,98 @@
+"""Simulator fidelity at the model level: what each piece of the calibration buys.
+
+    python benchmarks/sim_fidelity.py [--json docs/data/sim-fidelity.json]
+
+The public end-to-end set (validation_data/model_measurements.csv, 423 scored rows) simulated
+three ways, every row with its framework's software profile:
+
+1. template: the LLMCompass-style tile models with the template constants (`--mode tile`),
+   what the simulator did before the GPU kernel calibrations;
+2. kernels: the GPU kernel models fitted on the measured kernel tables, with the software
+   profiles' sourced host constants only (the per-system fitted host constants removed);
+3. shipped: (2) plus the host constants `sim fit-software` fitted on the fit half.
+
+For each: MAPE over all rows, the fit half and the held-out half, per (source, system,
+metric), and how many rows are predicted too fast. Operator- and layer-level figures come from
+`krakenlm sim validate --level all --json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from krakenlm.simulator.software import load_software
+from krakenlm.simulator.validate_models import validate_models
+
+
+def _without_fitted_host(name: str):
+    profile = load_software(name)
+    return dataclasses.replace(profile, host_systems={})
+
+
+def _summary(report) -> dict:
+    return {"all": report.overall(), "fit": report.overall("fit"),
+            "held_out": report.overall("held_out"),
+            "by_source_system_metric": report.groups(("source", "system", "metric")),
+            "held_out_by_source_system_metric": report.groups(("source", "system", "metric"),
+                                                              "held_out")}
+
+
+def speedup(report, fast: str = "h100-80gb-x8", slow: str = "a100-80gb-x8",
+            metric: str = "ttft") -> dict:
+    """Measured and predicted `slow`/`fast` time ratios over setups measured on both systems."""
+    by = {}
+    for r in report.rows:
+        if r["metric"] == metric and not r["anomalous"] and r["system"] in (fast, slow):
+            key = (r["source"], r["model"], r["tp"], r["batch"], r["prompt"], r["output"])
+            by.setdefault(key, {})[r["system"]] = r
+    pairs = [(v[slow]["measured_s"] / v[fast]["measured_s"],
+              v[slow]["predicted_s"] / v[fast]["predicted_s"])
+             for v in by.values() if len(v) == 2]
+    if not pairs:
+        return {"n": 0}
+    measured, predicted = zip(*pairs)
+    return {"n": len(pairs), "measured_min": min(measured), "measured_max": max(measured),
+            "measured_mean": sum(measured) / len(pairs), "predicted_min": min(predicted),
+            "predicted_max": max(predicted), "predicted_mean": sum(predicted) / len(pairs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    variants = {
+        "template": validate_models(software_override=_without_fitted_host, mode="tile"),
+        "kernels": validate_models(software_override=_without_fitted_host),
+        "shipped": validate_models(),
+    }
+    out = {name: {**_summary(r), "h100_over_a100_ttft": speedup(r)}
+           for name, r in variants.items()}
+    print(f"{'variant':10s} {'n':>4s} {'MAPE':>6s} {'fit':>6s} {'held-out':>9s} {'too fast':>9s}")
+    for name, s in out.items():
+        a = s["all"]
+        print(f"{name:10s} {a['n']:4d} {a['mape_pct']:6.1f} {s['fit']['mape_pct']:6.1f} "
+              f"{s['held_out']['mape_pct']:9.1f} {a['too_fast']:5d}/{a['n']}")
+    print("\nA100 / H100 TTFT ratio on setups measured on both (measured vs predicted):")
+    for name, s in out.items():
+        q = s["h100_over_a100_ttft"]
+        if q["n"]:
+            print(f"  {name:10s} n={q['n']}: measured {q['measured_min']:.2f}-{q['measured_max']:.2f}"
+                  f" (mean {q['measured_mean']:.2f}), predicted {q['predicted_min']:.2f}-"
+                  f"{q['predicted_max']:.2f} (mean {q['predicted_mean']:.2f})")
+    print("\nheld-out MAPE per source, system and metric (template / kernels / shipped):")
+    rows = {v: {(g["source"], g["system"], g["metric"]): g
+                for g in out[v]["held_out_by_source_system_metric"]} for v in out}
+    for key in sorted(rows["shipped"]):
+        cells = " / ".join(f"{rows[v][key]['mape_pct']:5.1f}" if key in rows[v] else "  -  "
+                           for v in out)
+        print(f"  {' '.join(key):45s} n={rows['shipped'][key]['n']:3d}  {cells}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
