@@ -174,3 +174,14 @@ def test_a_session_answers_like_single_queries():
         b = simulate(cfg, A100, tp, 2, prompt, 20, software="vllm", gpu_calibration=NO_GPU_CAL,
                      check_memory=False)
         assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
+
+
+def test_fitted_host_constants_follow_the_system_and_its_sweep_designs():
+    from krakenlm.simulator.software import load_software
+
+    trt = load_software("trtllm")
+    fitted = trt.host_for("a100-80gb-x8")
+    assert fitted != trt.host  # the shipped profile carries a per-system fit
+    assert trt.host_for("a100-80gb-x8:54c-DDR5-16-40M") == fitted  # a design keeps its host
+    assert trt.host_for("a100-40gb-x8") == fitted  # the same DGX A100 host platform
+    assert trt.host_for("mi210-x4") == trt.host  # no fit: the sourced defaults

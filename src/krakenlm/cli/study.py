@@ -63,7 +63,7 @@ def ttft_command(
     batch: int = typer.Option(1, "--batch", help="Sequences per prefill."),
     software: str = typer.Option("trtllm", "--software", help="Serving software profile (`krakenlm sim software`)."),
     kraken_rule: str = typer.Option("engine", "--kraken-rule", help="engine (heads of 128/64 that fused attention runs) or head-count (the spec's rule: wide heads)."),
-    with_sensitivity: bool = typer.Option(False, "--sensitivity", help="Also re-run the grid on the first system under alternative assumptions (collective library, contention, software, head rule)."),
+    with_sensitivity: bool = typer.Option(False, "--sensitivity", help="Also re-run the grid on every system under alternative assumptions (collective library, contention, software, head rule)."),
 ) -> None:
     """Simulated TTFT of Kraken vs the standard and parallel blocks on the paper's grid."""
     from ..simulator.run import KRAKEN_RULES
@@ -81,8 +81,10 @@ def ttft_command(
             rows += run_grid(name, batch, software=software, kraken_rule=kraken_rule)
     sens = None
     if with_sensitivity:
-        with err.status(f"sensitivity on {systems[0]}..."):
-            sens = sensitivity(systems[0], batch, software)
+        sens = {}
+        for name in systems:
+            with err.status(f"sensitivity on {name}..."):
+                sens[name] = sensitivity(name, batch, software)
     command = ("krakenlm study ttft " + " ".join(f"--system {s}" for s in system or [])
                + f" --batch {batch} --software {software} --kraken-rule {kraken_rule}"
                + (" --sensitivity" if with_sensitivity else "") + f" --out {out}")

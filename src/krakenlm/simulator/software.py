@@ -90,6 +90,11 @@ class Fp8Policy:
     all_reduce: str = "bf16"
 
 
+# Systems that share a host platform with a system the host constants were fitted on: the DGX
+# A100 40 GB and 80 GB both drive their GPUs from two AMD EPYC 7742 (NVIDIA DGX A100 datasheet).
+SAME_HOST = {"a100-40gb-x8": "a100-80gb-x8"}
+
+
 @dataclass(frozen=True)
 class SoftwareProfile:
     name: str
@@ -107,8 +112,11 @@ class SoftwareProfile:
     fits: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def host_for(self, system_name: str) -> Host:
-        """The host constants on `system_name`: its fitted values where the profile has them."""
-        return self.host_systems.get(system_name, self.host)
+        """The host constants on `system_name`: its fitted values where the profile has them.
+        A design `sim sweep` derives from a system is named "<base>:<knobs>" and keeps its
+        base's host (the sweep changes the accelerator, not the CPU that drives it)."""
+        base = system_name.split(":")[0]
+        return self.host_systems.get(SAME_HOST.get(base, base), self.host)
 
     def precision(self, operator: str, dtype: str) -> str:
         """The dtype `operator` (gemm, attention, kv_cache, lm_head, all_reduce, elementwise)
