@@ -172,3 +172,14 @@ def test_parameter_transforms_stay_in_range_far_from_the_start():
     assert frac.from_free(-5000.0) == pytest.approx(0.0, abs=1e-300)
     assert frac.from_free(5000.0) == 1.0
     assert frac.from_free(frac.to_free(0.25)) == pytest.approx(0.25)
+
+
+def test_stored_constants_keep_byte_thresholds_exact(tmp_path):
+    from krakenlm.simulator.gpu.store import DeviceCalibration, Entry, load_file, save
+
+    cal = DeviceCalibration("H100", {"system": "h100-80gb-x8"})
+    cal.put("trtllm", "1", "custom_all_reduce", "any",
+            Entry({"handoff_4": 4194304.0, "oneshot_latency_s": 4.098181753291323e-06}, {}, []))
+    back = load_file(save(cal, tmp_path / "H100.yaml")).entry("trtllm", "custom_all_reduce", "any")
+    assert back.params["handoff_4"] == 4194304.0  # 4 MiB exactly, not 4194300
+    assert back.params["oneshot_latency_s"] == 4.09818e-06

@@ -51,7 +51,7 @@ class Entry:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"params": {k: float(f"{v:.6g}") for k, v in self.params.items()},
+        out: dict[str, Any] = {"params": {k: _stored(v) for k, v in self.params.items()},
                                "fit": self.fit}
         if self.notes:
             out["notes"] = list(self.notes)
@@ -116,6 +116,14 @@ class DeviceCalibration:
                     cal.put(fw, str(info.get("version", "")), fam, str(variant),
                             Entry(params, dict(e.get("fit") or {}), list(e.get("notes") or [])))
         return cal
+
+
+def _stored(value: float) -> float:
+    """6 significant digits, except integers (message sizes in bytes such as a custom
+    all-reduce's hand-off), which are kept exact: 4 MiB rounded to 4194300 would move a
+    4 MiB message to the other side of its threshold."""
+    value = float(value)
+    return value if value.is_integer() else float(f"{value:.6g}")
 
 
 def load_file(path: str | Path) -> DeviceCalibration:

@@ -1,0 +1,44 @@
+"""The shipped GPU calibrations: one per NVIDIA preset, and consistent with today's models.
+
+With the `calibrate` extra installed (the test extra includes it), every shipped family is
+re-scored on NVIDIA's real kernel tables and must reproduce the held-out error recorded in its
+file: a kernel model changed without refitting its constants fails here.
+"""
+
+import pytest
+
+from krakenlm.hardware import load_system
+from krakenlm.simulator.gpu import store
+
+NVIDIA_PRESETS = ("a100-40gb-x8", "a100-80gb-x8", "a100-80gb-x4", "h100-80gb-x8", "h200-x8",
+                  "b200-x8", "gb200-nvl72", "l40s-x8")
+
+
+@pytest.mark.parametrize("system", NVIDIA_PRESETS)
+def test_every_nvidia_preset_has_a_shipped_calibration(system):
+    cal = store.for_device(load_system(system).device)
+    assert cal is not None, system
+    assert cal.entry("trtllm", "gemm", "bf16") is not None
+    assert "aiconfigurator-core" in cal.meta["source"]
+
+
+def test_gb200_is_not_mistaken_for_b200():
+    assert store.for_device(load_system("gb200-nvl72").device).device_key == "GB200"
+    assert store.for_device(load_system("b200-x8").device).device_key == "B200"
+
+
+def test_shipped_constants_reproduce_their_recorded_held_out_error():
+    pytest.importorskip("aiconfigurator_core")
+    pytest.importorskip("pyarrow")
+    from krakenlm.simulator.validate_kernels import validate_kernels
+
+    report = validate_kernels()
+    assert not report.skipped, report.skipped
+    assert len(report.groups) > 100
+    by_key = {(c.device_key): c for c in store.shipped()}
+    for g in report.groups:
+        entry = by_key[g["device"]].entry(g["framework"], g["family"], g["variant"])
+        recorded = entry.fit
+        assert g["n"] == recorded["n_fit"] + recorded["n_held_out"], g
+        # constants are stored to 6 significant digits: the error moves in the 2nd decimal at most
+        assert g["mape_held_out_pct"] == pytest.approx(recorded["mape_held_out_pct"], abs=0.1), g
