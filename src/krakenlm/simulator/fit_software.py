@@ -129,7 +129,9 @@ def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
     if metrics & {"tpot", "e2e"}:
         fitted.append("decode_step_s")
     params = tuple(HOST_PARAMS[n] for n in fitted)
-    host0 = profile.host_for(system)
+    # start from (and compare with) the profile's sourced constants, not an earlier fit: a
+    # refit then gives the same answer however often it is run
+    host0 = profile.host
     results = {}
     for i, r in enumerate(mine):
         if progress:
