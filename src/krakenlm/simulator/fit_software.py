@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import KrakenError
+from ..fileio import write_csv_atomically, write_text_atomically
 from ..models import PRESETS
 from .gpu.params import Param, pack, unpack
 from .software import Host, load_software
@@ -59,12 +60,7 @@ def mark_split(path: str | Path | None = None) -> int:
         row = load_row(r)
         r["split"] = "fit" if setup_in_fit_half(row) else "held_out"
         n_fit += r["split"] == "fit"
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+    write_csv_atomically(path, fields, rows)
     return n_fit
 
 
@@ -205,8 +201,5 @@ def write_host(profile_path: str | Path, fit: HostFit, command: str) -> Path:
     tail = re.sub(r"\nfits:\n(?:  .*\n?)*", "\n", "\n" + tail).lstrip("\n")
     fits_text = yaml.safe_dump({"fits": fits}, sort_keys=True, width=100)
     new = before + "\n" + "\n".join(host_block) + "\n" + tail.rstrip("\n") + "\n" + fits_text
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(new)
-    yaml.safe_load(tmp.read_text())  # never leave a profile that does not parse
-    tmp.replace(path)
-    return path
+    # never leave a profile that does not parse
+    return write_text_atomically(path, new, check=lambda tmp: yaml.safe_load(tmp.read_text()))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...fileio import write_csv_atomically
 from ...hardware import load_system
 from ...models import PRESETS
 from ..elementwise import TENSORS_READ, TENSORS_WRITTEN
@@ -60,12 +61,7 @@ def mark_layer_split(path: str | Path | None = None) -> int:
             if i % 2 == 0:
                 r["split"] = "fit"
                 n += 1
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+    write_csv_atomically(path, fields, rows)
     return n
 
 
