@@ -34,7 +34,8 @@ COLD_RUNS = {
         "--batch", "1", "--prompt", "1024", "--gen", "1024", "--json"],
     "gpt3-175b, a100-80gb-x4, TP 4, batch 8, prompt 2048, gen 1024": [
         "sim", "run", "--system", "a100-80gb-x4", "--model", "gpt3-175b", "--tp", "4",
-        "--batch", "8", "--prompt", "2048", "--gen", "1024", "--skip-memory-check", "--json"],
+        "--batch", "8", "--prompt", "2048", "--gen", "1024", "--skip-memory-check",
+        "--beyond-context", "--json"],
 }
 
 

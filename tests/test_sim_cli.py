@@ -49,8 +49,10 @@ def test_run_config_json_path(tmp_path, capsys):
     (["--model", "nope"], "unknown model 'nope'"),
     (["--system", "nope"], "unknown system 'nope'"),
     (["--tp", "3"], "does not divide the model's 32 attention heads"),
-    (["--model", "gpt3-175b", "--batch", "8", "--prompt", "2048", "--gen", "1024"],
+    (["--model", "gpt3-175b", "--batch", "8", "--prompt", "1024", "--gen", "1024"],
      "does not fit on a100-80gb-x4"),
+    (["--model", "gpt3-175b", "--prompt", "2048", "--gen", "2"],
+     "needs 2049 positions but gpt3-175b has a context of 2048 tokens"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     base = {"--system": "a100-80gb-x4", "--model": "llama2-7b", "--tp": "4", "--prompt": "16",

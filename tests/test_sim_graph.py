@@ -71,10 +71,10 @@ def test_tp_not_dividing_heads_is_an_error():
 
 def test_model_that_does_not_fit_reports_the_numbers():
     with pytest.raises(ModelDoesNotFit) as exc:
-        simulate(get_preset("gpt3-175b"), A100X4, 4, 8, 2048, 1024, model_name="gpt3-175b")
+        simulate(get_preset("gpt3-175b"), A100X4, 4, 8, 1024, 1024, model_name="gpt3-175b")
     msg = str(exc.value)
     assert "gpt3-175b does not fit on a100-80gb-x4" in msg
-    assert "weights 88.3 GB" in msg and "KV cache 29.0 GB" in msg and "> 85.9 GB" in msg
+    assert "weights 88.3 GB" in msg and "KV cache 19.3 GB" in msg and "> 85.9 GB" in msg
 
 
 def test_gqa_reduces_kv_bytes_by_the_group_factor():
@@ -93,7 +93,8 @@ def test_every_decode_step_is_simulated_with_a_growing_cache():
     r = simulate(get_preset("gpt3-1.3b"), A100X4, 2, 1, 100, 6)
     assert r.decode.ops["attention"]["count"] == 5 * 24
     short = simulate(get_preset("gpt3-1.3b"), A100X4, 2, 1, 100, 2).tpot_s
-    long = simulate(get_preset("gpt3-1.3b"), A100X4, 2, 1, 8000, 2).tpot_s
+    long_context = get_preset("gpt3-1.3b").replace(context_len=8192)
+    long = simulate(long_context, A100X4, 2, 1, 8000, 2).tpot_s
     assert long > short
 
 

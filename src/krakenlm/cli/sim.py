@@ -402,6 +402,7 @@ def run(
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8, int8, fp32."),
     attention: str = typer.Option("fused", "--attention", help="fused (FlashAttention) or unfused (eager kernels)."),
     skip_memory_check: bool = typer.Option(False, "--skip-memory-check", help="Time a model that does not fit instead of failing (reported as not fitting)."),
+    beyond_context: bool = typer.Option(False, "--beyond-context", help="Time prompt + generation longer than the model's context, as if its context were extended (default: an error)."),
     calibration_path: str = typer.Option(None, "--calibration", help="Template constants file (default: the package's)."),
     gpu_calibration_path: str = typer.Option(None, "--gpu-calibration", help="GPU kernel constants file from `sim calibrate --source aiconfigurator` (default: the package's file for the device)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
@@ -418,7 +419,8 @@ def run(
     result = simulate(config, load_system(system), tp, batch, prompt, gen, mode, dtype=dtype,
                       attention=attention, calibration=load_calibration(calibration_path),
                       gpu_calibration=_gpu_calibration(gpu_calibration_path),
-                      software=software, check_memory=not skip_memory_check, model_name=label)
+                      software=software, check_memory=not skip_memory_check,
+                      check_context=not beyond_context, model_name=label)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return

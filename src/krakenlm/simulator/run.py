@@ -394,14 +394,21 @@ class Simulator:
         self.scheduler = _Scheduler(comm_core_share)
 
     def run(self, config: ModelConfig, tp: int, batch: int, prompt_tokens: int,
-            gen_tokens: int, *, check_memory: bool = True, model_name: str = "model",
-            exact_decode: bool = False) -> Result:
+            gen_tokens: int, *, check_memory: bool = True, check_context: bool = True,
+            model_name: str = "model", exact_decode: bool = False) -> Result:
         started = time.perf_counter()
         system, profile, opts = self.system, self.profile, self.options
         for name, value, low in (("batch", batch, 1), ("prompt", prompt_tokens, 1),
                                  ("gen", gen_tokens, 1), ("tp", tp, 1)):
             if value < low:
                 raise SimulationError(f"--{name} must be at least {low}, got {value}")
+        # The last generated token is never fed back, so it needs no position of its own.
+        positions = prompt_tokens + gen_tokens - 1
+        if check_context and positions > config.context_len:
+            raise SimulationError(
+                f"--prompt {prompt_tokens} + --gen {gen_tokens} needs {positions} positions but "
+                f"{model_name} has a context of {config.context_len} tokens; shorten the prompt or "
+                "generation, or pass --beyond-context to time it as if the context were longer")
         if tp > system.device_count:
             raise SimulationError(f"--tp {tp} exceeds the {system.device_count} devices of "
                                   f"{system.name}")
@@ -437,7 +444,7 @@ def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,
              software: SoftwareProfile | str | None = None,
              calibration: Calibration | None = None,
              gpu_calibration: DeviceCalibration | None = None,
-             check_memory: bool = True, model_name: str = "model",
+             check_memory: bool = True, check_context: bool = True, model_name: str = "model",
              exact_decode: bool = False, comm_core_share: float = COMM_CORE_SHARE) -> Result:
     """Simulate serving `config` on `system` with tensor parallelism `tp` (one query; for many,
     keep a `Simulator`).
@@ -454,7 +461,8 @@ def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,
                         calibration=calibration, gpu_calibration=gpu_calibration,
                         comm_core_share=comm_core_share)
     return session.run(config, tp, batch, prompt_tokens, gen_tokens, check_memory=check_memory,
-                       model_name=model_name, exact_decode=exact_decode)
+                       check_context=check_context, model_name=model_name,
+                       exact_decode=exact_decode)
 
 
 def _tile_software(profile: SoftwareProfile) -> SoftwareProfile:
