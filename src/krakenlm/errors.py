@@ -8,3 +8,8 @@ what to do about it. Bugs stay ordinary exceptions and keep their tracebacks.
 
 class KrakenError(Exception):
     """An error caused by the user's input, with a message that says how to fix it."""
+
+
+class Interrupted(Exception):
+    """Raised by a command that handled Ctrl-C itself (e.g. `train` saved a checkpoint); the
+    message says what was kept and how to continue. The CLI prints it and exits with 130."""

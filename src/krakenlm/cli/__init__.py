@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
 
-from ..errors import KrakenError
+from ..errors import Interrupted, KrakenError
 
 app = typer.Typer(
     name="krakenlm",
@@ -32,13 +33,84 @@ from . import sim as _sim  # noqa: E402,F401  (registers `sim`)
 from . import bench as _bench  # noqa: E402,F401  (registers `bench tp`)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors become one line on stderr and exit code 2, never a traceback.
+# Filesystem errors are the user's environment, not a bug: name the path and what to do.
+_FILESYSTEM_ADVICE = {
+    errno.ENOSPC: "free some space or write somewhere else (e.g. another --out)",
+    errno.EDQUOT: "free some space or write somewhere else (e.g. another --out)",
+    errno.EROFS: "the filesystem is read-only; write somewhere else (e.g. another --out)",
+    errno.EACCES: "check its permissions or write somewhere else (e.g. another --out)",
+    errno.EPERM: "check its permissions or write somewhere else (e.g. another --out)",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a directory; check the path",
+    errno.EISDIR: "it is a directory where a file was expected; check the path",
+}
 
-    Usage errors (unknown option, bad value) are reported by typer itself, also with exit 2.
-    """
+
+def _filesystem_error(exc: OSError) -> str | None:
+    advice = _FILESYSTEM_ADVICE.get(exc.errno or -1)
+    if advice is None:
+        return None
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}: {advice}"
+
+
+def _usage_error(exc) -> str:
+    """typer draws usage errors as a boxed panel with the usage line; one line says it all."""
+    command = exc.ctx.command_path if exc.ctx is not None else "krakenlm"
+    return f"{exc.format_message()} (see `{command} --help`)"
+
+
+def _click_exceptions():
+    """typer >= 0.22 vendors click as `typer._click`; older ones use click itself."""
     try:
-        app(args=argv, prog_name="krakenlm")
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every failure the user can fix is one line on stderr and exit code 2, never a
+    traceback: `KrakenError`s, usage errors (unknown option, bad value), filesystem errors
+    (full, read-only, missing paths) and running out of memory.
+
+    Ctrl-C exits with 130 and one line; a command that owns its interruption (`train` saves a
+    checkpoint first) raises `Interrupted` with what it did.
+    """
+    click = _click_exceptions()
+    try:
+        # standalone_mode=False: usage errors and Ctrl-C come back here instead of being
+        # printed by typer (a multi-line panel, or nothing at all for Ctrl-C).
+        code = app(args=argv, prog_name="krakenlm", standalone_mode=False)
     except KrakenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        sys.exit(130)
+    except click.NoArgsIsHelpError as exc:
+        exc.show()  # a bare `krakenlm sim`: the help is the answer
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        print(f"error: {_usage_error(exc)}", file=sys.stderr)
+        sys.exit(2)
+    except click.ClickException as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Abort:  # end of input at a prompt
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except MemoryError:
+        print("error: out of memory; use a smaller model, batch or sequence length, or a machine "
+              "with more memory", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:
+        message = _filesystem_error(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+    if code == 130:  # typer's answer to Ctrl-C (KeyboardInterrupt) in non-standalone mode
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+    # `typer.Exit(code)` from a command comes back as its code; a finished command as None.
+    sys.exit(code if isinstance(code, int) else 0)

@@ -89,6 +89,32 @@ def calibrate(
         raise KrakenError(f"--source {source!r}: use aiconfigurator, vidur or llmcompass")
 
 
+def _calibration_target(output: str | None, install: bool, default: "Path", shipped: "Path",
+                        tables: str | None = None) -> "Path":
+    """Where `sim calibrate` writes. The package's shipped constants are what every user of the
+    presets gets, so they are replaced only on purpose (--install), never by an --output that
+    happens to point at them, and never with fits of private tables."""
+    from pathlib import Path
+
+    from ._console import stderr_console
+
+    if install and output:
+        raise KrakenError("give either --output or --install, not both")
+    if install:
+        if tables:
+            raise KrakenError("--install replaces the shipped constants, which come from the "
+                              "published tables; write fits of --tables with --output FILE and "
+                              "use them with --gpu-calibration FILE")
+        stderr_console().print(f"replacing the shipped constants in {shipped} (--install; "
+                               "reinstall krakenlm to restore them)")
+        return shipped
+    path = Path(output) if output else default
+    if path.resolve() == shipped.resolve():
+        raise KrakenError(f"--output {output} is the package's shipped calibration; pass "
+                          "--install to replace it on purpose, or write elsewhere")
+    return path
+
+
 def _calibrate_vidur(system: str | None, output: str | None, install: bool) -> None:
     """Streaming kernels per kind (norm, activation, rotary, residual) from Vidur's layers,
     merged into the device's GPU calibration file."""
@@ -101,11 +127,9 @@ def _calibrate_vidur(system: str | None, output: str | None, install: bool) -> N
     if not system:
         raise KrakenError("--source vidur needs --system (a100-80gb-x8 or h100-80gb-x8: the GPUs "
                           "Vidur's layer profiles were measured on)")
-    if install and output:
-        raise KrakenError("give either --output or --install, not both")
     key = gcal.device_key(system)
-    path = Path(output) if output else (store.shipped_dir() / f"{key}.yaml" if install
-                                        else Path(f"calibration-{key}.yaml"))
+    path = _calibration_target(output, install, Path(f"calibration-{key}.yaml"),
+                               store.shipped_dir() / f"{key}.yaml")
     if not path.is_file():
         raise KrakenError(f"{path} does not exist: calibrate the kernel tables first "
                           f"(krakenlm sim calibrate --source aiconfigurator --system {system})")
@@ -135,10 +159,8 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
         raise KrakenError("--source aiconfigurator needs --system, e.g. --system h100-80gb-x8")
     gcal.check(system, frameworks or None, tables)
     key = gcal.device_key(system)
-    if install and output:
-        raise KrakenError("give either --output or --install, not both")
-    path = Path(output) if output else (store.shipped_dir() / f"{key}.yaml" if install
-                                        else Path(f"calibration-{key}.yaml"))
+    path = _calibration_target(output, install, Path(f"calibration-{key}.yaml"),
+                               store.shipped_dir() / f"{key}.yaml", tables)
     base = store.load_file(path) if path.is_file() else None
     if base is not None and base.device_key != key:
         raise KrakenError(f"{path} holds constants of {base.device_key}, not {key}; choose another "
@@ -165,6 +187,7 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
 def _calibrate_llmcompass(measured: str | None, output: str | None, install: bool,
                           device_system: list[str] | None, system: str | None) -> None:
     from importlib import resources
+    from pathlib import Path
 
     from ..hardware import load_system
     from ..simulator.calibration import CALIBRATION_FILE, fit_calibration, save_calibration
@@ -181,11 +204,10 @@ def _calibrate_llmcompass(measured: str | None, output: str | None, install: boo
     systems = {d: load_system(s) for d, s in names.items()
                if any(p.device == d for p in data.points)}
     command = "krakenlm sim calibrate --source llmcompass --measured " + measured
+    path = str(_calibration_target(
+        output, install, Path("calibration.yaml"),
+        Path(str(resources.files("krakenlm.simulator").joinpath(CALIBRATION_FILE)))))
     calibration = fit_calibration(data, systems, command=command)
-    if install and output:
-        raise KrakenError("give either --output or --install, not both")
-    path = str(resources.files("krakenlm.simulator").joinpath(CALIBRATION_FILE)) if install \
-        else (output or "calibration.yaml")
     save_calibration(calibration, path)
     print(f"wrote {path} ({sum(len(v) for v in calibration.devices.values())} operator groups)")
 

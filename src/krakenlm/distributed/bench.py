@@ -98,9 +98,16 @@ class BenchPlan:
                               "prefill's")
         if self.repeats < 1 or self.warmup < 0:
             raise KrakenError("--repeats must be >= 1 and --warmup >= 0")
-        for _, _, name in self.preset_list():
+        for size, _, name in self.preset_list():
             # Raises the clear TP divisibility error before any process starts.
-            local_sizes(get_preset(name), Shard(0, self.world_size))
+            config = get_preset(name)
+            local_sizes(config, Shard(0, self.world_size))
+            # The decode steps may run a few positions past the context (bench_config), but a
+            # prompt beyond it would time a model that does not exist (and run for hours).
+            if max(self.prompt_tokens) > config.context_len:
+                raise KrakenError(f"--prompt-tokens {max(self.prompt_tokens)} exceeds the "
+                                  f"{config.context_len}-token context of the {size} presets; "
+                                  f"use prompts of at most {config.context_len} tokens")
 
     @property
     def launch_backend(self) -> str:
@@ -167,6 +174,9 @@ def bench_rank(ctx: RankContext, plan: BenchPlan) -> list[dict[str, Any]]:
         for prompt_tokens in plan.prompt_tokens:
             runs = {arch: {m: [] for m in plan.modes(arch, backends)} for arch in models}
             for i in range(plan.warmup + plan.repeats):
+                kind = "warm-up" if i < plan.warmup else "timed"
+                _log(ctx, f"[bench tp] {size} prompt {prompt_tokens}: run {i + 1}/"
+                          f"{plan.warmup + plan.repeats} ({kind}) of {', '.join(models)}")
                 for arch, (_, config, model) in models.items():
                     # The same prompt on every rank.
                     gen = torch.Generator().manual_seed(plan.seed + prompt_tokens)

@@ -76,6 +76,21 @@ def _demo_rank(ctx: RankContext, cases: list[DemoCase], prompt: torch.Tensor,
     return out
 
 
+def _check_architectures(checkpoints: dict[str, Path]) -> None:
+    """Each checkpoint must hold the architecture its row is labelled with."""
+    from ..training.checkpoint import load_config
+
+    for arch, path in checkpoints.items():
+        if arch not in DEFAULT_PRESETS:
+            raise KrakenError(f"unknown demo row {arch!r}; use {' or '.join(DEFAULT_PRESETS)}")
+        found = load_config(Path(path)).arch
+        if found != arch:
+            hint = (" (did you swap --kraken-checkpoint and --gpt-checkpoint?)"
+                    if found in DEFAULT_PRESETS else "")
+            raise KrakenError(f"--{arch}-checkpoint {path} holds a {found!r} model, not "
+                              f"{arch!r}{hint}")
+
+
 def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int = 2,
                 prompt: str = DEFAULT_PROMPT, new_tokens: int = 24, repeats: int = 3,
                 timeout_s: float = 300.0) -> TPDemoReport:
@@ -86,6 +101,7 @@ def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int =
     if under_torchrun():
         raise KrakenError("the tensor-parallel demo spawns its own ranks; run it without torchrun")
     checkpoints = checkpoints or {}
+    _check_architectures(checkpoints)
     cases = [DemoCase(arch, Weights(checkpoint=Path(checkpoints[arch])) if arch in checkpoints
                       else Weights(preset=preset, seed=0))
              for arch, preset in DEFAULT_PRESETS.items()]
