@@ -1,0 +1,117 @@
+"""The bad-input table: command lines a user could type by mistake, and the one line each gets.
+
+Used by tests/test_cli_bad_inputs.py (in process, every row must exit 2 with one `error:` line
+containing `expect`) and by benchmarks/bad_inputs_table.py (real subprocesses; writes the table
+in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`:
+
+  {tmp}        an empty scratch directory
+  {gpt}        a random-weight gpt-tiny checkpoint
+  {kraken}     a random-weight kraken-tiny-2way checkpoint
+  {mismatch}   a checkpoint whose config.json was swapped for another model's
+  {notckpt}    a directory that is not a checkpoint
+  {file}       a regular file (so `{file}/x` cannot be created)
+  {badhw}      a hardware YAML with a typo'd field
+  {badjson}    a model config that is not JSON
+  {readonly}   a directory nobody may create (under /sys, read-only even for root)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class BadInput:
+    argv: tuple[str, ...]
+    expect: str  # a part of the one-line message
+    exit_code: int = 2
+
+    @property
+    def id(self) -> str:
+        return " ".join(self.argv)[:80]
+
+
+def case(command: str, expect: str, exit_code: int = 2) -> BadInput:
+    return BadInput(tuple(command.split()), expect, exit_code)
+
+
+SIM_RUN = "sim run --system a100-80gb-x8 --model llama3-8b --tp 8"
+
+CASES: list[BadInput] = [
+    # usage: typer's own checks, reported as one line
+    case("nope", "No such command 'nope'"),
+    case("models --nope", "No such option: --nope"),
+    case("train --out {tmp}/run --batch-size abc", "Invalid value for '--batch-size'"),
+    case("sim run --system a100-80gb-x8 --prompt 3", "Missing option '--model'"),
+    # models and checkpoints
+    case("train --out {tmp}/run --preset nope", "unknown model preset 'nope'"),
+    case("train --out {tmp}/run --config {badjson}", "not valid JSON"),
+    case("train --out {tmp}/run --preset gpt-tiny --config {badjson}",
+         "give either --preset or --config"),
+    case("eval --checkpoint {tmp}/missing", "does not exist"),
+    case("eval --checkpoint {notckpt}", "is not a checkpoint"),
+    case("generate --checkpoint {mismatch} --prompt hi", "do not match its config.json"),
+    case("demo-tp --kraken-checkpoint {gpt}", "holds a 'gpt' model, not 'kraken'"),
+    case("demo-tp --kraken-checkpoint {gpt} --gpt-checkpoint {kraken}",
+         "did you swap --kraken-checkpoint and --gpt-checkpoint"),
+    # the filesystem
+    case("study ttft --out {file}/x", "Not a directory"),
+    case("study ttft --out {readonly}/x", "write somewhere else"),
+    # the simulator
+    case(f"{SIM_RUN} --prompt 8192 --gen 2", "has a context of 8192 tokens"),
+    case("sim run --system a100-80gb-x4 --model gpt3-175b --tp 4 --batch 8 --prompt 1024 "
+         "--gen 1024", "does not fit on a100-80gb-x4"),
+    case(f"{SIM_RUN} --prompt 0 --gen 2", "--prompt must be at least 1"),
+    case("sim run --system a100-80gb-x8 --model llama3-8b --tp 3 --prompt 8 --gen 2",
+         "does not divide"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --dtype fp7", "fp7"),
+    case("sim run --system nope --model llama3-8b --prompt 8 --gen 2", "unknown system 'nope'"),
+    case("sim run --system {badhw} --model llama3-8b --prompt 8 --gen 2", "bandwith"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --software nope", "nope"),
+    case("sim calibrate --source nope", "--source 'nope'"),
+    case("sim calibrate --source aiconfigurator", "needs --system"),
+    case("sim cost --system nope", "unknown system 'nope'"),
+    # studies and benchmarks
+    case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --seeds a,b", "--seeds"),
+    case("bench tp --sizes tiny --prompt-tokens 100000", "exceeds the 256-token context"),
+    case("bench tp --sizes tiny --arch nope", "unknown architecture 'nope'"),
+    case("bench tp --sizes tiny --prompt-tokens 0", "prompt lengths must be positive"),
+]
+
+
+def fixture_paths(root: Path) -> dict[str, str]:
+    """Create what the placeholders name, under `root`."""
+    import torch
+
+    from krakenlm.models import get_preset
+    from krakenlm.models.transformer import Transformer
+    from krakenlm.training.checkpoint import CONFIG_FILE, save_checkpoint
+
+    def checkpoint(name: str, preset: str) -> Path:
+        torch.manual_seed(0)
+        directory = root / name
+        save_checkpoint(directory, Transformer(get_preset(preset)), None, {"step": 0})
+        return directory
+
+    gpt = checkpoint("gpt", "gpt-tiny")
+    kraken = checkpoint("kraken", "kraken-tiny-2way")
+    mismatch = checkpoint("mismatch", "gpt-tiny")
+    (mismatch / CONFIG_FILE).write_text((kraken / CONFIG_FILE).read_text())
+    (root / "notckpt").mkdir()
+    (root / "tmp").mkdir()
+    (root / "file").write_text("a file, not a directory\n")
+    from importlib import resources
+
+    preset = resources.files("krakenlm.hardware").joinpath("presets/a100-80gb-x8.yaml")
+    (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
+    (root / "bad.json").write_text("{not json\n")
+    return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
+            "mismatch": str(mismatch), "notckpt": str(root / "notckpt"),
+            "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
+            "badjson": str(root / "bad.json"), "readonly": "/sys/krakenlm-bad-input"}
+
+
+def filled(bad: BadInput, paths: dict[str, str]) -> list[str]:
+    return [part.format(**paths) for part in bad.argv]
