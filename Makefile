@@ -1,21 +1,33 @@
 # The two commands a new user runs: `make demo` and `make test`. Both create .venv if missing.
+# `make demo` installs only what the demo needs (the core: torch, numpy, matplotlib, ...);
+# `make test` adds the test extra (transformers, datasets, lm-eval, the calibration tables).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= test
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar on
+CORE_STAMP := $(VENV)/.installed-core
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+$(BIN)/python:
+	@echo "creating the virtualenv $(VENV)"
+	$(PYTHON) -m venv $(VENV)
+
+$(CORE_STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing krakenlm and its core dependencies into $(VENV) (about a minute the first time)"
+	$(PIP) -e .
 	touch $@
 
-demo: $(STAMP)
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing krakenlm with the test extra into $(VENV) (a few minutes the first time)"
+	$(PIP) -e '.[test]'
+	touch $@ $(CORE_STAMP)
+
+demo: $(CORE_STAMP)
 	$(BIN)/krakenlm demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
 clean:
