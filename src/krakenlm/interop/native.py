@@ -119,10 +119,6 @@ def config_from_native(data: dict, source: str) -> ModelConfig:
     if problems:
         raise KrakenError(f"{source}: this {kind} model uses what krakenlm cannot compute "
                           f"exactly: {'; '.join(problems)}")
-    data = dict(data)
-    rope = data.get("rope_parameters") or {}
-    if "rope_theta" not in data and "rope_theta" in rope:
-        data["rope_theta"] = rope["rope_theta"]  # transformers 5 nests it
     config = from_hf_dict(data, source)
     if kind == "gpt2":
         return config  # GPT-2 always has biases
