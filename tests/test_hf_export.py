@@ -234,6 +234,7 @@ def test_cli_export_then_load(tmp_path, capsys):
     ("not-a-checkpoint", "is not a checkpoint: it needs model.safetensors and config.json"),
     ("out-not-empty", "already exists and is not empty; choose another directory or pass --force"),
     ("out-is-file", "is a file; give a directory path"),
+    ("out-is-the-checkpoint", "would replace the model being read"),
 ])
 def test_cli_export_errors_are_one_line(case, message, tmp_path, capsys):
     ckpt, out = tmp_path / "c", tmp_path / "hf"
@@ -246,7 +247,14 @@ def test_cli_export_errors_are_one_line(case, message, tmp_path, capsys):
         (out / "x").write_text("x")
     if case == "out-is-file":
         out.write_text("x")
-    code, err = _cli(["export", "hf", "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    if case == "out-is-the-checkpoint":
+        checkpoint_of(random_model(CONFIGS["gpt"]), ckpt)
+        out = ckpt
+    code, err = _cli(["export", "hf", "--checkpoint", str(ckpt), "--out", str(out), "--force"]
+                     if case == "out-is-the-checkpoint" else
+                     ["export", "hf", "--checkpoint", str(ckpt), "--out", str(out)], capsys)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
     assert re.search(message, err), err
+    if case == "out-is-the-checkpoint":
+        assert (ckpt / "model.safetensors").is_file() and not (ckpt / "vocab.json").exists()

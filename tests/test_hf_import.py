@@ -252,3 +252,11 @@ def test_refuses_to_overwrite_a_run_unless_forced(tmp_path):
     import_hf(tmp_path / "hf", run, force=True)
     assert not (run / "metrics.jsonl").exists()  # the old run is gone, not mixed in
     assert load_model(run).config.n_layers == 2
+
+
+def test_refuses_to_replace_its_own_source(tmp_path):
+    _write_hf(tmp_path / "hf")
+    for out in (tmp_path / "hf", tmp_path):
+        with pytest.raises(Exception, match="would replace the model being read"):
+            import_hf(tmp_path / "hf", out, force=True)
+    assert (tmp_path / "hf" / "model.safetensors").is_file()

@@ -17,8 +17,13 @@ from pathlib import Path
 from ..errors import KrakenError
 
 
-def check_output_dir(out: Path, force: bool, what: str) -> None:
+def check_output_dir(out: Path, force: bool, what: str, source: Path | None = None) -> None:
     """Refuse early (before any expensive work) to overwrite something the user did not mean to."""
+    if source is not None and source.exists():
+        src, dst = source.resolve(), out.resolve()
+        if dst == src or src.is_relative_to(dst):
+            raise KrakenError(f"--out {out} would replace the model being read ({source}); "
+                              "choose another directory")
     if out.exists() and not out.is_dir():
         raise KrakenError(f"--out {out} is a file; give a directory path for the {what}")
     if out.is_dir() and any(out.iterdir()) and not force:
@@ -41,10 +46,10 @@ def fsync_tree(directory: Path) -> None:
 
 
 def write_directory_atomically(out: Path, fill: Callable[[Path], None], *, force: bool,
-                               what: str) -> Path:
+                               what: str, source: Path | None = None) -> Path:
     """Call `fill(tmp)` to write the directory's content, then make it `out` in one rename."""
     out = Path(out)
-    check_output_dir(out, force, what)
+    check_output_dir(out, force, what, source)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))

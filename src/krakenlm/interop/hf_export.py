@@ -67,7 +67,8 @@ def _json(obj: dict) -> str:
 def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
               remote_code: bool = False) -> ExportResult:
     out_dir = Path(out_dir)
-    check_output_dir(out_dir, force, "Hugging Face model")  # before loading anything
+    # before loading anything
+    check_output_dir(out_dir, force, "Hugging Face model", Path(checkpoint_dir))
     model = load_model(checkpoint_dir)
     config = model.config
     family = None if remote_code else native.native_family(config)
@@ -97,5 +98,6 @@ def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
                 with resources.as_file(source / name) as path:
                     shutil.copyfile(path, tmp / name)
 
-    write_directory_atomically(out_dir, fill, force=force, what="Hugging Face model")
+    write_directory_atomically(out_dir, fill, force=force, what="Hugging Face model",
+                               source=Path(checkpoint_dir))
     return ExportResult(out_dir, family, tuple(sorted(p.name for p in out_dir.iterdir())))

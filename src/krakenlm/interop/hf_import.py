@@ -159,7 +159,7 @@ def convert(data: dict, config: ModelConfig, hf_state: dict[str, torch.Tensor],
 def import_hf(hf_dir: Path, out_dir: Path, *, force: bool = False) -> ImportResult:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     data, config = read_config(hf_dir)
-    check_output_dir(out_dir, force, "imported run")
+    check_output_dir(out_dir, force, "imported run", hf_dir)
     model = convert(data, config, read_weights(hf_dir), str(hf_dir))
     train_state = {"step": 0, "tokens_seen": 0, "corpus": None, "val_loss": None,
                    "imported_from": str(hf_dir.resolve()), "model_type": data["model_type"]}
@@ -167,5 +167,6 @@ def import_hf(hf_dir: Path, out_dir: Path, *, force: bool = False) -> ImportResu
     def fill(tmp: Path) -> None:
         save_checkpoint(tmp, model, None, train_state)
 
-    write_directory_atomically(out_dir, fill, force=force, what="imported run")
+    write_directory_atomically(out_dir, fill, force=force, what="imported run",
+                               source=hf_dir)
     return ImportResult(out_dir, data["model_type"], config, model.num_params())
