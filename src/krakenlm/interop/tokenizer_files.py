@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from pathlib import Path
 
 from ..data.tokenizer import END_OF_TEXT
-
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def tokenizer_files(context_len: int) -> dict[str, bytes]:
@@ -27,7 +24,3 @@ def tokenizer_files(context_len: int) -> dict[str, bytes]:
             "merges.txt": (data / "vocab.bpe").read_bytes(),
             "tokenizer_config.json": as_json(config),
             "special_tokens_map.json": as_json(special)}
-
-
-def has_tokenizer(directory: Path) -> bool:
-    return (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file()

@@ -168,8 +168,12 @@ class Layer(nn.Module):
 
     def forward(self, x, mask, rope, cache):
         """x: [n, b, t, e], the residual stream of each sub-layer."""
-        attend = lambda h: add_bias(self.attn(h, mask, rope, cache), self.attn.out_bias)  # noqa: E731
-        ffn = lambda h: add_bias(self.ffn(h), self.ffn.down_bias)  # noqa: E731
+        def attend(h):
+            return add_bias(self.attn(h, mask, rope, cache), self.attn.out_bias)
+
+        def ffn(h):
+            return add_bias(self.ffn(h), self.ffn.down_bias)
+
         if self.arch == "gpt":
             x = x + attend(self.norm1(x))
             return x + ffn(self.norm2(x))
@@ -207,8 +211,8 @@ class KrakenLMPreTrainedModel(PreTrainedModel):
                 for name in ("out_bias", "down_bias"):
                     if getattr(module, name, None) is not None:
                         getattr(module, name).zero_()
-            elif isinstance(module, StackedLinear) and module.weight.shape[-1] == self.config.d_model:
-                module.weight.normal_(0.0, 0.02)  # the conjunction
+            elif isinstance(module, KrakenLMModel) and module.conj is not None:
+                module.conj.weight.normal_(0.0, 0.02)  # the conjunction
             elif isinstance(module, StackedNorm):
                 module.weight.fill_(1.0)
                 if module.bias is not None:
@@ -246,7 +250,8 @@ class KrakenLMModel(KrakenLMPreTrainedModel):
             past_key_values = DynamicCache()
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
         if position_ids is None:
-            position_ids = torch.arange(past, past + t, device=input_ids.device)[None].expand(b, t)
+            position_ids = torch.arange(past, past + t, device=input_ids.device)
+            position_ids = position_ids[None].expand(b, t)
         if past + t > config.context_len or int(position_ids.max()) >= config.context_len:
             raise ValueError(f"{past + t} tokens exceed the model's context of "
                              f"{config.context_len} tokens")
