@@ -20,7 +20,7 @@ import time
 import torch
 
 from krakenlm.models import get_preset
-from krakenlm.models.hf_gpt2 import config_from_hf_gpt2
+from krakenlm.interop.native import config_from_native
 from krakenlm.models.transformer import Transformer
 from krakenlm.training.optim import build_optimizer
 
@@ -57,7 +57,7 @@ class HuggingFaceGPT2:
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new",
             attn_implementation="sdpa")
         self.name = "HF GPT2LMHeadModel"
-        self.config = config_from_hf_gpt2(hf_config)
+        self.config = config_from_native(hf_config.to_dict(), "GPT2Config")
         self.model = transformers.GPT2LMHeadModel(hf_config)
         self.model.train()
         # Same optimizer as ours (fused AdamW, same grouping rule) so only the model differs.

@@ -6,8 +6,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from krakenlm.evaluation.generate import SamplingConfig, generate  # noqa: E402
-from krakenlm.models.hf_gpt2 import config_from_hf_gpt2, state_dict_from_hf_gpt2  # noqa: E402
-from krakenlm.models.transformer import Transformer  # noqa: E402
+from krakenlm.interop.hf_import import convert  # noqa: E402
+from krakenlm.interop.native import config_from_native  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +20,9 @@ def pair():
     with torch.no_grad():  # HF initialises biases and LN to 0/1: make them informative
         for p in hf.parameters():
             p.add_(torch.randn_like(p) * 0.02)
-    ours = Transformer(config_from_hf_gpt2(hf_config))
-    ours.load_state_dict(state_dict_from_hf_gpt2(hf.state_dict(), hf_config.n_layer))
-    return hf, ours.eval()
+    data = hf_config.to_dict()
+    ours = convert(data, config_from_native(data, "GPT2Config"), hf.state_dict(), "GPT2LMHeadModel")
+    return hf, ours
 
 
 def test_logits_match_transformers_gpt2(pair):

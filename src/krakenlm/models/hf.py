@@ -43,7 +43,9 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
             activation="swiglu", position="rope", bias=bool(g("attention_bias", default=False)),
             tie_embeddings=bool(g("tie_word_embeddings", default=False)),
             norm_eps=float(g("rms_norm_eps", default=1e-5)),
-            rope_theta=float(g("rope_theta", default=10000.0)))
+            # transformers 5 nests the base in rope_parameters; 4.x writes rope_theta
+            rope_theta=float(g("rope_theta", default=(data.get("rope_parameters") or {}).get(
+                "rope_theta", 10000.0))))
     if kind == "gpt2":
         width = g("n_embd", "hidden_size")
         return ModelConfig(
