@@ -55,6 +55,12 @@ CASES: list[BadInput] = [
     case("demo-tp --kraken-checkpoint {gpt}", "holds a 'gpt' model, not 'kraken'"),
     case("demo-tp --kraken-checkpoint {gpt} --gpt-checkpoint {kraken}",
          "did you swap --kraken-checkpoint and --gpt-checkpoint"),
+    # Hugging Face
+    case("import hf {tmp}/missing --out {tmp}/imported", "does not exist"),
+    case("import hf {notckpt} --out {tmp}/imported", "has no config.json"),
+    case("export hf --checkpoint {notckpt} --out {tmp}/hf", "is not a checkpoint"),
+    case("export hf --checkpoint {gpt} --out {file}", "is a file"),
+    case("export hf --checkpoint {gpt} --out {gpt} --force", "would replace the model being read"),
     # the filesystem
     case("study ttft --out {file}/x", "Not a directory"),
     case("study ttft --out {readonly}/x", "write somewhere else"),
