@@ -66,14 +66,19 @@ def build_system(base: System, design: dict[str, Any]) -> System:
     # the base's fp32 "matrix" rate is its vector units' (A100: no fp32 tensor-core path)
     fp32_matrix_is_vector = dev.matrix_flops_per_s.fp32 == dev.vector_flops_per_s.fp32
     memory = dev.memory
-    if {"memory", "memory_units", "memory_gib_per_unit"} & set(d):
+    if {"memory", "memory_units", "memory_gib_per_unit", "memory_bandwidth_gb_per_s"} & set(d):
         tech = d.get("memory", memory.technology if memory.technology in MEMORY_CATALOGUE
                      else "HBM2e")
         name, bw, default_gib, _, latency = MEMORY_CATALOGUE[tech]
         units = d.get("memory_units", memory.stack_count)
         gib = d.get("memory_gib_per_unit", default_gib)
-        memory = Memory(technology=name, capacity_bytes=units * gib * GIB,
-                        bandwidth_bytes_per_s=units * bw, latency_s=latency, stack_count=units)
+        if {"memory", "memory_units", "memory_gib_per_unit"} & set(d):
+            memory = Memory(technology=name, capacity_bytes=units * gib * GIB,
+                            bandwidth_bytes_per_s=units * bw, latency_s=latency,
+                            stack_count=units)
+        if "memory_bandwidth_gb_per_s" in d:
+            memory = dataclasses.replace(memory,
+                                         bandwidth_bytes_per_s=d["memory_bandwidth_gb_per_s"] * 1e9)
     new_dev = dataclasses.replace(
         dev, name=f"design from {dev.name.split(' ')[-1]} ({design_name(base, d)})",
         frequency_hz=freq, core_count=cores, core=new_core,

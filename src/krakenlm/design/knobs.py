@@ -66,6 +66,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("memory_units", "int", 1, 64, doc="HBM stacks or 64-bit DRAM channels per device"),
     Knob("memory_gib_per_unit", "float", 4, 256,
          doc="capacity per stack/channel (within the technology's range)"),
+    Knob("memory_bandwidth_gb_per_s", "float", 10, 20000,
+         doc="overrides the technology's bandwidth (a bandwidth sweep at constant capacity)"),
     Knob("devices", "int", 1, 64, doc="devices in the system"),
     Knob("link_gb_per_s", "float", 1, 2000, doc="per inter-device link, per direction, GB/s"),
     Knob("links_per_device", "int", 1, 64, doc="links leaving each device"),

@@ -55,12 +55,10 @@ class Objective:
         if self.metric == "tpot" and self.gen_tokens < 2:
             raise ObjectiveError("metric tpot needs at least 2 generated tokens (TPOT is the "
                                  "mean decode step); raise --gen or use ttft")
-        if self.kind == "throughput" and self.metric == "ttft" and self.slo_s is None:
-            pass  # ttft without an SLO only names the metric; nothing to bound
         if self.slo_s is not None and not self.slo_s > 0:
             raise ObjectiveError(f"the SLO must be a positive number of seconds, got {self.slo_s}")
         context = PRESETS[self.model].context_len
-        if self.prompt_tokens + self.gen_tokens > context:
+        if self.prompt_tokens + self.gen_tokens - 1 > context:  # the last token is not attended
             raise ObjectiveError(f"prompt {self.prompt_tokens} + gen {self.gen_tokens} tokens "
                                  f"exceed {self.model}'s context of {context}; shorten them")
 
