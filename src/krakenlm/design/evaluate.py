@@ -62,6 +62,7 @@ class Evaluator:
                 raise DesignSpaceError(f"the base system {self.base.name} cannot run the "
                                        f"objective ({objective.describe()}): "
                                        f"{self.baseline['reason']}; pick another base or workload")
+            self.baseline["perf_per_usd_vs_base"] = 1.0
 
     # ------------------------------------------------------------------------------ helpers
     def _model(self, arch: str, tp: int):

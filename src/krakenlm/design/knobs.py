@@ -130,8 +130,9 @@ class DesignSpace:
                                    "cores=64,108")
         for name, spec in self.knobs.items():
             if isinstance(spec, Range):
-                if KNOBS.get(name) is None or KNOBS[name].kind == "choice":
+                if KNOBS.get(name) is None:
                     check_value(name, spec.low)  # unknown knob -> its error
+                if KNOBS[name].kind == "choice":
                     raise DesignSpaceError(f"knob {name}: a choice knob takes a list, not a range")
                 check_value(name, spec.low), check_value(name, spec.high)
                 if spec.low > spec.high:
