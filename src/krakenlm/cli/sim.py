@@ -652,3 +652,6 @@ def sweep_cmd(
     misfits = [r for r in result["designs"] if not r.get("fits")]
     if misfits:
         console.print(f"{len(misfits)} designs cannot hold the model (not timed)")
+
+
+from . import sim_design as _sim_design  # noqa: E402,F401  (registers `sim knobs/explore/search`)

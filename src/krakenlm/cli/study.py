@@ -108,3 +108,28 @@ def demo_command(
     report = run_demo(out, max_steps=max_steps)
     print(report.read_text())
     stderr_console().print(f"[bold green]demo report:[/] {report} (plot: {report.parent / 'loss_curves.png'})")
+
+
+@study_app.command("design-space")
+def design_space_command(
+    out: Path = typer.Option(Path("runs/design-space"), "--out", help="Directory for report.md, CSVs and plots."),
+    trials: int = typer.Option(300, "--trials", help="NSGA-II trials per objective."),
+    seed: int = typer.Option(0, "--seed", help="Search seed."),
+) -> None:
+    """The hardware paper's design experiments re-run next to its conclusions (compute
+    organisation, bandwidth, buffers, latency- and throughput-oriented designs vs the A100),
+    a multi-objective search, and Kraken x interconnect co-design."""
+    from ..studies.design_space import run_experiments, write_report
+
+    if trials < 1:
+        raise KrakenError(f"--trials must be at least 1, got {trials}")
+    err = stderr_console()
+    res = run_experiments(trials, seed, progress=lambda m: err.print(f"[dim]{m}...[/]"))
+    report = write_report(res, out, command=f"krakenlm study design-space --trials {trials} "
+                                            f"--seed {seed} --out {out}")
+    err.print(f"report: {report}")
+    from ..studies.design_space import _best
+    for key in ("throughput", "latency"):
+        best = _best(res[f"search_{key}"])
+        print(f"{key}-oriented: best performance per $ {best['perf_per_usd_vs_base']:.2f}x the "
+              f"A100 (template model)")

@@ -50,6 +50,10 @@ DRAM_PHY_MM2_PER_CHANNEL = 4.0         # estimate (DDR5 PHY IP at 7 nm, vendor b
 DRAM_CONTROLLER_MM2_PER_CHANNEL_N7 = 1.5  # estimate
 DEFAULT_LINK_PHY_MM2 = 20.95 / 12
 
+# The largest die one exposure prints: 26 mm x 33 mm (ASML immersion scanners' field), the
+# bound every monolithic design must respect (GA100's 826 mm^2 is just under it).
+RETICLE_LIMIT_MM2 = 26.0 * 33.0
+
 LOGIC_SCALE = {16: 0.31, 12: 0.35, 10: 0.62, 7: 1.0, 6: 1.18, 5: 1.84, 4: 1.94, 3: 2.6}
 SRAM_SCALE = {16: 0.37, 12: 0.40, 10: 0.70, 7: 1.0, 6: 1.0, 5: 1.35, 4: 1.35, 3: 1.4}
 

@@ -30,6 +30,18 @@ WAFER_PRICE_USD = {16: 3984.0, 12: 3984.0, 10: 5992.0, 7: 9346.0, 6: 9346.0, 5: 
 DEFECTS_PER_CM2 = {16: 0.05, 12: 0.05, 10: 0.08, 7: 0.09, 6: 0.09, 5: 0.10, 4: 0.10, 3: 0.12}
 MEMORY_USD_PER_GB = {"HBM2": 10.0, "HBM2e": 10.0, "HBM3": 15.0, "HBM3e": 18.0, "DDR4": 2.5,
                      "DDR5": 3.5, "LPDDR5": 4.0, "GDDR6": 6.0}
+# Where each $/GB comes from and when (a design report prints it next to the ratio: the
+# HBM/DRAM price gap drives the DRAM-design results).
+MEMORY_PRICE_SOURCES = {
+    "HBM2": "TrendForce HBM contract estimates, 2023 (rounded)",
+    "HBM2e": "TrendForce HBM contract estimates, 2023 (rounded)",
+    "HBM3": "TrendForce HBM3 estimates, 2023 (rounded)",
+    "HBM3e": "TrendForce HBM3e estimates, 2024 (rounded)",
+    "DDR4": "DRAMeXchange DDR4 server RDIMM contract prices, 2023 (rounded)",
+    "DDR5": "DRAMeXchange DDR5 server RDIMM contract prices, 2023 (rounded)",
+    "LPDDR5": "TrendForce mobile DRAM contract prices, 2023 (rounded)",
+    "GDDR6": "TrendForce graphics DRAM contract prices, 2023 (rounded)",
+}
 INTERPOSER_USD = 700.0
 HBM_STACK_ASSEMBLY_USD = 50.0
 ORGANIC_PACKAGE_USD = 100.0

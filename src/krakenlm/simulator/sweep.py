@@ -5,7 +5,9 @@ Each design is the base device with: `core_count` changed (peak rates rescaled w
 per-core design unchanged), the off-chip memory replaced by one of MEMORIES (bandwidth and
 capacity per stack or channel from the JEDEC speed grades), and the global buffer resized. Its
 cost comes from krakenlm.hardware.cost (die area per block at the base's node, yield, memory
-$/GB, packaging); its performance from `simulate` on a fixed workload. A design whose memory
+$/GB, packaging); its performance from `simulate` on a fixed workload, with the template (tile)
+model for the base and the designs alike. The richer design-space tools (objectives that pick
+batch and tp per design, feasibility, search, parallel runs) are in krakenlm.design. A design whose memory
 cannot hold the model is reported as not fitting rather than timed.
 """
 
@@ -83,8 +85,11 @@ def evaluate(system: System, workload: Workload) -> dict[str, Any]:
                            "die_area_mm2": cost.area.total_mm2, "yield": cost.yield_fraction,
                            "device_usd": cost.device_usd, "system_usd": cost.system_usd}
     try:
+        # template (tile) model for the base and every design alike: the measured-kernel A100
+        # calibration would otherwise time the renamed designs too and ignore their knobs
         r = simulate(get_preset(workload.model), system, workload.tp, workload.batch,
-                     workload.prompt_tokens, workload.gen_tokens, model_name=workload.model)
+                     workload.prompt_tokens, workload.gen_tokens, mode="tile",
+                     model_name=workload.model)
     except (ModelDoesNotFit, SimulationError) as exc:
         row.update(fits=False, reason=str(exc).split(";")[0])
         return row

@@ -1,0 +1,248 @@
+"""Evaluate many designs: in this process, over local cores, or on a Dask cluster, streaming
+rows to a CSV table that a re-run resumes (designs already in it, by key, are skipped).
+
+The table is an append-only log, an exception to "written whole and swapped in": 10^5 rows
+cannot be rewritten after every chunk. What keeps it safe: rows are appended a whole chunk at
+a time and flushed; a sidecar `<table>.meta.json` (written atomically) records the base system,
+the objective and the columns, and a resume with a different one is refused rather than
+mixing two experiments in one table; a torn last line left by a kill is dropped (the table is
+rewritten atomically without it) before appending. At the end, when pyarrow is installed, a
+Parquet copy is written next to the CSV (atomically).
+
+Backends share one interface: `backend="local"` with `processes=1` runs in-process, more
+processes use a multiprocessing pool (fork where available, each worker holding its own
+Evaluator); `backend="dask"` sends chunks to a `distributed` scheduler (`address`, or a local
+cluster when none is given): install the `cluster` extra.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import multiprocessing as mp
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..errors import KrakenError
+from ..fileio import write_csv_atomically, write_text_atomically
+from .evaluate import ROW_FIELDS, Evaluator
+from .knobs import design_key
+from .objectives import Objective
+
+BACKENDS = ("local", "dask")
+DEFAULT_CHUNK = 32
+
+
+@dataclass
+class RunSummary:
+    rows: list[dict[str, Any]]      # every row of the table (old and new)
+    evaluated: int                  # designs evaluated in this run
+    skipped: int                    # designs already in the table (resume)
+    seconds: float
+    baseline: dict[str, Any]
+    table: Path | None = None
+    parquet: Path | None = None
+
+
+# ------------------------------------------------------------------------- worker side
+_WORKER: dict[str, Evaluator] = {}
+
+
+def _evaluator(base: str, objective: dict) -> Evaluator:
+    key = json.dumps([base, objective], sort_keys=True)
+    ev = _WORKER.get(key)
+    if ev is None:
+        ev = _WORKER[key] = Evaluator(base, Objective(**objective))
+    return ev
+
+
+def evaluate_chunk(base: str, objective: dict, designs: list[dict]) -> list[dict]:
+    """A worker's unit of work (picklable arguments only: runs under fork, spawn or Dask)."""
+    ev = _evaluator(base, objective)
+    return [ev.evaluate(d) for d in designs]
+
+
+# -------------------------------------------------------------------------------- table
+def _columns(knob_names: list[str]) -> list[str]:
+    return [f"knob_{k}" for k in knob_names] + list(ROW_FIELDS)
+
+
+def _parse_cell(text: str) -> Any:
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() and "." not in text and "e" not in text else number
+
+
+def read_table(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, newline="") as fh:
+        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+class Table:
+    """The streaming CSV plus its meta sidecar (see the module docstring)."""
+
+    def __init__(self, path: Path, columns: list[str], meta: dict[str, Any], resume: bool):
+        self.path, self.columns = path, columns
+        self.meta_path = path.with_name(path.name + ".meta.json")
+        self.rows: list[dict[str, Any]] = []
+        if path.exists() and resume:
+            old = json.loads(self.meta_path.read_text()) if self.meta_path.exists() else None
+            if old != meta:
+                raise KrakenError(f"{path} holds another experiment (base, objective or knobs "
+                                  f"differ from its {self.meta_path.name}); pass another --out "
+                                  "or --no-resume to start it afresh")
+            self._load_dropping_torn_tail()
+        else:
+            write_text_atomically(self.meta_path, json.dumps(meta, indent=1, sort_keys=True))
+            write_csv_atomically(path, columns, [])
+
+    def _load_dropping_torn_tail(self) -> None:
+        text = self.path.read_text()
+        lines = text.splitlines(keepends=True)
+        complete = [ln for ln in lines if ln.endswith("\n")]
+        rows = list(csv.DictReader(io.StringIO("".join(complete))))
+        good = [r for r in rows if None not in r and r.get("key") and
+                len(r) == len(self.columns)]
+        if len(complete) != len(lines) or len(good) != len(rows):
+            write_csv_atomically(self.path, self.columns, good)  # drop what a kill tore
+        self.rows = [{k: _parse_cell(v) for k, v in r.items()} for r in good]
+
+    def keys(self) -> set[str]:
+        return {r["key"] for r in self.rows}
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        buffer = io.StringIO(newline="")
+        csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore").writerows(rows)
+        with open(self.path, "a", newline="") as fh:
+            fh.write(buffer.getvalue())
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.rows.extend(rows)
+
+
+def write_parquet(rows: list[dict[str, Any]], csv_path: Path) -> Path | None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    out = csv_path.with_suffix(".parquet")
+    tmp = out.with_name(f".{out.name}.tmp")
+    columns = list(rows[0]) if rows else []
+    table = pa.table({c: [r.get(c) if r.get(c) != "" else None for r in rows] for c in columns})
+    pq.write_table(table, tmp)
+    os.replace(tmp, out)
+    return out
+
+
+# ------------------------------------------------------------------------------- runners
+def _chunks(items: Iterable[dict], size: int) -> Iterator[list[dict]]:
+    chunk: list[dict] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _local(base: str, objective: dict, chunks: Iterator[list[dict]], processes: int):
+    if processes <= 1:
+        for chunk in chunks:
+            yield evaluate_chunk(base, objective, chunk)
+        return
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    with mp.get_context(method).Pool(processes) as pool:
+        args = ((base, objective, c) for c in chunks)
+        yield from pool.imap_unordered(_star, args)
+
+
+def _star(args: tuple) -> list[dict]:
+    return evaluate_chunk(*args)
+
+
+def _dask(base: str, objective: dict, chunks: Iterator[list[dict]], processes: int,
+          address: str | None):
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise KrakenError("--backend dask needs the `distributed` package: pip install "
+                          "'krakenlm[cluster]'") from None
+    cluster = None if address else LocalCluster(n_workers=max(1, processes),
+                                                threads_per_worker=1, processes=True,
+                                                dashboard_address=None)
+    client = Client(address or cluster)
+    try:
+        in_flight = 4 * max(1, len(client.scheduler_info().get("workers", {})))
+        pending = as_completed()
+        for chunk in chunks:  # bounded submission: a 10^5-design space never sits in memory
+            pending.add(client.submit(evaluate_chunk, base, objective, chunk, pure=False))
+            if pending.count() >= in_flight:
+                yield next(pending).result()
+        for future in pending:
+            yield future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100-80gb-x8", *,
+                knob_names: list[str], out: str | Path | None = None, processes: int = 1,
+                backend: str = "local", address: str | None = None, resume: bool = True,
+                chunk: int = DEFAULT_CHUNK, total: int | None = None,
+                progress: bool = True) -> RunSummary:
+    """Evaluate `designs` (an iterable of knob dicts over `knob_names`) on `objective`."""
+    import time
+
+    from tqdm import tqdm
+
+    if backend not in BACKENDS:
+        raise KrakenError(f"--backend {backend!r} is not one of {BACKENDS}")
+    if processes < 1:
+        raise KrakenError(f"--processes must be at least 1, got {processes}")
+    started = time.perf_counter()
+    baseline = Evaluator(base, objective).baseline  # fails early on an impossible objective
+    columns = _columns(knob_names)
+    table = None
+    if out is not None:
+        meta = {"base": base, "objective": objective.to_dict(), "columns": columns}
+        table = Table(Path(out), columns, meta, resume)
+    done = table.keys() if table else set()
+    skipped = 0
+
+    def todo() -> Iterator[dict]:
+        nonlocal skipped
+        for d in designs:
+            if d and design_key(d) in done:
+                skipped += 1
+                continue
+            yield d
+    rows: list[dict[str, Any]] = []
+    obj = objective.to_dict()
+    chunks = _chunks(todo(), chunk)
+    stream = _local(base, obj, chunks, processes) if backend == "local" else \
+        _dask(base, obj, chunks, processes, address)
+    bar = tqdm(total=total, unit="design", disable=not progress, desc="designs")
+    try:
+        for got in stream:
+            rows.extend(got)
+            if table is not None:
+                table.append(got)
+            bar.update(len(got))
+    finally:
+        bar.close()
+    all_rows = table.rows if table is not None else rows
+    parquet = write_parquet(all_rows, Path(out)) if out is not None and all_rows else None
+    return RunSummary(all_rows, len(rows), skipped, time.perf_counter() - started, baseline,
+                      Path(out) if out is not None else None, parquet)
