@@ -103,7 +103,7 @@ def test_data_parallel_equals_gradient_accumulation(tmp_path, shakespeare):
 def test_checkpoint_that_does_not_match_its_config_is_refused(tmp_path, shakespeare):
     out = tmp_path / "run"
     train(SMALL, small_run(out, max_steps=1))
-    SMALL.replace(d_model=48, n_heads=3, ffn_dim=96).save(out / "config.json")
+    SMALL.replace(d_model=48, n_heads=3, ffn_dim=96).save(checkpoint.resolve(out) / "config.json")
     with pytest.raises(KrakenError, match=r"do not match its config.json \(conj.weight is "
                                           r"\(2, 32, 32\) but config.json implies \(2, 48, 48\)"):
         checkpoint.load_model(out)
