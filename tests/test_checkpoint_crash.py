@@ -9,6 +9,7 @@ markdown table of docs/robustness.md.
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -59,17 +60,17 @@ def same_run(out: Path, reference: Path) -> bool:
 
 
 def left_on_disk(out: Path) -> str:
-    """What a kill left in checkpoints/: step dirs, and the files of a temporary one."""
+    """What a kill left in checkpoints/: step directories, and a temporary one's files with
+    their sizes (a file cut by the kill is shorter than the complete one)."""
     parent = out / checkpoint.CHECKPOINTS_DIR
     if not parent.is_dir():
         return "nothing"
     parts = []
     for entry in sorted(parent.iterdir()):
-        name = entry.name.replace(f"-{entry.name.rsplit('-', 1)[-1]}", "-PID") \
-            if entry.name.startswith((".tmp-", ".trash-")) else entry.name
+        name = re.sub(r"-\d+$", "-PID", entry.name)
         if entry.name.startswith(".tmp-"):
-            files = ", ".join(sorted(f.name for f in entry.iterdir())) or "empty"
-            name += f" ({files})"
+            files = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(entry.iterdir()))
+            name += f" ({files or 'empty'})"
         parts.append(name)
     return "; ".join(parts)
 
@@ -234,14 +235,15 @@ def main() -> None:
         ref = tmp / "reference"
         train(SMALL, run_config(ref))
         print("| kill point (save of step 4) | left in checkpoints/ | resumed from step | "
-              "final weights and loss curve identical |")
-        print("|---|---|---:|---|")
+              "final weights and loss curve identical | checkpoints/ after the resumed run |")
+        print("|---|---|---:|---|---|")
         for i, point in enumerate(checkpoint.KILL_POINTS):
             work = tmp / f"case{i}"
             work.mkdir()
             row = kill_case(point, work, ref)
             print(f"| `{point}` | {row['left']} | {row['resumed_from']} | "
-                  f"{'yes' if row['identical'] else 'NO'} |", flush=True)
+                  f"{'yes' if row['identical'] else 'NO'} | {', '.join(row['after_resume'])} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

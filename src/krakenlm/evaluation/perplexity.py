@@ -44,4 +44,6 @@ def evaluate(model: Transformer, tokens: np.ndarray, *, batch_size: int = 8,
         raise KrakenError(f"the evaluation loss is {mean} (not finite): the model's outputs "
                           "overflow; evaluate with --precision fp32, or use an earlier "
                           "checkpoint if its weights are broken")
-    return {"loss": mean, "perplexity": math.exp(mean), "tokens": total_tokens}
+    # exp overflows above ~709: such a model predicts nothing, its perplexity is infinite.
+    perplexity = math.exp(mean) if mean < 700 else math.inf
+    return {"loss": mean, "perplexity": perplexity, "tokens": total_tokens}
