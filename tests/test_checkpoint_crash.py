@@ -67,7 +67,9 @@ def left_on_disk(out: Path) -> str:
         return "nothing"
     parts = []
     for entry in sorted(parent.iterdir()):
-        name = re.sub(r"-\d+$", "-PID", entry.name)
+        name = entry.name
+        if name.startswith((".tmp-", ".trash-")):
+            name = re.sub(r"-\d+$", "-PID", name)  # the saving process id
         if entry.name.startswith(".tmp-"):
             files = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(entry.iterdir()))
             name += f" ({files or 'empty'})"

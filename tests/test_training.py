@@ -311,3 +311,15 @@ def test_ctrl_c_saves_and_exits_130_with_one_line(tmp_path, shakespeare):
     step = int(lines[0].split("at step ")[1].split(";")[0])
     assert checkpoint.read_train_state(out)["step"] == step >= 2
     assert lines[0].endswith("continue with the same command plus --resume")
+
+
+def test_resume_refuses_a_stop_at_not_after_the_checkpoint_and_a_step_dir_as_out(tmp_path,
+                                                                                  shakespeare):
+    out = tmp_path / "run"
+    train(SMALL, small_run(out, stop_at=2))
+    with pytest.raises(KrakenError, match="--stop-at 2 is not after the checkpoint's step 2"):
+        train(SMALL, small_run(out, stop_at=2), resume=True)
+    step_dir = checkpoint.resolve(out)
+    with pytest.raises(KrakenError, match=f"is one checkpoint of a run; give the run directory "
+                                          f"{out}$"):
+        train(SMALL, small_run(step_dir), resume=True)

@@ -89,7 +89,15 @@ def train_command(
         result = train(model_config, tc, resume=resume)
     except TrainingInterrupted as exc:
         # Ctrl-C with nothing wrong: one line and the shell's code for SIGINT, not an error.
-        print(f"interrupted: {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:
+        # Before the first step (data, model) or a second Ctrl-C during the save: a save
+        # never leaves half a checkpoint, so whatever is current in --out is complete.
+        state = checkpoint.read_train_state(out)
+        kept = (f"{out} keeps its checkpoint of step {state['step']}" if state is not None
+                else "nothing was saved")
+        print(f"interrupted: {kept}", file=sys.stderr)
         raise typer.Exit(130) from None
     if os.environ.get("RANK", "0") != "0":
         return  # under torchrun, rank 0 reports for everyone

@@ -248,6 +248,9 @@ def _prepare_data(tc: TrainConfig, env: DistEnv):
 
 
 def _start_state(model_config: ModelConfig, tc: TrainConfig, out: Path, resume: bool):
+    if out.parent.name == ckpt.CHECKPOINTS_DIR and ckpt.resolve(out) == out:
+        raise KrakenError(f"--out {out} is one checkpoint of a run; give the run directory "
+                          f"{out.parent.parent}")
     state = ckpt.read_train_state(out) if out.exists() else None
     if state is not None and not resume:
         raise KrakenError(f"{out} already holds a checkpoint at step {state['step']}; pass "
@@ -431,8 +434,8 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     except KeyboardInterrupt:
         bar.close()
         save(completed)  # resuming then repeats nothing and skips nothing
-        raise TrainingInterrupted(f"checkpoint saved in {out} at step {completed}; continue "
-                                  "with the same command plus --resume") from None
+        raise TrainingInterrupted(f"interrupted: checkpoint saved in {out} at step {completed}; "
+                                  "continue with the same command plus --resume") from None
     except KrakenError:
         bar.close()
         raise
