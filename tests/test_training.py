@@ -269,8 +269,9 @@ def test_non_finite_weights_are_named_by_eval_and_generate(tmp_path, capsys):
         lines = err.strip().splitlines()
         assert len(lines) == 1, err
         assert "holds 1 non-finite values (NaN or inf)" in lines[0]
-        assert lines[0].startswith(f"error: checkpoint {tmp_path / 'run'}/checkpoints/step-00000001:"
-                                   " tensor layers.1.ffn.down.weight holds 1 non-finite values")
+        step_dir = tmp_path / "run" / "checkpoints" / "step-00000001"
+        assert lines[0].startswith(f"error: checkpoint {step_dir}: tensor "
+                                   "layers.1.ffn.down.weight holds 1 non-finite values")
 
 
 def test_eval_of_overflowing_weights_is_an_error_not_nan(tmp_path, capsys, shakespeare):
