@@ -250,3 +250,27 @@ def main() -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def test_metrics_line_torn_by_a_kill_is_dropped_on_resume(tmp_path, reference):
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, stop_at=INTERVAL))
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "loss": 10.2')  # a kill in the middle of appending step 3's row
+    train(SMALL, run_config(out), resume=True)
+    assert same_run(out, reference)
+
+
+def test_metrics_write_failure_is_one_line(tmp_path, shakespeare, monkeypatch):
+    from krakenlm.training import trainer
+
+    def full_disk(self, row):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(trainer.MetricsLog, "write",
+                        lambda self, row: self._guard(lambda: full_disk(self, row)))
+    with pytest.raises(KrakenError) as info:
+        train(SMALL, run_config(tmp_path / "run"))
+    assert str(info.value) == (f"cannot write {tmp_path / 'run' / 'metrics.jsonl'}: No space "
+                               "left on device; free disk space or make the --out directory "
+                               "writable, then continue with --resume")
