@@ -59,3 +59,19 @@ def test_prompt_longer_than_context_is_a_clear_error():
         generate(model, torch.zeros(1, 41, dtype=torch.long), SamplingConfig(max_new_tokens=1))
     with pytest.raises(KrakenError, match="use --max-new-tokens 10 or less"):
         generate(model, torch.zeros(1, 30, dtype=torch.long), SamplingConfig(max_new_tokens=11))
+
+
+def test_non_finite_logits_are_a_clear_error_not_a_sampling_crash():
+    from krakenlm.evaluation.generate import next_token
+
+    logits = torch.zeros(1, 10)
+    logits[0, 4] = float("nan")
+    for sampling in (SamplingConfig(greedy=True), SamplingConfig(temperature=0.7, top_k=3)):
+        with pytest.raises(KrakenError, match="the model produced non-finite logits"):
+            next_token(logits, sampling, None)
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan"), float("inf")])
+def test_sampling_temperature_must_be_finite_and_positive(temperature):
+    with pytest.raises(KrakenError, match="temperature must be > 0"):
+        SamplingConfig(temperature=temperature)

@@ -103,7 +103,7 @@ def test_data_parallel_equals_gradient_accumulation(tmp_path, shakespeare):
 def test_checkpoint_that_does_not_match_its_config_is_refused(tmp_path, shakespeare):
     out = tmp_path / "run"
     train(SMALL, small_run(out, max_steps=1))
-    SMALL.replace(d_model=48, n_heads=3, ffn_dim=96).save(out / "config.json")
+    SMALL.replace(d_model=48, n_heads=3, ffn_dim=96).save(checkpoint.resolve(out) / "config.json")
     with pytest.raises(KrakenError, match=r"do not match its config.json \(conj.weight is "
                                           r"\(2, 32, 32\) but config.json implies \(2, 48, 48\)"):
         checkpoint.load_model(out)
@@ -145,3 +145,182 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {proc.stderr.strip()[7:]}"
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ bad input: one line, exit 2
+def cli_in_process(capsys, *args: str) -> tuple[int, str]:
+    """`krakenlm ARGS` through `main()` in this process (each subprocess costs seconds of
+    imports); returns (exit code, stderr)."""
+    from krakenlm.cli import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+TRAIN = ["train", "--preset", "gpt-tiny", "--out", "{out}"]
+EVAL = ["eval", "--checkpoint", "{out}"]
+GENERATE = ["generate", "--checkpoint", "{out}", "--prompt", "Hi"]
+BAD_INPUTS = [
+    (TRAIN + ["--max-steps", "0"], "--max-steps must be >= 1, got 0"),
+    (TRAIN + ["--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
+    (TRAIN + ["--grad-accum", "0"], "--grad-accum must be >= 1, got 0"),
+    (TRAIN + ["--seq-len", "0"], "--seq-len 0 must be between 1 and the model's context 256"),
+    (TRAIN + ["--eval-interval", "0"], "--eval-interval must be >= 1, got 0"),
+    (TRAIN + ["--eval-batches", "0"], "--eval-batches must be >= 1, got 0"),
+    (TRAIN + ["--log-interval", "0"], "--log-interval must be >= 1, got 0"),
+    (TRAIN + ["--checkpoint-interval", "0"], "--checkpoint-interval must be >= 1, got 0"),
+    (TRAIN + ["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
+    (TRAIN + ["--warmup-steps", "-1"], "--warmup-steps must be >= 0, got -1"),
+    (TRAIN + ["--threads", "0"], "--threads must be >= 1, got 0"),
+    (TRAIN + ["--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
+    (TRAIN + ["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (TRAIN + ["--weight-decay", "-0.1"], "--weight-decay must be a finite number >= 0, got -0.1"),
+    (TRAIN + ["--grad-clip", "0"], "--grad-clip must be a finite number > 0, got 0.0"),
+    (TRAIN + ["--stop-at", "0"], "--stop-at 0 must be between 1 and --max-steps 1000"),
+    (TRAIN + ["--max-steps", "10", "--stop-at", "20"],
+     "--stop-at 20 must be between 1 and --max-steps 10"),
+    (TRAIN + ["--preset", "kraken-tiny-2way"],
+     "--preset was given 2 times (gpt-tiny, kraken-tiny-2way); give it once"),
+    (TRAIN + ["--out", "elsewhere"], "--out was given 2 times"),
+    (["train", "--preset", "gpt3-175b", "--out", "{out}"],
+     "training this 174.6B-parameter model needs about"),
+    (EVAL + ["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (EVAL + ["--max-batches", "0"], "--max-batches must be >= 1, got 0"),
+    (EVAL + ["--checkpoint", "other"], "--checkpoint was given 2 times"),
+    (GENERATE + ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+    (GENERATE + ["--temperature", "-1"], "--temperature must be a finite number > 0, got -1.0"),
+    (GENERATE + ["--temperature", "nan"], "--temperature must be a finite number > 0, got nan"),
+    (GENERATE + ["--top-k", "-1"], "--top-k must be >= 0 (0: all tokens), got -1"),
+    (GENERATE + ["--world-size", "0"], "--world-size must be >= 1, got 0"),
+    (GENERATE + ["--timeout", "0"], "--timeout must be a finite number of seconds > 0, got 0.0"),
+    (GENERATE + ["--checkpoint", "other"], "--checkpoint was given 2 times"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_sizes_and_repeated_options_are_one_line_errors(args, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, err = cli_in_process(capsys, *(a.replace("{out}", str(out)) for a in args))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert message in lines[0]
+    assert not out.exists()  # refused before anything was written
+
+
+def test_memory_estimate_refuses_only_what_does_not_fit(monkeypatch):
+    from krakenlm.training import trainer
+    from krakenlm.training.runtime import DistEnv
+
+    config = ModelConfig(arch="gpt", n_layers=2, d_model=64, n_heads=4, ffn_dim=256,
+                         vocab_size=1000, context_len=128)
+    need = trainer.training_memory_bytes(config, batch_size=8, seq_len=128)
+    assert need["states"] == 20 * config.num_params()
+    # per token: 2 layers x (12 x 64 + 4 x 256) + 4 x 64 = 3840 values of 4 bytes
+    assert need["activations"] == 4 * 8 * 128 * 3840
+    total = sum(need.values())
+    tc = TrainConfig(out_dir="unused", batch_size=8, seq_len=128)
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(trainer, "available_memory_bytes", lambda device: total)
+    trainer.check_memory(config, tc, DistEnv(), cpu)  # fits exactly
+    with pytest.raises(KrakenError, match=r"x 2 processes\) but this host has"):
+        trainer.check_memory(config, tc, DistEnv(0, 2, 0, 2), cpu)  # two copies do not
+    monkeypatch.setattr(trainer, "available_memory_bytes", lambda device: total - 1)
+    with pytest.raises(KrakenError, match="--no-memory-check skips this estimate"):
+        trainer.check_memory(config, tc, DistEnv(), cpu)
+
+
+# ------------------------------------------------------------------ non-finite weights and losses
+def test_diverging_training_stops_at_the_step_and_keeps_the_last_good_checkpoint(tmp_path,
+                                                                                 shakespeare):
+    out = tmp_path / "run"
+    # An absurd learning rate: step 1 makes the weights huge, step 2's loss is NaN.
+    with pytest.raises(KrakenError, match=r"training diverged at step 2: loss nan, gradient norm "
+                                          r"nan; the last checkpoint \(step 1\) in .* is intact"):
+        train(SMALL, small_run(out, peak_lr=1e20, warmup_steps=0, checkpoint_interval=1))
+    assert checkpoint.read_train_state(out)["step"] == 1
+    model = checkpoint.load_model(out)  # finite: the NaN never reached a saved state
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert max(json.loads(line)["step"]
+               for line in (out / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def _saved_model(directory, edit) -> None:
+    model = Transformer(SMALL)
+    model.reset_parameters(seed=0)
+    with torch.no_grad():
+        edit(model)
+    checkpoint.save_checkpoint(directory, model, None, {"step": 1})
+
+
+def test_non_finite_weights_are_named_by_eval_and_generate(tmp_path, capsys):
+    def poison(model):
+        model.layers[1].ffn.down.weight[0, 3, 5] = float("nan")
+
+    _saved_model(tmp_path / "run", poison)
+    for args in (["eval", "--checkpoint", str(tmp_path / "run")],
+                 ["generate", "--checkpoint", str(tmp_path / "run"), "--prompt", "Hi"]):
+        code, err = cli_in_process(capsys, *args)
+        assert code == 2
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert "holds 1 non-finite values (NaN or inf)" in lines[0]
+        step_dir = tmp_path / "run" / "checkpoints" / "step-00000001"
+        assert lines[0].startswith(f"error: checkpoint {step_dir}: tensor "
+                                   "layers.1.ffn.down.weight holds 1 non-finite values")
+
+
+def test_eval_of_overflowing_weights_is_an_error_not_nan(tmp_path, capsys, shakespeare):
+    def overflow(model):
+        model.tok_emb.weight.mul_(1e38)  # finite, but the norms' variance overflows to inf
+
+    _saved_model(tmp_path / "run", overflow)
+    code, err = cli_in_process(capsys, "eval", "--checkpoint", str(tmp_path / "run"),
+                               "--max-batches", "1", "--json")
+    assert code == 2
+    assert err.strip() == ("error: the evaluation loss is nan (not finite): the model's outputs "
+                           "overflow; evaluate with --precision fp32, or use an earlier "
+                           "checkpoint if its weights are broken")
+
+
+def test_ctrl_c_saves_and_exits_130_with_one_line(tmp_path, shakespeare):
+    import signal
+    import time
+
+    SMALL.save(tmp_path / "model.json")
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "krakenlm", "train", "--config", str(tmp_path / "model.json"),
+         "--out", str(out), "--max-steps", "100000", "--batch-size", "2", "--seq-len", "32",
+         "--log-interval", "1", "--eval-interval", "100000", "--precision", "fp32",
+         "--threads", "1", "--no-progress"],
+        stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    # wait (polling, not timing) until training runs, then press Ctrl-C
+    while proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted: checkpoint saved in {out} at "
+                                                   "step "), err
+    step = int(lines[0].split("at step ")[1].split(";")[0])
+    assert checkpoint.read_train_state(out)["step"] == step >= 2
+    assert lines[0].endswith("continue with the same command plus --resume")
+
+
+def test_resume_refuses_a_stop_at_not_after_the_checkpoint_and_a_step_dir_as_out(tmp_path,
+                                                                                  shakespeare):
+    out = tmp_path / "run"
+    train(SMALL, small_run(out, stop_at=2))
+    with pytest.raises(KrakenError, match="--stop-at 2 is not after the checkpoint's step 2"):
+        train(SMALL, small_run(out, stop_at=2), resume=True)
+    step_dir = checkpoint.resolve(out)
+    with pytest.raises(KrakenError, match=f"is one checkpoint of a run; give the run directory "
+                                          f"{out}$"):
+        train(SMALL, small_run(step_dir), resume=True)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 import typer
 
+from ..errors import KrakenError
 from . import app
+from .train import one_value
 
 
 @app.command("generate")
 def generate_command(
-    checkpoint_dir: Path = typer.Option(..., "--checkpoint", help="A checkpoint directory (a `train --out` DIR)."),
+    checkpoint_dirs: list[Path] = typer.Option(..., "--checkpoint", metavar="DIR", help="A run directory (a `train --out` DIR: its current checkpoint) or one of its checkpoints/step-* directories."),
     prompt: str = typer.Option(..., "--prompt", help="Text to continue."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens to generate at most."),
     temperature: float = typer.Option(0.8, "--temperature", help="Softmax temperature for sampling."),
@@ -34,6 +37,9 @@ def generate_command(
     from ..training.checkpoint import load_model
     from ..training.runtime import pick_device
 
+    checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
+    check_generate_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                           greedy=greedy, world_size=world_size, timeout_s=timeout_s)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k or None, greedy=greedy, seed=seed)
     tokenizer = Tokenizer()
@@ -51,3 +57,19 @@ def generate_command(
         new_ids = generate(model, prompt_ids, sampling)[0].tolist()
     sys.stdout.write(tokenizer.decode(new_ids))
     sys.stdout.write("\n")
+
+
+def check_generate_options(*, max_new_tokens: int, temperature: float, top_k: int, greedy: bool,
+                           world_size: int | None, timeout_s: float) -> None:
+    """Ranges of the options, named as the command line spells them."""
+    if max_new_tokens < 1:
+        raise KrakenError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    if not greedy and not (math.isfinite(temperature) and temperature > 0):
+        raise KrakenError(f"--temperature must be a finite number > 0, got {temperature} (use "
+                          "--greedy for deterministic decoding)")
+    if top_k < 0:
+        raise KrakenError(f"--top-k must be >= 0 (0: all tokens), got {top_k}")
+    if world_size is not None and world_size < 1:
+        raise KrakenError(f"--world-size must be >= 1, got {world_size}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise KrakenError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")

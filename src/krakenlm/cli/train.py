@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -13,6 +14,18 @@ from ..models import ModelConfig, get_preset
 from ..models.hf import load_model_config
 from . import app
 from ._console import stderr_console
+
+
+def one_value(values: list | tuple | None, flag: str, *, required: bool = False):
+    """The single value of an option declared repeatable only so that a repetition is caught
+    (click keeps the last value of a plain option silently)."""
+    values = list(values or [])
+    if len(values) > 1:
+        given = ", ".join(str(v) for v in values)
+        raise KrakenError(f"{flag} was given {len(values)} times ({given}); give it once")
+    if required and not values:
+        raise KrakenError(f"missing option {flag}")
+    return values[0] if values else None
 
 
 def resolve_model_config(preset: str | None, config: Path | None) -> ModelConfig:
@@ -27,9 +40,9 @@ def resolve_model_config(preset: str | None, config: Path | None) -> ModelConfig
 
 @app.command("train")
 def train_command(
-    out: Path = typer.Option(..., "--out", help="Run directory: checkpoint, metrics.jsonl, configs."),
-    preset: str = typer.Option(None, "--preset", help="Model preset name (see `krakenlm models`)."),
-    config: Path = typer.Option(None, "--config", help="JSON model config for a custom model (krakenlm's format or a Hugging Face config.json)."),
+    outs: list[Path] = typer.Option(..., "--out", metavar="DIR", help="Run directory: checkpoints/, metrics.jsonl, configs."),
+    presets: list[str] = typer.Option(None, "--preset", metavar="NAME", help="Model preset name (see `krakenlm models`)."),
+    configs: list[Path] = typer.Option(None, "--config", metavar="FILE", help="JSON model config for a custom model (krakenlm's format or a Hugging Face config.json)."),
     data: str = typer.Option(None, "--data", help="Corpus: shakespeare (default), openwebtext, hf:<dataset>, or a directory of .txt/.jsonl/.parquet files."),
     max_steps: int = typer.Option(1000, "--max-steps", help="Optimizer steps in total (the LR schedule ends here)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Sequences per micro-batch per process."),
@@ -46,6 +59,8 @@ def train_command(
     eval_batches: int = typer.Option(20, "--eval-batches", help="Validation batches per evaluation."),
     log_interval: int = typer.Option(10, "--log-interval", help="Log loss and tokens/s every N steps."),
     checkpoint_interval: int = typer.Option(250, "--checkpoint-interval", help="Save every N steps (and at the end, and on Ctrl-C)."),
+    keep_checkpoints: int = typer.Option(1, "--keep-checkpoints", help="Keep the newest K checkpoints in --out/checkpoints/ (older ones are deleted once a newer one is complete)."),
+    memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse a model whose estimated training memory exceeds the free memory."),
     threads: int = typer.Option(None, "--threads", help="CPU threads per process (default: cores / local processes)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the checkpoint in --out."),
     stop_at: int = typer.Option(None, "--stop-at", help="Stop after this step with a checkpoint (the schedule still ends at --max-steps); continue later with --resume."),
@@ -53,8 +68,11 @@ def train_command(
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
-    from ..training.trainer import TrainConfig, train
+    from ..training.trainer import TrainConfig, TrainingInterrupted, train
 
+    out = one_value(outs, "--out", required=True)
+    preset = one_value(presets, "--preset")
+    config = one_value(configs, "--config")
     if resume and preset is None and config is None:
         model_config = checkpoint.load_config(out)
     else:
@@ -65,8 +83,22 @@ def train_command(
                      compile=compile, seed=seed, eval_interval=eval_interval,
                      eval_batches=eval_batches, log_interval=log_interval,
                      checkpoint_interval=checkpoint_interval,
-                     threads=threads, progress=progress, stop_at=stop_at)
-    result = train(model_config, tc, resume=resume)
+                     threads=threads, progress=progress, stop_at=stop_at,
+                     keep_checkpoints=keep_checkpoints, memory_check=memory_check)
+    try:
+        result = train(model_config, tc, resume=resume)
+    except TrainingInterrupted as exc:
+        # Ctrl-C with nothing wrong: one line and the shell's code for SIGINT, not an error.
+        print(exc, file=sys.stderr)
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:
+        # Before the first step (data, model) or a second Ctrl-C during the save: a save
+        # never leaves half a checkpoint, so whatever is current in --out is complete.
+        state = checkpoint.read_train_state(out)
+        kept = (f"{out} keeps its checkpoint of step {state['step']}" if state is not None
+                else "nothing was saved")
+        print(f"interrupted: {kept}", file=sys.stderr)
+        raise typer.Exit(130) from None
     if os.environ.get("RANK", "0") != "0":
         return  # under torchrun, rank 0 reports for everyone
     val = "n/a" if result.val_loss is None else f"{result.val_loss:.4f}"
@@ -76,7 +108,7 @@ def train_command(
 
 @app.command("eval")
 def eval_command(
-    checkpoint_dir: Path = typer.Option(..., "--checkpoint", help="A checkpoint directory (a `train --out` DIR)."),
+    checkpoint_dirs: list[Path] = typer.Option(..., "--checkpoint", metavar="DIR", help="A run directory (a `train --out` DIR: its current checkpoint) or one of its checkpoints/step-* directories."),
     data: str = typer.Option(None, "--data", help="Corpus to evaluate on (default: shakespeare)."),
     batch_size: int = typer.Option(8, "--batch-size", help="Sequences per batch."),
     max_batches: int = typer.Option(None, "--max-batches", help="Stop after N batches (default: the whole split)."),
@@ -90,6 +122,12 @@ def eval_command(
     from ..training.checkpoint import load_model
     from ..training.runtime import pick_device, resolve_precision
 
+    checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
+    if batch_size < 1:
+        raise KrakenError(f"--batch-size must be >= 1, got {batch_size}")
+    if max_batches is not None and max_batches < 1:
+        raise KrakenError(f"--max-batches must be >= 1, got {max_batches} (omit it for the "
+                          "whole split)")
     device = pick_device()
     model = load_model(checkpoint_dir, device=device)
     if seq_len is not None and not 1 <= seq_len <= model.config.context_len:

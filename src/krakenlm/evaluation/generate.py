@@ -7,6 +7,7 @@ seed, samples identical tokens.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
             raise KrakenError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
-        if not self.greedy and self.temperature <= 0:
+        if not self.greedy and not (math.isfinite(self.temperature) and self.temperature > 0):
             raise KrakenError(f"temperature must be > 0 (got {self.temperature}); "
                               "use --greedy for deterministic decoding")
         if self.top_k is not None and self.top_k < 1:
@@ -39,6 +40,11 @@ def next_token(logits: torch.Tensor, sampling: SamplingConfig,
                generator: torch.Generator | None) -> torch.Tensor:
     """logits [b, V] -> token ids [b, 1]."""
     logits = logits.float()
+    # A NaN would make multinomial crash (or argmax pick token 0 silently). Checking [b, V]
+    # values per token is negligible next to the forward pass that produced them.
+    if not bool(torch.isfinite(logits).all()):
+        raise KrakenError("the model produced non-finite logits (NaN or inf): its weights or "
+                          "activations overflow; use a checkpoint from before the run diverged")
     if sampling.greedy:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / sampling.temperature

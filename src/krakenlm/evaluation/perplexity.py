@@ -9,6 +9,7 @@ import torch
 from tqdm import tqdm
 
 from ..data.batches import evaluation_batches
+from ..errors import KrakenError
 from ..models.transformer import Transformer
 from ..training.runtime import autocast
 
@@ -21,6 +22,10 @@ def evaluate(model: Transformer, tokens: np.ndarray, *, batch_size: int = 8,
 
     The windows are the same on every call, so numbers from different runs compare directly.
     """
+    if batch_size < 1:
+        raise KrakenError(f"--batch-size must be >= 1, got {batch_size}")
+    if max_batches is not None and max_batches < 1:
+        raise KrakenError(f"--max-batches must be >= 1, got {max_batches}")
     was_training = model.training
     model.eval()
     device = model.tok_emb.weight.device
@@ -35,4 +40,10 @@ def evaluate(model: Transformer, tokens: np.ndarray, *, batch_size: int = 8,
         total_tokens += y.numel()
     model.train(was_training)
     mean = total_loss / total_tokens
-    return {"loss": mean, "perplexity": math.exp(mean), "tokens": total_tokens}
+    if not math.isfinite(mean):
+        raise KrakenError(f"the evaluation loss is {mean} (not finite): the model's outputs "
+                          "overflow; evaluate with --precision fp32, or use an earlier "
+                          "checkpoint if its weights are broken")
+    # exp overflows above ~709: such a model predicts nothing, its perplexity is infinite.
+    perplexity = math.exp(mean) if mean < 700 else math.inf
+    return {"loss": mean, "perplexity": perplexity, "tokens": total_tokens}

@@ -44,6 +44,21 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     return torch.bfloat16
 
 
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Memory a new allocation can get: free GPU memory, or the host's MemAvailable (page
+    cache included, as the kernel would reclaim it). None where it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file counts in KiB
+    except OSError:
+        pass
+    return None
+
+
 def autocast(device: torch.device, dtype: torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,12 +26,13 @@ from ..data.batches import training_batch
 from ..data.prepare import prepare_corpus
 from ..errors import KrakenError
 from ..evaluation.perplexity import evaluate
+from ..fileio import write_text_atomically
 from ..models import ModelConfig
 from ..models.transformer import Transformer
 from . import checkpoint as ckpt
 from .optim import build_optimizer, learning_rate
-from .runtime import (DistEnv, autocast, init_distributed, pick_device, resolve_precision,
-                      set_cpu_threads)
+from .runtime import (DistEnv, autocast, available_memory_bytes, init_distributed, pick_device,
+                      resolve_precision, set_cpu_threads)
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -58,24 +61,56 @@ class TrainConfig:
     threads: int | None = None
     progress: bool = True
     stop_at: int | None = None  # stop (with a checkpoint) after this step; resume later
-
+    keep_checkpoints: int = 1  # the newest k checkpoints are kept
+    memory_check: bool = True  # refuse a model that cannot fit in memory before building it
 
     def check(self, model_config: ModelConfig) -> None:
+        """Every option's range, named as the CLI spells it."""
         positive = ("max_steps", "batch_size", "grad_accum", "eval_interval", "eval_batches",
-                    "log_interval", "checkpoint_interval")
+                    "log_interval", "checkpoint_interval", "keep_checkpoints")
         for name in positive:
-            if getattr(self, name) < 1:
-                raise KrakenError(f"--{name.replace('_', '-')} must be >= 1")
+            value = getattr(self, name)
+            if value < 1:
+                raise KrakenError(f"{_flag(name)} must be >= 1, got {value}")
+        if self.threads is not None and self.threads < 1:
+            raise KrakenError(f"--threads must be >= 1, got {self.threads}")
+        if self.warmup_steps < 0:
+            raise KrakenError(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
         if self.seq_len is not None and not 1 <= self.seq_len <= model_config.context_len:
             raise KrakenError(f"--seq-len {self.seq_len} must be between 1 and the model's "
                               f"context {model_config.context_len}")
-        if self.peak_lr <= 0:
-            raise KrakenError("--lr must be positive")
+        if self.stop_at is not None and not 1 <= self.stop_at <= self.max_steps:
+            raise KrakenError(f"--stop-at {self.stop_at} must be between 1 and --max-steps "
+                              f"{self.max_steps} (the schedule ends at --max-steps)")
+        # `nan` and `inf` parse as floats, and nan passes every `<` test: check finiteness.
+        floats = {"peak_lr": (0.0, False), "weight_decay": (0.0, True), "grad_clip": (0.0, False),
+                  "min_lr_ratio": (0.0, True)}
+        for name, (low, low_allowed) in floats.items():
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < low or (value == low and not low_allowed):
+                bound = ">= 0" if low_allowed else "> 0"
+                raise KrakenError(f"{_flag(name)} must be a finite number {bound}, got {value}")
+        if self.min_lr_ratio > 1:
+            raise KrakenError(f"min_lr_ratio must be at most 1, got {self.min_lr_ratio}")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise KrakenError(f"AdamW betas must be in [0, 1), got {self.betas}")
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["out_dir"] = str(self.out_dir)
         return data
+
+
+def _flag(field_name: str) -> str:
+    return "--lr" if field_name == "peak_lr" else f"--{field_name.replace('_', '-')}"
+
+
+class TrainingInterrupted(KrakenError):
+    """Ctrl-C during training: a checkpoint was saved, nothing is wrong (the CLI exits 130)."""
+
+
+class TrainingDiverged(KrakenError):
+    """A non-finite loss or gradient: training stopped before the update reached the weights."""
 
 
 @dataclass
@@ -89,24 +124,39 @@ class TrainResult:
 
 
 class MetricsLog:
-    """metrics.jsonl: one JSON object per logged step or evaluation. On resume, rows past the
-    checkpoint are dropped so the file always describes one consistent run."""
+    """metrics.jsonl: one JSON object per logged step or evaluation; every row of the run
+    passes through `write`. On resume, rows past the checkpoint (and a line torn by a kill) are
+    dropped, so the file always describes one consistent run."""
 
     def __init__(self, path: Path, resume_step: int | None, enabled: bool):
         self.path, self.enabled = path, enabled
         if not enabled:
             return
-        if resume_step is None:
-            path.write_text("")
-        elif path.is_file():
-            kept = [line for line in path.read_text().splitlines()
-                    if line and json.loads(line)["step"] <= resume_step]
-            path.write_text("".join(line + "\n" for line in kept))
+        kept = []
+        if resume_step is not None and path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # the last line, cut short by a kill
+                if row["step"] <= resume_step:
+                    kept.append(line)
+        self._guard(lambda: write_text_atomically(path, "".join(line + "\n" for line in kept)))
 
     def write(self, row: dict) -> None:
         if self.enabled:
-            with self.path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            def append() -> None:
+                with self.path.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+            self._guard(append)
+
+    def _guard(self, action) -> None:
+        try:
+            action()
+        except OSError as exc:
+            raise KrakenError(f"cannot write {self.path}: {exc.strerror or exc}; free disk space "
+                              "or make the --out directory writable, then continue with "
+                              "--resume") from None
 
 
 def _mean_over_ranks(value: float, env: DistEnv, device: torch.device) -> float:
@@ -117,10 +167,65 @@ def _mean_over_ranks(value: float, env: DistEnv, device: torch.device) -> float:
     return t.item() / env.world_size
 
 
+# Bytes per parameter while training: fp32 weights, gradients, AdamW's two moments, and the
+# serialised copy of the weights while a checkpoint is written.
+TRAIN_BYTES_PER_PARAM = 4 + 4 + 8 + 4
+
+
+def training_memory_bytes(config: ModelConfig, batch_size: int, seq_len: int) -> dict[str, int]:
+    """An estimate of one process's training memory, computable before the model exists.
+
+    States: TRAIN_BYTES_PER_PARAM per parameter. Activations kept for the backward pass, fp32,
+    per token and sub-layer: 12 x d_model + 4 x ffn_dim (norm outputs, q/k/v, attention and
+    projection outputs, residual sums, the FFN's pre- and post-activation and their
+    temporaries). The attention kernel and the chunked LM-head loss keep no [seq, seq] or
+    [tokens, vocab] tensors. Measured peak RSS growth over 2 steps (1 thread, fp32): gpt-tiny
+    16 x 256: 0.72 GiB (this estimate without the save copy: 0.69), kraken-tiny-4way 16 x 256:
+    1.29 GiB (1.29), gpt2-124m 2 x 1024: 3.17 GiB (3.85).
+    """
+    per_token = (config.n_layers * config.degree * (12 * config.d_model + 4 * config.ffn_dim)
+                 + 4 * config.d_model * config.degree)  # the streams entering the head
+    return {"states": TRAIN_BYTES_PER_PARAM * config.num_params(),
+            "activations": 4 * batch_size * seq_len * per_token}
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:,.1f}B" if n >= 1e9 else f"{n / 1e6:,.1f}M"
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:,.1f} GiB"
+
+
+def check_memory(model_config: ModelConfig, tc: TrainConfig, env: DistEnv,
+                 device: torch.device) -> None:
+    """Refuse, before building it, a model that cannot train in this host's (or GPU's) free
+    memory, instead of letting the OOM killer end the run without a word."""
+    seq_len = tc.seq_len or model_config.context_len
+    need = training_memory_bytes(model_config, tc.batch_size, seq_len)
+    # Every local process holds the whole model (data parallelism only).
+    sharing = env.local_world_size if device.type == "cpu" else 1
+    total = sharing * sum(need.values())
+    available = available_memory_bytes(device)
+    if available is None or total <= available:
+        return
+    where = "this GPU has" if device.type == "cuda" else "this host has"
+    procs = f" x {sharing} processes" if sharing > 1 else ""
+    raise KrakenError(
+        f"training this {_params(model_config.num_params())}-parameter model needs about "
+        f"{_gib(total)} ({_gib(need['states'])} for weights, gradients and AdamW states + "
+        f"{_gib(need['activations'])} of activations at --batch-size {tc.batch_size} x "
+        f"{seq_len} tokens{procs}) but {where} {_gib(available)} available: pick a smaller "
+        "--preset (see `krakenlm models`), lower --batch-size (raise --grad-accum to keep the "
+        "tokens per step) or --seq-len, or free memory; --no-memory-check skips this estimate")
+
+
 def train(model_config: ModelConfig, tc: TrainConfig, *, resume: bool = False) -> TrainResult:
     tc.check(model_config)
     env = DistEnv.from_environment()
     device = pick_device(env.local_rank)
+    if tc.memory_check:
+        check_memory(model_config, tc, env, device)
     set_cpu_threads(env, tc.threads)
     init_distributed(env, device)
     out = Path(tc.out_dir)
@@ -143,25 +248,68 @@ def _prepare_data(tc: TrainConfig, env: DistEnv):
 
 
 def _start_state(model_config: ModelConfig, tc: TrainConfig, out: Path, resume: bool):
+    if out.parent.name == ckpt.CHECKPOINTS_DIR and ckpt.resolve(out) == out:
+        raise KrakenError(f"--out {out} is one checkpoint of a run; give the run directory "
+                          f"{out.parent.parent}")
     state = ckpt.read_train_state(out) if out.exists() else None
     if state is not None and not resume:
         raise KrakenError(f"{out} already holds a checkpoint at step {state['step']}; pass "
                           "--resume to continue it, or choose another --out directory")
     if resume and state is None:
-        raise KrakenError(f"nothing to resume: {out} holds no checkpoint (train_state.json)")
+        raise KrakenError(f"nothing to resume: {out} holds no checkpoint (no save completed); "
+                          "start the run again without --resume")
     if state is not None:
         saved = ckpt.load_config(out)
         if saved != model_config:
             raise KrakenError(f"cannot resume {out}: its config.json describes a different "
                               "model than the one requested; drop --preset/--config to use the "
                               "saved one")
+        if tc.stop_at is not None and tc.stop_at <= state["step"]:
+            raise KrakenError(f"--stop-at {tc.stop_at} is not after the checkpoint's step "
+                              f"{state['step']}; give a later step")
     return state
+
+
+def _unwritable(out: Path, exc: OSError) -> KrakenError:
+    return KrakenError(f"cannot write to --out {out}: {exc.strerror or exc} "
+                       f"({exc.filename or out}); choose a directory on a writable filesystem "
+                       "with free space")
+
+
+def _probe_out_dir(out: Path) -> None:
+    """Fail in one line on an unwritable --out before data is prepared or anything is built,
+    without leaving a directory behind: create and remove a file in --out, or in its nearest
+    existing parent."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".krakenlm-probe-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise _unwritable(out, exc) from None
+
+
+def _claim_out_dir(out: Path, tc: TrainConfig) -> None:
+    """Create the run directory, clean what a killed save left behind, write
+    train_config.json."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt.clean_stale(out)
+        write_text_atomically(out / "train_config.json", json.dumps(tc.to_json(), indent=2) + "\n")
+    except OSError as exc:
+        raise _unwritable(out, exc) from None
 
 
 def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
            out: Path, resume: bool) -> TrainResult:
     state = _start_state(model_config, tc, out, resume)
+    if env.is_main:
+        _probe_out_dir(out)
     corpus = _prepare_data(tc, env)
+    if env.is_main:
+        _claim_out_dir(out, tc)
     train_tokens, val_tokens = corpus.split("train"), corpus.split("val")
     seq_len = tc.seq_len or model_config.context_len
     amp_dtype = resolve_precision(tc.precision, device)
@@ -170,11 +318,8 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     model.reset_parameters(seed=tc.seed)  # identical on every rank, independent of torch RNG
     start_step = 0
     if state is not None:
-        loaded, metadata = ckpt.load_state_dict(out)
+        loaded, _ = ckpt.load_state_dict(out)  # checks the step and finiteness
         ckpt.check_weights_match_config(loaded, model, out)
-        if metadata.get("step") != str(state["step"]):
-            raise KrakenError(f"checkpoint {out} is inconsistent: weights from step "
-                              f"{metadata.get('step')}, train_state.json says {state['step']}")
         model.load_state_dict(loaded)
         start_step = state["step"]
     model.to(device)
@@ -189,20 +334,39 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
             layer.compile()
     wrapped = DistributedDataParallel(model) if env.world_size > 1 else model
 
-    if env.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "train_config.json").write_text(json.dumps(tc.to_json(), indent=2) + "\n")
     log = MetricsLog(out / METRICS_FILE, start_step if state else None, env.is_main)
     tokens_per_step = tc.batch_size * seq_len * tc.grad_accum * env.world_size
     history: list[dict] = []
     last_loss, val_loss = math.nan, None
     completed = start_step  # optimizer steps applied to the weights
+    saved_step = start_step if state is not None else None  # the current checkpoint's step
 
     def save(at_step: int) -> None:
+        nonlocal saved_step
+        if at_step == saved_step:
+            return  # e.g. Ctrl-C right after a save: that checkpoint is this state
         if env.is_main:
-            ckpt.save_checkpoint(out, model, optimizer, {
-                "step": at_step, "tokens_seen": at_step * tokens_per_step,
-                "corpus": corpus.meta["key"], "val_loss": val_loss})
+            try:
+                ckpt.save_checkpoint(out, model, optimizer, {
+                    "step": at_step, "tokens_seen": at_step * tokens_per_step,
+                    "corpus": corpus.meta["key"], "val_loss": val_loss},
+                    keep=tc.keep_checkpoints)
+            except ckpt.CheckpointSaveError as exc:
+                raise KrakenError(f"{exc}, then continue with --resume") from None
+        saved_step = at_step
+
+    def check_finite(at_step: int, loss: float, grad_norm: torch.Tensor) -> None:
+        # Before optimizer.step(): a NaN never reaches the weights, and no checkpoint is
+        # written from this state, so the last one stays the last good one.
+        # The gradient norm is all-reduced, so every rank takes the same decision on it; the
+        # loss is this rank's own, so it only decides alone.
+        if bool(torch.isfinite(grad_norm)) and (env.world_size > 1 or math.isfinite(loss)):
+            return
+        kept = (f"the last checkpoint (step {saved_step}) in {out} is intact"
+                if saved_step is not None else "no checkpoint was saved")
+        raise TrainingDiverged(f"training diverged at step {at_step}: loss {loss}, gradient "
+                               f"norm {float(grad_norm)}; {kept}; lower --lr or raise "
+                               "--warmup-steps (then --resume, or start a new --out)")
 
     def run_eval(at_step: int) -> float:
         result = evaluate(model, val_tokens, batch_size=tc.batch_size, seq_len=seq_len,
@@ -237,6 +401,7 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
                     loss.backward()
                 step_loss += loss.item()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            check_finite(step + 1, step_loss, grad_norm)
             optimizer.step()
             completed = step + 1
             optimizer.zero_grad(set_to_none=True)
@@ -269,8 +434,11 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     except KeyboardInterrupt:
         bar.close()
         save(completed)  # resuming then repeats nothing and skips nothing
-        raise KrakenError(f"interrupted: checkpoint saved in {out} at step {completed}; continue "
-                          f"with the same command plus --resume") from None
+        raise TrainingInterrupted(f"interrupted: checkpoint saved in {out} at step {completed}; "
+                                  "continue with the same command plus --resume") from None
+    except KrakenError:
+        bar.close()
+        raise
     bar.close()
     elapsed = time.perf_counter() - t_start
     trained_tokens = (completed - start_step) * tokens_per_step

@@ -1,0 +1,276 @@
+"""Crash safety of checkpoints: a process SIGKILLed at every point of a save, a full disk or a
+read-only filesystem in the middle of one, an old flat run directory. After each, --resume
+must continue to exactly the weights and loss curve of an uninterrupted run.
+
+Run as a script (`python tests/test_checkpoint_crash.py`) it prints the kill matrix as the
+markdown table of docs/robustness.md.
+"""
+
+import errno
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_cli
+from krakenlm.errors import KrakenError
+from krakenlm.models import ModelConfig
+from krakenlm.training import checkpoint
+from krakenlm.training.trainer import TrainConfig, train
+
+SMALL = ModelConfig(arch="kraken", n_layers=2, d_model=32, n_heads=2, ffn_dim=64, degree=2,
+                    vocab_size=50304, context_len=32)
+MAX_STEPS, INTERVAL, KILLED_SAVE = 6, 2, 4  # saves at 2, 4, 6; the kill hits the one of step 4
+# The same run as a command line and as a TrainConfig (the CLI's defaults fill in the rest).
+CLI_ARGS = ["--max-steps", str(MAX_STEPS), "--checkpoint-interval", str(INTERVAL),
+            "--batch-size", "2", "--seq-len", "32", "--warmup-steps", "2", "--eval-interval", "3",
+            "--eval-batches", "2", "--log-interval", "1", "--precision", "fp32", "--threads", "1",
+            "--no-progress"]
+
+
+def run_config(out: Path, **kw) -> TrainConfig:
+    base = dict(out_dir=out, max_steps=MAX_STEPS, checkpoint_interval=INTERVAL, batch_size=2,
+                seq_len=32, warmup_steps=2, eval_interval=3, eval_batches=2, log_interval=1,
+                precision="fp32", threads=1, progress=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def curve(out: Path) -> list[tuple]:
+    """metrics.jsonl's training and validation losses, in order (times and speeds differ)."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r.get("loss"), r.get("val_loss")) for r in rows]
+
+
+def weights(out: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load_state_dict(out)[0]
+
+
+def same_run(out: Path, reference: Path) -> bool:
+    """Bit-identical final weights and loss curve (train and validation rows)."""
+    a, b = weights(out), weights(reference)
+    return (a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+            and curve(out) == curve(reference))
+
+
+def left_on_disk(out: Path) -> str:
+    """What a kill left in checkpoints/: step directories, and a temporary one's files with
+    their sizes (a file cut by the kill is shorter than the complete one)."""
+    parent = out / checkpoint.CHECKPOINTS_DIR
+    if not parent.is_dir():
+        return "nothing"
+    parts = []
+    for entry in sorted(parent.iterdir()):
+        name = entry.name
+        if name.startswith((".tmp-", ".trash-")):
+            name = re.sub(r"-\d+$", "-PID", name)  # the saving process id
+        if entry.name.startswith(".tmp-"):
+            files = ", ".join(f"{f.name} {f.stat().st_size:,} B" for f in sorted(entry.iterdir()))
+            name += f" ({files or 'empty'})"
+        parts.append(name)
+    return "; ".join(parts)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, shakespeare) -> Path:
+    out = tmp_path_factory.mktemp("reference") / "run"
+    train(SMALL, run_config(out))
+    return out
+
+
+def kill_case(point: str, work: Path, reference: Path) -> dict:
+    """Train in a subprocess that SIGKILLs itself at `point` of the save of step 4, then resume
+    in this process; returns one row of the matrix."""
+    SMALL.save(work / "model.json")
+    out = work / "run"
+    proc = run_cli("train", "--config", str(work / "model.json"), "--out", str(out), *CLI_ARGS,
+                   env_extra={checkpoint.KILL_ENV: f"{point}@{KILLED_SAVE}"})
+    assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-2000:])
+    left = left_on_disk(out)
+    state = checkpoint.read_train_state(out)
+    resumed_from = state["step"]
+    # What eval/generate would load right now: the current checkpoint, complete and consistent.
+    checkpoint.load_model(out)
+    train(SMALL, run_config(out), resume=True)
+    leftovers = [p.name for p in (out / checkpoint.CHECKPOINTS_DIR).iterdir()]
+    return {"point": point, "left": left, "resumed_from": resumed_from,
+            "identical": same_run(out, reference), "after_resume": sorted(leftovers)}
+
+
+def expected_resume_step(point: str) -> int:
+    made_current = checkpoint.KILL_POINTS.index("after-rename")
+    return KILLED_SAVE if checkpoint.KILL_POINTS.index(point) >= made_current else INTERVAL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", checkpoint.KILL_POINTS)
+def test_kill_during_save_then_resume_is_bit_identical(point, tmp_path, reference):
+    row = kill_case(point, tmp_path, reference)
+    assert row["resumed_from"] == expected_resume_step(point)
+    assert row["identical"], row
+    # the resumed run's saves cleaned what the kill left: only the final checkpoint remains
+    assert row["after_resume"] == [checkpoint.step_dir_name(MAX_STEPS)]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+def test_failed_save_keeps_the_previous_checkpoint_and_resume_works(code, tmp_path, reference,
+                                                                    monkeypatch):
+    out = tmp_path / "run"
+    real_write = checkpoint._write_file
+
+    def failing_write(path, write, step):
+        if step == KILLED_SAVE and path.name == checkpoint.OPTIMIZER_FILE:
+            raise OSError(code, os.strerror(code), str(path))
+        real_write(path, write, step)
+
+    monkeypatch.setattr(checkpoint, "_write_file", failing_write)
+    with pytest.raises(KrakenError) as info:
+        train(SMALL, run_config(out))
+    message = str(info.value)
+    assert f"could not save the checkpoint of step {KILLED_SAVE}" in message
+    assert os.strerror(code) in message and "\n" not in message
+    assert f"{checkpoint.step_dir_name(INTERVAL)} is intact" in message
+    assert message.endswith("then continue with --resume")
+    # no temporary directory left, the previous checkpoint current and loadable
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        checkpoint.step_dir_name(INTERVAL)]
+    assert checkpoint.read_train_state(out)["step"] == INTERVAL
+    monkeypatch.setattr(checkpoint, "_write_file", real_write)  # the disk has space again
+    train(SMALL, run_config(out), resume=True)
+    assert same_run(out, reference)
+
+
+def test_unwritable_out_is_one_line_before_any_work(tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path))
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(KrakenError, match=r"cannot write to --out .*/run: Read-only file system"):
+        train(SMALL, run_config(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def _read_only_directory(tmp_path: Path) -> Path:
+    """A directory this process cannot create files in: chmod, or (as root, who ignores file
+    modes) sysfs, which refuses new files."""
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        return locked
+    try:
+        os.close(tempfile.mkstemp(dir="/sys/kernel")[0])
+    except OSError:
+        return Path("/sys/kernel")
+    pytest.skip("no read-only directory available to a root user here")
+
+
+def test_cli_train_into_a_read_only_directory_is_one_line(tmp_path):
+    parent = _read_only_directory(tmp_path)
+    proc = run_cli("train", "--preset", "gpt-tiny", "--out", str(parent / "run"),
+                   "--max-steps", "1", "--no-progress")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot write to --out {parent}/run:")
+    assert "choose a directory on a writable filesystem" in lines[0]
+
+
+def test_old_flat_run_directory_loads_resumes_and_moves_to_the_new_layout(tmp_path, reference):
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, stop_at=INTERVAL))
+    # what krakenlm wrote before this layout: the four files directly in the run directory
+    step_dir = checkpoint.resolve(out)
+    for f in step_dir.iterdir():
+        shutil.move(f, out / f.name)
+    shutil.rmtree(out / "checkpoints")
+    assert checkpoint.resolve(out) == out
+    assert checkpoint.load_model(out).config == SMALL
+    train(SMALL, run_config(out), resume=True)
+    assert same_run(out, reference)
+    assert not (out / checkpoint.MODEL_FILE).exists() and not (out / "train_state.json").exists()
+    assert checkpoint.resolve(out) == out / "checkpoints" / checkpoint.step_dir_name(MAX_STEPS)
+
+
+def test_torn_old_flat_checkpoint_is_refused_by_eval(tmp_path, shakespeare):
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, max_steps=2))
+    step_dir = checkpoint.resolve(out)
+    for f in step_dir.iterdir():
+        shutil.move(f, out / f.name)
+    shutil.rmtree(out / "checkpoints")
+    # an old non-atomic save killed after the weights: weights of step 2, state of step 1
+    (out / "train_state.json").write_text(json.dumps({"step": 1}))
+    proc = run_cli("eval", "--checkpoint", str(out), "--max-batches", "1")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: checkpoint {out} is inconsistent: "
+                                                   "weights from step 2, train_state.json says 1")
+
+
+def test_keep_checkpoints_keeps_the_newest_and_any_can_be_loaded(tmp_path, reference):
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, keep_checkpoints=2))
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == [checkpoint.step_dir_name(4), checkpoint.step_dir_name(6)]
+    assert checkpoint.read_train_state(out / "checkpoints" / names[0])["step"] == 4
+    older = checkpoint.load_model(out / "checkpoints" / names[0])
+    newer = checkpoint.load_model(out)
+    assert not torch.equal(older.tok_emb.weight, newer.tok_emb.weight)
+    assert torch.equal(newer.tok_emb.weight, weights(reference)["tok_emb.weight"])
+
+
+def main() -> None:
+    """Print the kill matrix as markdown (docs/robustness.md)."""
+    from krakenlm.data.prepare import prepare_corpus
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        os.environ.setdefault("KRAKENLM_CACHE", str(tmp / "cache"))
+        prepare_corpus("shakespeare", progress=False)
+        ref = tmp / "reference"
+        train(SMALL, run_config(ref))
+        print("| kill point (save of step 4) | left in checkpoints/ | resumed from step | "
+              "final weights and loss curve identical | checkpoints/ after the resumed run |")
+        print("|---|---|---:|---|---|")
+        for i, point in enumerate(checkpoint.KILL_POINTS):
+            work = tmp / f"case{i}"
+            work.mkdir()
+            row = kill_case(point, work, ref)
+            print(f"| `{point}` | {row['left']} | {row['resumed_from']} | "
+                  f"{'yes' if row['identical'] else 'NO'} | {', '.join(row['after_resume'])} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def test_metrics_line_torn_by_a_kill_is_dropped_on_resume(tmp_path, reference):
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, stop_at=INTERVAL))
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "loss": 10.2')  # a kill in the middle of appending step 3's row
+    train(SMALL, run_config(out), resume=True)
+    assert same_run(out, reference)
+
+
+def test_metrics_write_failure_is_one_line(tmp_path, shakespeare, monkeypatch):
+    from krakenlm.training import trainer
+
+    def full_disk(self, row):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(trainer.MetricsLog, "write",
+                        lambda self, row: self._guard(lambda: full_disk(self, row)))
+    with pytest.raises(KrakenError) as info:
+        train(SMALL, run_config(tmp_path / "run"))
+    assert str(info.value) == (f"cannot write {tmp_path / 'run' / 'metrics.jsonl'}: No space "
+                               "left on device; free disk space or make the --out directory "
+                               "writable, then continue with --resume")
