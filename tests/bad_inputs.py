@@ -8,6 +8,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {gpt}        a random-weight gpt-tiny checkpoint
   {kraken}     a random-weight kraken-tiny-2way checkpoint
   {mismatch}   a checkpoint whose config.json was swapped for another model's
+  {nan}        a gpt-tiny checkpoint with one NaN weight
   {notckpt}    a directory that is not a checkpoint
   {file}       a regular file (so `{file}/x` cannot be created)
   {badhw}      a hardware YAML with a typo'd field
@@ -55,6 +56,23 @@ CASES: list[BadInput] = [
     case("demo-tp --kraken-checkpoint {gpt}", "holds a 'gpt' model, not 'kraken'"),
     case("demo-tp --kraken-checkpoint {gpt} --gpt-checkpoint {kraken}",
          "did you swap --kraken-checkpoint and --gpt-checkpoint"),
+    # training, evaluation, generation: sizes, ranges, repeated options, memory
+    case("train --out {tmp}/run --preset gpt-tiny --max-steps 0", "--max-steps must be >= 1"),
+    case("train --out {tmp}/run --preset gpt-tiny --max-steps 10 --stop-at 20",
+         "--stop-at 20 must be between 1 and --max-steps 10"),
+    case("train --out {tmp}/run --preset gpt-tiny --preset kraken-tiny-2way",
+         "--preset was given 2 times"),
+    case("train --out {tmp}/run --preset gpt-tiny --lr nan", "--lr must be a finite number"),
+    case("train --out {tmp}/run --preset gpt3-175b", "this host has"),
+    case("train --out {readonly}/run --preset gpt-tiny", "cannot write to --out"),
+    case("eval --checkpoint {gpt} --batch-size 0", "--batch-size must be >= 1"),
+    case("eval --checkpoint {gpt} --max-batches 0", "--max-batches must be >= 1"),
+    case("eval --checkpoint {nan}", "non-finite values"),
+    case("generate --checkpoint {nan} --prompt hi", "non-finite values"),
+    case("generate --checkpoint {gpt} --prompt hi --temperature -1",
+         "--temperature must be a finite number > 0"),
+    case("generate --checkpoint {gpt} --prompt hi --max-new-tokens 0",
+         "--max-new-tokens must be >= 1"),
     # Hugging Face
     case("import hf {tmp}/missing --out {tmp}/imported", "does not exist"),
     case("import hf {notckpt} --out {tmp}/imported", "has no config.json"),
@@ -93,7 +111,10 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     from krakenlm.models import get_preset
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import CONFIG_FILE, save_checkpoint
+    from safetensors.torch import save_file
+
+    from krakenlm.training.checkpoint import (CONFIG_FILE, MODEL_FILE, current_checkpoint,
+                                              load_state_dict, save_checkpoint)
 
     def checkpoint(name: str, preset: str) -> Path:
         torch.manual_seed(0)
@@ -102,9 +123,14 @@ def fixture_paths(root: Path) -> dict[str, str]:
         return directory
 
     gpt = checkpoint("gpt", "gpt-tiny")
+    nan = checkpoint("nan", "gpt-tiny")
+    nan_state, _ = load_state_dict(nan)
+    nan_state["tok_emb.weight"][3, 5] = float("nan")
+    save_file(nan_state, str(current_checkpoint(nan) / MODEL_FILE), metadata=_)
     kraken = checkpoint("kraken", "kraken-tiny-2way")
     mismatch = checkpoint("mismatch", "gpt-tiny")
-    (mismatch / CONFIG_FILE).write_text((kraken / CONFIG_FILE).read_text())
+    (current_checkpoint(mismatch) / CONFIG_FILE).write_text(
+        (current_checkpoint(kraken) / CONFIG_FILE).read_text())
     (root / "notckpt").mkdir()
     (root / "tmp").mkdir()
     (root / "file").write_text("a file, not a directory\n")
@@ -114,7 +140,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
     (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
     (root / "bad.json").write_text("{not json\n")
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
-            "mismatch": str(mismatch), "notckpt": str(root / "notckpt"),
+            "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
             "badjson": str(root / "bad.json"), "readonly": "/sys/krakenlm-bad-input"}
 

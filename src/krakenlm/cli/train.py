@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import typer
 
-from ..errors import KrakenError
+from ..errors import Interrupted, KrakenError
 from ..models import ModelConfig, get_preset
 from ..models.hf import load_model_config
 from . import app
@@ -68,7 +67,7 @@ def train_command(
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
-    from ..training.trainer import TrainConfig, TrainingInterrupted, train
+    from ..training.trainer import TrainConfig, train
 
     out = one_value(outs, "--out", required=True)
     preset = one_value(presets, "--preset")
@@ -86,19 +85,15 @@ def train_command(
                      threads=threads, progress=progress, stop_at=stop_at,
                      keep_checkpoints=keep_checkpoints, memory_check=memory_check)
     try:
+        # Ctrl-C during training saves and raises TrainingInterrupted (main exits 130).
         result = train(model_config, tc, resume=resume)
-    except TrainingInterrupted as exc:
-        # Ctrl-C with nothing wrong: one line and the shell's code for SIGINT, not an error.
-        print(exc, file=sys.stderr)
-        raise typer.Exit(130) from None
     except KeyboardInterrupt:
         # Before the first step (data, model) or a second Ctrl-C during the save: a save
         # never leaves half a checkpoint, so whatever is current in --out is complete.
         state = checkpoint.read_train_state(out)
         kept = (f"{out} keeps its checkpoint of step {state['step']}" if state is not None
                 else "nothing was saved")
-        print(f"interrupted: {kept}", file=sys.stderr)
-        raise typer.Exit(130) from None
+        raise Interrupted(kept) from None
     if os.environ.get("RANK", "0") != "0":
         return  # under torchrun, rank 0 reports for everyone
     val = "n/a" if result.val_loss is None else f"{result.val_loss:.4f}"

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ..data.batches import training_batch
 from ..data.prepare import prepare_corpus
-from ..errors import KrakenError
+from ..errors import Interrupted, KrakenError
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
 from ..models import ModelConfig
@@ -105,7 +105,7 @@ def _flag(field_name: str) -> str:
     return "--lr" if field_name == "peak_lr" else f"--{field_name.replace('_', '-')}"
 
 
-class TrainingInterrupted(KrakenError):
+class TrainingInterrupted(Interrupted):
     """Ctrl-C during training: a checkpoint was saved, nothing is wrong (the CLI exits 130)."""
 
 
@@ -434,7 +434,7 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     except KeyboardInterrupt:
         bar.close()
         save(completed)  # resuming then repeats nothing and skips nothing
-        raise TrainingInterrupted(f"interrupted: checkpoint saved in {out} at step {completed}; "
+        raise TrainingInterrupted(f"checkpoint saved in {out} at step {completed}; "
                                   "continue with the same command plus --resume") from None
     except KrakenError:
         bar.close()
