@@ -1,0 +1,51 @@
+"""`krakenlm-lm-eval` (or `python -m krakenlm.lm_eval`): lm-evaluation-harness's own command line
+with the `krakenlm` model registered.
+
+    krakenlm-lm-eval --model krakenlm --model_args checkpoint=runs/gpt --tasks copa --limit 50
+
+Every `lm_eval` option works the same. Why a separate command: lm-eval 0.4 finds models only in
+its own source tree (no plugin entry points; upstream issues #1457, #3282), so a plain
+`lm_eval --model krakenlm` cannot see krakenlm. This wrapper imports krakenlm's adapter (which
+registers the model) and then runs lm-eval's CLI unchanged. It adds three things: hub access
+that fails fast when there is no network, krakenlm's errors as one `error:` line (exit 2), and a
+table of documents scored and chance level per task after lm-eval's own results table.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    from .errors import KrakenError
+    from .evaluation.offline_tasks import go_offline_unless_hub_reachable, local_data_hint
+
+    offline = go_offline_unless_hub_reachable()  # before lm_eval imports datasets
+    try:
+        from lm_eval.__main__ import cli_evaluate
+    except ImportError:
+        print("error: lm-eval is not installed: pip install 'krakenlm[eval]'", file=sys.stderr)
+        sys.exit(2)
+    from .evaluation import lm_eval_adapter
+
+    lm_eval_adapter.quiet_lm_eval_noise()
+    instances = lm_eval_adapter.track_instances()
+    try:
+        cli_evaluate()
+    except KrakenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except ConnectionError as exc:  # datasets' "Couldn't reach ... on the Hub"
+        where = "the hub is unreachable (offline mode)" if offline else "the hub refused"
+        print(f"error: a task's dataset could not be loaded: {exc}; {where}; {local_data_hint()}",
+              file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    for model in instances:
+        print(lm_eval_adapter.counts_table(model.task_counts()))
+
+
+if __name__ == "__main__":
+    main()
