@@ -50,9 +50,11 @@ def train_command(
     resume: bool = typer.Option(False, "--resume", help="Continue the checkpoint in --out."),
     stop_at: int = typer.Option(None, "--stop-at", help="Stop after this step with a checkpoint (the schedule still ends at --max-steps); continue later with --resume."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
+    log_to: list[str] = typer.Option(None, "--log-to", help="Also log metrics to tensorboard and/or wandb (repeat, or a comma list); metrics.jsonl is always written. W&B runs offline unless WANDB_MODE is set."),
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
+    from ..training.tracking import parse_log_to
     from ..training.trainer import TrainConfig, train
 
     if resume and preset is None and config is None:
@@ -65,7 +67,8 @@ def train_command(
                      compile=compile, seed=seed, eval_interval=eval_interval,
                      eval_batches=eval_batches, log_interval=log_interval,
                      checkpoint_interval=checkpoint_interval,
-                     threads=threads, progress=progress, stop_at=stop_at)
+                     threads=threads, progress=progress, stop_at=stop_at,
+                     log_to=parse_log_to(log_to))
     result = train(model_config, tc, resume=resume)
     if os.environ.get("RANK", "0") != "0":
         return  # under torchrun, rank 0 reports for everyone

@@ -27,6 +27,7 @@ from ..evaluation.perplexity import evaluate
 from ..models import ModelConfig
 from ..models.transformer import Transformer
 from . import checkpoint as ckpt
+from . import tracking
 from .optim import build_optimizer, learning_rate
 from .runtime import (DistEnv, autocast, init_distributed, pick_device, resolve_precision,
                       set_cpu_threads)
@@ -58,6 +59,7 @@ class TrainConfig:
     threads: int | None = None
     progress: bool = True
     stop_at: int | None = None  # stop (with a checkpoint) after this step; resume later
+    log_to: tuple[str, ...] = ()  # also send metrics to: "tensorboard", "wandb" (tracking.py)
 
 
     def check(self, model_config: ModelConfig) -> None:
@@ -193,6 +195,9 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
         out.mkdir(parents=True, exist_ok=True)
         (out / "train_config.json").write_text(json.dumps(tc.to_json(), indent=2) + "\n")
     log = MetricsLog(out / METRICS_FILE, start_step if state else None, env.is_main)
+    log = tracking.track(log, tc.log_to, out, resume_step=start_step if state else None,
+                         config={"model": model_config.to_dict(), "train": tc.to_json()},
+                         enabled=env.is_main)
     tokens_per_step = tc.batch_size * seq_len * tc.grad_accum * env.world_size
     history: list[dict] = []
     last_loss, val_loss = math.nan, None
@@ -268,10 +273,12 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
                 break
     except KeyboardInterrupt:
         bar.close()
+        log.close()
         save(completed)  # resuming then repeats nothing and skips nothing
         raise KrakenError(f"interrupted: checkpoint saved in {out} at step {completed}; continue "
                           f"with the same command plus --resume") from None
     bar.close()
+    log.close()
     elapsed = time.perf_counter() - t_start
     trained_tokens = (completed - start_step) * tokens_per_step
     return TrainResult(step=completed, train_loss=last_loss, val_loss=val_loss,
