@@ -30,6 +30,9 @@ def main() -> None:
 
     lm_eval_adapter.quiet_lm_eval_noise()
     instances = lm_eval_adapter.track_instances()
+    if "-h" not in sys.argv[1:] and "--help" not in sys.argv[1:]:
+        # lm-eval indexes its ~15,000 task YAMLs before it logs anything
+        print("krakenlm-lm-eval: lm-eval is indexing its tasks (5-15 s)...", file=sys.stderr)
     try:
         cli_evaluate()
     except KrakenError as exc:

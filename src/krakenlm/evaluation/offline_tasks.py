@@ -98,6 +98,8 @@ def go_offline_unless_hub_reachable() -> bool:
     Returns whether the hub is treated as offline."""
     if hub_is_offline():
         return True
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return False  # through a proxy a direct connection says nothing; leave it to the hub
     if hub_reachable():
         return False
     for variable in HUB_OFFLINE_VARIABLES:
