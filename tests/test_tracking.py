@@ -80,6 +80,15 @@ def test_tensorboard_has_every_metric_of_a_resumed_run_once(tmp_path, shakespear
         assert [s for s, _ in logged[tag]] == [s for s, _ in series], tag
         assert [v for _, v in logged[tag]] == pytest.approx([v for _, v in series], rel=1e-6)
     assert [s for s, _ in logged["train/loss"]] == [1, 2, 3, 4, 5, 6]
+    # the run config, as text, once
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(out / tracking.TENSORBOARD_DIR))
+    events.Reload()
+    (config,) = events.Tensors("config/text_summary")
+    text = config.tensor_proto.string_val[0].decode()
+    logged_config = json.loads(text.strip("`\n"))
+    assert logged_config["model"] == json.loads(json.dumps(SMALL.to_dict()))
+    assert logged_config["train"]["max_steps"] == 6
 
 
 def test_tensorboard_resume_discards_events_past_the_checkpoint(tmp_path):
