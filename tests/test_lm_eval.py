@@ -240,3 +240,15 @@ def test_plugin_command_errors_are_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: {tmp_path} is not a checkpoint: it needs model.safetensors and config.json "
         "(written by `krakenlm train --out DIR`)")
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "-0.5"])
+def test_plugin_command_refuses_a_limit_that_selects_nothing(tmp_path, limit):
+    script = Path(sys.executable).with_name("krakenlm-lm-eval")
+    proc = subprocess.run([str(script), "--model", "krakenlm", "--model_args",
+                           f"checkpoint={tmp_path}", "--tasks", "x", f"--limit={limit}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"error: --limit must be > 0 (got {limit}): a number of "
+                                   "documents, or a fraction below 1; leave it out to evaluate "
+                                   "every document")

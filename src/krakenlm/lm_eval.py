@@ -16,10 +16,38 @@ from __future__ import annotations
 import sys
 
 
+def _option_value(argv: list[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _check_limit(argv: list[str]) -> str | None:
+    """lm-eval takes --limit 0 or a negative one and then fails with a traceback."""
+    limit = _option_value(argv, "--limit")
+    if limit is None:
+        return None
+    try:
+        value = float(limit)
+    except ValueError:
+        return None  # lm-eval's own parser reports it
+    if value <= 0:
+        return (f"--limit must be > 0 (got {limit}): a number of documents, or a fraction "
+                "below 1; leave it out to evaluate every document")
+    return None
+
+
 def main() -> None:
     from .errors import KrakenError
     from .evaluation.offline_tasks import go_offline_unless_hub_reachable, local_data_hint
 
+    problem = _check_limit(sys.argv[1:])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     offline = go_offline_unless_hub_reachable()  # before lm_eval imports datasets
     try:
         from lm_eval.__main__ import cli_evaluate
@@ -42,6 +70,13 @@ def main() -> None:
         where = "the hub is unreachable (offline mode)" if offline else "the hub refused"
         print(f"error: a task's dataset could not be loaded: {exc}; {where}; {local_data_hint()}",
               file=sys.stderr)
+        sys.exit(2)
+    except TypeError as exc:
+        if "got multiple values for keyword argument" not in str(exc):
+            raise  # a bug, with its traceback
+        # e.g. batch_size both in --model_args and as lm_eval's own --batch_size
+        print(f"error: an option is given twice ({exc}); give it either in --model_args or as "
+              "lm_eval's own option (--batch_size, --device), not both", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
