@@ -6,9 +6,10 @@ with the `krakenlm` model registered.
 Every `lm_eval` option works the same. Why a separate command: lm-eval 0.4 finds models only in
 its own source tree (no plugin entry points; upstream issues #1457, #3282), so a plain
 `lm_eval --model krakenlm` cannot see krakenlm. This wrapper imports krakenlm's adapter (which
-registers the model) and then runs lm-eval's CLI unchanged. It adds three things: hub access
-that fails fast when there is no network, krakenlm's errors as one `error:` line (exit 2), and a
-table of documents scored and chance level per task after lm-eval's own results table.
+registers the model) and then runs lm-eval's CLI unchanged. It adds: hub access that fails fast
+when there is no network, one `error:` line (exit 2) for krakenlm's errors, a --limit that
+selects nothing and an option given twice, and a table of documents scored and chance level per
+task after lm-eval's own results table (which has the stderr).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@
 four lines of the same play (the other three drawn at random, deterministically). It is the
 Shakespeare-sized cousin of the paper's zero-shot multiple-choice protocol (SuperGLUE needs the
 hub), and it never overlaps the training split: both plays are held out of training.
+
+Hub tasks without a network: `go_offline_unless_hub_reachable` switches `datasets` to offline
+mode when a 2-second TCP probe of the hub fails, so a hub task fails at once (or loads from the
+local cache) instead of retrying for half a minute.
 """
 
 from __future__ import annotations
