@@ -82,3 +82,173 @@ def test_simple_evaluate_runs_a_local_task(adapter, tmp_path):
         scores = adapter.loglikelihood([request(d["context"], c) for c in d["choices"]])
         expected += int(max(range(2), key=lambda i: scores[i][0]) == d["label"])
     assert acc == pytest.approx(expected / 3)
+
+
+# ------------------------------------------------------------------ counts, errors, the CLIs
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+from krakenlm.errors import KrakenError  # noqa: E402
+from krakenlm.training import checkpoint  # noqa: E402
+
+TOY_DOCS = [{"context": "One, two,", "choices": [" three", " banana"], "label": 0},
+            {"context": "Red, green,", "choices": [" blue", " seven", " up"], "label": 0},
+            {"context": "Up and", "choices": [" down", " left"], "label": 1},
+            {"context": "Salt and", "choices": [" pepper", " glass", " moon", " car"], "label": 0}]
+
+
+def write_toy_task(directory: Path, docs=TOY_DOCS) -> Path:
+    """A local multiple-choice task whose YAML (deliberately) names no aggregation."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "toy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (directory / "toy.yaml").write_text(
+        f"task: toy_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: "
+        f"{directory / 'toy.jsonl'}\noutput_type: multiple_choice\ntest_split: test\n"
+        "doc_to_text: context\ndoc_to_choice: choices\ndoc_to_target: label\n"
+        "target_delimiter: ''\nmetric_list:\n  - metric: acc\n")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch="kraken", n_layers=2, d_model=32, n_heads=2, ffn_dim=64, degree=2,
+                      vocab_size=50304, context_len=32)
+    model = Transformer(cfg)
+    model.reset_parameters(seed=3)
+    directory = tmp_path_factory.mktemp("lm-eval") / "ckpt"
+    checkpoint.save_checkpoint(directory, model, None, {"step": 0})
+    return directory
+
+
+def toy_accuracy(model) -> float:
+    """Accuracy on TOY_DOCS from the model's loglikelihoods, computed directly."""
+    adapter = KrakenLMEval(model, batch_size=4, progress=False)
+    right = 0
+    for d in TOY_DOCS:
+        scores = adapter.loglikelihood([request(d["context"], c) for c in d["choices"]])
+        right += int(max(range(len(scores)), key=lambda i: scores[i][0]) == d["label"])
+    return right / len(TOY_DOCS)
+
+
+def test_task_counts_give_documents_and_chance_level(adapter):
+    def req(task, doc_id, idx):
+        r = request("x", " y")
+        r.task_name, r.doc_id, r.idx = task, doc_id, idx
+        return r
+    counting = KrakenLMEval(adapter.model, batch_size=4, progress=False)
+    counting.loglikelihood([req("mc", 0, i) for i in range(2)] + [req("mc", 1, i) for i in range(4)]
+                           + [req("lambada", 0, 0), req("lambada", 1, 0), req("lambada", 2, 0)])
+    counts = counting.task_counts()
+    assert counts["mc"].documents == 2 and counts["mc"].mean_choices == 3
+    assert counts["mc"].chance_level == pytest.approx((1 / 2 + 1 / 4) / 2)
+    assert counts["lambada"].documents == 3 and counts["lambada"].chance_level is None
+
+
+@pytest.mark.parametrize("value,message", [(0, "batch_size must be >= 1 (got 0)"),
+                                           ("many", "batch_size='many' is not a whole number")])
+def test_bad_batch_size_is_a_kraken_error(adapter, value, message):
+    with pytest.raises(KrakenError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        KrakenLMEval(adapter.model, batch_size=value)
+
+
+def test_importing_the_adapter_keeps_lm_evals_own_models():
+    from lm_eval.api.registry import model_registry
+    assert "krakenlm" in model_registry and "hf" in model_registry
+
+
+@pytest.mark.slow
+def test_cli_prints_stderr_n_and_chance_level(tiny_checkpoint, tmp_path):
+    tasks = write_toy_task(tmp_path / "tasks")
+    proc = run_cli("lm-eval", "--checkpoint", str(tiny_checkpoint), "--tasks", "toy_choice",
+                   "--include-path", str(tasks), "--batch-size", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)["toy_choice"]
+    acc, n = row["acc"], len(TOY_DOCS)
+    assert acc == pytest.approx(toy_accuracy(checkpoint.load_model(tiny_checkpoint)))
+    assert row["n"] == n
+    assert row["chance_level"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 2 + 1 / 4) / 4)
+    # the closed-form stderr of a mean of 0/1 outcomes (sample standard deviation / sqrt(n))
+    assert row["acc_stderr"] == pytest.approx((acc * (1 - acc) / (n - 1)) ** 0.5)
+    assert "scoring choices" in proc.stderr  # the progress bar
+    assert "aggregation is not" not in proc.stderr and "higher_is_better is not" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_plugin_command_runs_lm_evals_cli_with_the_krakenlm_model(tiny_checkpoint, tmp_path):
+    tasks = write_toy_task(tmp_path / "tasks")
+    script = Path(sys.executable).with_name("krakenlm-lm-eval")
+    proc = subprocess.run([str(script), "--model", "krakenlm", "--model_args",
+                           f"checkpoint={tiny_checkpoint}", "--tasks", "toy_choice",
+                           "--include_path", str(tasks), "--batch_size", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # lm-eval's own table: |toy_choice|Version|Filter|n-shot|acc|↑|value|±|stderr|
+    (row,) = [line for line in proc.stdout.splitlines()
+              if line.startswith("|") and line.split("|")[1].strip() == "toy_choice"
+              and "acc" in line]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    acc = toy_accuracy(checkpoint.load_model(tiny_checkpoint))
+    assert float(cells[6]) == pytest.approx(acc, abs=1e-4)
+    assert float(cells[8]) == pytest.approx((acc * (1 - acc) / 3) ** 0.5, abs=1e-4)
+    # krakenlm's table after it: documents and chance level
+    assert "|toy_choice|4|2.75|0.3958|" in proc.stdout
+    assert "aggregation is not" not in proc.stderr and "scoring choices" in proc.stderr
+
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # tests never touch the network
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,env,message", [
+    (["--limit", "0"], {}, "--limit must be >= 1 (got 0)"),
+    (["--limit", "-2"], {}, "--limit must be >= 1 (got -2)"),
+    (["--batch-size", "0"], {}, "--batch-size must be >= 1 (got 0)"),
+    (["--batch-size", "-4"], {}, "--batch-size must be >= 1 (got -4)"),
+    (["--tasks", " , "], {}, "--tasks is empty"),
+    (["--tasks", "shakespeare_next_lin"], {},
+     "unknown lm-eval task 'shakespeare_next_lin' (did you mean shakespeare_next_line?)"),
+    (["--tasks", "copa"], OFFLINE, "Couldn't reach 'aps/super_glue' on the Hub"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tiny_checkpoint, args, env, message):
+    proc = run_cli("lm-eval", "--checkpoint", str(tiny_checkpoint), *args, env_extra=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def test_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path):
+    proc = run_cli("lm-eval", "--checkpoint", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"error: {tmp_path} is not a checkpoint: it needs "
+                                   "model.safetensors and config.json (written by `krakenlm "
+                                   "train --out DIR`)")
+
+
+@pytest.mark.slow
+def test_plugin_command_errors_are_one_line(tmp_path):
+    script = Path(sys.executable).with_name("krakenlm-lm-eval")
+    tasks = write_toy_task(tmp_path / "tasks")
+    proc = subprocess.run([str(script), "--model", "krakenlm", "--model_args",
+                           f"checkpoint={tmp_path}", "--tasks", "toy_choice",
+                           "--include_path", str(tasks)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, **OFFLINE))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path} is not a checkpoint: it needs model.safetensors and config.json "
+        "(written by `krakenlm train --out DIR`)")
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "-0.5"])
+def test_plugin_command_refuses_a_limit_that_selects_nothing(tmp_path, limit):
+    script = Path(sys.executable).with_name("krakenlm-lm-eval")
+    proc = subprocess.run([str(script), "--model", "krakenlm", "--model_args",
+                           f"checkpoint={tmp_path}", "--tasks", "x", f"--limit={limit}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"error: --limit must be > 0 (got {limit}): a number of "
+                                   "documents, or a fraction below 1; leave it out to evaluate "
+                                   "every document")

@@ -64,9 +64,11 @@ def train_command(
     resume: bool = typer.Option(False, "--resume", help="Continue the checkpoint in --out."),
     stop_at: int = typer.Option(None, "--stop-at", help="Stop after this step with a checkpoint (the schedule still ends at --max-steps); continue later with --resume."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
+    log_to: list[str] = typer.Option(None, "--log-to", help="Also log metrics to tensorboard and/or wandb (repeat, or a comma list); metrics.jsonl is always written. W&B runs offline unless WANDB_MODE is set."),
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
+    from ..training.tracking import parse_log_to
     from ..training.trainer import TrainConfig, train
 
     out = one_value(outs, "--out", required=True)
@@ -83,7 +85,8 @@ def train_command(
                      eval_batches=eval_batches, log_interval=log_interval,
                      checkpoint_interval=checkpoint_interval,
                      threads=threads, progress=progress, stop_at=stop_at,
-                     keep_checkpoints=keep_checkpoints, memory_check=memory_check)
+                     keep_checkpoints=keep_checkpoints, memory_check=memory_check,
+                     log_to=parse_log_to(log_to))
     try:
         # Ctrl-C during training saves and raises TrainingInterrupted (main exits 130).
         result = train(model_config, tc, resume=resume)

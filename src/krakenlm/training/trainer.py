@@ -30,6 +30,7 @@ from ..fileio import write_text_atomically
 from ..models import ModelConfig
 from ..models.transformer import Transformer
 from . import checkpoint as ckpt
+from . import tracking
 from .optim import build_optimizer, learning_rate
 from .runtime import (DistEnv, autocast, available_memory_bytes, init_distributed, pick_device,
                       resolve_precision, set_cpu_threads)
@@ -63,6 +64,7 @@ class TrainConfig:
     stop_at: int | None = None  # stop (with a checkpoint) after this step; resume later
     keep_checkpoints: int = 1  # the newest k checkpoints are kept
     memory_check: bool = True  # refuse a model that cannot fit in memory before building it
+    log_to: tuple[str, ...] = ()  # also send metrics to: "tensorboard", "wandb" (tracking.py)
 
     def check(self, model_config: ModelConfig) -> None:
         """Every option's range, named as the CLI spells it."""
@@ -335,6 +337,9 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     wrapped = DistributedDataParallel(model) if env.world_size > 1 else model
 
     log = MetricsLog(out / METRICS_FILE, start_step if state else None, env.is_main)
+    log = tracking.track(log, tc.log_to, out, resume_step=start_step if state else None,
+                         config={"model": model_config.to_dict(), "train": tc.to_json()},
+                         enabled=env.is_main)
     tokens_per_step = tc.batch_size * seq_len * tc.grad_accum * env.world_size
     history: list[dict] = []
     last_loss, val_loss = math.nan, None
@@ -433,13 +438,16 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
                 break
     except KeyboardInterrupt:
         bar.close()
+        log.close()
         save(completed)  # resuming then repeats nothing and skips nothing
         raise TrainingInterrupted(f"checkpoint saved in {out} at step {completed}; "
                                   "continue with the same command plus --resume") from None
     except KrakenError:
         bar.close()
+        log.close()  # what was logged up to the failure stays readable in the trackers
         raise
     bar.close()
+    log.close()
     elapsed = time.perf_counter() - t_start
     trained_tokens = (completed - start_step) * tokens_per_step
     return TrainResult(step=completed, train_loss=last_loss, val_loss=val_loss,
