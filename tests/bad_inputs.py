@@ -73,6 +73,11 @@ CASES: list[BadInput] = [
          "--temperature must be a finite number > 0"),
     case("generate --checkpoint {gpt} --prompt hi --max-new-tokens 0",
          "--max-new-tokens must be >= 1"),
+    case("train --out {tmp}/run --preset gpt-tiny --log-to mlfow", "'mlfow' is not a tracker"),
+    # lm-evaluation-harness
+    case("lm-eval --checkpoint {gpt} --limit 0", "--limit must be >= 1"),
+    case("lm-eval --checkpoint {gpt} --batch-size 0", "--batch-size must be >= 1"),
+    case("lm-eval --checkpoint {notckpt}", "is not a checkpoint"),
     # Hugging Face
     case("import hf {tmp}/missing --out {tmp}/imported", "does not exist"),
     case("import hf {notckpt} --out {tmp}/imported", "has no config.json"),

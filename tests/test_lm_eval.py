@@ -223,9 +223,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(tiny_checkpoint, args, env, messag
 def test_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path):
     proc = run_cli("lm-eval", "--checkpoint", str(tmp_path))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"error: {tmp_path} is not a checkpoint: it needs "
-                                   "model.safetensors and config.json (written by `krakenlm "
-                                   "train --out DIR`)")
+    assert proc.stderr.strip() == (f"error: {tmp_path} is not a checkpoint: it holds no "
+                                   "checkpoints/step-* directory nor model.safetensors and "
+                                   "config.json (written by `krakenlm train --out DIR`)")
 
 
 @pytest.mark.slow
@@ -238,8 +238,8 @@ def test_plugin_command_errors_are_one_line(tmp_path):
                           timeout=600, env=dict(os.environ, **OFFLINE))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"error: {tmp_path} is not a checkpoint: it needs model.safetensors and config.json "
-        "(written by `krakenlm train --out DIR`)")
+        f"error: {tmp_path} is not a checkpoint: it holds no checkpoints/step-* directory nor "
+        "model.safetensors and config.json (written by `krakenlm train --out DIR`)")
 
 
 @pytest.mark.parametrize("limit", ["0", "-1", "-0.5"])
