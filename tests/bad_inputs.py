@@ -74,6 +74,7 @@ CASES: list[BadInput] = [
     case("generate --checkpoint {gpt} --prompt hi --max-new-tokens 0",
          "--max-new-tokens must be >= 1"),
     case("train --out {tmp}/run --preset gpt-tiny --log-to mlfow", "'mlfow' is not a tracker"),
+    case("train --out {tmp}/run --recipe kraken-125m-3way", "unknown recipe 'kraken-125m-3way'"),
     # lm-evaluation-harness
     case("lm-eval --checkpoint {gpt} --limit 0", "--limit must be >= 1"),
     case("lm-eval --checkpoint {gpt} --batch-size 0", "--batch-size must be >= 1"),

@@ -55,3 +55,47 @@ def test_gpu_hours_follow_the_flops():
     assert large.gpu_hours() / small.gpu_hours() == pytest.approx(
         large.train_flops() / small.train_flops())
     assert small.gpu_hours(mfu=0.2) == pytest.approx(2 * small.gpu_hours(mfu=0.4))
+
+
+def _dry_run(argv, capsys, monkeypatch, world_size="8"):
+    import json
+
+    from krakenlm.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--dry-run", *argv])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0, err
+    return json.loads(out)
+
+
+def test_train_recipe_resolves_on_the_command_line(tmp_path, capsys, monkeypatch):
+    resolved = _dry_run(["--recipe", "kraken-350m-4way", "--out", str(tmp_path / "r")],
+                        capsys, monkeypatch)
+    assert resolved["model"] == get_preset("kraken-350m-4way").to_dict()
+    train = resolved["train"]
+    assert (train["batch_size"], train["grad_accum"], train["peak_lr"]) == (6, 10, 1.5e-4)
+    assert (train["max_steps"], train["data"], train["compile"]) == (300_000, "openwebtext", True)
+    assert not (tmp_path / "r").exists()  # a dry run writes nothing
+
+
+def test_explicit_options_override_the_recipe(tmp_path, capsys, monkeypatch):
+    train = _dry_run(["--recipe", "gpt2-124m", "--out", str(tmp_path / "r"), "--lr", "6e-4",
+                      "--batch-size", "8", "--data", "shakespeare"], capsys, monkeypatch,
+                     world_size="1")["train"]
+    assert (train["peak_lr"], train["batch_size"], train["data"]) == (6e-4, 8, "shakespeare")
+    assert train["grad_accum"] == 40 and train["warmup_steps"] == 2000  # still the recipe's
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--recipe", "kraken-125m-3way"], "unknown recipe 'kraken-125m-3way'"),
+    (["--recipe", "gpt2-124m", "--preset", "gpt-tiny"], "trains the preset gpt2-124m"),
+])
+def test_recipe_errors_on_the_command_line(argv, message, tmp_path, capsys):
+    from krakenlm.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--out", str(tmp_path / "r"), "--dry-run", *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and message in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -37,8 +38,27 @@ def resolve_model_config(preset: str | None, config: Path | None) -> ModelConfig
     raise KrakenError("give a model: --preset NAME (see `krakenlm models`) or --config FILE")
 
 
+# TrainConfig fields a recipe sets, by the train option that overrides each.
+_RECIPE_OPTIONS = {"data": "data", "max_steps": "max_steps", "batch_size": "batch_size",
+                   "grad_accum": "grad_accum", "seq_len": "seq_len", "lr": "peak_lr",
+                   "warmup_steps": "warmup_steps", "weight_decay": "weight_decay",
+                   "grad_clip": "grad_clip", "precision": "precision", "compile": "compile",
+                   "eval_interval": "eval_interval", "eval_batches": "eval_batches",
+                   "log_interval": "log_interval", "checkpoint_interval": "checkpoint_interval"}
+
+
+def _given_on_command_line(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _option_of(field: str) -> str:
+    return {v: k for k, v in _RECIPE_OPTIONS.items()}.get(field, field)
+
+
 @app.command("train")
 def train_command(
+    ctx: typer.Context,
     outs: list[Path] = typer.Option(..., "--out", metavar="DIR", help="Run directory: checkpoints/, metrics.jsonl, configs."),
     presets: list[str] = typer.Option(None, "--preset", metavar="NAME", help="Model preset name (see `krakenlm models`)."),
     configs: list[Path] = typer.Option(None, "--config", metavar="FILE", help="JSON model config for a custom model (krakenlm's format or a Hugging Face config.json)."),
@@ -65,6 +85,8 @@ def train_command(
     stop_at: int = typer.Option(None, "--stop-at", help="Stop after this step with a checkpoint (the schedule still ends at --max-steps); continue later with --resume."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
     log_to: list[str] = typer.Option(None, "--log-to", help="Also log metrics to tensorboard and/or wandb (repeat, or a comma list); metrics.jsonl is always written. W&B runs offline unless WANDB_MODE is set."),
+    recipe_name: str = typer.Option(None, "--recipe", help="A paper-scale recipe (`krakenlm recipes`): its preset and training setup for the world size launched; options given explicitly override it."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved model and training configuration as JSON and exit without training."),
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
@@ -74,6 +96,18 @@ def train_command(
     out = one_value(outs, "--out", required=True)
     preset = one_value(presets, "--preset")
     config = one_value(configs, "--config")
+    recipe_options = {}
+    if recipe_name is not None:
+        from ..training.recipes import get_recipe
+
+        recipe = get_recipe(recipe_name)
+        if preset or config:
+            raise KrakenError(f"--recipe {recipe.name} trains the preset {recipe.preset}; drop "
+                              "--preset/--config (or drop --recipe and set every option)")
+        preset = recipe.preset
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        recipe_options = {field: value for field, value in recipe.train_options(world_size).items()
+                          if not _given_on_command_line(ctx, _option_of(field))}
     if resume and preset is None and config is None:
         model_config = checkpoint.load_config(out)
     else:
@@ -87,6 +121,12 @@ def train_command(
                      threads=threads, progress=progress, stop_at=stop_at,
                      keep_checkpoints=keep_checkpoints, memory_check=memory_check,
                      log_to=parse_log_to(log_to))
+    if recipe_options:
+        tc = dataclasses.replace(tc, **recipe_options)
+    if dry_run:
+        print(json.dumps({"recipe": recipe_name, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+                          "model": model_config.to_dict(), "train": tc.to_json()}, indent=2))
+        return
     try:
         # Ctrl-C during training saves and raises TrainingInterrupted (main exits 130).
         result = train(model_config, tc, resume=resume)
@@ -139,3 +179,34 @@ def eval_command(
     else:
         print(f"val loss {result['loss']:.4f}  perplexity {result['perplexity']:.2f}  "
               f"({result['tokens']:,} tokens)")
+
+
+@app.command("recipes")
+def recipes_command(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """The paper-scale training recipes (`train --recipe NAME`): the authors' OpenWebText runs for
+    every Kraken preset and its GPT-2 baseline, with a GPU-hour estimate."""
+    from ..training.recipes import RECIPES
+    from ._console import stdout_console, table
+
+    rows = []
+    for recipe in RECIPES.values():
+        micro, accum = recipe.split(8)
+        rows.append({"name": recipe.name, "preset": recipe.preset, "peak_lr": recipe.peak_lr,
+                     "steps": recipe.max_steps, "tokens_per_step": recipe.tokens_per_step,
+                     "tokens": recipe.total_tokens, "micro_batch_x_accum_on_8": [micro, accum],
+                     "train_flops": recipe.train_flops(),
+                     "a100_gpu_hours_at_40pct_mfu": recipe.gpu_hours()})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    out = table(title="train --recipe NAME (OpenWebText, GPT-2 BPE, bf16, AdamW 0.9/0.95, "
+                      "2k warm-up, cosine to 10 %)")
+    for column in ("name", "peak LR", "steps", "tokens", "8 GPUs: micro x accum", "FLOPs",
+                   "A100 GPU-h (40 % MFU)"):
+        out.add_column(column, justify="left" if column == "name" else "right", no_wrap=True)
+    for r in rows:
+        micro, accum = r["micro_batch_x_accum_on_8"]
+        out.add_row(r["name"], f"{r['peak_lr']:.1e}", f"{r['steps']:,}", f"{r['tokens'] / 1e9:.1f}B",
+                    f"{micro} x {accum}", f"{r['train_flops']:.2e}",
+                    f"{r['a100_gpu_hours_at_40pct_mfu']:,.0f}")
+    stdout_console().print(out)
