@@ -32,7 +32,7 @@ def bench_tp(
     world_size: int = typer.Option(None, "--world-size", help="Processes to spawn here [default: 2]; under torchrun, torchrun's."),
     sizes: str = typer.Option("125m", "--sizes", help="Model sizes, comma-separated: tiny, 125m, 350m, 760m."),
     archs: str = typer.Option("gpt,parallel,kraken", "--arch", help="Architectures, comma-separated."),
-    prompt_tokens: str = typer.Option("128,512,1024", "--prompt-tokens", help="Prompt lengths, comma-separated."),
+    prompt_tokens: str = typer.Option(None, "--prompt-tokens", help="Prompt lengths, comma-separated, at most the model's context [default: 128,512,1024, those within the context]."),
     new_tokens: int = typer.Option(9, "--new-tokens", help="Tokens generated per run (TPOT averages all after the first)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed runs before the timed ones."),
     repeats: int = typer.Option(3, "--repeats", help="Timed runs; the median is reported."),
@@ -45,11 +45,13 @@ def bench_tp(
     vocab_parallel_head: bool = typer.Option(False, "--vocab-parallel-head", help="Each rank computes 1/N of the vocabulary's logits (one more collective per forward pass)."),
 ) -> None:
     """TTFT, TPOT and exposed communication of gpt / parallel / kraken at matched sizes."""
-    from ..distributed.bench import BenchPlan, bench_rank, save_ttft_plot
+    from ..distributed.bench import BenchPlan, bench_rank, default_prompt_tokens, save_ttft_plot
     from ..distributed.launch import resolve_world_size, run_ranks
 
     plan = BenchPlan(world_size=resolve_world_size(world_size, default=2), sizes=_csv(sizes), archs=_csv(archs),
-                     prompt_tokens=_ints(prompt_tokens, "--prompt-tokens"), new_tokens=new_tokens,
+                     prompt_tokens=(default_prompt_tokens(_csv(sizes)) if prompt_tokens is None
+                                    else _ints(prompt_tokens, "--prompt-tokens")),
+                     new_tokens=new_tokens,
                      warmup=warmup, repeats=repeats, comm=comm, seed=seed,
                      comm_backends=_csv(comm_backend), vocab_parallel_head=vocab_parallel_head)
     plan.validate()

@@ -66,6 +66,17 @@ def preset_for(size: str, arch: str, world_size: int) -> str:
     return SIZES[size][ARCHS.index(arch)]
 
 
+DEFAULT_PROMPT_TOKENS = (128, 512, 1024)
+
+
+def default_prompt_tokens(sizes: Sequence[str]) -> tuple[int, ...]:
+    """128, 512 and 1024 tokens, those that fit the smallest context of the sizes benched (the
+    tiny presets' 256 leave 128), or that context alone."""
+    context = min(get_preset(SIZES[size][0]).context_len for size in sizes if size in SIZES) \
+        if any(size in SIZES for size in sizes) else max(DEFAULT_PROMPT_TOKENS)
+    return tuple(p for p in DEFAULT_PROMPT_TOKENS if p <= context) or (context,)
+
+
 @dataclass(frozen=True)
 class BenchPlan:
     world_size: int

@@ -374,8 +374,10 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
                                "--warmup-steps (then --resume, or start a new --out)")
 
     def run_eval(at_step: int) -> float:
+        # A bar of its own (removed when done): an evaluation can take longer than a step.
         result = evaluate(model, val_tokens, batch_size=tc.batch_size, seq_len=seq_len,
-                          max_batches=tc.eval_batches, autocast_dtype=amp_dtype)
+                          max_batches=tc.eval_batches, autocast_dtype=amp_dtype,
+                          progress=tc.progress and env.is_main)
         row = {"step": at_step, "val_loss": result["loss"], "val_perplexity": result["perplexity"]}
         log.write(row)
         history.append(row)
