@@ -106,8 +106,21 @@ def test_hub_offline_is_a_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode != 0
-    assert "KrakenError: could not load the Hugging Face dataset 'krakenlm-test/does-not-exist'" in proc.stderr
+    assert ("KrakenError: the Hugging Face hub cannot be reached and "
+            "'krakenlm-test/does-not-exist' is not in the local cache") in proc.stderr
     assert "--data DIR" in proc.stderr
+
+
+def test_train_on_a_hub_corpus_offline_fails_at_once_in_one_line(tmp_path):
+    pytest.importorskip("datasets")
+    from conftest import run_cli
+
+    env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
+    proc = run_cli("train", "--preset", "gpt-tiny", "--data", "hf:krakenlm-test/does-not-exist",
+                   "--out", str(tmp_path / "run"), env_extra=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: the Hugging Face hub cannot be reached"), lines
 
 
 def test_training_batches_are_deterministic_shifted_windows():

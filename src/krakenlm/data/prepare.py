@@ -160,8 +160,9 @@ def _tokenize_to(directory: Path, spec: CorpusSpec, progress: bool) -> dict:
     counts = {"train": 0, "val": 0}
     documents = 0
     with open(directory / "train.bin", "wb") as train, open(directory / "val.bin", "wb") as val:
+        source = spec.documents()  # a hub corpus fails here, before the bar is drawn
         bar = tqdm(desc=f"tokenizing {spec.key}", unit="doc", disable=not progress)
-        for batch in _batched(spec.documents(), 512):
+        for batch in _batched(source, 512):
             for ids in tokenizer.encode_batch(batch):
                 ids.append(tokenizer.eot_id)
                 split = "val" if spec.is_validation(documents) else "train"

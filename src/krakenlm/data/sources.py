@@ -118,7 +118,11 @@ def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
 
 def hub_documents(dataset: str, split: str = "train", text_field: str = "text") -> Iterator[str]:
     """Documents of a Hugging Face dataset (downloaded and cached by `datasets`), e.g.
-    'Skylion007/openwebtext'. Needs internet the first time."""
+    'Skylion007/openwebtext'. Needs internet the first time. Loads at the call (not on the
+    first document), so a failure comes before any progress bar is drawn."""
+    from ..hub import go_offline_unless_hub_reachable
+
+    offline = go_offline_unless_hub_reachable()  # before datasets is imported: it reads the mode
     try:
         import datasets
     except ImportError:
@@ -126,11 +130,13 @@ def hub_documents(dataset: str, split: str = "train", text_field: str = "text") 
     try:
         ds = datasets.load_dataset(dataset, split=split)
     except Exception as exc:  # network, auth or name errors all come as different types
-        raise KrakenError(
-            f"could not load the Hugging Face dataset {dataset!r} ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}); without internet, download its "
-            "files elsewhere and pass their directory with --data DIR") from None
-    yield from iter_dataset_texts(ds, text_field)
+        why = (f"the Hugging Face hub cannot be reached and {dataset!r} is not in the local cache"
+               if offline else f"could not load the Hugging Face dataset {dataset!r} "
+               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+        raise KrakenError(f"{why}; without internet, download its files elsewhere (.txt, .jsonl "
+                          "with a text field, or .parquet) and pass their directory with "
+                          "--data DIR") from None
+    return iter_dataset_texts(ds, text_field)
 
 
 def iter_dataset_texts(ds, text_field: str = "text") -> Iterator[str]:

@@ -13,11 +13,8 @@ local cache) instead of retrying for half a minute.
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
 from pathlib import Path
-from urllib.parse import urlparse
 
 from ..data.prepare import cache_root, resolve_corpus
 from ..data.sources import shakespeare_markdown, spoken_lines
@@ -67,8 +64,8 @@ def build_shakespeare_next_line(directory: Path | None = None, *, n_items: int =
 
 
 # ------------------------------------------------------------------ hub tasks without a network
-HUB_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-
+# (whether the hub can be reached is shared with the corpus loaders: krakenlm/hub.py)
+from ..hub import go_offline_unless_hub_reachable, hub_is_offline, hub_reachable  # noqa: E402,F401
 
 def local_data_hint() -> str:
     """What to do when a task's data is on the hub and the hub cannot be reached."""
@@ -77,35 +74,3 @@ def local_data_hint() -> str:
             f"{example}, written by `krakenlm lm-eval`) and pass its directory with "
             "--include-path (lm_eval: --include_path), or run once with internet to fill the "
             "Hugging Face cache")
-
-
-def hub_is_offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-               for v in HUB_OFFLINE_VARIABLES)
-
-
-def hub_reachable(timeout_s: float = 2.0) -> bool:
-    """A TCP connection to the hub (HF_ENDPOINT if set) opens within `timeout_s`."""
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        socket.create_connection((endpoint.hostname, port), timeout=timeout_s).close()
-        return True
-    except OSError:
-        return False
-
-
-def go_offline_unless_hub_reachable() -> bool:
-    """Put `datasets` and `huggingface_hub` in offline mode when the hub cannot be reached, so
-    a hub task fails at once (or loads from the local cache) instead of retrying for half a
-    minute. Must run before either library is imported: both read the variables on import.
-    Returns whether the hub is treated as offline."""
-    if hub_is_offline():
-        return True
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return False  # through a proxy a direct connection says nothing; leave it to the hub
-    if hub_reachable():
-        return False
-    for variable in HUB_OFFLINE_VARIABLES:
-        os.environ[variable] = "1"
-    return True
