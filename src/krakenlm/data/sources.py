@@ -92,7 +92,7 @@ def bible_documents() -> Iterator[tuple[str, str]]:
             verse = json.loads(line)
             chapter = books.setdefault(verse["book"], [])
             if verse["verse"] == 1:  # a chapter heading, as printed Bibles have
-                chapter.append(f"\n{verse['book']} {verse['chapter']}\n")
+                chapter.append(f"\n{verse['book']} {verse['chapter']}")
             chapter.append(f"{verse['chapter']}:{verse['verse']} {verse['text']}")
     for book, lines in books.items():
         yield book, (book + "\n" + "\n".join(lines)).strip() + "\n"
