@@ -17,6 +17,7 @@ from .train import one_value
 def generate_command(
     checkpoint_dirs: list[Path] = typer.Option(..., "--checkpoint", metavar="DIR", help="A run directory (a `train --out` DIR: its current checkpoint) or one of its checkpoints/step-* directories."),
     prompt: str = typer.Option(..., "--prompt", help="Text to continue."),
+    tokenizer_name: str = typer.Option(None, "--tokenizer", help="Check that the checkpoint was trained with this tokenizer (its own is always used)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens to generate at most."),
     temperature: float = typer.Option(0.8, "--temperature", help="Softmax temperature for sampling."),
     top_k: int = typer.Option(200, "--top-k", help="Sample among the k most likely tokens (0: all)."),
@@ -30,7 +31,7 @@ def generate_command(
     """Continue a prompt with a trained model (KV-cached sampling)."""
     import torch
 
-    from ..data.tokenizer import Tokenizer
+    from ..data.vocab import checkpoint_tokenizer
     from ..distributed.engine import generate_sharded
     from ..distributed.launch import under_torchrun
     from ..evaluation.generate import SamplingConfig, generate
@@ -42,7 +43,7 @@ def generate_command(
                            greedy=greedy, world_size=world_size, timeout_s=timeout_s)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k or None, greedy=greedy, seed=seed)
-    tokenizer = Tokenizer()
+    tokenizer = checkpoint_tokenizer(checkpoint_dir, expected=tokenizer_name)
     ids = tokenizer.encode(prompt)
     if world_size is not None or under_torchrun():
         new_ids = generate_sharded(checkpoint_dir, ids, sampling, world_size=world_size,

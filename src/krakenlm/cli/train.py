@@ -62,7 +62,8 @@ def train_command(
     outs: list[Path] = typer.Option(..., "--out", metavar="DIR", help="Run directory: checkpoints/, metrics.jsonl, configs."),
     presets: list[str] = typer.Option(None, "--preset", metavar="NAME", help="Model preset name (see `krakenlm models`)."),
     configs: list[Path] = typer.Option(None, "--config", metavar="FILE", help="JSON model config for a custom model (krakenlm's format or a Hugging Face config.json)."),
-    data: str = typer.Option(None, "--data", help="Corpus: shakespeare (default), openwebtext, hf:<dataset>, or a directory of .txt/.jsonl/.parquet files."),
+    data: str = typer.Option(None, "--data", help="Corpus: shakespeare (default), classics (Shakespeare + the King James Bible), openwebtext, hf:<dataset>, or a directory of .txt/.jsonl/.parquet files."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="gpt2 (default; on --resume: the checkpoint's), or bpe-4k / bpe-8k: a byte-level BPE trained on the corpus's training split. The model's vocabulary follows it."),
     max_steps: int = typer.Option(1000, "--max-steps", help="Optimizer steps in total (the LR schedule ends here)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Sequences per micro-batch per process."),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches per optimizer step."),
@@ -112,7 +113,11 @@ def train_command(
         model_config = checkpoint.load_config(out)
     else:
         model_config = resolve_model_config(preset, config)
-    tc = TrainConfig(out_dir=out, data=data, max_steps=max_steps, batch_size=batch_size,
+    if tokenizer is not None:
+        from ..data.vocab import check_tokenizer_name, model_config_for_tokenizer
+
+        model_config = model_config_for_tokenizer(model_config, check_tokenizer_name(tokenizer))
+    tc = TrainConfig(out_dir=out, data=data, tokenizer=tokenizer, max_steps=max_steps, batch_size=batch_size,
                      grad_accum=grad_accum, seq_len=seq_len, peak_lr=lr, warmup_steps=warmup_steps,
                      weight_decay=weight_decay, grad_clip=grad_clip, precision=precision,
                      compile=compile, seed=seed, eval_interval=eval_interval,
@@ -148,6 +153,7 @@ def train_command(
 def eval_command(
     checkpoint_dirs: list[Path] = typer.Option(..., "--checkpoint", metavar="DIR", help="A run directory (a `train --out` DIR: its current checkpoint) or one of its checkpoints/step-* directories."),
     data: str = typer.Option(None, "--data", help="Corpus to evaluate on (default: shakespeare)."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="Check that the checkpoint was trained with this tokenizer (its own is always used)."),
     batch_size: int = typer.Option(8, "--batch-size", help="Sequences per batch."),
     max_batches: int = typer.Option(None, "--max-batches", help="Stop after N batches (default: the whole split)."),
     seq_len: int = typer.Option(None, "--seq-len", help="Tokens per window (default: the model's context)."),
@@ -156,6 +162,7 @@ def eval_command(
 ) -> None:
     """Validation loss and perplexity of a checkpoint."""
     from ..data.prepare import prepare_corpus
+    from ..data.vocab import checkpoint_tokenizer
     from ..evaluation.perplexity import evaluate
     from ..training.checkpoint import load_model
     from ..training.runtime import pick_device, resolve_precision
@@ -167,10 +174,11 @@ def eval_command(
         raise KrakenError(f"--max-batches must be >= 1, got {max_batches} (omit it for the "
                           "whole split)")
     device = pick_device()
+    run_tokenizer = checkpoint_tokenizer(checkpoint_dir, expected=tokenizer)
     model = load_model(checkpoint_dir, device=device)
     if seq_len is not None and not 1 <= seq_len <= model.config.context_len:
         raise KrakenError(f"--seq-len must be between 1 and the model's context {model.config.context_len}")
-    tokens = prepare_corpus(data, progress=not as_json).split("val")
+    tokens = prepare_corpus(data, tokenizer=run_tokenizer, progress=not as_json).split("val")
     result = evaluate(model, tokens, batch_size=batch_size, seq_len=seq_len,
                       max_batches=max_batches, autocast_dtype=resolve_precision(precision, device),
                       progress=not as_json)

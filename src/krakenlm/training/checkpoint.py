@@ -286,9 +286,11 @@ def clean_stale(run_dir: str | Path) -> None:
 
 def save_checkpoint(run_dir: str | Path, model: Transformer,
                     optimizer: torch.optim.Optimizer | None, train_state: dict[str, Any], *,
-                    keep: int = 1) -> Path:
+                    keep: int = 1, files: dict[str, bytes] | None = None) -> Path:
     """Write a complete checkpoint of `train_state["step"]` and make it current; keep the
-    newest `keep` checkpoints. Returns the new checkpoint directory.
+    newest `keep` checkpoints. Returns the new checkpoint directory. `files` (name -> bytes,
+    e.g. the run's tokenizer.json) are written into the checkpoint with the others, before
+    the rename, so they are part of it or absent with it.
 
     On an OSError (disk full, read-only filesystem, permissions) the temporary directory is
     removed and a CheckpointSaveError raised; the previous checkpoint stays current.
@@ -320,6 +322,10 @@ def save_checkpoint(run_dir: str | Path, model: Transformer,
         if optimizer is not None:
             _write_file(tmp / OPTIMIZER_FILE, lambda f: torch.save(
                 {"step": str(step), "state": optimizer.state_dict()}, f), step)
+        for name, data in (files or {}).items():
+            if name in SAVED_FILES or "/" in name or name.startswith("."):
+                raise ValueError(f"cannot save an extra checkpoint file named {name!r}")
+            _write_file(tmp / name, _write_bytes(data), step)
         state_text = json.dumps(train_state, indent=2) + "\n"
         _write_file(tmp / STATE_FILE, _write_bytes(state_text.encode()), step)
         _fsync_dir(tmp)

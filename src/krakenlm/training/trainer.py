@@ -24,6 +24,8 @@ from tqdm import tqdm
 
 from ..data.batches import training_batch
 from ..data.prepare import prepare_corpus
+from ..data.vocab import (DEFAULT_TOKENIZER, checkpoint_tokenizer, model_config_for_tokenizer,
+                          tokenizer_files, tokenizer_record)
 from ..errors import Interrupted, KrakenError
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
@@ -42,6 +44,8 @@ METRICS_FILE = "metrics.jsonl"
 class TrainConfig:
     out_dir: Path
     data: str | None = None  # corpus name or directory; None is the embedded Shakespeare
+    # gpt2, bpe-4k or bpe-8k (data/vocab.py); None: gpt2, or on --resume the checkpoint's
+    tokenizer: str | None = None
     max_steps: int = 1000
     batch_size: int = 16  # sequences per micro-batch, per rank
     grad_accum: int = 1
@@ -223,6 +227,9 @@ def check_memory(model_config: ModelConfig, tc: TrainConfig, env: DistEnv,
 
 
 def train(model_config: ModelConfig, tc: TrainConfig, *, resume: bool = False) -> TrainResult:
+    if tc.tokenizer is not None or not resume:
+        # The model's vocabulary follows the tokenizer (on resume, the saved config has it).
+        model_config = model_config_for_tokenizer(model_config, tc.tokenizer or DEFAULT_TOKENIZER)
     tc.check(model_config)
     env = DistEnv.from_environment()
     device = pick_device(env.local_rank)
@@ -238,15 +245,23 @@ def train(model_config: ModelConfig, tc: TrainConfig, *, resume: bool = False) -
             dist.destroy_process_group()
 
 
-def _prepare_data(tc: TrainConfig, env: DistEnv):
+def _prepare_data(tc: TrainConfig, env: DistEnv, tokenizer):
     # Rank 0 tokenizes (once, into the cache); the others wait and then read the cache.
     if env.is_main:
-        corpus = prepare_corpus(tc.data, progress=tc.progress)
+        corpus = prepare_corpus(tc.data, tokenizer=tokenizer, progress=tc.progress)
     if env.world_size > 1:
         dist.barrier()
     if not env.is_main:
-        corpus = prepare_corpus(tc.data, progress=False)
+        corpus = prepare_corpus(tc.data, tokenizer=tokenizer, progress=False)
     return corpus
+
+
+def _run_tokenizer(tc: TrainConfig, out: Path, state: dict | None):
+    """A new run: the --tokenizer name (a BPE is trained on the corpus when first used). A
+    resumed run: the checkpoint's own tokenizer file, so the ids cannot change under it."""
+    if state is None:
+        return tc.tokenizer or DEFAULT_TOKENIZER
+    return checkpoint_tokenizer(out, expected=tc.tokenizer)
 
 
 def _start_state(model_config: ModelConfig, tc: TrainConfig, out: Path, resume: bool):
@@ -261,6 +276,7 @@ def _start_state(model_config: ModelConfig, tc: TrainConfig, out: Path, resume: 
         raise KrakenError(f"nothing to resume: {out} holds no checkpoint (no save completed); "
                           "start the run again without --resume")
     if state is not None:
+        checkpoint_tokenizer(out, expected=tc.tokenizer)  # a mismatch, named as such
         saved = ckpt.load_config(out)
         if saved != model_config:
             raise KrakenError(f"cannot resume {out}: its config.json describes a different "
@@ -309,7 +325,12 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     state = _start_state(model_config, tc, out, resume)
     if env.is_main:
         _probe_out_dir(out)
-    corpus = _prepare_data(tc, env)
+    corpus = _prepare_data(tc, env, _run_tokenizer(tc, out, state))
+    tokenizer = corpus.tokenizer
+    if tokenizer.vocab_size > model_config.vocab_size:
+        raise KrakenError(f"the {tokenizer.name} tokenizer has {tokenizer.vocab_size} tokens but "
+                          f"the model's vocabulary only {model_config.vocab_size}; raise "
+                          "vocab_size in the model config")
     if env.is_main:
         _claim_out_dir(out, tc)
     train_tokens, val_tokens = corpus.split("train"), corpus.split("val")
@@ -354,8 +375,9 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
             try:
                 ckpt.save_checkpoint(out, model, optimizer, {
                     "step": at_step, "tokens_seen": at_step * tokens_per_step,
-                    "corpus": corpus.meta["key"], "val_loss": val_loss},
-                    keep=tc.keep_checkpoints)
+                    "corpus": corpus.meta["key"], "val_loss": val_loss,
+                    "tokenizer": tokenizer_record(tokenizer)},
+                    keep=tc.keep_checkpoints, files=tokenizer_files(tokenizer))
             except ckpt.CheckpointSaveError as exc:
                 raise KrakenError(f"{exc}, then continue with --resume") from None
         saved_step = at_step
