@@ -13,6 +13,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {file}       a regular file (so `{file}/x` cannot be created)
   {badhw}      a hardware YAML with a typo'd field
   {badjson}    a model config that is not JSON
+  {tinycorpus} a directory with one sentence of text
   {readonly}   a directory nobody may create (under /sys, read-only even for root)
 """
 
@@ -66,6 +67,9 @@ CASES: list[BadInput] = [
     case("train --out {tmp}/run --preset gpt3-175b", "this host has"),
     case("train --out {readonly}/run --preset gpt-tiny", "cannot write to --out"),
     case("eval --checkpoint {gpt} --batch-size 0", "--batch-size must be >= 1"),
+    case("eval --checkpoint {gpt} --tokenizer bpe-4k", "gpt2"),
+    case("train --out {tmp}/run --preset gpt-tiny --data {tinycorpus}", "too few to hold out"),
+    case("train --out {tmp}/run --preset gpt-tiny --tokenizer bpe-3k", "bpe-3k"),
     case("eval --checkpoint {gpt} --max-batches 0", "--max-batches must be >= 1"),
     case("eval --checkpoint {nan}", "non-finite values"),
     case("generate --checkpoint {nan} --prompt hi", "non-finite values"),
@@ -145,10 +149,12 @@ def fixture_paths(root: Path) -> dict[str, str]:
     preset = resources.files("krakenlm.hardware").joinpath("presets/a100-80gb-x8.yaml")
     (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
     (root / "bad.json").write_text("{not json\n")
+    (root / "tiny-corpus").mkdir()
+    (root / "tiny-corpus" / "a.txt").write_text("To be, or not to be.\n")
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
-            "badjson": str(root / "bad.json"), "readonly": "/sys/krakenlm-bad-input"}
+            "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"), "readonly": "/sys/krakenlm-bad-input"}
 
 
 def filled(bad: BadInput, paths: dict[str, str]) -> list[str]:

@@ -130,7 +130,9 @@ def test_wandb_offline_run_is_continued_on_resume(tmp_path, shakespeare, monkeyp
     train(SMALL, small_run(out, log_to=("wandb",)), resume=True)
     assert (out / tracking.WANDB_ID_FILE).read_text().strip() == run_id
     runs = sorted((out / "wandb").glob("offline-run-*"))  # one per process start
-    assert runs and all(r.name.endswith(f"-{run_id}") for r in runs)
+    # Two starts within the same second get the same folder name; wandb then appends "-1".
+    assert runs and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", r.name)
+                        for r in runs), [r.name for r in runs]
     data = b"".join((r / f"run-{run_id}.wandb").read_bytes() for r in runs)
     for tag, series in metrics_by_tag(out).items():
         assert sorted(set(wandb_history(data, tag))) == sorted({v for _, v in series}), tag

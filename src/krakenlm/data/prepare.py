@@ -192,7 +192,8 @@ def _tokenize_to(directory: Path, spec: CorpusSpec, key: str, tokenizer, progres
     documents = 0
     with open(directory / "train.bin", "wb") as train, open(directory / "val.bin", "wb") as val:
         source = spec.documents()  # a hub corpus fails here, before the bar is drawn
-        bar = tqdm(desc=f"tokenizing {key}", unit="doc", disable=not progress)
+        # delay: a corpus that tokenizes in a moment draws no bar (and none before its error)
+        bar = tqdm(desc=f"tokenizing {key}", unit="doc", disable=not progress, delay=1.0)
         for batch in _batched(source, 512):
             for ids in tokenizer.encode_batch(batch):
                 ids.append(tokenizer.eot_id)
