@@ -24,6 +24,16 @@ def _parse_seeds(seeds: str) -> list[int]:
     return values
 
 
+def _parse_lrs(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise KrakenError(f"--lrs must be comma-separated numbers, got {text!r}") from None
+    if not values or any(not 0 < v < 1 for v in values) or len(set(values)) < len(values):
+        raise KrakenError(f"--lrs needs distinct learning rates between 0 and 1, got {text!r}")
+    return values
+
+
 @study_app.command("compare")
 def compare_command(
     out: Path = typer.Option(..., "--out", help="Directory for the runs and report.md."),
@@ -38,20 +48,38 @@ def compare_command(
     precision: str = typer.Option("auto", "--precision"),
     eval_interval: int = typer.Option(100, "--eval-interval"),
     threads: int = typer.Option(None, "--threads", help="CPU threads (default: all cores)."),
+    lrs: str = typer.Option(None, "--lrs", help="Learning-rate sweep, comma-separated: each preset is trained at every rate with the first seed, then at its own best rate with the other seeds (--lr is then unused)."),
+    baseline: str = typer.Option(None, "--baseline", help="The preset the others are compared with (default: gpt-tiny if compared, else the first --preset)."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="gpt2 (default), bpe-4k or bpe-8k (a BPE trained on the corpus's training split)."),
 ) -> None:
-    """Train presets at an equal token budget and compare validation perplexity (report + plot)."""
+    """Train presets at an equal token budget and compare validation perplexity: per-seed
+    paired ratios with 95 % intervals, the gap against tokens, optionally each preset at its
+    own best learning rate (report + plots)."""
     from ..models import get_preset
     from ..studies.compare import RunSpec, run_comparison
     from ..training.trainer import TrainConfig
 
     for name in presets:
         get_preset(name)  # fail before any training on a typo
+    if len(set(presets)) < len(presets):
+        raise KrakenError(f"--preset names a model twice ({', '.join(presets)}); give each once")
+    if baseline is not None and baseline not in presets:
+        raise KrakenError(f"--baseline {baseline} is not one of the --preset models "
+                          f"({', '.join(presets)})")
+    if tokenizer is not None:
+        from ..data.vocab import check_tokenizer_name
+        check_tokenizer_name(tokenizer)
+    sweep = _parse_lrs(lrs) if lrs is not None else None
     specs = [RunSpec(p, s) for s in _parse_seeds(seeds) for p in presets]
-    template = TrainConfig(out_dir=out, data=data, max_steps=max_steps, batch_size=batch_size,
+    template = TrainConfig(out_dir=out, data=data, tokenizer=tokenizer, max_steps=max_steps,
+                           batch_size=batch_size,
                            seq_len=seq_len, peak_lr=lr, warmup_steps=warmup_steps,
                            precision=precision, eval_interval=eval_interval,
                            checkpoint_interval=eval_interval, eval_batches=25, threads=threads)
-    report = run_comparison(specs, template, out, title="Validation loss at equal token budget")
+    for name in presets:
+        template.check(get_preset(name))  # sizes and rates before any training
+    report = run_comparison(specs, template, out, title="Validation loss at equal token budget",
+                            baseline=baseline, lrs=sweep)
     stderr_console().print(f"report: {report}")
     print(report.read_text())
 

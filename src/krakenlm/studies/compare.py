@@ -1,8 +1,13 @@
 """Train several models on the same corpus with the same token budget and compare them.
 
 This is the main job of `make demo` (gpt-tiny against kraken-tiny-2way, a couple of minutes
-each) and of the quality benchmark (four architectures, two seeds, longer runs). Each run is an
+each) and of `krakenlm study compare` (several architectures and seeds). Each run is an
 ordinary `train` run directory, so a comparison interrupted half-way resumes run by run.
+
+With a learning-rate sweep (`lrs`), every preset is first trained at each rate with the first
+seed and then, at its own best rate (lowest validation loss), with the remaining seeds: each
+architecture is compared at its best, not at a rate tuned for another. Ratios to the baseline
+are paired by seed (same data order) with 95 % t intervals (studies/stats.py).
 """
 
 from __future__ import annotations
@@ -12,27 +17,34 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import KrakenError
 from ..evaluation.perplexity import evaluate
+from ..fileio import write_text_atomically
 from ..models import get_preset
 from ..training import checkpoint
 from ..training.trainer import METRICS_FILE, TrainConfig, train
-from .plots import plot_loss_curves
+from .plots import plot_gap_vs_tokens, plot_loss_curves
+from .stats import mean_interval, ratio_interval
 
 
 @dataclass(frozen=True)
 class RunSpec:
     preset: str
     seed: int
+    lr: float | None = None  # None: the template's peak LR
 
     @property
     def name(self) -> str:
-        return f"{self.preset}-seed{self.seed}"
+        lr = "" if self.lr is None else f"-lr{self.lr:g}"
+        return f"{self.preset}{lr}-seed{self.seed}"
 
 
 @dataclass
 class RunOutcome:
     spec: RunSpec
     params: int
+    non_embedding_params: int
+    train_flops_per_token: int
     steps: int
     tokens: int
     train_loss: float
@@ -48,31 +60,61 @@ def _read_metrics(run_dir: Path) -> list[dict]:
 
 
 def run_comparison(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
-                   *, title: str, notes: str = "") -> Path:
+                   *, title: str, notes: str = "", baseline: str | None = None,
+                   lrs: list[float] | None = None) -> Path:
     """Train every spec (skipping finished runs, resuming interrupted ones), evaluate each on
-    the whole validation split, and write report.md with a loss-curve plot. Returns the report."""
+    the whole validation split, and write report.md with plots. Returns the report.
+
+    With `lrs`, the specs name the presets and seeds; each preset is swept over `lrs` with its
+    first seed and its other seeds run at its best rate (see the module docstring)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    outcomes = []
-    for spec in specs:
-        run_dir = out_dir / spec.name
-        tc = replace(template, out_dir=run_dir, seed=spec.seed)
-        state = checkpoint.read_train_state(run_dir)
-        if state is None or state["step"] < tc.max_steps:
-            train(get_preset(spec.preset), tc, resume=state is not None)
-        outcomes.append(_outcome(spec, run_dir, tc))
-    return write_report(outcomes, template, out_dir, title=title, notes=notes)
+    sweep: dict[str, dict[float, RunOutcome]] = {}
+    if lrs:
+        presets = list(dict.fromkeys(spec.preset for spec in specs))
+        seeds = list(dict.fromkeys(spec.seed for spec in specs))
+        for preset in presets:
+            sweep[preset] = {lr: _run(RunSpec(preset, seeds[0], lr), template, out_dir)
+                             for lr in lrs}
+        best = {p: min(runs, key=lambda lr: runs[lr].val_loss) for p, runs in sweep.items()}
+        outcomes = [sweep[p][best[p]] if seed == seeds[0]
+                    else _run(RunSpec(p, seed, best[p]), template, out_dir)
+                    for seed in seeds for p in presets]
+    else:
+        outcomes = [_run(spec, template, out_dir) for spec in specs]
+    return write_report(outcomes, template, out_dir, title=title, notes=notes,
+                        baseline=baseline, sweep=sweep)
+
+
+def _run(spec: RunSpec, template: TrainConfig, out_dir: Path) -> RunOutcome:
+    run_dir = out_dir / spec.name
+    tc = replace(template, out_dir=run_dir, seed=spec.seed,
+                 peak_lr=template.peak_lr if spec.lr is None else spec.lr)
+    state = checkpoint.read_train_state(run_dir)
+    if state is None or state["step"] < tc.max_steps:
+        train(get_preset(spec.preset), tc, resume=state is not None)
+    return _outcome(spec, run_dir, tc)
 
 
 def _outcome(spec: RunSpec, run_dir: Path, tc: TrainConfig) -> RunOutcome:
     from ..data.prepare import prepare_corpus
 
+    from ..data.vocab import checkpoint_tokenizer
+
     model = checkpoint.load_model(run_dir)
-    val = evaluate(model, prepare_corpus(tc.data, progress=False).split("val"),
-                   batch_size=tc.batch_size, seq_len=tc.seq_len)
+    # The run's own tokenizer (a BPE run's validation split is in its ids, not GPT-2's).
+    tokens = prepare_corpus(tc.data, tokenizer=checkpoint_tokenizer(run_dir),
+                            progress=False).split("val")
+    val = evaluate(model, tokens, batch_size=tc.batch_size, seq_len=tc.seq_len)
     rows = _read_metrics(run_dir)
     train_rows = [r for r in rows if "loss" in r]
     speeds = [r["tokens_per_s"] for r in train_rows[1:]] or [train_rows[-1]["tokens_per_s"]]
-    return RunOutcome(spec=spec, params=model.num_params(), steps=train_rows[-1]["step"],
+    config = model.config
+    seq_len = tc.seq_len or config.context_len
+    return RunOutcome(spec=spec, params=model.num_params(),
+                      non_embedding_params=model.num_params() - config.embedding_params(),
+                      # forward + backward = 3 forward passes, keys averaged over a causal window
+                      train_flops_per_token=3 * config.forward_flops_per_token(seq_len // 2),
+                      steps=train_rows[-1]["step"],
                       tokens=train_rows[-1]["tokens"], train_loss=train_rows[-1]["loss"],
                       val_loss=val["loss"], val_perplexity=val["perplexity"],
                       tokens_per_s=statistics.median(speeds),
@@ -80,42 +122,129 @@ def _outcome(spec: RunSpec, run_dir: Path, tc: TrainConfig) -> RunOutcome:
 
 
 def write_report(outcomes: list[RunOutcome], template: TrainConfig, out_dir: Path, *,
-                 title: str, notes: str) -> Path:
+                 title: str, notes: str, baseline: str | None = None,
+                 sweep: dict[str, dict[float, RunOutcome]] | None = None) -> Path:
     curves = {o.spec.name: _read_metrics(out_dir / o.spec.name) for o in outcomes}
     plot_path = out_dir / "loss_curves.png"
     plot_loss_curves(curves, plot_path, title=title)
     by_preset: dict[str, list[RunOutcome]] = {}
     for o in outcomes:
         by_preset.setdefault(o.spec.preset, []).append(o)
-    baseline = by_preset.get("gpt-tiny")
-    base_ppl = statistics.mean(o.val_perplexity for o in baseline) if baseline else None
+    baseline = baseline or ("gpt-tiny" if "gpt-tiny" in by_preset else next(iter(by_preset)))
+    if baseline not in by_preset:
+        raise KrakenError(f"--baseline {baseline} is not one of the compared presets "
+                          f"({', '.join(by_preset)})")
+    gaps = _gaps_by_tokens(by_preset, baseline, out_dir)
+    if len(by_preset) > 1:
+        plot_gap_vs_tokens(gaps, out_dir / "gap_vs_tokens.png", baseline=baseline)
 
     lines = [f"# {title}", ""]
     if notes:
         lines += [notes, ""]
     seq_len = template.seq_len or "context"
-    lines += [f"Corpus: `{template.data or 'shakespeare'}` (validation: whole held-out plays). "
-              f"Budget per run: {template.max_steps} steps x {template.batch_size} sequences x "
-              f"{seq_len} tokens; peak LR {template.peak_lr}, warm-up {template.warmup_steps}, "
-              f"cosine to LR/10; precision {template.precision}.", "",
+    lr = ("each preset's best of the sweep below" if sweep else f"{template.peak_lr}")
+    lines += [f"Corpus: `{template.data or 'shakespeare'}` (validation: whole held-out "
+              f"documents), tokenizer `{template.tokenizer or 'gpt2'}`. Budget per run: "
+              f"{template.max_steps} steps x {template.batch_size} sequences x {seq_len} tokens; "
+              f"peak LR {lr}, warm-up {template.warmup_steps}, cosine to LR/10; precision "
+              f"{template.precision}.", "",
               f"![loss curves]({plot_path.name})", "",
-              "| run | params | tokens | train loss | val loss | val perplexity | tokens/s | train time |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| run | params | non-embedding | train FLOPs/token | tokens | train loss | "
+              "val loss | val perplexity | tokens/s | train time |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for o in outcomes:
-        lines.append(f"| {o.spec.name} | {o.params / 1e6:.2f}M | {o.tokens:,} | "
-                     f"{o.train_loss:.3f} | {o.val_loss:.4f} | {o.val_perplexity:.2f} | "
-                     f"{o.tokens_per_s:,.0f} | {o.train_time_s:.0f} s |")
+        lines.append(f"| {o.spec.name} | {o.params / 1e6:.2f}M | "
+                     f"{o.non_embedding_params / 1e6:.2f}M | {o.train_flops_per_token / 1e6:.1f}M | "
+                     f"{o.tokens:,} | {o.train_loss:.3f} | {o.val_loss:.4f} | "
+                     f"{o.val_perplexity:.2f} | {o.tokens_per_s:,.0f} | {o.train_time_s:.0f} s |")
+    if sweep:
+        lrs = sorted({lr for runs in sweep.values() for lr in runs})
+        lines += ["", f"Learning-rate sweep (seed {outcomes[0].spec.seed}; validation perplexity, "
+                  "best in bold):", "",
+                  "| model | " + " | ".join(f"LR {lr:g}" for lr in lrs) + " |",
+                  "|---|" + "---:|" * len(lrs)]
+        for preset, runs in sweep.items():
+            best = min(runs, key=lambda lr: runs[lr].val_loss)
+            cells = [(f"**{runs[lr].val_perplexity:.2f}**" if lr == best
+                      else f"{runs[lr].val_perplexity:.2f}") if lr in runs else "-" for lr in lrs]
+            lines.append(f"| {preset} | " + " | ".join(cells) + " |")
+    summary = _summary(by_preset, baseline)
     if len(by_preset) > 1:
-        lines += ["", "| model | seeds | mean val perplexity | vs gpt-tiny |", "|---|---:|---:|---:|"]
-        for preset, runs in by_preset.items():
-            ppl = statistics.mean(o.val_perplexity for o in runs)
-            rel = f"{100 * (ppl / base_ppl - 1):+.1f} %" if base_ppl else "-"
-            lines.append(f"| {preset} | {len(runs)} | {ppl:.2f} | {rel} |")
+        lines += ["", f"Per model (95 % t intervals over seeds; the ratio is paired by seed "
+                  f"against {baseline}):", "",
+                  "| model | seeds | val perplexity | ratio to baseline | "
+                  "gap at the end |", "|---|---:|---:|---:|---:|"]
+        for preset, row in summary.items():
+            lines.append(f"| {preset} | {row['seeds']} | {row['perplexity'].text('{:.2f}')} | "
+                         f"{row['ratio'].text('{:.3f}') if row['ratio'] else '-'} | "
+                         f"{row['gap_text']} |")
+        lines += ["", "![gap against tokens](gap_vs_tokens.png)"]
     report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    (out_dir / "summary.json").write_text(json.dumps(
-        [{"run": o.spec.name, "preset": o.spec.preset, "seed": o.spec.seed, "params": o.params,
-          "tokens": o.tokens, "train_loss": o.train_loss, "val_loss": o.val_loss,
-          "val_perplexity": o.val_perplexity, "tokens_per_s": o.tokens_per_s,
-          "train_time_s": o.train_time_s} for o in outcomes], indent=2) + "\n")
+    write_text_atomically(report, "\n".join(lines) + "\n")
+    write_text_atomically(out_dir / "summary.json", json.dumps({
+        "runs": [{"run": o.spec.name, "preset": o.spec.preset, "seed": o.spec.seed,
+                  "lr": o.spec.lr, "params": o.params,
+                  "non_embedding_params": o.non_embedding_params,
+                  "train_flops_per_token": o.train_flops_per_token, "tokens": o.tokens,
+                  "train_loss": o.train_loss, "val_loss": o.val_loss,
+                  "val_perplexity": o.val_perplexity, "tokens_per_s": o.tokens_per_s,
+                  "train_time_s": o.train_time_s} for o in outcomes],
+        "baseline": baseline,
+        "models": {p: {"seeds": r["seeds"], "perplexity": vars(r["perplexity"]),
+                       "ratio_to_baseline": vars(r["ratio"]) if r["ratio"] else None}
+                   for p, r in summary.items()},
+        "gap_by_tokens": gaps,
+        "lr_sweep": {p: {str(lr): o.val_loss for lr, o in runs.items()}
+                     for p, runs in (sweep or {}).items()},
+    }, indent=2) + "\n")
     return report
+
+
+def _summary(by_preset: dict[str, list[RunOutcome]], baseline: str) -> dict[str, dict]:
+    base = {o.spec.seed: o for o in by_preset[baseline]}
+    summary = {}
+    for preset, runs in by_preset.items():
+        paired = [o.val_loss - base[o.spec.seed].val_loss for o in runs if o.spec.seed in base]
+        ratio = ratio_interval(paired) if preset != baseline and paired else None
+        summary[preset] = {
+            "seeds": len(runs),
+            "perplexity": mean_interval([o.val_perplexity for o in runs]),
+            "ratio": ratio,
+            "gap_text": "-" if ratio is None else f"{100 * (ratio.mean - 1):+.1f} %",
+        }
+    return summary
+
+
+def _gaps_by_tokens(by_preset: dict[str, list[RunOutcome]], baseline: str,
+                    out_dir: Path) -> dict[str, list[dict]]:
+    """Per preset, the perplexity gap to the baseline at every evaluation both runs of a seed
+    made: mean over seeds of exp(val loss - baseline val loss) - 1, with its t interval."""
+    def val_by_step(o: RunOutcome) -> dict[int, tuple[float, int]]:
+        rows = _read_metrics(out_dir / o.spec.name)
+        tokens_per_step = next(r["tokens"] / r["step"] for r in rows if "tokens" in r)
+        return {r["step"]: (r["val_loss"], int(r["step"] * tokens_per_step))
+                for r in rows if "val_loss" in r}
+
+    base = {o.spec.seed: val_by_step(o) for o in by_preset[baseline]}
+    gaps: dict[str, list[dict]] = {}
+    for preset, runs in by_preset.items():
+        if preset == baseline:
+            continue
+        per_step: dict[int, list[float]] = {}
+        tokens_at: dict[int, int] = {}
+        for o in runs:
+            if o.spec.seed not in base:
+                continue
+            for step, (loss, tokens) in val_by_step(o).items():
+                if step in base[o.spec.seed]:
+                    per_step.setdefault(step, []).append(loss - base[o.spec.seed][step][0])
+                    tokens_at[step] = tokens
+        gaps[preset] = []
+        for step in sorted(per_step):
+            r = ratio_interval(per_step[step])
+            gaps[preset].append({"step": step, "tokens": tokens_at[step],
+                                 "gap": r.mean - 1,
+                                 "low": None if r.low is None else r.low - 1,
+                                 "high": None if r.high is None else r.high - 1,
+                                 "seeds": r.n})
+    return gaps

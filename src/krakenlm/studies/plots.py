@@ -44,6 +44,30 @@ def plot_loss_curves(curves: dict[str, list[dict]], path: Path, *, title: str) -
     plt.close(fig)
 
 
+def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str) -> None:
+    """Validation-perplexity gap to the baseline against training tokens, one line per model,
+    its 95 % interval over seeds shaded where there are two seeds or more."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (preset, rows) in enumerate(gaps.items()):
+        if not rows:
+            continue
+        tokens = [r["tokens"] for r in rows]
+        ax.plot(tokens, [100 * r["gap"] for r in rows], "o-", color=f"C{i + 1}", label=preset,
+                markersize=3)
+        if all(r["low"] is not None for r in rows):
+            ax.fill_between(tokens, [100 * r["low"] for r in rows],
+                            [100 * r["high"] for r in rows], color=f"C{i + 1}", alpha=0.15)
+    ax.axhline(0.0, color="C0", linewidth=1, label=baseline)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel(f"validation perplexity vs {baseline} (%)")
+    ax.set_title("Gap to the baseline as training goes on (95 % interval over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 ARCH_LABELS = {"gpt": "standard (Megatron TP)", "parallel": "parallel block", "kraken": "Kraken"}
 
 
