@@ -109,6 +109,9 @@ CASES: list[BadInput] = [
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --seeds a,b", "--seeds"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --lrs 0,1e-3", "--lrs needs distinct"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --baseline kraken-tiny-2way",
+         "--baseline kraken-tiny-2way is not one of the --preset models"),
     case("bench tp --sizes tiny --prompt-tokens 100000", "exceeds the 256-token context"),
     case("bench tp --sizes tiny --arch nope", "unknown architecture 'nope'"),
     case("bench tp --sizes tiny --prompt-tokens 0", "prompt lengths must be positive"),
