@@ -38,13 +38,8 @@ def resolve_model_config(preset: str | None, config: Path | None) -> ModelConfig
     raise KrakenError("give a model: --preset NAME (see `krakenlm models`) or --config FILE")
 
 
-# TrainConfig fields a recipe sets, by the train option that overrides each.
-_RECIPE_OPTIONS = {"data": "data", "max_steps": "max_steps", "batch_size": "batch_size",
-                   "grad_accum": "grad_accum", "seq_len": "seq_len", "lr": "peak_lr",
-                   "warmup_steps": "warmup_steps", "weight_decay": "weight_decay",
-                   "grad_clip": "grad_clip", "precision": "precision", "compile": "compile",
-                   "eval_interval": "eval_interval", "eval_batches": "eval_batches",
-                   "log_interval": "log_interval", "checkpoint_interval": "checkpoint_interval"}
+# The train option that sets a TrainConfig field, where the two are spelled differently.
+_OPTION_FOR_FIELD = {"peak_lr": "lr"}
 
 
 def _given_on_command_line(ctx: typer.Context, name: str) -> bool:
@@ -53,7 +48,7 @@ def _given_on_command_line(ctx: typer.Context, name: str) -> bool:
 
 
 def _option_of(field: str) -> str:
-    return {v: k for k, v in _RECIPE_OPTIONS.items()}.get(field, field)
+    return _OPTION_FOR_FIELD.get(field, field)
 
 
 @app.command("train")
