@@ -109,6 +109,10 @@ CASES: list[BadInput] = [
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --seeds a,b", "--seeds"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --jobs 0", "--jobs must be >= 1"),
+    case("demo --out {tmp}/demo --max-steps 0", "--max-steps must be >= 1"),
+    case("demo --out {tmp}/demo --seeds 1,x", "--seeds must be comma-separated integers"),
+    case("demo --out {tmp}/demo --jobs 0", "--jobs must be >= 1"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --lrs 0,1e-3", "--lrs needs distinct"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --baseline kraken-tiny-2way",
          "--baseline kraken-tiny-2way is not one of the --preset models"),

@@ -12,6 +12,19 @@ from krakenlm.studies.stats import mean_interval, ratio_interval, t_975
 from krakenlm.training.trainer import TrainConfig
 
 
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """20 short documents (document 10 is validation): the whole-split evaluation every run
+    ends with stays a fraction of a second."""
+    from krakenlm.data.sources import shakespeare_documents
+
+    directory = tmp_path_factory.mktemp("compare") / "plays"
+    directory.mkdir()
+    for i, (_, text) in zip(range(20), shakespeare_documents()):
+        (directory / f"doc{i:02d}.txt").write_text(text[:4000])
+    return str(directory)
+
+
 def test_t_intervals_have_the_textbook_values():
     iv = mean_interval([1.0, 2.0, 3.0])  # mean 2, sd 1, t(2) = 4.303
     assert iv.mean == 2.0 and iv.low == pytest.approx(2 - 4.303 / math.sqrt(3))
@@ -25,8 +38,8 @@ def test_t_intervals_have_the_textbook_values():
 
 
 @pytest.mark.slow
-def test_each_preset_runs_at_its_own_best_rate_and_ratios_are_paired(tmp_path, shakespeare):
-    template = TrainConfig(out_dir=tmp_path, max_steps=3, batch_size=2, seq_len=32,
+def test_each_preset_runs_at_its_own_best_rate_and_ratios_are_paired(tmp_path, small_corpus):
+    template = TrainConfig(out_dir=tmp_path, data=small_corpus, max_steps=3, batch_size=2, seq_len=32,
                            warmup_steps=1, eval_interval=1, eval_batches=2, log_interval=1,
                            checkpoint_interval=3, progress=False)
     presets, seeds, lrs = ["gpt-tiny", "kraken-tiny-2way"], [1, 2], [1e-3, 1e-2]
@@ -59,3 +72,22 @@ def test_each_preset_runs_at_its_own_best_rate_and_ratios_are_paired(tmp_path, s
     # non-embedding parameters and FLOPs per token are reported next to the totals
     gpt = final[("gpt-tiny", 1)]
     assert 0 < gpt["non_embedding_params"] < gpt["params"] and gpt["train_flops_per_token"] > 0
+
+
+@pytest.mark.slow
+def test_parallel_jobs_train_the_same_models_as_one_at_a_time(tmp_path, small_corpus):
+    # One thread each way: the same seeds must give bit-identical runs whether the runs are
+    # trained one after another here or two at a time in worker processes.
+    template = TrainConfig(out_dir=tmp_path, data=small_corpus, max_steps=3, batch_size=2,
+                           seq_len=32, warmup_steps=1, eval_interval=3, eval_batches=2,
+                           log_interval=1, checkpoint_interval=3, progress=False, threads=1)
+    specs = [RunSpec("gpt-tiny", 1), RunSpec("kraken-tiny-2way", 1)]
+    one = run_comparison(specs, template, tmp_path / "serial", title="t")
+    two = run_comparison(specs, template, tmp_path / "jobs", title="t", jobs=2)
+    assert one.is_file() and two.is_file()
+    serial = json.loads((tmp_path / "serial" / "summary.json").read_text())["runs"]
+    jobs = json.loads((tmp_path / "jobs" / "summary.json").read_text())["runs"]
+    assert [r["run"] for r in serial] == [r["run"] for r in jobs]
+    for a, b in zip(serial, jobs):
+        assert (a["train_loss"], a["val_loss"]) == (b["train_loss"], b["val_loss"]), a["run"]
+

@@ -27,6 +27,7 @@ DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 class DemoCase:
     arch: str
     weights: Weights
+    prompt_ids: torch.Tensor  # [1, t], in the tokenizer the weights were trained with
 
 
 @dataclass
@@ -36,6 +37,7 @@ class TPDemoReport:
     new_tokens: int
     repeats: int
     comm_backend: str  # how the ranks' all-reduces went: shm, gloo or nccl
+    how: str = "Greedy generation"  # or "Sampled generation (seed s, temperature t, top-k)"
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -43,7 +45,7 @@ class TPDemoReport:
         return all(row["identical"] for row in self.rows)
 
     def text(self) -> str:
-        lines = [f"Greedy generation sharded over {self.world_size} processes against one device "
+        lines = [f"{self.how} sharded over {self.world_size} processes against one device "
                  f"({self.prompt_tokens}-token prompt, {self.new_tokens} new tokens, all-reduce "
                  f"{self.comm_backend}, TTFT median of {self.repeats}):"]
         for row in self.rows:
@@ -53,8 +55,9 @@ class TPDemoReport:
                 f"{1000 * row['ttft_single_s']:7.1f} ms, {self.world_size} ranks "
                 f"{1000 * row['ttft_sharded_s']:7.1f} ms")
             lines.append(f"          continuation: {row['continuation']!r}")
-        lines.append("(Greedy decoding of a briefly trained or random model soon repeats itself; "
-                     "the point here is that the sharded run gives the same tokens.)")
+        if self.how.startswith("Greedy"):
+            lines.append("(Greedy decoding of a briefly trained or random model soon repeats "
+                         "itself; the point here is that the sharded run gives the same tokens.)")
         return "\n".join(lines)
 
 
@@ -65,14 +68,14 @@ def _measure(model: Transformer, prompt: torch.Tensor, sampling: SamplingConfig,
     return {"tokens": runs[0].tokens, "ttft_s": median([r.ttft_s for r in runs])}
 
 
-def _demo_rank(ctx: RankContext, cases: list[DemoCase], prompt: torch.Tensor,
-               sampling: SamplingConfig, repeats: int) -> dict[str, Any]:
+def _demo_rank(ctx: RankContext, cases: list[DemoCase], sampling: SamplingConfig,
+               repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {"comm_backend": ctx.comm_backend}
     for case in cases:
         config, state = case.weights.load()
         model = build_local_model(ctx, config, state_dict=state)
         del state
-        out[case.arch] = _measure(model, prompt, sampling, ctx, repeats)
+        out[case.arch] = _measure(model, case.prompt_ids, sampling, ctx, repeats)
     return out
 
 
@@ -93,31 +96,44 @@ def _check_architectures(checkpoints: dict[str, Path]) -> None:
 
 def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int = 2,
                 prompt: str = DEFAULT_PROMPT, new_tokens: int = 24, repeats: int = 3,
-                timeout_s: float = 300.0) -> TPDemoReport:
+                timeout_s: float = 300.0, sampling: SamplingConfig | None = None
+                ) -> TPDemoReport:
     """Run the check; `report.ok` is True when every rank gave the single-device tokens.
-    Spawns its ranks itself (not for torchrun: the single-device half runs here)."""
+    Spawns its ranks itself (not for torchrun: the single-device half runs here).
+
+    Default decoding is greedy. A seeded `sampling` draws the same tokens on every rank (the
+    ranks' logits are identical after the all-reduce); against one device it relies on the
+    logits agreeing to rounding, which can flip a draw only at a near-tie (rare)."""
     from ..data.tokenizer import Tokenizer
+    from ..data.vocab import checkpoint_tokenizer
 
     if under_torchrun():
         raise KrakenError("the tensor-parallel demo spawns its own ranks; run it without torchrun")
     checkpoints = checkpoints or {}
     _check_architectures(checkpoints)
+    # Each model reads the prompt and writes its tokens in its own tokenizer (a BPE
+    # checkpoint's ids mean nothing in GPT-2's vocabulary).
+    tokenizers = {arch: checkpoint_tokenizer(checkpoints[arch]) if arch in checkpoints
+                  else Tokenizer() for arch in DEFAULT_PRESETS}
     cases = [DemoCase(arch, Weights(checkpoint=Path(checkpoints[arch])) if arch in checkpoints
-                      else Weights(preset=preset, seed=0))
+                      else Weights(preset=preset, seed=0),
+                      torch.tensor([tokenizers[arch].encode(prompt)]))
              for arch, preset in DEFAULT_PRESETS.items()]
-    tokenizer = Tokenizer()
-    prompt_ids = torch.tensor([tokenizer.encode(prompt)])
-    sampling = SamplingConfig(max_new_tokens=new_tokens, greedy=True)
+    if sampling is None:
+        sampling = SamplingConfig(max_new_tokens=new_tokens, greedy=True)
+    how = ("Greedy generation" if sampling.greedy else
+           f"Sampled generation (seed {sampling.seed}, temperature {sampling.temperature:g}"
+           f"{f', top-{sampling.top_k}' if sampling.top_k else ''})")
     single = {}
     for case in cases:
         config, state = case.weights.load()
         model = Transformer(config)
         model.load_state_dict(state)
-        single[case.arch] = _measure(model.eval(), prompt_ids, sampling, None, repeats)
-    sharded = run_ranks(_demo_rank, (cases, prompt_ids, sampling, repeats),
+        single[case.arch] = _measure(model.eval(), case.prompt_ids, sampling, None, repeats)
+    sharded = run_ranks(_demo_rank, (cases, sampling, repeats),
                         world_size=world_size, timeout_s=timeout_s)
-    report = TPDemoReport(world_size, prompt_ids.shape[1], new_tokens, repeats,
-                          sharded[0]["comm_backend"])
+    report = TPDemoReport(world_size, max(c.prompt_ids.shape[1] for c in cases),
+                          sampling.max_new_tokens, repeats, sharded[0]["comm_backend"], how=how)
     for case in cases:
         one = single[case.arch]
         report.rows.append({
@@ -125,6 +141,6 @@ def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int =
             "identical": all(torch.equal(r[case.arch]["tokens"], one["tokens"])
                              for r in sharded.values()),
             "ttft_single_s": one["ttft_s"], "ttft_sharded_s": sharded[0][case.arch]["ttft_s"],
-            "continuation": tokenizer.decode(one["tokens"][0].tolist()),
+            "continuation": tokenizers[case.arch].decode(one["tokens"][0].tolist()),
         })
     return report

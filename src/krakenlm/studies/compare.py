@@ -61,28 +61,96 @@ def _read_metrics(run_dir: Path) -> list[dict]:
 
 def run_comparison(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
                    *, title: str, notes: str = "", baseline: str | None = None,
-                   lrs: list[float] | None = None) -> Path:
+                   lrs: list[float] | None = None, jobs: int = 1) -> Path:
     """Train every spec (skipping finished runs, resuming interrupted ones), evaluate each on
     the whole validation split, and write report.md with plots. Returns the report.
 
     With `lrs`, the specs name the presets and seeds; each preset is swept over `lrs` with its
-    first seed and its other seeds run at its best rate (see the module docstring)."""
+    first seed and its other seeds run at its best rate (see the module docstring). `jobs`
+    runs that many trainings at once, each on cores / jobs threads (small models use one core
+    each better than two cores together)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    outcomes, sweep = train_and_evaluate(specs, template, out_dir, lrs=lrs, jobs=jobs)
+    return write_report(outcomes, template, out_dir, title=title, notes=notes,
+                        baseline=baseline, sweep=sweep)
+
+
+def train_and_evaluate(specs: list[RunSpec], template: TrainConfig, out_dir: Path, *,
+                       lrs: list[float] | None = None, jobs: int = 1
+                       ) -> tuple[list[RunOutcome], dict[str, dict[float, RunOutcome]]]:
+    """The outcomes of `specs` (the LR sweep resolved as in `run_comparison`) and the sweep."""
+    _prepare_shared_data(template)
     sweep: dict[str, dict[float, RunOutcome]] = {}
     if lrs:
         presets = list(dict.fromkeys(spec.preset for spec in specs))
         seeds = list(dict.fromkeys(spec.seed for spec in specs))
+        first = [RunSpec(p, seeds[0], lr) for p in presets for lr in lrs]
+        done = dict(zip(first, _run_all(first, template, out_dir, jobs)))
         for preset in presets:
-            sweep[preset] = {lr: _run(RunSpec(preset, seeds[0], lr), template, out_dir)
-                             for lr in lrs}
+            sweep[preset] = {lr: done[RunSpec(preset, seeds[0], lr)] for lr in lrs}
         best = {p: min(runs, key=lambda lr: runs[lr].val_loss) for p, runs in sweep.items()}
-        outcomes = [sweep[p][best[p]] if seed == seeds[0]
-                    else _run(RunSpec(p, seed, best[p]), template, out_dir)
-                    for seed in seeds for p in presets]
+        rest = [RunSpec(p, seed, best[p]) for seed in seeds[1:] for p in presets]
+        done.update(zip(rest, _run_all(rest, template, out_dir, jobs)))
+        outcomes = [done[RunSpec(p, seed, best[p])] for seed in seeds for p in presets]
     else:
-        outcomes = [_run(spec, template, out_dir) for spec in specs]
-    return write_report(outcomes, template, out_dir, title=title, notes=notes,
-                        baseline=baseline, sweep=sweep)
+        outcomes = _run_all(specs, template, out_dir, jobs)
+    return outcomes, sweep
+
+
+def _prepare_shared_data(template: TrainConfig) -> None:
+    """Tokenize the corpus (and train its BPE) once, before runs in parallel would race to."""
+    from ..data.prepare import prepare_corpus
+
+    prepare_corpus(template.data, tokenizer=template.tokenizer or "gpt2",
+                   progress=template.progress)
+
+
+def _run_all(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
+             jobs: int) -> list[RunOutcome]:
+    if jobs <= 1 or len(specs) <= 1:
+        return [_run(spec, template, out_dir) for spec in specs]
+    import multiprocessing
+    import os
+    import time
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
+    from tqdm import tqdm
+
+    jobs = min(jobs, len(specs))
+    threads = template.threads or max(1, (os.cpu_count() or 1) // jobs)
+    # Each worker trains quietly; this process draws one bar over every run's steps, read
+    # from the runs' metrics files (the one record both sides already keep).
+    quiet = replace(template, threads=threads, progress=False)
+    total = template.max_steps * len(specs)
+    # spawn, not fork: a forked child would inherit this process's torch thread pools.
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool, \
+            tqdm(total=total, desc=f"training {len(specs)} runs, {jobs} at a time",
+                 unit="step", disable=not template.progress, dynamic_ncols=True) as bar:
+        futures = [pool.submit(_run, spec, quiet, out_dir) for spec in specs]
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                future.result()  # a failed run stops the comparison with its own error
+            bar.n = sum(_steps_done(out_dir / spec.name) for spec in specs)
+            bar.refresh()
+            time.sleep(0 if finished else 0.5)
+        return [future.result() for future in futures]
+
+
+def _steps_done(run_dir: Path) -> int:
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return 0
+    lines = path.read_bytes().rstrip().splitlines()
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if "step" in row:
+            return row["step"]
+    return 0
 
 
 def _run(spec: RunSpec, template: TrainConfig, out_dir: Path) -> RunOutcome:
@@ -92,6 +160,9 @@ def _run(spec: RunSpec, template: TrainConfig, out_dir: Path) -> RunOutcome:
     state = checkpoint.read_train_state(run_dir)
     if state is None or state["step"] < tc.max_steps:
         train(get_preset(spec.preset), tc, resume=state is not None)
+    elif tc.threads:
+        import torch
+        torch.set_num_threads(tc.threads)  # the evaluation below, in a worker
     return _outcome(spec, run_dir, tc)
 
 
@@ -124,6 +195,21 @@ def _outcome(spec: RunSpec, run_dir: Path, tc: TrainConfig) -> RunOutcome:
 def write_report(outcomes: list[RunOutcome], template: TrainConfig, out_dir: Path, *,
                  title: str, notes: str, baseline: str | None = None,
                  sweep: dict[str, dict[float, RunOutcome]] | None = None) -> Path:
+    lines = [f"# {title}", ""]
+    if notes:
+        lines += [notes, ""]
+    lines += comparison_section(outcomes, template, out_dir, title=title, baseline=baseline,
+                                sweep=sweep)
+    report = out_dir / "report.md"
+    write_text_atomically(report, "\n".join(lines) + "\n")
+    return report
+
+
+def comparison_section(outcomes: list[RunOutcome], template: TrainConfig, out_dir: Path, *,
+                       title: str, baseline: str | None = None,
+                       sweep: dict[str, dict[float, RunOutcome]] | None = None) -> list[str]:
+    """The comparison's markdown lines (tables, plots written next to them in `out_dir`) and
+    its summary.json."""
     curves = {o.spec.name: _read_metrics(out_dir / o.spec.name) for o in outcomes}
     plot_path = out_dir / "loss_curves.png"
     plot_loss_curves(curves, plot_path, title=title)
@@ -138,11 +224,15 @@ def write_report(outcomes: list[RunOutcome], template: TrainConfig, out_dir: Pat
     if len(by_preset) > 1:
         plot_gap_vs_tokens(gaps, out_dir / "gap_vs_tokens.png", baseline=baseline)
 
-    lines = [f"# {title}", ""]
-    if notes:
-        lines += [notes, ""]
+    lines = []
     seq_len = template.seq_len or "context"
-    lr = ("each preset's best of the sweep below" if sweep else f"{template.peak_lr}")
+    run_lrs = {o.spec.preset: o.spec.lr for o in outcomes if o.spec.lr is not None}
+    if sweep:
+        lr = "each preset's best of the sweep below"
+    elif run_lrs:
+        lr = "per model " + ", ".join(f"{p} {v:g}" for p, v in run_lrs.items())
+    else:
+        lr = f"{template.peak_lr:g}"
     lines += [f"Corpus: `{template.data or 'shakespeare'}` (validation: whole held-out "
               f"documents), tokenizer `{template.tokenizer or 'gpt2'}`. Budget per run: "
               f"{template.max_steps} steps x {template.batch_size} sequences x {seq_len} tokens; "
@@ -179,8 +269,6 @@ def write_report(outcomes: list[RunOutcome], template: TrainConfig, out_dir: Pat
                          f"{row['ratio'].text('{:.3f}') if row['ratio'] else '-'} | "
                          f"{row['gap_text']} |")
         lines += ["", "![gap against tokens](gap_vs_tokens.png)"]
-    report = out_dir / "report.md"
-    write_text_atomically(report, "\n".join(lines) + "\n")
     write_text_atomically(out_dir / "summary.json", json.dumps({
         "runs": [{"run": o.spec.name, "preset": o.spec.preset, "seed": o.spec.seed,
                   "lr": o.spec.lr, "params": o.params,
@@ -197,7 +285,7 @@ def write_report(outcomes: list[RunOutcome], template: TrainConfig, out_dir: Pat
         "lr_sweep": {p: {str(lr): o.val_loss for lr, o in runs.items()}
                      for p, runs in (sweep or {}).items()},
     }, indent=2) + "\n")
-    return report
+    return lines
 
 
 def _summary(by_preset: dict[str, list[RunOutcome]], baseline: str) -> dict[str, dict]:
