@@ -194,3 +194,65 @@ def test_synthetic_fit_recovers_known_parameters(h100, kind):
     r = fit_model(kind, predict, params, cols, measured, key, starts=[start])
     assert r.n_fit > 100 and r.n_held_out > 100
     assert r.mape_held_out < 1.0, (r.mape_held_out, r.params)
+
+
+# ------------------------------------------------------ TensorRT-LLM's discrete decode form
+TRT_GEN = {**GEN, "mha_floor_s": 7e-6, "multiblock_s": 3e-6, "mha_multiblock_s": 5e-6,
+           "mha_sm_bandwidth": 2e11, "row_tile_s": 7e-9}
+
+
+def test_multiblock_count_follows_the_rule():
+    """One block per 256 cached tokens, at most 4 waves of CTAs over 132 SMs, at least one:
+    hand-computed values."""
+    sms = 132
+    # batch 1, 8 KV heads: 4 * 132 / 8 = 66 blocks at most
+    assert A.multiblock_count(sms, 1, 8, 255)[()] == 1  # fewer tokens than one block
+    assert A.multiblock_count(sms, 1, 8, 512)[()] == 2
+    assert A.multiblock_count(sms, 1, 8, 4096)[()] == 16
+    assert A.multiblock_count(sms, 1, 8, 131072)[()] == 66  # capped by the waves
+    # 128 x 8 = 1024 CTAs already fill 4 waves (528 CTAs): never split
+    assert A.multiblock_count(sms, 128, 8, 131072)[()] == 1
+    # 64 x 1 pairs: floor(528 / 64) = 8
+    assert A.multiblock_count(sms, 64, 1, 65536)[()] == 8
+
+
+def test_trtllm_form_pays_the_multiblock_cost_exactly_where_it_splits(h100):
+    """Below 512 cached tokens a lone sequence is one block; at 512 it splits in two and pays
+    `multiblock_s` (GQA) or `mha_multiblock_s` (MHA) once; with the costs set to zero the
+    difference between the two forms is exactly those constants."""
+    cols = gen_cols(1, [256, 511, 512, 1024], [32, 32, 32, 32], [8, 8, 8, 8], 128)
+    with_cost = A.predict_generation(h100, cols, TRT_GEN)
+    no_cost = A.predict_generation(h100, cols, {**TRT_GEN, "multiblock_s": 1e-30})
+    np.testing.assert_allclose(with_cost - no_cost, [0, 0, 3e-6, 3e-6], atol=1e-12)
+    mha = gen_cols(1, [511, 512], 8, 8, 128)
+    diff = (A.predict_generation(h100, mha, TRT_GEN)
+            - A.predict_generation(h100, mha, {**TRT_GEN, "mha_multiblock_s": 1e-30}))
+    np.testing.assert_allclose(diff, [0, 5e-6], atol=1e-12)
+
+
+def test_trtllm_form_by_hand(h100):
+    """One row computed by hand: batch 1, 32 heads / 8 KV heads, head_dim 128, 4096 tokens
+    (16 blocks of 256 tokens, 128 CTAs in one wave), HBM-resident (warm_l2=False)."""
+    t = A.predict_generation(h100, gen_cols(1, 4096, 32, 8, 128), TRT_GEN, warm_l2=False)[0]
+    p, sms = TRT_GEN, h100.core_count
+    item = p["item_s"] + 1 * 128 * p["row_tile_s"] + 256 * 128 * 2 * 2 / p["sm_bandwidth"]
+    exec_s = 1 * item + 128 * 4 * p["head_s"] / sms
+    kv = 8 * 4096 * 128 * 2 * 2 / (h100.memory.bandwidth_bytes_per_s * p["memory_efficiency"])
+    q = p["overlap_exponent"]
+    expected = p["floor_s"] + p["multiblock_s"] + (exec_s ** q + kv ** q) ** (1 / q)
+    assert t == pytest.approx(expected, rel=1e-12)
+
+
+def test_trtllm_form_second_q_tile_past_16_heads_per_kv_head(h100):
+    """Groups of 17-32 query heads take a second 16-row pass: at 2 cached tokens (one block)
+    the CTA time grows by exactly head_dim * row_tile_s between group 16 and group 17."""
+    p = {**TRT_GEN, "head_s": 1e-30, "overlap_exponent": 50.0}
+    t16, t17 = A.predict_generation(h100, gen_cols(1, 2, [16, 17], 1, 128), p, warm_l2=False)
+    assert t17 - t16 == pytest.approx(128 * p["row_tile_s"], rel=1e-6)
+
+
+def test_generation_params_per_framework():
+    assert A.generation_params_for("trtllm") is A.TRTLLM_GENERATION_PARAMS
+    assert A.generation_params_for("vllm") is A.GENERATION_PARAMS
+    names = [p.name for p in A.TRTLLM_GENERATION_PARAMS]
+    assert len(names) == len(set(names))
