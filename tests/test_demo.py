@@ -46,7 +46,7 @@ def test_demo_writes_one_report_with_the_comparison_samples_sharding_and_ttft(
         assert text.count(f"```\n{prompt}") == 2, prompt
     # 3. the sharded run gave the single-device tokens for both architectures
     assert text.count("tokens identical: yes") == 2
-    assert "Sampled generation (seed 0, temperature 0.7, top-40)" in text
+    assert f"Sampled generation (seed 0, temperature {demo.SAMPLE_TEMPERATURE:g}, top-40)" in text
     # 4. the simulated study: its geometric means, recomputed here
     for system in demo.TTFT_SYSTEMS:
         expected = 100 * geomean_reduction(run_grid(system))

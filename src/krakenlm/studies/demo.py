@@ -33,7 +33,7 @@ SEEDS = (1, 2, 3)
 PEAK_LR = {BASELINE: 4e-3, KRAKEN: 4e-3}
 # Prompts in the corpus's own formats: a speaker's cue in a play, a chapter:verse opening.
 SAMPLE_PROMPTS = ("ROMEO:\nI", "HAMLET:\nWhat", "1:1 In the beginning", "3:16 And the LORD said")
-SAMPLE_TEMPERATURE = 0.6
+SAMPLE_TEMPERATURE = 0.8  # 0.6 loops on frequent phrases at this budget, 1.0 drifts
 TTFT_SYSTEMS = ("a100-80gb-x8", "h100-80gb-x8")
 
 
@@ -83,8 +83,8 @@ def run_demo(out: Path, plan: DemoPlan = DemoPlan()) -> Path:
     from ..evaluation.generate import SamplingConfig
     tp = run_tp_demo({"gpt": out / first[BASELINE].spec.name,
                       "kraken": out / first[KRAKEN].spec.name}, world_size=plan.world_size,
-                     sampling=SamplingConfig(max_new_tokens=32, temperature=0.7, top_k=40,
-                                             seed=0))
+                     sampling=SamplingConfig(max_new_tokens=32, temperature=SAMPLE_TEMPERATURE,
+                                             top_k=40, seed=0))
 
     _say("4/4 simulating the Kraken TTFT study on 8-GPU systems")
     ttft = _ttft_study(out / "ttft")
