@@ -55,3 +55,17 @@ def test_demo_writes_one_report_with_the_comparison_samples_sharding_and_ttft(
                 "ttft/layer_breakdown.png"):
         assert (tmp_path / png).stat().st_size > 0, png
         assert png in text
+
+
+def test_demo_help_shows_the_plans_defaults(capsys):
+    # The CLI spells the defaults out (importing the plan there would slow every command's start).
+    from krakenlm.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())  # rich wraps in a box
+    plan = demo.DemoPlan()
+    assert f"default: ({plan.max_steps}:" in text
+    assert f"default: ({','.join(map(str, plan.seeds))})" in text
+    assert f"default: ({plan.jobs})" in text
+    assert f"Steps of {plan.batch_size} x {plan.seq_len} tokens" in text

@@ -131,9 +131,9 @@ def ttft_command(
 @app.command("demo")
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the runs and report.md go."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Steps per model [default: the demo plan's, about 4 minutes of training in all on 2 cores]."),
-    seeds: str = typer.Option(None, "--seeds", help="Comma-separated seeds per model [default: 1,2,3]."),
-    jobs: int = typer.Option(None, "--jobs", help="Trainings at once, one process each [default: 2]."),
+    max_steps: int = typer.Option(None, "--max-steps", show_default="400: about 4 minutes of training in all on 2 cores", help="Steps of 8 x 128 tokens per model."),
+    seeds: str = typer.Option(None, "--seeds", show_default="1,2,3", help="Comma-separated seeds per model."),
+    jobs: int = typer.Option(None, "--jobs", show_default="2", help="Trainings at once, one process (and core) each."),
 ) -> None:
     """The main job: gpt-mini8 vs kraken-mini8-2way on Shakespeare + the King James Bible with
     3 seeds, text samples, sharded generation and the simulated GPU TTFT study, in one report."""
