@@ -298,7 +298,10 @@ def test_ctrl_c_saves_and_exits_130_with_one_line(tmp_path, shakespeare):
          "--out", str(out), "--max-steps", "100000", "--batch-size", "2", "--seq-len", "32",
          "--log-interval", "1", "--eval-interval", "100000", "--precision", "fp32",
          "--threads", "1", "--no-progress"],
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True,
+        # A shell running the suite in the background (`make test &`) ignores SIGINT and its
+        # children inherit that: give the trainer the default, as a terminal's Ctrl-C finds it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = out / "metrics.jsonl"
     # wait (polling, not timing) until training runs, then press Ctrl-C
     while proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
