@@ -111,7 +111,6 @@ def _run_all(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
         return [_run(spec, template, out_dir) for spec in specs]
     import multiprocessing
     import os
-    import time
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
     from tqdm import tqdm
@@ -134,7 +133,6 @@ def _run_all(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
                 future.result()  # a failed run stops the comparison with its own error
             bar.n = sum(_steps_done(out_dir / spec.name) for spec in specs)
             bar.refresh()
-            time.sleep(0 if finished else 0.5)
         return [future.result() for future in futures]
 
 
