@@ -256,3 +256,22 @@ def test_generation_params_per_framework():
     assert A.generation_params_for("vllm") is A.GENERATION_PARAMS
     names = [p.name for p in A.TRTLLM_GENERATION_PARAMS]
     assert len(names) == len(set(names))
+
+
+def test_splitkv_count_follows_wave_efficiency():
+    # 216 slots (108 SMs x 2 CTAs): 8 tiles over 1 block cannot split; over 2 blocks split in 2;
+    # at 32768 keys (256 blocks) 23 splits would repeat 22's 12 blocks per split, so the fewest
+    # distinct count filling >= 0.85 of the best wave is 24 (192 of 216 slots)
+    got = A.splitkv_count(216, [8, 8, 8, 300], [128, 256, 32768, 32768])
+    assert got.tolist() == [1.0, 2.0, 24.0, 1.0]  # 300 tiles already fill the slots
+
+
+def test_splitkv_form_adds_combine_cost_only_when_split():
+    p = {**GEN, "multiblock_s": 4e-6, "split_ctas_per_sm": 2.0, "split_mha": 0.0}
+    dev = load_system("a100-80gb-x8").device
+    cols = {"batch": [1, 1], "heads": [32, 32], "kv_heads": [8, 8], "head_dim": [128, 128],
+            "kv_len": [128, 256]}
+    with_cost = A.predict_generation(dev, cols, p)
+    without = A.predict_generation(dev, cols, {**p, "multiblock_s": 0.0})
+    assert with_cost[0] == pytest.approx(without[0])
+    assert with_cost[1] - without[1] == pytest.approx(4e-6)

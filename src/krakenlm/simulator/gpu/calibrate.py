@@ -184,7 +184,8 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
             out.append(Dataset(framework, gen.version, "generation_attention", kv_dtype, cols,
                                lat, module.generation_params_for(framework),
                                lambda cc, p, kv=kv_dtype: module.predict_generation(dev, cc, p, kv),
-                               module.generation_key(cols), notes))
+                               module.generation_key(cols), notes,
+                               module.generation_variants_for(framework)))
     return out
 
 
