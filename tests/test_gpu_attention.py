@@ -253,7 +253,10 @@ def test_trtllm_form_second_q_tile_past_16_heads_per_kv_head(h100):
 
 def test_generation_params_per_framework():
     assert A.generation_params_for("trtllm") is A.TRTLLM_GENERATION_PARAMS
-    assert A.generation_params_for("vllm") is A.GENERATION_PARAMS
+    assert A.generation_params_for("vllm") is A.SPLITKV_GENERATION_PARAMS
+    assert A.generation_params_for("sglang") is A.SPLITKV_GENERATION_PARAMS
+    assert A.generation_variants_for("vllm") == A.SPLITKV_VARIANTS
+    assert A.generation_variants_for("trtllm") == ({},)
     names = [p.name for p in A.TRTLLM_GENERATION_PARAMS]
     assert len(names) == len(set(names))
 

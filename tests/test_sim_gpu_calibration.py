@@ -183,3 +183,43 @@ def test_stored_constants_keep_byte_thresholds_exact(tmp_path):
     back = load_file(save(cal, tmp_path / "H100.yaml")).entry("trtllm", "custom_all_reduce", "any")
     assert back.params["handoff_4"] == 4194304.0  # 4 MiB exactly, not 4194300
     assert back.params["oneshot_latency_s"] == 4.09818e-06
+
+
+def test_calibrate_family_refits_only_that_family(tables, tmp_path, capsys):
+    out = tmp_path / "cal.yaml"
+    base = ["sim", "calibrate", "--source", "aiconfigurator", "--system", "h100-80gb-x8",
+            "--tables", str(tables), "--output", str(out)]
+    # --family on a file that does not exist yet: nothing to keep, say what to run first
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--family", "elementwise"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "calibrate every family first" in err and "\n" not in err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as exc:
+        main(base)
+    assert exc.value.code == 0
+    full = store.load_file(out)
+    fitted_elementwise = dict(full.entry("trtllm", "elementwise", "any").params)
+    # mark both families' constants, then refit one: only that one comes back from the tables
+    full.entry("trtllm", "gemm", "bf16").params["floor_s"] = 1.0
+    full.entry("trtllm", "elementwise", "any").params["floor_s"] = 1.0
+    store.save(full, out)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--family", "elementwise"])
+    assert exc.value.code == 0
+    refit = store.load_file(out)
+    assert refit.entry("trtllm", "gemm", "bf16").params["floor_s"] == 1.0
+    assert refit.entry("trtllm", "elementwise", "any").params == pytest.approx(fitted_elementwise)
+    assert refit.meta["command"] == full.meta["command"]  # how the rest was made
+    assert refit.meta["refits"][-1]["command"].endswith("--family elementwise")
+    capsys.readouterr()
+    for argv, message in ((["--family", "softmax"], "unknown family 'softmax'"),
+                          (["--family", "nccl"], "nothing to refit")):
+        with pytest.raises(SystemExit) as exc:
+            main([*base, *argv])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and message in err and "\n" not in err
+    assert store.load_file(out).to_dict() == refit.to_dict()  # failed refits wrote nothing

@@ -75,12 +75,15 @@ def calibrate(
     output: str = typer.Option(None, "--output", "-o", help="Where to write the constants (default: ./calibration-<DEVICE>.yaml, or ./calibration.yaml for llmcompass)."),
     install: bool = typer.Option(False, "--install", help="Write into the package's shipped calibration files instead (what the presets use by default)."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
+    family: list[str] = typer.Option(None, "--family", help="aiconfigurator: refit only this family (repeatable: gemm, elementwise, context_attention, generation_attention, nccl, custom_all_reduce) and keep every other entry of the existing file."),
 ) -> None:
     """Fit the simulator's constants: per GPU and framework from measured kernel tables
     (aiconfigurator), or the template constants from a measurement directory (llmcompass).
     Constants are fitted on one half of the shapes and scored on the other half."""
+    if family and source != "aiconfigurator":
+        raise KrakenError("--family belongs to --source aiconfigurator")
     if source == "aiconfigurator":
-        _calibrate_aiconfigurator(system, framework, tables, output, install, measured)
+        _calibrate_aiconfigurator(system, framework, tables, output, install, measured, family)
     elif source == "vidur":
         _calibrate_vidur(system, output, install)
     elif source == "llmcompass":
@@ -145,7 +148,8 @@ def _calibrate_vidur(system: str | None, output: str | None, install: bool) -> N
 
 
 def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, tables: str | None,
-                              output: str | None, install: bool, measured: str | None) -> None:
+                              output: str | None, install: bool, measured: str | None,
+                              families: list[str] | None = None) -> None:
     from pathlib import Path
 
     from ..simulator.gpu import calibrate as gcal
@@ -162,24 +166,32 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
     path = _calibration_target(output, install, Path(f"calibration-{key}.yaml"),
                                store.shipped_dir() / f"{key}.yaml", tables)
     base = store.load_file(path) if path.is_file() else None
+    if families and base is None:
+        raise KrakenError(f"--family refits part of an existing calibration, and {path} does not "
+                          "exist: calibrate every family first (without --family)")
     if base is not None and base.device_key != key:
         raise KrakenError(f"{path} holds constants of {base.device_key}, not {key}; choose another "
                           "--output")
     err = stderr_console()
     command = "krakenlm sim calibrate --source aiconfigurator --system " + system + "".join(
-        f" --framework {f}" for f in frameworks or [])
+        f" --framework {f}" for f in frameworks or []) + "".join(
+        f" --family {f}" for f in families or [])
+
+    banner = [f"calibrating {system} ({key}) from aiconfigurator tables; every fit on one half "
+              "of the shapes, scored on the other"]
 
     def progress(job, result, problem):  # job: a gpu.calibrate.Dataset
+        if banner:  # printed with the first fit, so that bad input gets its error line alone
+            err.print(banner.pop())
         if result is None:
             err.print(f"  skipped {job.framework} {job.family} {job.variant}: {problem}")
         else:
             err.print(f"  {job.framework:7s} {job.family:22s} {job.variant:5s} n={result.n_fit:>6,}"
                       f"  fit {result.mape_fit:5.1f} %  held-out {result.mape_held_out:5.1f} %")
 
-    err.print(f"calibrating {system} ({key}) from aiconfigurator tables; every fit on one half "
-              "of the shapes, scored on the other")
     with err.status("fitting..."):
-        cal = gcal.calibrate(system, frameworks or None, tables, command, base, progress)
+        cal = gcal.calibrate(system, frameworks or None, tables, command, base, progress,
+                             families or None)
     store.save(cal, path)
     print(f"wrote {path} ({sum(len(v) for info in cal.frameworks.values() for v in info['families'].values())} fitted families)")
 

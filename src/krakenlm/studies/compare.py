@@ -121,10 +121,14 @@ def _run_all(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
     # from the runs' metrics files (the one record both sides already keep).
     quiet = replace(template, threads=threads, progress=False)
     total = template.max_steps * len(specs)
+    # steps of earlier invocations count as done from the start, so the rate and the time
+    # left are those of this invocation's training
+    done_before = sum(_steps_done(out_dir / spec.name) for spec in specs)
     # spawn, not fork: a forked child would inherit this process's torch thread pools.
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool, \
-            tqdm(total=total, desc=f"training {len(specs)} runs, {jobs} at a time",
-                 unit="step", disable=not template.progress, dynamic_ncols=True) as bar:
+            tqdm(total=total, initial=done_before, unit="step",
+                 desc=f"training {len(specs)} runs, {jobs} at a time",
+                 disable=not template.progress, dynamic_ncols=True) as bar:
         futures = [pool.submit(_run, spec, quiet, out_dir) for spec in specs]
         pending = set(futures)
         while pending:

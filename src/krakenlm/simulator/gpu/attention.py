@@ -92,7 +92,25 @@ parameters hold `mha_floor_s` (TRTLLM_GENERATION_PARAMS):
 
 MULTIBLOCK_MIN_TOKENS and MULTIBLOCK_WAVES are structural (not fitted): of 256/512/1024 tokens
 and 1/2/4/8 waves, 256 and 4 gave the lowest fit-half error on H100 (the held-out half was not
-consulted). vLLM and SGLang keep the smooth form.
+consulted).
+
+vLLM and SGLang decode with FlashAttention's split-KV kernels, whose split count is a heuristic
+on wave efficiency rather than `floor(SMs / pairs)`: `predict_generation` uses this form when
+the parameters hold `split_ctas_per_sm` (SPLITKV_GENERATION_PARAMS, frameworks in
+SPLITKV_FRAMEWORKS):
+
+    tiles     = batch * kv_heads * ceil(group / SPLIT_Q_ROWS)
+    slots     = SMs * split_ctas_per_sm                  (CTAs resident at once)
+    splits    = 1 if tiles >= SPLIT_BUSY * slots, else the fewest s <= min(slots, blocks,
+                SPLIT_MAX) whose last wave tiles * s / slots is filled within SPLIT_EFFICIENCY
+                of the best s, counting only s that change the blocks per split (`splitkv_count`)
+    floor     = floor_s + (splits > 1) * multiblock_s    (the combine kernel of the partials)
+    exec      = ceil(items / slots) * item + items * group * head_s / SMs
+
+with item, kv and bandwidth as in the smooth form; `split_ctas_per_sm` (1 or 2) and
+`split_mha` (whether MHA rows are split at all) are structural choices fitted in turn
+(SPLITKV_VARIANTS, lowest fit-half error wins). Generation attention held-out MAPE on A100:
+vLLM 16.9 -> 12.3 %, SGLang 9.6 -> 7.3 % (docs/results-simulator.md has every device).
 
 Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 `context_supported`, `generation_supported`)
@@ -195,10 +213,8 @@ SPLIT_EFFICIENCY = 0.85  # fewest splits whose wave efficiency is within this of
 SPLIT_Q_ROWS = 64  # query rows of one split-KV tile (the query heads of a group are its rows)
 
 
-# Frameworks whose calibration fits the split-KV form. Empty until the shipped calibrations are
-# re-fitted with it: on A100 vLLM (fit half only) it took generation attention from 16.5 % fit /
-# 16.9 % held-out to 12.0 / 12.3 %; the other devices and SGLang are not fitted yet.
-SPLITKV_FRAMEWORKS: tuple[str, ...] = ()
+# Frameworks whose calibration fits the split-KV form (FlashAttention's decode kernels)
+SPLITKV_FRAMEWORKS: tuple[str, ...] = ("vllm", "sglang")
 
 
 def generation_params_for(framework: str) -> tuple[Param, ...]:

@@ -301,14 +301,35 @@ UNREPRESENTATIVE = {
 }
 
 
+FAMILIES = ("gemm", "elementwise", "context_attention", "generation_attention", "nccl",
+            "custom_all_reduce")
+
+
 def calibrate(system_name: str, frameworks: list[str] | None = None, root: str | None = None,
               command: str = "", base: DeviceCalibration | None = None,
-              progress: Callable[[Dataset, FitResult | None, str], None] | None = None
-              ) -> DeviceCalibration:
-    """Fit every family; `base` (an existing file's content) keeps frameworks not refitted."""
+              progress: Callable[[Dataset, FitResult | None, str], None] | None = None,
+              families: list[str] | None = None) -> DeviceCalibration:
+    """Fit every family; `base` (an existing file's content) keeps frameworks not refitted.
+    With `families`, only those are refitted and every other entry of `base` stays as it was
+    (a model change in one family then costs one family's fit, not the device's)."""
+    if families:
+        unknown = [f for f in families if f not in FAMILIES]
+        if unknown:
+            raise FitError(f"unknown family {unknown[0]!r}; use one of {', '.join(FAMILIES)}")
+        if base is None:
+            raise FitError("refitting some families needs the calibration file they belong to; "
+                           "calibrate every family first (without --family)")
     system, sets, nccl = datasets(system_name, frameworks, root)
     key = device_key(system_name)
     cal = base if base is not None else DeviceCalibration(key)
+    if families:
+        sets = [ds for ds in sets if ds.family in families]
+        if "custom_all_reduce" in families and "nccl" not in families:
+            # the custom all-reduce hands large messages to the file's fitted NCCL model
+            entry = cal.entry("nccl", "nccl", "any")
+            if entry is not None:
+                nccl["params"] = entry.params
+        return _refit_families(system_name, cal, sets, nccl, command, progress)
     results: list[tuple[Dataset, FitResult]] = []
     excluded_families, why = UNREPRESENTATIVE.get(system_name, ((), ""))
     for ds in sets:  # fit everything first: a failure leaves `base` untouched
@@ -347,6 +368,38 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
         "split": "rows hashed by shape (CRC-32 of the shape key): even hashes are fitted, odd "
                  "ones held out; fits use a seeded sample of at most 4000 fit-half shapes",
     })
+    return cal
+
+
+def _refit_families(system_name: str, cal: DeviceCalibration, sets: list[Dataset],
+                    nccl: dict[str, Any], command: str,
+                    progress: Callable[[Dataset, FitResult | None, str], None] | None
+                    ) -> DeviceCalibration:
+    """Replace the entries of `sets` in `cal`, all fitted before any is replaced."""
+    excluded_families, why = UNREPRESENTATIVE.get(system_name, ((), ""))
+    results: list[tuple[Dataset, FitResult]] = []
+    for ds in sets:
+        if ds.family in excluded_families:
+            if progress:
+                progress(ds, None, f"not fitted: {why}")
+            continue
+        result = ds.fit(system_name)  # a FitError leaves the file as it was
+        results.append((ds, result))
+        if ds.family == "nccl":
+            nccl["params"] = result.params
+        if progress:
+            progress(ds, result, "")
+    if not results:
+        raise FitError(f"nothing to refit for {system_name}: the tables have none of these "
+                       "families for the frameworks asked")
+    # entry by entry: other variants of a family (e.g. the Vidur-fitted streaming kernels next
+    # to the tables' quantiser under `elementwise`) stay
+    for ds, result in results:
+        cal.put(ds.framework, ds.version, ds.family, ds.variant,
+                Entry(result.params, result.summary(), ds.notes + result.notes))
+    refits = list(cal.meta.get("refits") or [])
+    refits.append({"command": command, "created": today()})
+    cal.meta["refits"] = refits
     return cal
 
 
