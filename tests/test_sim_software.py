@@ -185,3 +185,28 @@ def test_fitted_host_constants_follow_the_system_and_its_sweep_designs():
     assert trt.host_for("a100-80gb-x8:54c-DDR5-16-40M") == fitted  # a design keeps its host
     assert trt.host_for("a100-40gb-x8") == fitted  # the same DGX A100 host platform
     assert trt.host_for("mi210-x4") == trt.host  # no fit: the sourced defaults
+
+
+def test_last_prompt_token_in_decode_moves_one_step_into_the_ttft():
+    # TurboMind (lmdeploy) prefills prompt - 1 tokens and its first decode step, over the
+    # last prompt token, produces the first token
+    from krakenlm.simulator.software import Prefill
+
+    cfg = get_preset("llama2-7b")
+    plain = dataclasses.replace(load_software("lmdeploy"), prefill=Prefill())
+    split = load_software("lmdeploy")
+    assert split.prefill.last_token_in_decode and not plain.prefill.last_token_in_decode
+    short = simulate(cfg, A100, 1, 2, 99, 5, software=plain, gpu_calibration=NO_GPU_CAL)
+    # the same kernels: 99 prefilled tokens, then decode steps over 100, 101, ... cached tokens
+    longer = simulate(cfg, A100, 1, 2, 99, 6, software=plain, gpu_calibration=NO_GPU_CAL)
+    r = simulate(cfg, A100, 1, 2, 100, 5, software=split, gpu_calibration=NO_GPU_CAL)
+    first_step = longer.decode.step_times_s[0]  # the decode step over 100 cached tokens
+    assert r.ttft_s == pytest.approx(short.ttft_s + first_step, rel=1e-12)
+    assert r.tpot_s == pytest.approx(float(longer.decode.step_times_s[1:].mean()), rel=1e-12)
+    assert r.e2e_s == pytest.approx(r.ttft_s + 4 * r.tpot_s, rel=1e-12)
+    assert r.retimed(split.host) == pytest.approx((r.ttft_s, r.tpot_s), rel=1e-12)
+    # a one-token prompt is one decode step over that token
+    one = simulate(cfg, A100, 1, 2, 1, 3, software=split, gpu_calibration=NO_GPU_CAL)
+    assert one.prefill.time_s == 0.0
+    assert one.ttft_s == pytest.approx(float(one.decode.step_times_s[0]), rel=1e-12)
+    assert one.retimed(split.host) == pytest.approx((one.ttft_s, one.tpot_s), rel=1e-12)

@@ -65,6 +65,7 @@ class PhaseResult:
     categories: dict[str, float] = field(default_factory=dict)
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> category, time, count
     graphs: list[GraphTime] = field(default_factory=list)
+    step_times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # decode: every step
 
     def add_category(self, category: str, seconds: float) -> None:
         if seconds:
@@ -109,12 +110,16 @@ class Result:
             raise ValueError("this result keeps no software profile")
         launch = host.graph_launch_s
         ttft = float(host_step_times(self.prefill.graphs, host, sw.graphs.prefill,
-                                     host.prefill_step_s + (launch if sw.graphs.prefill else 0.0))[0])
-        steps = self.gen_tokens - 1
+                                     host.prefill_step_s + (launch if sw.graphs.prefill else 0.0))[0]) \
+            if self.prefill.graphs else 0.0
+        split = sw.prefill.last_token_in_decode
+        steps = self.gen_tokens - (0 if split else 1)
         if steps <= 0:
             return ttft, 0.0
         decode = host_step_times(self.decode.graphs, host, sw.graphs.decode,
                                  host.decode_step_s + (launch if sw.graphs.decode else 0.0), steps)
+        if split:  # the first decode step produced the first token
+            return ttft + float(decode[0]), float(decode[1:].mean()) if steps > 1 else 0.0
         return ttft, float(decode.mean())
 
     def breakdown(self) -> list[dict[str, Any]]:
@@ -316,6 +321,7 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
     step_total = step_gpu + (np.maximum(0.0, overhead - step_gpu) if overlaps else overhead)
     phase.add_category(HOST_STEP, float((step_total - step_gpu).sum()))
     phase.time_s = float(step_total.sum())
+    phase.step_times_s = step_total
     return phase, layer, ", ".join(sorted(methods)) or "exact (no kv-dependent ops)"
 
 
@@ -417,21 +423,35 @@ class Simulator:
         if check_memory:
             check_fits(use, model_name, system, tp)
         b = DTYPE_BYTES[self.precision("all_reduce")]
-        graphs = model_graphs(config, tp, batch, prompt_tokens, prompt_tokens, "prefill", b,
-                              options=opts)
-        prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile)
-        decode, decode_layer, method = _decode(config, tp, batch, prompt_tokens, gen_tokens - 1,
+        # an engine that decodes the prompt's last token prefills one token less and takes
+        # one decode step more, whose time belongs to the first token
+        split = profile.prefill.last_token_in_decode
+        prefilled = prompt_tokens - 1 if split else prompt_tokens
+        decode_steps = gen_tokens if split else gen_tokens - 1
+        if prefilled:
+            graphs = model_graphs(config, tp, batch, prefilled, prefilled, "prefill", b,
+                                  options=opts)
+            prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile)
+        else:  # a one-token prompt goes straight to its decode step
+            prefill, prefill_layer, ttft = PhaseResult(), {}, 0.0
+        decode, decode_layer, method = _decode(config, tp, batch, prefilled, decode_steps,
                                                b, opts, self.timer, self.scheduler, profile,
                                                exact_decode)
         steps = gen_tokens - 1
-        tpot = decode.time_s / steps if steps else 0.0
+        first_s = 0.0  # a decode step counted in the TTFT
+        if split:
+            first_s = float(decode.step_times_s[0])
+            ttft += first_s
+            tpot = (decode.time_s - first_s) / steps if steps else 0.0
+        else:
+            tpot = decode.time_s / steps if steps else 0.0
         layer_cats = {"prefill": prefill_layer}
         if steps:
             layer_cats["decode"] = decode_layer
         return Result(model=model_name, system=system.name, arch=config.arch, tp=tp,
                       batch=batch, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens,
                       mode=self.mode, dtype=self.dtype, ttft_s=ttft, tpot_s=tpot,
-                      e2e_s=ttft + decode.time_s, memory=use, prefill=prefill, decode=decode,
+                      e2e_s=ttft + decode.time_s - first_s, memory=use, prefill=prefill, decode=decode,
                       layer_categories=layer_cats, software=profile.name,
                       attention_path=opts.attention_path(config.head_dim),
                       kernel_sources=dict(self.timer.sources), decode_method=method,

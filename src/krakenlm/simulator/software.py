@@ -64,6 +64,13 @@ class Graphs:
 
 
 @dataclass(frozen=True)
+class Prefill:
+    # FasterTransformer-style engines (TurboMind) prefill the prompt but its last token, whose
+    # decode step then produces the first token: TTFT = prefill(prompt - 1) + one decode step
+    last_token_in_decode: bool = False
+
+
+@dataclass(frozen=True)
 class Collectives:
     all_reduce: str = "nccl"         # "custom" (framework kernel) or "nccl"
     custom_max_bytes: float = 0.0    # custom all-reduce up to this many bytes; 0: any size
@@ -102,6 +109,7 @@ class SoftwareProfile:
     kernels: str
     graphs: Graphs = Graphs()
     host: Host = Host()
+    prefill: Prefill = Prefill()
     collectives: Collectives = Collectives()
     attention: Attention = Attention()
     fusions: Fusions = Fusions()
@@ -132,8 +140,8 @@ class SoftwareProfile:
         return c.all_reduce == "custom" and (c.custom_max_bytes <= 0 or size_bytes <= c.custom_max_bytes)
 
 
-_SECTIONS = {"graphs": Graphs, "host": Host, "collectives": Collectives, "attention": Attention,
-             "fusions": Fusions, "fp8": Fp8Policy}
+_SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": Collectives,
+             "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy}
 
 
 def _section(cls: type, data: Any, where: str) -> Any:
