@@ -10,7 +10,7 @@ from transformers import PretrainedConfig
 
 class KrakenLMConfig(PretrainedConfig):
     model_type = "krakenlm"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]  # the cache's two spellings
     # The generic names some transformers utilities read.
     attribute_map = {"hidden_size": "d_model", "num_hidden_layers": "n_layers",
                      "num_attention_heads": "n_heads", "max_position_embeddings": "context_len",

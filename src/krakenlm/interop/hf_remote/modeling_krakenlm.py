@@ -25,6 +25,11 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_krakenlm import KrakenLMConfig
 
+# transformers 5.24 renamed `past_key_values` to `cache` (in `generate`'s calls and in the output
+# classes); the model accepts either spelling and answers with the one this version declares.
+CACHE_FIELD = ("cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__
+               else "past_key_values")
+
 
 class StackedLinear(nn.Module):
     """n independent Linear(in -> out); weight [n, in, out] (x @ W layout), bias [n, out]."""
@@ -310,9 +315,12 @@ class KrakenLMForCausalLM(KrakenLMPreTrainedModel, GenerationMixin):
         return self.lm_head
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None,
-                past_key_values=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+                past_key_values=None, labels=None, use_cache=None, logits_to_keep=0, cache=None,
+                **kwargs):
         if input_ids is None:
             raise ValueError("krakenlm models take input_ids (inputs_embeds is not supported)")
+        if past_key_values is None:
+            past_key_values = cache
         use_cache = self.config.use_cache if use_cache is None else use_cache
         hidden, cache = self.model(input_ids, attention_mask=attention_mask,
                                    position_ids=position_ids, past_key_values=past_key_values,
@@ -326,4 +334,4 @@ class KrakenLMForCausalLM(KrakenLMPreTrainedModel, GenerationMixin):
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                    labels[:, 1:].reshape(-1), ignore_index=-100)
         return CausalLMOutputWithPast(loss=loss, logits=logits,
-                                      past_key_values=cache if use_cache else None)
+                                      **{CACHE_FIELD: cache if use_cache else None})
