@@ -249,6 +249,12 @@ def test_trtllm_form_second_q_tile_past_16_heads_per_kv_head(h100):
     p = {**TRT_GEN, "head_s": 1e-30, "overlap_exponent": 50.0}
     t16, t17 = A.predict_generation(h100, gen_cols(1, 2, [16, 17], 1, 128), p, warm_l2=False)
     assert t17 - t16 == pytest.approx(128 * p["row_tile_s"], rel=1e-6)
+    # with 8-row tiles (the q_tile_rows variant) the second pass starts at 9 heads
+    p8 = {**p, "q_tile_rows": 8.0}
+    t8, t9, t16_8 = A.predict_generation(h100, gen_cols(1, 2, [8, 9, 16], 1, 128), p8,
+                                         warm_l2=False)
+    assert t9 - t8 == pytest.approx(128 * p["row_tile_s"], rel=1e-6)
+    assert t16_8 == pytest.approx(t9, rel=1e-6)
 
 
 def test_generation_params_per_framework():
@@ -256,7 +262,7 @@ def test_generation_params_per_framework():
     assert A.generation_params_for("vllm") is A.SPLITKV_GENERATION_PARAMS
     assert A.generation_params_for("sglang") is A.SPLITKV_GENERATION_PARAMS
     assert A.generation_variants_for("vllm") == A.SPLITKV_VARIANTS
-    assert A.generation_variants_for("trtllm") == ({},)
+    assert A.generation_variants_for("trtllm") == A.TRTLLM_VARIANTS
     names = [p.name for p in A.TRTLLM_GENERATION_PARAMS]
     assert len(names) == len(set(names))
 

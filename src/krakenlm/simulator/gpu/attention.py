@@ -85,14 +85,15 @@ parameters hold `mha_floor_s` (TRTLLM_GENERATION_PARAMS):
                     / (batch * kv_heads))), 1)           (blocks per sequence, discrete)
     items     = batch * kv_heads * blocks,  chunk as above with `blocks` for `splits`
     item      = MHA:  mha_item_s + chunk * head_dim * 2 * kv_bytes / mha_sm_bandwidth
-                GQA:  item_s + ceil(group / Q_TILE_ROWS) * head_dim * row_tile_s
+                GQA:  item_s + ceil(group / q_tile_rows) * head_dim * row_tile_s
                       + chunk * head_dim * 2 * kv_bytes / sm_bandwidth
     floor     = (mha_floor_s if MHA else floor_s) + (blocks > 1) * (mha_multiblock_s | multiblock_s)
     time      = floor + (exec^p + (kv / bandwidth)^p)^(1/p)   (exec, kv, bandwidth as above)
 
 MULTIBLOCK_MIN_TOKENS and MULTIBLOCK_WAVES are structural (not fitted): of 256/512/1024 tokens
 and 1/2/4/8 waves, 256 and 4 gave the lowest fit-half error on H100 (the held-out half was not
-consulted).
+consulted). The query-tile rows `q_tile_rows` (8 or 16, TRTLLM_VARIANTS) are a structural
+choice fitted in turn per device and KV dtype, like the split-KV variants below.
 
 vLLM and SGLang decode with FlashAttention's split-KV kernels, whose split count is a heuristic
 on wave efficiency rather than `floor(SMs / pairs)`: `predict_generation` uses this form when
@@ -195,7 +196,11 @@ TRTLLM_GENERATION_PARAMS = GENERATION_PARAMS + (
 )
 MULTIBLOCK_MIN_TOKENS = 256  # fewest cached tokens per block before a sequence is split
 MULTIBLOCK_WAVES = 4  # blocks per sequence are capped at this many waves of CTAs over the SMs
-Q_TILE_ROWS = 16  # query heads of a GQA group one XQA pass serves
+Q_TILE_ROWS = 16  # query heads of a GQA group one XQA pass serves (default of `q_tile_rows`)
+# structural choice for TensorRT-LLM: the rows of XQA's query tile. Its kernels are compiled
+# per head-group size and KV dtype, and the FP8-KV rows of the tables slow down past 8 query
+# heads per KV head (H100 fit half, group 12/16/32: 11/16/20 % too fast with 16-row tiles)
+TRTLLM_VARIANTS = ({"q_tile_rows": 8.0}, {"q_tile_rows": 16.0})
 
 
 # FlashAttention's split-KV form (vLLM, SGLang; see the module docstring): smooth constants plus
@@ -229,6 +234,8 @@ def generation_params_for(framework: str) -> tuple[Param, ...]:
 
 def generation_variants_for(framework: str) -> tuple[dict[str, float], ...]:
     """Structural choices of `framework`'s generation form (fitted in turn, see calibrate.py)."""
+    if framework == "trtllm":
+        return TRTLLM_VARIANTS
     return SPLITKV_VARIANTS if framework in SPLITKV_FRAMEWORKS else ({},)
 
 
@@ -371,7 +378,8 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
     stream_s = chunk * d * 2 * nbytes
     if discrete:
         item = np.where(mha, p["mha_item_s"] + stream_s / p["mha_sm_bandwidth"],
-                        p["item_s"] + np.ceil(group / Q_TILE_ROWS) * d * p["row_tile_s"]
+                        p["item_s"] + np.ceil(group / p.get("q_tile_rows", Q_TILE_ROWS)) * d
+                        * p["row_tile_s"]
                         + stream_s / p["sm_bandwidth"])
         floor_s = (np.where(mha, p["mha_floor_s"], p["floor_s"])
                    + np.where(splits > 1, np.where(mha, p["mha_multiblock_s"],
