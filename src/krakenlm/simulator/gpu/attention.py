@@ -46,8 +46,9 @@ each and keeps the one with the lower fit-half error. What the tables chose, by 
   path (128 x 64, packed). Held-out: vLLM 10.6 -> 5.3 %, TRT-LLM 6.1 -> 5.3, SGLang 7.2 -> 6.4.
 * H100/H200: TensorRT-LLM's warp-specialised fmha_v2 (128 rows, 256/128/64 keys by head_dim,
   unpacked: 8.5 -> 7.5 % on H100); vLLM and SGLang FA3 at 128 x 128, packed.
-* B200/GB200: the 128-row forms, unpacked (TensorRT-LLM's trtllm-gen kernels, also under
-  vLLM-FlashInfer and SGLang).
+* B200/GB200: the 128-row forms, unpacked: TensorRT-LLM's kernels, which SGLang (trtllm_mha)
+  also runs there (its 256/128/64-key menu: SGLang 12.4 -> 7.7 % on B200); vLLM-FlashInfer
+  the 128 x 128 form (14.0 -> 7.9 %, its cache write and decode-kernel rows out).
 * L40S: the same menus as A100, with `warm_l2`: the collectors replay the op on the same
   tensors, and on this 96 MB-L2, 0.86 TB/s-GDDR6 card a footprint (Q, O, K, V and the cache
   copy) that fits the L2 streams at the L2's bandwidth: TensorRT-LLM and SGLang take ~10x
@@ -205,15 +206,20 @@ VLLM_CONTEXT_PARAMS = CONTEXT_PARAMS + (
 # Tile menus tried per framework (prefill_tiles.py has their sources); the fit half picks one.
 # Each list keeps the 128 x 128 forms, so no entry can lose to the form it replaces.
 _SQUARE = tuple({"pack_gqa": p, "block_m": 128.0, "kv_tile": 0.0} for p in (0.0, 1.0))
+# fmha_v2: 64-row Q steps on Ampere/Ada, 128 (two warpgroups) on Hopper; 256/128/64 keys
+_FMHA_V2 = tuple({"pack_gqa": p, "block_m": m, "kv_tile": 16384.0}
+                 for m in (64.0, 128.0) for p in (0.0, 1.0))
+# TensorRT-LLM's FMHA as vLLM (through FlashInfer) and SGLang (trtllm_mha) call it on Blackwell
+_TRTLLM_BLACKWELL = tuple(v for v in _FMHA_V2 if v["block_m"] == 128.0)
+# FA2's split-KV kernel (vLLM's paged cache, Ampere and Ada): 64 rows, 256/128/64 keys, GQA
+# swapped into the rows only for single-token queries
+_FA2_SPLIT = ({"pack_gqa": 2.0, "block_m": 64.0, "kv_tile": 16384.0},)
+# FA3's sm8x path (SGLang on Ampere): 128 x 64 at head_dim 128, PackGQA (forced below sm90)
+_FA3_SM8X = ({"pack_gqa": 1.0, "block_m": 128.0, "kv_tile": 8192.0},)
 CONTEXT_MENUS: dict[str, tuple[dict[str, float], ...]] = {
-    # fmha_v2: 64-row Q steps on Ampere, 128 (two warpgroups) on Hopper; 256/128/64 keys
-    "trtllm": _SQUARE + tuple({"pack_gqa": p, "block_m": m, "kv_tile": 16384.0}
-                              for m in (64.0, 128.0) for p in (0.0, 1.0)),
-    # FA2's split-KV kernel (paged cache, Ampere and Ada): 64 rows, 256/128/64 keys, GQA
-    # swapped into the rows only for single-token queries; FA3 (Hopper): the 128 x 128 form
-    "vllm": _SQUARE + ({"pack_gqa": 2.0, "block_m": 64.0, "kv_tile": 16384.0},),
-    # FA3's sm8x path (SGLang on Ampere): 128 x 64 at head_dim 128, PackGQA (forced below sm90)
-    "sglang": _SQUARE + ({"pack_gqa": 1.0, "block_m": 128.0, "kv_tile": 8192.0},),
+    "trtllm": _SQUARE + _FMHA_V2,
+    "vllm": _SQUARE + _FA2_SPLIT + _TRTLLM_BLACKWELL,  # FA3 on Hopper: the 128 x 128 form
+    "sglang": _SQUARE + _FA3_SM8X + _TRTLLM_BLACKWELL,
 }
 
 
