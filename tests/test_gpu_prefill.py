@@ -161,3 +161,10 @@ def test_context_supported_keeps_one_kernel_per_fit(h100):
     fa3 = dict(c, kernel=np.array(["fa3"] * 4, dtype=object))
     assert list(A.context_supported(h100, "sglang", fa3)) == [True, True, False, True]
     assert A.context_supported(h100, "vllm", fa3).all()
+
+
+def test_trtllm_fp8_fmha_follows_an_fp8_cache_on_hopper_not_on_ada(h100, l40s):
+    assert A.context_kernel_dtype("trtllm", "bf16", "fp8", h100) == "fp8"
+    assert A.context_kernel_dtype("trtllm", "bf16", "fp8", l40s) == "bf16"
+    assert A.context_kernel_dtype("trtllm", "fp8", "fp8", l40s) == "fp8"
+    assert A.context_kernel_dtype("vllm", "bf16", "fp8", h100) == "bf16"

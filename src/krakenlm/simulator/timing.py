@@ -252,7 +252,7 @@ class OpTimer:
         module = _gpu_attention()
         family = "context_attention" if prefill else "generation_attention"
         if prefill and module is not None:  # e.g. TensorRT-LLM computes in FP8 with an FP8 cache
-            dtype = module.context_kernel_dtype(self.software.kernels, dtype, kv_dtype)
+            dtype = module.context_kernel_dtype(self.software.kernels, dtype, kv_dtype, dev)
         variant = dtype if prefill else kv_dtype
         variant = variant if variant in ("bf16", "fp8") else "bf16"
         found = self.entry(family, variant) if module is not None else None

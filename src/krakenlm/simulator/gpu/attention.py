@@ -71,8 +71,9 @@ fit half, isl <= 64 and batch <= 4: median 18.3 us, against 11.6 and 13.2 us at 
 and 256).
 
 The kernel's compute dtype is not always the table's `attn_dtype`: TensorRT-LLM runs its FP8
-context FMHA whenever the KV cache is FP8 (rows bf16/fp8 take 0.99x the time of fp8/fp8 rows
-and up to 1.28x the BF16 peak), see `context_kernel_dtype`.
+context FMHA whenever the KV cache is FP8 on Hopper and Blackwell (rows bf16/fp8 take 0.99x the
+time of fp8/fp8 rows and up to 1.28x the BF16 peak), not on Ada (L40S: its bf16/fp8 rows run
+like bf16/bf16), see `context_kernel_dtype`.
 
 Generation attention (one new token per sequence over kv_len cached tokens)
 --------------------------------------------------------------------------
@@ -173,6 +174,7 @@ import numpy as np
 
 from ...hardware.schema import DTYPE_BYTES, Device
 from . import prefill_tiles as tiles
+from .gemm import hopper_class
 from .params import Param
 
 BLOCK_M = tiles.BLOCK_M  # default query rows per prefill CTA (menus: prefill_tiles.py)
@@ -399,9 +401,15 @@ def predict_context(dev: Device, cols: dict, p: dict, dtype: str = "bf16", *,
     return time
 
 
-def context_kernel_dtype(framework: str, dtype: str, kv_dtype: str) -> str:
-    """The dtype the context kernel computes in: TRT-LLM runs FP8 FMHA with an FP8 KV cache."""
-    if dtype == "fp8" or (framework == "trtllm" and kv_dtype == "fp8"):
+def context_kernel_dtype(framework: str, dtype: str, kv_dtype: str,
+                         dev: Device | None = None) -> str:
+    """The dtype the context kernel computes in: TRT-LLM runs FP8 FMHA with an FP8 KV cache on
+    Hopper and Blackwell (`dev` None: assumed). Not on Ada: the L40S fit half's bf16-attention
+    rows with an FP8 cache take 0.80x the time of its FP8-FMHA rows, as its bf16/bf16 rows do
+    (0.81x; H100 1.01x, B200 1.03x)."""
+    if dtype == "fp8":
+        return "fp8"
+    if framework == "trtllm" and kv_dtype == "fp8" and (dev is None or hopper_class(dev)):
         return "fp8"
     return dtype
 

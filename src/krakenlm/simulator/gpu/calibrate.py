@@ -144,7 +144,7 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
         ctx = None
     if ctx is not None:
         c = ctx.columns
-        kernel = np.array([module.context_kernel_dtype(framework, d, k)
+        kernel = np.array([module.context_kernel_dtype(framework, d, k, dev)
                            for d, k in zip(c["dtype"], c["kv_dtype"])], dtype=object)
         for dtype in ("bf16", "fp8"):
             sel = kernel == dtype
