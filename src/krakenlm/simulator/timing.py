@@ -252,7 +252,7 @@ class OpTimer:
         module = _gpu_attention()
         family = "context_attention" if prefill else "generation_attention"
         if prefill and module is not None:  # e.g. TensorRT-LLM computes in FP8 with an FP8 cache
-            dtype = module.context_kernel_dtype(self.software.kernels, dtype, kv_dtype)
+            dtype = module.context_kernel_dtype(self.software.kernels, dtype, kv_dtype, dev)
         variant = dtype if prefill else kv_dtype
         variant = variant if variant in ("bf16", "fp8") else "bf16"
         found = self.entry(family, variant) if module is not None else None
@@ -262,7 +262,11 @@ class OpTimer:
                 cols = {"batch": np.array([batch]), "isl": np.array([q_len]),
                         "heads": np.array([heads]), "kv_heads": np.array([kv_heads]),
                         "head_dim": np.array([hd])}
-                t = float(module.predict_context(dev, cols, found[0].params, variant)[0])
+                # a graph that writes the KV cache in an op of its own (rope_in_attention
+                # false) must not count vLLM's cache-write kernel twice
+                t = float(module.predict_context(
+                    dev, cols, found[0].params, variant,
+                    cache_write=self.software.fusions.rope_in_attention)[0])
                 return t, "compute"
             cols = {"batch": np.array([batch]), "kv_len": np.array([kv_len]),
                     "heads": np.array([heads]), "kv_heads": np.array([kv_heads]),

@@ -7,20 +7,22 @@ description; nothing here is specific to one GPU.
 
 Context attention (causal self-attention over a whole prompt, q_len = kv_len = isl)
 ----------------------------------------------------------------------------------
-FlashAttention-2/3 and TensorRT-LLM's FMHA run one CTA (a *work item*) per tile of BLOCK_M query
+FlashAttention-2/3 and TensorRT-LLM's FMHA run one CTA (a *work item*) per tile of block_m query
 rows of one head (or, when the kernel packs the query heads of a GQA group into the rows of one
-tile -- FA3's PackGQA -- of one KV head), looping over BLOCK_N-key blocks up to the diagonal:
+tile -- FA3's PackGQA -- of one KV head), looping over block_n-key blocks up to the diagonal
+(prefill_tiles.py: the tile menus and their sources, the causal block count):
 
-    g         = heads / kv_heads if pack_gqa else 1        (query heads per tile)
-    tiles     = ceil(isl * g / BLOCK_M)                    (query tiles per sequence and head group)
+    g         = heads / kv_heads if the kernel packs GQA else 1      (query heads per tile)
+    tiles     = ceil(isl * g / block_m)                  (query tiles per sequence and head group)
     items     = batch * heads / g * tiles
-    nk        = ceil(isl / BLOCK_N)                        (key blocks the last tile visits)
-    t_block   = BLOCK_M * BLOCK_N * (4 head_dim / (peak / SMs * mma_efficiency) + softmax_s)
-    compute   = max(ceil(items / SMs) * (item_s + (nk + 1)/2 * t_block),   (waves of average
-                    item_s + nk * t_block)                                   tiles; the longest)
+    blocks_j  = ceil(min(ceil(j block_m / g), isl) / block_n)   (key blocks tile j visits)
+    t_block   = block_m * block_n * (4 head_dim / (peak / SMs * mma_efficiency) + softmax_s)
+    compute   = max(ceil(items / SMs) * (item_s + mean_j blocks_j * t_block),  (waves of average
+                    item_s + max_j blocks_j * t_block)                          tiles; the longest)
     memory    = batch * isl * head_dim * bytes * (2 heads + 2 kv_heads * kv_passes)
                 / (bandwidth * memory_efficiency)
     time      = floor_s + (compute^p + memory^p)^(1/p)       (p = overlap_exponent)
+                [+ batch * isl * min(kv_heads * head_dim, 512) * cache_write_thread_s / SMs]
 
 The head-dim dependence is physical, not a table: per score element a tile spends 4 head_dim
 FLOPs in the MMAs and a fixed `softmax_s` in the online softmax (exp, max, rescale on the
@@ -34,14 +36,44 @@ latency, epilogue; with one CTA per SM it is exposed once per wave. `floor_s` ab
 fixed cost (TRT-LLM's context op has a ~13 us floor: it includes QKV preprocessing, RoPE and
 the KV-cache write as separate launches).
 
-`pack_gqa` is a structural choice (0/1, in CONTEXT_VARIANTS), not a fitted constant: the
-calibration fits both variants and keeps the one with the lower fit-half error. It is what the
-tables say: the packed form fits FA3 (vLLM, SGLang on Hopper), the A100 kernels and TensorRT-LLM
-on Ampere; TensorRT-LLM's Hopper and Blackwell FMHA (also under SGLang on B200) fit unpacked.
+Which kernel runs is structural, not fitted: the tile shape (`block_m`, `kv_tile`), the GQA
+packing (`pack_gqa` 0/1/2) and whether the benchmark's tensors stay in L2 (`warm_l2`) are
+variants read from the libraries' sources (CONTEXT_MENUS, per framework); the calibration fits
+each and keeps the one with the lower fit-half error. What the tables chose, by device:
+
+* A100: TensorRT-LLM 64-row fmha_v2 tiles, packed; vLLM FA2's split-KV kernel (64 x 128 at
+  head_dim 128, GQA swapped into the rows only for single-token queries); SGLang FA3's sm8x
+  path (128 x 64, packed). Held-out: vLLM 10.6 -> 5.3 %, TRT-LLM 6.1 -> 5.3, SGLang 7.2 -> 6.4.
+* H100/H200: TensorRT-LLM's warp-specialised fmha_v2 (128 rows, 256/128/64 keys by head_dim,
+  unpacked: 8.5 -> 7.5 % on H100); vLLM and SGLang FA3 at 128 x 128, packed.
+* B200/GB200: the 128-row forms, unpacked: TensorRT-LLM's kernels, which SGLang (trtllm_mha)
+  also runs there (its 256/128/64-key menu: SGLang 12.4 -> 7.7 % on B200); vLLM-FlashInfer
+  the 128 x 128 form (14.0 -> 7.9 %, its cache write and decode-kernel rows out).
+* L40S: the same menus as A100, with `warm_l2`: the collectors replay the op on the same
+  tensors, and on this 96 MB-L2, 0.86 TB/s-GDDR6 card a footprint (Q, O, K, V and the cache
+  copy) that fits the L2 streams at the L2's bandwidth: TensorRT-LLM and SGLang take ~10x
+  longer per token once a batch exceeds ~4k tokens of 32 x 128-dim heads (fit half: 140 us at
+  4096 tokens, 557 us at 8192 for TRT-LLM at isl 32). No other device's fit chose `warm_l2`.
+
+vLLM times its KV-cache write with the attention: `reshape_and_cache_flash` launches one CTA per
+token with min(kv_heads x head_dim, 512) threads, latency-bound, so with few KV heads the write,
+not the attention, sets the time of short prompts (A100 fit half, batch x heads = 512 at isl
+256: 4 heads 488 us, 16 heads 236 us for the same FLOPs and bytes; SGLang and TensorRT-LLM
+show no such dependence). `cache_write_thread_s` (VLLM_CONTEXT_PARAMS) is that CTA's latency
+per resident thread; a model graph that writes the cache in an op of its own passes
+`cache_write=False`.
+
+Rows that are another kernel are left out of the fits (`context_supported`): sliding windows,
+head_dim > 256, SGLang's Triton fallback (head_dim 64/192 on L40S, 192/256 on B200) and
+vLLM-FlashInfer's decode kernel for single-token queries (B200), when the dataset also has the
+main kernel; SGLang's FA3 at head_dim 192, which adds a fixed ~7 us pass as in decode (H200
+fit half, isl <= 64 and batch <= 4: median 18.3 us, against 11.6 and 13.2 us at head_dim 128
+and 256).
 
 The kernel's compute dtype is not always the table's `attn_dtype`: TensorRT-LLM runs its FP8
-context FMHA whenever the KV cache is FP8 (rows bf16/fp8 take 0.99x the time of fp8/fp8 rows
-and up to 1.28x the BF16 peak), see `context_kernel_dtype`.
+context FMHA whenever the KV cache is FP8 on Hopper and Blackwell (rows bf16/fp8 take 0.99x the
+time of fp8/fp8 rows and up to 1.28x the BF16 peak), not on Ada (L40S: its bf16/fp8 rows run
+like bf16/bf16), see `context_kernel_dtype`.
 
 Generation attention (one new token per sequence over kv_len cached tokens)
 --------------------------------------------------------------------------
@@ -141,10 +173,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...hardware.schema import DTYPE_BYTES, Device
+from . import prefill_tiles as tiles
+from .gemm import hopper_class
 from .params import Param
 
-BLOCK_M = 128  # query rows per prefill CTA (FA2/FA3/TRT-LLM FMHA tiles for head_dim <= 256)
-BLOCK_N = 128  # keys per step of a prefill CTA's inner loop
+BLOCK_M = tiles.BLOCK_M  # default query rows per prefill CTA (menus: prefill_tiles.py)
+BLOCK_N = tiles.BLOCK_N  # default keys per step of a prefill CTA's inner loop
 DECODE_CHUNK = 256  # fewest keys a split-KV decode CTA is given
 DECODE_BLOCK = 128  # keys per step of a decode CTA (a CTA streams whole blocks)
 PLAUSIBLE_MARGIN = 1.1  # boost clocks reach ~1.08x the datasheet peaks
@@ -164,7 +198,49 @@ CONTEXT_PARAMS = (
     Param("overlap_exponent", "positive", 1.5,
           "p of the smooth maximum of compute and memory time (1: sum, large: max)"),
 )
-CONTEXT_VARIANTS = ({"pack_gqa": 0.0}, {"pack_gqa": 1.0})
+CONTEXT_VARIANTS = ({"pack_gqa": 0.0}, {"pack_gqa": 1.0})  # the 128 x 128 form, any kernel
+# vLLM times its KV-cache write with the attention (see VLLM_CONTEXT_PARAMS)
+VLLM_CONTEXT_PARAMS = CONTEXT_PARAMS + (
+    Param("cache_write_thread_s", "seconds", 2e-9,
+          "SM time per thread of vLLM's KV-cache write, one CTA of min(kv_heads x head_dim, "
+          "512) threads per token (the CTA's latency over the threads an SM holds at once)"),
+)
+# Tile menus tried per framework (prefill_tiles.py has their sources); the fit half picks one.
+# Each list keeps the 128 x 128 forms, so no entry can lose to the form it replaces.
+_SQUARE = tuple({"pack_gqa": p, "block_m": 128.0, "kv_tile": 0.0} for p in (0.0, 1.0))
+# fmha_v2: 64-row Q steps on Ampere/Ada, 128 (two warpgroups) on Hopper; 256/128/64 keys
+_FMHA_V2 = tuple({"pack_gqa": p, "block_m": m, "kv_tile": 16384.0}
+                 for m in (64.0, 128.0) for p in (0.0, 1.0))
+# TensorRT-LLM's FMHA as vLLM (through FlashInfer) and SGLang (trtllm_mha) call it on Blackwell
+_TRTLLM_BLACKWELL = tuple(v for v in _FMHA_V2 if v["block_m"] == 128.0)
+# FA2's split-KV kernel (vLLM's paged cache, Ampere and Ada): 64 rows, 256/128/64 keys, GQA
+# swapped into the rows only for single-token queries
+_FA2_SPLIT = ({"pack_gqa": 2.0, "block_m": 64.0, "kv_tile": 16384.0},)
+# FA3's sm8x path (SGLang on Ampere): 128 x 64 at head_dim 128, PackGQA (forced below sm90)
+_FA3_SM8X = ({"pack_gqa": 1.0, "block_m": 128.0, "kv_tile": 8192.0},)
+CONTEXT_MENUS: dict[str, tuple[dict[str, float], ...]] = {
+    "trtllm": _SQUARE + _FMHA_V2,
+    "vllm": _SQUARE + _FA2_SPLIT + _TRTLLM_BLACKWELL,  # FA3 on Hopper: the 128 x 128 form
+    "sglang": _SQUARE + _FA3_SM8X + _TRTLLM_BLACKWELL,
+}
+
+
+# Backends a framework runs for some context rows besides its prefill kernel: SGLang's Triton
+# fallback (head_dim 64/192 on L40S, 192/256 on B200), vLLM-FlashInfer's decode kernel for
+# single-token queries (B200). Their rows are left out when the prefill kernel is measured too.
+CONTEXT_OTHER_KERNELS = ("triton", "decode")
+
+
+def context_params_for(framework: str) -> tuple[Param, ...]:
+    """The context-attention constants fitted for `framework` (vLLM adds its KV-cache write)."""
+    return VLLM_CONTEXT_PARAMS if framework == "vllm" else CONTEXT_PARAMS
+
+
+def context_variants_for(framework: str) -> tuple[dict[str, float], ...]:
+    """Structural choices (tile menu, GQA packing, L2) tried for `framework`'s context kernel."""
+    return tuple({**v, "warm_l2": w} for v in CONTEXT_MENUS.get(framework, CONTEXT_VARIANTS)
+                 for w in (0.0, 1.0))
+
 
 GENERATION_PARAMS = (
     Param("floor_s", "seconds", 7e-6, "fixed cost of the op: launch(es), split-KV combine"),
@@ -290,31 +366,50 @@ def _pnorm(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------- context
-def predict_context(dev: Device, cols: dict, p: dict, dtype: str = "bf16") -> np.ndarray:
+def predict_context(dev: Device, cols: dict, p: dict, dtype: str = "bf16", *,
+                    cache_write: bool = True) -> np.ndarray:
     """Seconds per row of `cols` (batch, isl, heads, kv_heads, head_dim); causal, no window.
 
     `dtype` is the kernel's compute dtype (see `context_kernel_dtype`); `p` holds
-    CONTEXT_PARAMS and optionally `pack_gqa` (0 or 1, default 0).
+    CONTEXT_PARAMS (VLLM_CONTEXT_PARAMS for vLLM) and optionally the structural choices
+    `pack_gqa` (0, 1 or 2; default 0), `block_m` (default 128), `kv_tile` (default 0: 128-key
+    blocks) and `warm_l2` (default 0), see prefill_tiles.py. `cache_write=False` leaves out
+    vLLM's KV-cache write kernel, for a caller that times that write as an op of its own.
     """
     b, s, h, kvh, d = (_col(cols, k) for k in ("batch", "isl", "heads", "kv_heads", "head_dim"))
     nbytes = DTYPE_BYTES[dtype]
     sms = dev.core_count
     per_sm = dev.matrix_rate(dtype) / sms
-    g = h / kvh if p.get("pack_gqa", 0.0) > 0.5 else np.ones_like(h)
-    tiles = np.ceil(s * g / BLOCK_M)
-    items = b * (h / g) * tiles
-    nk = np.ceil(s / BLOCK_N)
-    t_block = BLOCK_M * BLOCK_N * (4 * d / (per_sm * p["mma_efficiency"]) + p["softmax_s"])
-    compute = np.maximum(np.ceil(items / sms) * (p["item_s"] + (nk + 1) / 2 * t_block),
-                         p["item_s"] + nk * t_block)
+    bm = p.get("block_m", tiles.BLOCK_M)
+    bn = tiles.block_n(d, p.get("kv_tile", 0.0))
+    g = tiles.query_group(s, h, kvh, p.get("pack_gqa", 0.0))
+    n_tiles, mean_blocks, max_blocks = tiles.causal_tiles(s, g, bm, bn)
+    items = b * (h / g) * n_tiles
+    t_block = bm * bn * (4 * d / (per_sm * p["mma_efficiency"]) + p["softmax_s"])
+    compute = np.maximum(np.ceil(items / sms) * (p["item_s"] + mean_blocks * t_block),
+                         p["item_s"] + max_blocks * t_block)
+    bandwidth = dev.memory.bandwidth_bytes_per_s
+    if p.get("warm_l2", 0.0) > 0.5:  # the benchmark replays the op on the same tensors
+        footprint = b * s * d * nbytes * (2 * h + 4 * kvh)  # Q, O, K, V and their cache copy
+        bandwidth = np.where(footprint <= dev.global_buffer.capacity_bytes,
+                             dev.global_buffer_bandwidth_bytes_per_s, bandwidth)
     memory = b * s * d * nbytes * (2 * h + 2 * kvh * p["kv_passes"]) / (
-        dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"])
-    return p["floor_s"] + _pnorm(compute, memory, p["overlap_exponent"])
+        bandwidth * p["memory_efficiency"])
+    time = p["floor_s"] + _pnorm(compute, memory, p["overlap_exponent"])
+    if cache_write and "cache_write_thread_s" in p:  # vLLM: its own kernel, one CTA per token
+        time = time + b * s * tiles.cache_write_threads(kvh, d) * p["cache_write_thread_s"] / sms
+    return time
 
 
-def context_kernel_dtype(framework: str, dtype: str, kv_dtype: str) -> str:
-    """The dtype the context kernel computes in: TRT-LLM runs FP8 FMHA with an FP8 KV cache."""
-    if dtype == "fp8" or (framework == "trtllm" and kv_dtype == "fp8"):
+def context_kernel_dtype(framework: str, dtype: str, kv_dtype: str,
+                         dev: Device | None = None) -> str:
+    """The dtype the context kernel computes in: TRT-LLM runs FP8 FMHA with an FP8 KV cache on
+    Hopper and Blackwell (`dev` None: assumed). Not on Ada: the L40S fit half's bf16-attention
+    rows with an FP8 cache take 0.80x the time of its FP8-FMHA rows, as its bf16/bf16 rows do
+    (0.81x; H100 1.01x, B200 1.03x)."""
+    if dtype == "fp8":
+        return "fp8"
+    if framework == "trtllm" and kv_dtype == "fp8" and (dev is None or hopper_class(dev)):
         return "fp8"
     return dtype
 
@@ -343,9 +438,20 @@ def plausible_context(dev: Device, cols: dict, latency_s, dtype: str = "bf16") -
 
 
 def context_supported(dev: Device, framework: str, cols: dict, dtype: str = "bf16") -> np.ndarray:
-    """Rows this model describes: no sliding window, head_dim <= 256 (see module docstring)."""
+    """Rows this model describes: no sliding window, head_dim <= 256, FlashAttention-class
+    kernels (not SGLang's Triton fallback, nor its padded head_dim 192; module docstring)."""
     window = np.asarray(cols["window"]) if "window" in cols else 0
-    return (window == 0) & (np.asarray(cols["head_dim"]) <= 256)
+    head_dim = np.asarray(cols["head_dim"])
+    ok = (window == 0) & (head_dim <= 256)
+    if "kernel" in cols:  # one kernel per fit: fallbacks go when the main kernel is measured
+        other = np.array([any(w in str(k).lower() for w in CONTEXT_OTHER_KERNELS)
+                          for k in np.atleast_1d(cols["kernel"])])
+        if not other.all():
+            ok = ok & ~other
+    if framework == "sglang":  # FA3 at head_dim 192 adds a fixed ~7 us pass, as in decode
+        ok = ok & ~((head_dim == 192) & np.isin(np.atleast_1d(cols.get("kernel", "fa3")),
+                                                ("fa3", "flash_attention")))
+    return ok
 
 
 # ------------------------------------------------------------------------------- generation

@@ -144,7 +144,7 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
         ctx = None
     if ctx is not None:
         c = ctx.columns
-        kernel = np.array([module.context_kernel_dtype(framework, d, k)
+        kernel = np.array([module.context_kernel_dtype(framework, d, k, dev)
                            for d, k in zip(c["dtype"], c["kv_dtype"])], dtype=object)
         for dtype in ("bf16", "fp8"):
             sel = kernel == dtype
@@ -156,14 +156,15 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
             cols = {k: v[sel] for k, v in c.items()}
             lat = ctx.latency_s[sel]
             cols, lat = _keep(cols, lat, module.context_supported(dev, framework, cols, dtype),
-                              notes, "not this kernel (sliding window, head dim > 256)")
+                              notes, "not this kernel (sliding window, head dim > 256, "
+                                     "Triton fallback, SGLang's padded head dim 192)")
             cols, lat = _keep(cols, lat, module.plausible_context(dev, cols, lat, dtype), notes,
                               "faster than the tensor peak allows")
             out.append(Dataset(framework, ctx.version, "context_attention", dtype, cols, lat,
-                               module.CONTEXT_PARAMS,
+                               module.context_params_for(framework),
                                lambda cc, p, dtype=dtype: module.predict_context(dev, cc, p, dtype),
                                module.context_key(cols), notes,
-                               tuple(module.CONTEXT_VARIANTS)))
+                               module.context_variants_for(framework)))
     try:
         gen = aic.read_generation_attention(system.name, framework, root=root)
     except aic.CalibrationSourceError:

@@ -8,7 +8,8 @@ Parquet tables of kernels measured on real GPUs, under
 * `attention/<fw>/<v>/context_attention_perf.parquet` (prefill, causal) and
   `generation_attention_perf.parquet` (one new token per sequence): batch_size, isl,
   num_heads, num_key_value_heads, head_dim, attn_dtype / kv_cache_dtype, step, latency (ms).
-  A generation row attends to `isl + step` cached tokens.
+  A generation row attends to `isl + step` cached tokens. `kernel_source` (the backend the
+  collector ran) is kept as the column `kernel` of the fastest row of each shape.
 * `comm/nccl/<nccl version>/nccl_perf.parquet`: op_name (all_reduce, all_gather,
   reduce_scatter, alltoall), nccl_dtype, num_gpus, message_size (an *element* count), latency.
 * `comm/<fw>/<v>/custom_allreduce_perf.parquet`: the framework's own all-reduce (TensorRT-LLM
@@ -272,7 +273,11 @@ def _attention(system: str, framework: str, table: str, version: str | None,
          "kv_heads": cols["num_key_value_heads"].astype(np.int64),
          "head_dim": cols["head_dim"].astype(np.int64), "window": window,
          "dtype": attn, "kv_dtype": _dtype(cols["kv_cache_dtype"]),
-         "step": cols["step"].astype(np.int64)}
+         "step": cols["step"].astype(np.int64),
+         # the backend the collector ran (e.g. "fa3", "triton", "trtllm_mha"): a framework
+         # may serve some head sizes with another kernel (SGLang's Triton fallback)
+         "kernel": (cols["kernel_source"].astype(str) if "kernel_source" in cols
+                    else np.full(n, "", dtype=object)).astype(object)}
     lat = cols["latency"].astype(float) * 1e-3
     keys = [c[k] if c[k].dtype != object else c[k].astype(str)
             for k in ("batch", "isl", "heads", "kv_heads", "head_dim", "window", "dtype",
