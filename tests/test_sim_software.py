@@ -210,3 +210,17 @@ def test_last_prompt_token_in_decode_moves_one_step_into_the_ttft():
     assert one.prefill.time_s == 0.0
     assert one.ttft_s == pytest.approx(float(one.decode.step_times_s[0]), rel=1e-12)
     assert one.retimed(split.host) == pytest.approx((one.ttft_s, one.tpot_s), rel=1e-12)
+
+
+def test_per_sequence_host_work_is_paid_by_every_sequence_of_every_step():
+    cfg = get_preset("gpt3-1.3b")
+    base = load_software("eager")
+    for batch in (1, 3):
+        fast = simulate(cfg, A100, 1, batch, 16, 4, software=dataclasses.replace(base, host=Host()),
+                        gpu_calibration=NO_GPU_CAL)
+        seq = dataclasses.replace(base, host=Host(per_sequence_s=1e-3))
+        r = simulate(cfg, A100, 1, batch, 16, 4, software=seq, gpu_calibration=NO_GPU_CAL)
+        assert r.ttft_s == pytest.approx(fast.ttft_s + batch * 1e-3)
+        assert r.tpot_s == pytest.approx(fast.tpot_s + batch * 1e-3)
+        assert r.retimed(seq.host) == pytest.approx((r.ttft_s, r.tpot_s), rel=1e-12)
+        assert sum(r.decode.categories.values()) == pytest.approx(r.tpot_s * 3)
