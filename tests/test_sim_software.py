@@ -224,3 +224,15 @@ def test_per_sequence_host_work_is_paid_by_every_sequence_of_every_step():
         assert r.tpot_s == pytest.approx(fast.tpot_s + batch * 1e-3)
         assert r.retimed(seq.host) == pytest.approx((r.ttft_s, r.tpot_s), rel=1e-12)
         assert sum(r.decode.categories.values()) == pytest.approx(r.tpot_s * 3)
+
+
+def test_row_parallel_bias_after_the_reduce_only_for_models_with_biases():
+    after = GraphOptions(row_bias_after_reduce=True)
+    bloom = _names(get_preset("bloom-176b"), after, tp=8)
+    assert {"bias_attn", "bias_ffn"} <= set(bloom)
+    # each waits for its all-reduce: the bias is added to the reduced sum
+    layer = model_graphs(get_preset("bloom-176b"), 8, 1, 1, 4, "decode", 2, options=after)[1]
+    deps = {op.name: op.deps for op in layer.ops}
+    assert deps["bias_attn"] == ("allreduce_attn",) and deps["bias_ffn"] == ("allreduce_ffn",)
+    assert len(bloom) - len(_names(get_preset("bloom-176b"), GraphOptions(), tp=8)) == 2
+    assert not {"bias_attn", "bias_ffn"} & set(_names(get_preset("llama2-7b"), after, tp=2))

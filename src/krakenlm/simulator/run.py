@@ -216,6 +216,7 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
     return GraphOptions(fused_attention=fused, max_head_dim=software.attention.max_head_dim,
                         add_norm=software.fusions.add_norm,
                         rope_in_attention=software.fusions.rope_in_attention,
+                        row_bias_after_reduce=software.fusions.row_bias_after_reduce,
                         attention_kernel=software.attention.kernel)
 
 

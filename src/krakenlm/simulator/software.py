@@ -15,7 +15,8 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
 * `attention`: the fused kernel and the largest head dimension it supports; larger heads run
   the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names;
 * `fusions`: residual add fused into the next norm, RoPE and the KV-cache write inside the
-  attention kernel;
+  attention kernel, a row-parallel Linear's bias added by a kernel of its own after the
+  all-reduce (Megatron-style layers) rather than in the GEMM's epilogue;
 * `fp8`: with `--dtype fp8`, which operators actually run in FP8 (engines quantise the GEMMs
   and keep norms, the LM head and usually attention and the KV cache in 16-bit).
 
@@ -89,6 +90,7 @@ class Attention:
 class Fusions:
     add_norm: bool = True            # residual add + next norm in one kernel
     rope_in_attention: bool = False  # RoPE and the KV-cache write inside the attention kernel
+    row_bias_after_reduce: bool = False  # a row-parallel Linear's bias: own kernel after the reduce
 
 
 @dataclass(frozen=True)
