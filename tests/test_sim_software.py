@@ -210,3 +210,29 @@ def test_last_prompt_token_in_decode_moves_one_step_into_the_ttft():
     assert one.prefill.time_s == 0.0
     assert one.ttft_s == pytest.approx(float(one.decode.step_times_s[0]), rel=1e-12)
     assert one.retimed(split.host) == pytest.approx((one.ttft_s, one.tpot_s), rel=1e-12)
+
+
+def test_per_sequence_host_work_is_paid_by_every_sequence_of_every_step():
+    cfg = get_preset("gpt3-1.3b")
+    base = load_software("eager")
+    for batch in (1, 3):
+        fast = simulate(cfg, A100, 1, batch, 16, 4, software=dataclasses.replace(base, host=Host()),
+                        gpu_calibration=NO_GPU_CAL)
+        seq = dataclasses.replace(base, host=Host(per_sequence_s=1e-3))
+        r = simulate(cfg, A100, 1, batch, 16, 4, software=seq, gpu_calibration=NO_GPU_CAL)
+        assert r.ttft_s == pytest.approx(fast.ttft_s + batch * 1e-3)
+        assert r.tpot_s == pytest.approx(fast.tpot_s + batch * 1e-3)
+        assert r.retimed(seq.host) == pytest.approx((r.ttft_s, r.tpot_s), rel=1e-12)
+        assert sum(r.decode.categories.values()) == pytest.approx(r.tpot_s * 3)
+
+
+def test_row_parallel_bias_after_the_reduce_only_for_models_with_biases():
+    after = GraphOptions(row_bias_after_reduce=True)
+    bloom = _names(get_preset("bloom-176b"), after, tp=8)
+    assert {"bias_attn", "bias_ffn"} <= set(bloom)
+    # each waits for its all-reduce: the bias is added to the reduced sum
+    layer = model_graphs(get_preset("bloom-176b"), 8, 1, 1, 4, "decode", 2, options=after)[1]
+    deps = {op.name: op.deps for op in layer.ops}
+    assert deps["bias_attn"] == ("allreduce_attn",) and deps["bias_ffn"] == ("allreduce_ffn",)
+    assert len(bloom) - len(_names(get_preset("bloom-176b"), GraphOptions(), tp=8)) == 2
+    assert not {"bias_attn", "bias_ffn"} & set(_names(get_preset("llama2-7b"), after, tp=2))

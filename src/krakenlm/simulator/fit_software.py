@@ -2,7 +2,9 @@
 
 What the kernel tables cannot say is what the host adds: the time to issue a kernel outside a
 CUDA graph, and the per-step work of the serving loop (scheduling, input preparation,
-sampling, output processing). These few constants are fitted per (profile, system), since the
+sampling, output processing), with its part that is repeated for every sequence of the batch
+(fitted only when the fit rows vary the batch: 4 or more rows with batch > 1, else it cannot
+be told from the per-step part). These few constants are fitted per (profile, system), since the
 host CPU belongs to the system (a DGX-A100's and a DGX-H100's differ), on the rows of
 `validation_data/model_measurements.csv` whose `split` is `fit` (the even CRC-32 of the
 setup; see `mark_split`) and scored on the `held_out` rows. The kernels stay as calibrated:
@@ -36,6 +38,9 @@ HOST_PARAMS = {
     "per_kernel_s": Param("per_kernel_s", "seconds", 1e-5, "host time per kernel outside a graph"),
     "prefill_step_s": Param("prefill_step_s", "seconds", 1e-3, "host work per prefill step"),
     "decode_step_s": Param("decode_step_s", "seconds", 1e-3, "host work per decode step"),
+    "per_sequence_s": Param("per_sequence_s", "seconds", 1e-4,
+                            "host work per sequence in a step (scheduling, input preparation, "
+                            "sampling, output processing of that sequence)"),
 }
 MIN_ROWS = 4
 
@@ -124,6 +129,9 @@ def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
         fitted.append("prefill_step_s")
     if metrics & {"tpot", "e2e"}:
         fitted.append("decode_step_s")
+    # the per-sequence part is only identifiable from steps of different batch sizes
+    if sum(r.batch > 1 for r in fit_rows) >= MIN_ROWS:
+        fitted.append("per_sequence_s")
     params = tuple(HOST_PARAMS[n] for n in fitted)
     # start from (and compare with) the profile's sourced constants, not an earlier fit: a
     # refit then gives the same answer however often it is run

@@ -23,8 +23,11 @@ the last token of each sequence only (that is all generation needs).
 `GraphOptions` carries what the serving software changes (krakenlm.simulator.software): the
 attention path (a fused kernel only up to the head dimension it supports, the unfused QK^T /
 softmax / AV kernels beyond it), a residual add fused into the following norm (one kernel
-reading two tensors and writing two), and RoPE plus the KV-cache write done inside the
-attention kernel. The defaults are the plain graph: every operator a kernel of its own.
+reading two tensors and writing two), RoPE plus the KV-cache write done inside the
+attention kernel, and, for a model with biases, the bias of each row-parallel Linear (attention
+output, FFN down) added by a kernel of its own after the all-reduce, as Megatron-style layers do
+(standard block). The defaults are the plain graph: every operator a kernel of its own, biases
+in the GEMMs' epilogues.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class GraphOptions:
     max_head_dim: int | None = None   # the fused kernel's largest head dimension (None: any)
     add_norm: bool = False            # residual add fused into the following norm
     rope_in_attention: bool = False   # RoPE and the KV-cache write inside the attention kernel
+    row_bias_after_reduce: bool = False  # a row-parallel Linear's bias added by a kernel of its own
     attention_kernel: str = "fused attention"
 
     def attention_path(self, head_dim: int) -> str:
@@ -215,6 +219,8 @@ def layer_graph(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int, 
             g.add("allreduce_attn", "AllReduce", "collective", ("all_reduce", act_bytes, tp),
                   stream="comm", deps=("out_proj",))
         waits = ("allreduce_attn",) if tp > 1 else ()
+        if cfg.bias and opts.row_bias_after_reduce:
+            g.add("bias_attn", "elementwise", "stream", ("residual", tokens, d), deps=waits)
         if fuse:
             g.add("add_norm_ffn", "LayerNorm", "stream", (add_norm, tokens, d), deps=waits)
         else:
@@ -226,6 +232,9 @@ def layer_graph(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int, 
         if tp > 1:
             g.add("allreduce_ffn", "AllReduce", "collective", ("all_reduce", act_bytes, tp),
                   stream="comm", deps=("ffn_down",))
+        if cfg.bias and opts.row_bias_after_reduce:
+            g.add("bias_ffn", "elementwise", "stream", ("residual", tokens, d),
+                  deps=("allreduce_ffn",) if tp > 1 else ())
         if not fuse:
             g.add("residual_ffn", "elementwise", "stream", ("residual", tokens, d),
                   deps=("allreduce_ffn",) if tp > 1 else ())

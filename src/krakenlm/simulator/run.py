@@ -5,8 +5,9 @@ measured kernels where the device has them, the template tile models otherwise),
 scheduled on two streams (schedule.py), and the software profile (software.py) adds what the
 host does: a step issued kernel by kernel from the host takes, per graph, max(GPU time,
 kernels x host time per kernel); a step replayed as a CUDA graph pays one graph launch; every
-step pays the per-step host work (scheduler, sampling), added or, with an asynchronous
-scheduler, overlapped. Identical layers are scheduled once and multiplied.
+step pays the per-step host work (scheduler, sampling) plus its per-sequence part for each
+sequence in the batch, added or, with an asynchronous scheduler, overlapped. Identical layers
+are scheduled once and multiplied.
 
 Decode: every step is accounted for, and fast. Only the attention operators depend on the KV
 length; their times for all steps are computed at once (vectorised), everything else once.
@@ -108,16 +109,15 @@ class Result:
         sw = self.profile
         if sw is None:
             raise ValueError("this result keeps no software profile")
-        launch = host.graph_launch_s
         ttft = float(host_step_times(self.prefill.graphs, host, sw.graphs.prefill,
-                                     host.prefill_step_s + (launch if sw.graphs.prefill else 0.0))[0]) \
+                                     step_overhead(host, sw, "prefill", self.batch))[0]) \
             if self.prefill.graphs else 0.0
         split = sw.prefill.last_token_in_decode
         steps = self.gen_tokens - (0 if split else 1)
         if steps <= 0:
             return ttft, 0.0
         decode = host_step_times(self.decode.graphs, host, sw.graphs.decode,
-                                 host.decode_step_s + (launch if sw.graphs.decode else 0.0), steps)
+                                 step_overhead(host, sw, "decode", self.batch), steps)
         if split:  # the first decode step produced the first token
             return ttft + float(decode[0]), float(decode[1:].mean()) if steps > 1 else 0.0
         return ttft, float(decode.mean())
@@ -193,11 +193,12 @@ def _add_graph(phase: PhaseResult, g: Graph, timed: list[TimedOp], sched: Schedu
         phase.add_op(op.name, op.category, (end - start) * times, times)
 
 
-def _step_overhead(software: SoftwareProfile, phase: str) -> float:
-    host = software.host
+def step_overhead(host: Host, software: SoftwareProfile, phase: str, batch: int) -> float:
+    """Host work of one step that the GPU waits for: the per-step part, the per-sequence part
+    for each of the `batch` sequences the step carries, and the graph launch if captured."""
     per_step = host.prefill_step_s if phase == "prefill" else host.decode_step_s
     graphs = software.graphs.prefill if phase == "prefill" else software.graphs.decode
-    return per_step + (host.graph_launch_s if graphs else 0.0)
+    return per_step + batch * host.per_sequence_s + (host.graph_launch_s if graphs else 0.0)
 
 
 def _finish_step(phase: PhaseResult, gpu_s: float, overhead_s: float, overlaps: bool) -> float:
@@ -215,11 +216,12 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
     return GraphOptions(fused_attention=fused, max_head_dim=software.attention.max_head_dim,
                         add_norm=software.fusions.add_norm,
                         rope_in_attention=software.fusions.rope_in_attention,
+                        row_bias_after_reduce=software.fusions.row_bias_after_reduce,
                         attention_kernel=software.attention.kernel)
 
 
 def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
-             software: SoftwareProfile) -> tuple[PhaseResult, dict[str, float], float]:
+             software: SoftwareProfile, batch: int) -> tuple[PhaseResult, dict[str, float], float]:
     phase = PhaseResult()
     layer: dict[str, float] = {}
     captured = software.graphs.prefill
@@ -233,7 +235,8 @@ def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
             layer = dict(sched.categories)
             if host > sched.total_s:
                 layer[HOST_KERNELS] = host - sched.total_s
-    step = _finish_step(phase, phase.time_s, _step_overhead(software, "prefill"),
+    step = _finish_step(phase, phase.time_s,
+                        step_overhead(software.host, software, "prefill", batch),
                         software.host.step_overlaps_gpu)
     return phase, layer, step
 
@@ -278,7 +281,7 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
     other = model_graphs(config, tp, batch, 1, int(kv[0]) + 1, "decode", b, options=opts)
     captured = software.graphs.decode
     per_kernel = software.host.per_kernel_s
-    overhead = _step_overhead(software, "decode")
+    overhead = step_overhead(software.host, software, "decode", batch)
     overlaps = software.host.step_overlaps_gpu
 
     step_gpu = np.zeros(steps)
@@ -431,7 +434,8 @@ class Simulator:
         if prefilled:
             graphs = model_graphs(config, tp, batch, prefilled, prefilled, "prefill", b,
                                   options=opts)
-            prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile)
+            prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile,
+                                                    batch)
         else:  # a one-token prompt goes straight to its decode step
             prefill, prefill_layer, ttft = PhaseResult(), {}, 0.0
         decode, decode_layer, method = _decode(config, tp, batch, prefilled, decode_steps,

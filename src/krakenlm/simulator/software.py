@@ -6,15 +6,17 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
   (a framework key of the GPU calibration files: trtllm, vllm, sglang);
 * `graphs`: whether prefill and decode steps are replayed as CUDA graphs (no host cost per
   kernel, one launch per step) or issued kernel by kernel from the host;
-* `host`: the host's time per kernel it issues outside a graph, and per forward step
-  (scheduling, input preparation, sampling, output processing), and whether that per-step work
-  overlaps the GPU's (an asynchronous scheduler) or adds to it;
+* `host`: the host's time per kernel it issues outside a graph, per forward step
+  (scheduling, input preparation, sampling, output processing) and per sequence the step
+  carries (the same work done for each sequence: a Python engine loops over them), and whether
+  that per-step work overlaps the GPU's (an asynchronous scheduler) or adds to it;
 * `collectives`: which all-reduce runs (the framework's custom one-/two-shot kernel up to a
   size, NCCL above it, or NCCL only);
 * `attention`: the fused kernel and the largest head dimension it supports; larger heads run
   the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names;
 * `fusions`: residual add fused into the next norm, RoPE and the KV-cache write inside the
-  attention kernel;
+  attention kernel, a row-parallel Linear's bias added by a kernel of its own after the
+  all-reduce (Megatron-style layers) rather than in the GEMM's epilogue;
 * `fp8`: with `--dtype fp8`, which operators actually run in FP8 (engines quantise the GEMMs
   and keep norms, the LM head and usually attention and the KV cache in 16-bit).
 
@@ -22,7 +24,8 @@ Every number carries its source (a document, or a fit on cited measurements with
 fit/held-out error) in the YAML's `sources` section. How a profile enters the timeline: a step
 issued kernel by kernel takes max(GPU time, kernels x host per kernel) per layer (the host runs
 ahead of the GPU when it can, so it only shows when it is the slower of the two); a step in a
-CUDA graph takes its GPU time; then the per-step host time is added (or overlapped).
+CUDA graph takes its GPU time; then the per-step host time, per_step + batch x per_sequence, is
+added (or overlapped).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Host:
     per_kernel_s: float = 0.0        # host time to issue one kernel outside a CUDA graph
     prefill_step_s: float = 0.0      # per prefill forward pass
     decode_step_s: float = 0.0       # per decode step
+    per_sequence_s: float = 0.0      # per sequence a step carries (prefill and decode alike)
     graph_launch_s: float = 0.0      # per CUDA-graph replay
     step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
 
@@ -86,6 +90,7 @@ class Attention:
 class Fusions:
     add_norm: bool = True            # residual add + next norm in one kernel
     rope_in_attention: bool = False  # RoPE and the KV-cache write inside the attention kernel
+    row_bias_after_reduce: bool = False  # a row-parallel Linear's bias: own kernel after the reduce
 
 
 @dataclass(frozen=True)

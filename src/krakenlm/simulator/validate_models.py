@@ -33,10 +33,20 @@ DATA_DIR = "validation_data"
 # TPOT on H100 is 37 ms where streaming the weights takes ~10 ms, i.e. kernels issued from
 # Python one by one, as vLLM did before CUDA graphs (0.2.2, Nov 2023).
 SOURCE_SOFTWARE = {"splitwise": "vllm-eager"}
-# How a source's harness ran its prompts. Splitwise's batched TTFT is the batch-1 TTFT times
-# the batch size (prompt 512, TP 2: batch 2/4/8/16/32 take 2.1x/4.3x/8.1x/16.4x/33.7x the
-# batch-1 time), i.e. its prompts were prefilled one after another, not as one batch: its TTFT
-# is modelled as B sequential single-prompt prefills (decode still runs the whole batch).
+# How a source's harness ran its prompts: a structural choice made on the fit half, not a
+# sourced mechanism. Splitwise's batched TTFT is modelled as B sequential single-prompt
+# prefills (decode still runs the whole batch); at TP 2 the data cannot tell (prompt 512:
+# batch 2/4/8/16/32 take 2.1x/4.3x/8.1x/16.4x/33.7x the batch-1 time, as a compute-bound
+# batched prefill would too). The sources say one batched forward pass (vLLM 0.1-0.2's
+# scheduler admits the waiting prompts into one prefill step up to max_num_batched_tokens;
+# SplitwiseSim's DatabasePerformanceModel interpolates prompt_time on batch x prompt tokens),
+# and the TP 8 H100 rows agree (b x 512 tokens take what one prompt of b*512 tokens takes,
+# within 5 %). But the measured time per token of one forward pass grows past 2048 tokens
+# (H100, measured / modelled GPU time: TP 8 1.4 up to 2048 tokens, 2.1-2.4 from 4096; TP 4
+# 1.4 -> 1.7; TP 2 1.4 throughout), by no mechanism found in vLLM 0.1-0.2 or the harness (not
+# attention: 16 x 512 tokens behave like one 8192-token prompt), and a batched prefill exposes
+# that growth: host fit on the fit half 10.5 / 11.4 % (A100 / H100) batched against 6.1 /
+# 8.3 % sequential (held-out 12.4 / 12.5 against 9.9 / 9.7 %).
 SEQUENTIAL_PREFILL = {"splitwise"}
 HF_TO_PRESET = {
     "EleutherAI/gpt-j-6b": "gpt-j-6b",
