@@ -8,7 +8,8 @@ than the device's peak is a measurement artefact; how many were dropped is recor
 uses one half of the shapes and is scored on the other (fit.py); the constants are stored with
 their fit statistics (store.py). A family may declare structural variants (`structures`, fitted
 in turn, the lowest fit-half error wins and is stored with the constants) and extra starting
-points (`starts`, screened on the fit half): GEMM tables start from gemm.FIT_STARTS too.
+points (`starts`, screened on the fit half): GEMM tables get the framework's kernel library and
+the benchmark's weight copies as variants (gemm.fit_setup) and gemm.FIT_STARTS.
 `krakenlm sim validate --level operators` re-reads the same datasets and scores the shipped
 constants on both halves.
 """
@@ -94,9 +95,10 @@ def gemm_datasets(system: System, framework: str, root: str | None) -> list[Data
         peak = dev.matrix_rate(dtype)
         cols, lat = _keep(cols, lat, gemm.flops(cols) / lat <= PEAK_MARGIN * peak, notes,
                           f"faster than the {dtype} peak ({peak / 1e12:.0f} TFLOP/s)")
-        out.append(Dataset(framework, table.version, "gemm", dtype, cols, lat, gemm.PARAMS,
+        params, structures = gemm.fit_setup(dev, framework, dtype)
+        out.append(Dataset(framework, table.version, "gemm", dtype, cols, lat, params,
                            lambda c, p, dtype=dtype: gemm.predict(dev, c, p, dtype),
-                           gemm.shape_key(cols), notes, starts=gemm.FIT_STARTS))
+                           gemm.shape_key(cols), notes, structures, gemm.FIT_STARTS))
     return out
 
 
