@@ -34,7 +34,8 @@ def cols(m, n, k):
     (200, 4096, 4096, (128, 128)),
 ])
 def test_vllm_sm90_tiles_follow_its_dispatch(m, n, k, tile):
-    mt, nt = gemm_cutlass.tiles(gemm_cutlass.VLLM, 0, False, *(np.array([x]) for x in (m, n, k)))
+    mt, nt, _, _ = gemm_cutlass.tiles(gemm_cutlass.VLLM, 0, False,
+                                      *(np.array([x]) for x in (m, n, k)))
     assert (mt[0], nt[0]) == tile
 
 
@@ -42,14 +43,24 @@ def test_vllm_sm100_and_sglang_tiles():
     M = np.array([8, 64, 64, 200, 1000])
     K = np.array([4096, 1024, 8192, 4096, 4096])
     N = np.full(5, 4096)
-    mt, nt = gemm_cutlass.tiles(gemm_cutlass.VLLM, 0, True, M, N, K)
+    mt, nt, _, _ = gemm_cutlass.tiles(gemm_cutlass.VLLM, 0, True, M, N, K)
     assert list(zip(mt, nt)) == [(32, 128), (64, 64), (64, 128), (128, 128), (128, 128)]
     M = np.array([64, 100, 200, 300])
     N, K = np.full(4, 4096), np.full(4, 4096)
-    read = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 0, False, M, N, K)
-    steps = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 1, False, M, N, K)
+    read = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 0, False, M, N, K)[:2]
+    steps = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 1, False, M, N, K)[:2]
     assert list(zip(*read)) == [(64, 64), (64, 64), (64, 64), (128, 128)]
     assert list(zip(*steps)) == [(64, 64), (64, 128), (128, 128), (128, 128)]
+
+
+def test_tile_grid_is_rounded_to_whole_clusters(h100):
+    # vLLM sm90 beyond M = 128: 128 x 128 tiles in 2 x 1 clusters. M = 257 needs 3 tile rows,
+    # the scheduler runs 4: with 34 tile columns that is 136 CTAs, two waves on 132 SMs
+    M = np.array([256.0, 257.0])
+    N, K, B = np.full(2, 34 * 128.0), np.full(2, 4096.0), np.ones(2)
+    g = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.VLLM, 0,
+                                    np.zeros(2, bool))
+    assert list(g["waves"]) == [1, 2]  # 2 x 34 = 68 CTAs; 4 x 34 = 136 (3 x 34 would be 102)
 
 
 def test_fit_setup_picks_the_framework_kernels(h100):

@@ -26,10 +26,16 @@ The tile (rows Mt x columns Nt of C per CTA) per M, as dispatched:
 * SGLang sm90 (fp8_gemm_kernel.cu `sm90_fp8_dispatch_shape`): 64 x 64 up to M = 256, then
   128 x 128; sm100: 64 x 64 up to M = 64, then 128 x 128 per SM.
 * `tile_table = 1` (a structural variant chosen on the fit half, for SGLang): 64 x 64 up to
-  M = 64, 64 x 128 up to 128, then 128 x 128. The sm90 tables step where this table does
-  (SGLang's time at N = 1024, K = 4096 on H100: 7.5 us to M = 64, 10.3 us to 128, 17.5 us
-  from 129, like vLLM's 128 x 128 tiles), not at M = 256 as the source we read says: the
-  measured sgl-kernel is newer than that source.
+  M = 64, 64 x 128 up to 128, then 128 x 128 in clusters of 2 along M. The sm90 tables step
+  where this table does (SGLang's time at N = 1024, K = 4096 on H100: 7.5 us to M = 64,
+  10.3 us to 128, 17.5 us from 129, like vLLM's 128 x 128 tiles), not at M = 256 as the
+  source we read says: the measured sgl-kernel is newer than that source. The fit half picks
+  it on all four devices.
+
+CUTLASS's persistent scheduler rounds the tile grid up to whole thread-block clusters (vLLM
+sm90: 2 x 1 tiles from M = 65; SGLang beyond M = 1024 as read, from 129 in `tile_table` 1):
+M = 257 runs 4 rows of 128-row tiles, not 3, and costs SGLang 20-40 % more than M = 256 on
+H200 (held-out H200 SGLang 10.5 -> 10.1 %, vLLM 7.3 -> 6.9 % with the clusters).
 
 Time (same constants as gemm.py, plus `quant_cta_s`):
 
@@ -69,23 +75,42 @@ def blackwell_class(dev: Device) -> bool:
 
 
 def tiles(library: int, tile_table: int, blackwell: bool, M: np.ndarray, N: np.ndarray,
-          K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Mt, Nt) per row: the C tile one CTA (one SM) computes, as the framework dispatches."""
+          K: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(Mt, Nt, cm, cn) per row: the C tile one CTA (one SM) computes, as the framework
+    dispatches, and its thread-block cluster in tiles along M and N (CUTLASS's persistent
+    scheduler rounds the tile grid up to whole clusters)."""
+    one = np.ones_like(M, dtype=float)
     if library == SGLANG and tile_table == 1:
         mt = np.where(M <= 128, 64, 128)
         nt = np.select([M <= 64, M <= 128], [64, 128], 128)
+        cm, cn = np.where(M <= 128, 1, 2), one
     elif library == VLLM and not blackwell:
         mt = np.select([M <= 16, (M <= 64) & (N <= 1280), M <= 64, M <= 128],
                        [16, 16, 64, 64], 128)
         nt = np.select([M <= 64, M <= 128], [64, 128], 128)
+        # swap-AB configs cluster along the tokens: (1, 2), (1, 1), (1, 4), (1, 1); then 2 x 1
+        cm = np.select([M <= 16, M <= 64], [np.where(N <= 1280, 2, 1), np.where(N <= 1280, 4, 1)],
+                       2)
+        cn = one
     elif library == VLLM:
         mt = np.select([M <= 16, M <= 64], [32, 64], 128)
         nt = np.select([M <= 16, (M == 64) & (K < 4096), M <= 64], [128, 64, 128], 128)
+        # swap-AB (4, 1, 1) clusters along the weights; 2 x 1 to M = 256; 256 x 128 tiles on
+        # SM pairs in 2 x 2 clusters beyond: 4 x 2 tiles of 128 x 128
+        swap = (M <= 16) | ((M <= 64) & ~((M == 64) & (K < 4096)))
+        cm = np.select([swap, M <= 64, M <= 256], [1, 1, 2], 4)
+        cn = np.where(swap, 4, np.where(M <= 256, 1, 2))
     else:  # SGLang as read: 64 x 64 up to 256 rows (sm90) or 64 rows (sm100), then 128 x 128
         small = M <= (64 if blackwell else 256)
         mt = np.where(small, 64, 128)
         nt = mt
-    return np.asarray(mt, float), np.asarray(nt, float)
+        if blackwell:  # (1, 4) to M = 16, (1, 1), (2, 1) to 256, 256 x 128 in 2 x 2 beyond
+            cm = np.select([M <= 64, M <= 256], [1, 2], 4)
+            cn = np.select([M <= 16, M <= 256], [4, 1], 2)
+        else:  # (1, 8) at M = 1, (1, 4) to 64, (1, 1) to 1024, (2, 1) beyond
+            cm = np.where(M > 1024, 2, 1)
+            cn = np.select([M <= 1, M <= 64], [8, 4], 1)
+    return tuple(np.asarray(x, float) for x in (mt, nt, cm, cn))
 
 
 def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: np.ndarray,
@@ -95,8 +120,9 @@ def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: 
     benchmark's weight copies and outputs all stay in L2 (gemm.py)."""
     sms = dev.core_count
     per_sm = dev.matrix_rate(dtype) / sms
-    mt, nt = tiles(library, tile_table, blackwell_class(dev), M, N, K)
-    waves = np.ceil(B * np.ceil(M / mt) * np.ceil(N / nt) / sms)
+    mt, nt, cm, cn = tiles(library, tile_table, blackwell_class(dev), M, N, K)
+    grid = np.ceil(np.ceil(M / mt) / cm) * cm * np.ceil(np.ceil(N / nt) / cn) * cn
+    waves = np.ceil(B * grid / sms)
     a_bytes = B * M * K * DTYPE_BYTES[dtype]
     b_bytes = B * K * N * DTYPE_BYTES[dtype]
     c_bytes = B * M * N * 2  # 16-bit output
