@@ -80,6 +80,21 @@ def test_fit_never_sees_the_held_out_half(tables):
     assert b.mape_held_out == pytest.approx(100 * (1 - 1 / 7), rel=1e-3)  # and it is scored
 
 
+def test_screened_starts_never_see_the_held_out_half(tables):
+    t = aic.read_gemm("h100-80gb-x8", "trtllm", root=str(tables))
+    held = ~fit_half(gemm.shape_key(t.columns))
+    corrupted = t.latency_s.copy()
+    corrupted[held] *= 7.0
+    predict = lambda c, p: gemm.predict(H100.device, c, p, "bf16")  # noqa: E731
+    starts = [{}, *gemm.FIT_STARTS]  # more than fit.POLISH: screened on a fit-half sample
+    a = fit_model("gemm", predict, gemm.PARAMS, t.columns, t.latency_s,
+                  gemm.shape_key(t.columns), starts=starts)
+    b = fit_model("gemm", predict, gemm.PARAMS, t.columns, corrupted,
+                  gemm.shape_key(t.columns), starts=starts)
+    assert a.params == b.params
+    assert a.mape_held_out < 1.0
+
+
 def test_too_few_points_is_a_fit_error():
     cols = {"m": np.array([1, 2, 3]), "n": np.array([4, 5, 6]), "k": np.array([7, 8, 9])}
     n = len(gemm.PARAMS)

@@ -151,7 +151,7 @@ class OpTimer:
             variant = dtype if dtype in ("bf16", "fp8") else "bf16"
             M, N, K, batch = args
             out = gpu_gemm.predict(self.dev, {"m": M, "n": N, "k": K, "batch": batch},
-                                   found[0].params, variant)
+                                   found[0].params, variant, warm_l2=False)
         elif spec.model == "stream":
             op, rows, cols_ = args
             found = self.entry("elementwise", kind_of(op), ELEMENTWISE_ORDER)
@@ -204,7 +204,7 @@ class OpTimer:
             variant = dtype if dtype in ("bf16", "fp8") else "bf16"
             t = float(gpu_gemm.predict(dev, {"m": np.array([M]), "n": np.array([N]),
                                              "k": np.array([K]), "batch": np.array([batch])},
-                                       found[0].params, variant)[0])
+                                       found[0].params, variant, warm_l2=False)[0])
             bound = "compute" if 2.0 * batch * M * N * K / dev.matrix_rate(variant) > \
                 batch * (M * K + K * N + M * N) * DTYPE_BYTES[variant] / \
                 dev.memory.bandwidth_bytes_per_s else "memory"

@@ -6,8 +6,12 @@ streaming elementwise kernels, the framework's custom all-reduce) plus NCCL's co
 `datasets()` selects the rows and drops the physically implausible ones (a row implying more
 than the device's peak is a measurement artefact; how many were dropped is recorded); the fit
 uses one half of the shapes and is scored on the other (fit.py); the constants are stored with
-their fit statistics (store.py). `krakenlm sim validate --level operators` re-reads the same
-datasets and scores the shipped constants on both halves.
+their fit statistics (store.py). A family may declare structural variants (`structures`, fitted
+in turn, the lowest fit-half error wins and is stored with the constants) and extra starting
+points (`starts`, screened on the fit half): GEMM tables get the framework's kernel library and
+the benchmark's weight copies as variants (gemm.fit_setup) and gemm.FIT_STARTS.
+`krakenlm sim validate --level operators` re-reads the same datasets and scores the shipped
+constants on both halves.
 """
 
 from __future__ import annotations
@@ -47,13 +51,16 @@ class Dataset:
     notes: list[str] = field(default_factory=list)
     # structural choices (not fitted constants) tried in turn; the lowest fit-half error wins
     structures: tuple[dict[str, float], ...] = ({},)
+    # starting points of the fit besides the initial values (screened on the fit half, fit.py)
+    starts: tuple[dict[str, float], ...] = ()
 
     def fit(self, system_name: str) -> FitResult:
         best: FitResult | None = None
         for structure in self.structures:
             r = fit_model(f"{self.family} {self.variant} ({self.framework}, {system_name})",
                           lambda c, p, s=structure: self.predict(c, {**p, **s}), self.params,
-                          self.cols, self.latency_s, self.keys)
+                          self.cols, self.latency_s, self.keys,
+                          starts=[{}, *self.starts] if self.starts else None)
             if best is None or r.mape_fit < best.mape_fit:
                 r.params.update(structure)
                 best = r
@@ -88,9 +95,10 @@ def gemm_datasets(system: System, framework: str, root: str | None) -> list[Data
         peak = dev.matrix_rate(dtype)
         cols, lat = _keep(cols, lat, gemm.flops(cols) / lat <= PEAK_MARGIN * peak, notes,
                           f"faster than the {dtype} peak ({peak / 1e12:.0f} TFLOP/s)")
-        out.append(Dataset(framework, table.version, "gemm", dtype, cols, lat, gemm.PARAMS,
+        params, structures = gemm.fit_setup(dev, framework, dtype)
+        out.append(Dataset(framework, table.version, "gemm", dtype, cols, lat, params,
                            lambda c, p, dtype=dtype: gemm.predict(dev, c, p, dtype),
-                           gemm.shape_key(cols), notes))
+                           gemm.shape_key(cols), notes, structures, gemm.FIT_STARTS))
     return out
 
 

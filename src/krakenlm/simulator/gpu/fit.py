@@ -6,6 +6,11 @@ same half for every framework and device, and re-running a calibration gives the
 The objective is the mean absolute percentage error (MAPE) over the fit half (a subsample of
 at most `max_fit_rows` of it, drawn with a fixed seed, to keep a calibration to seconds); the
 held-out half is scored once, at the end, with every row.
+
+Several starting points (a model whose objective has several basins, gemm.FIT_STARTS) are
+screened first: a short Nelder-Mead from each on a seeded sample of at most `SCREEN_ROWS` fit
+rows, and only the `POLISH` best are minimised on the whole fit sample. Screening uses the fit
+half only, like everything else here.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from ...errors import KrakenError
 from .params import Param, pack, unpack
 
 MIN_POINTS_PER_PARAM = 4
+SCREEN_ROWS = 1000  # fit rows a start is screened on
+SCREEN_ITERS = 1500  # Nelder-Mead iterations of a screening run
+POLISH = 2  # screened starts minimised on the whole fit sample
 
 
 class FitError(KrakenError, ValueError):
@@ -74,6 +82,27 @@ def _minimise(f: Callable[[np.ndarray], float], x0: np.ndarray) -> tuple[np.ndar
     return best_x, best_f
 
 
+def _screen(objective: Callable[[np.ndarray], float], candidates: list[np.ndarray],
+            keep: int) -> list[np.ndarray]:
+    """The `keep` candidates whose short Nelder-Mead run ends lowest."""
+    try:
+        from scipy.optimize import minimize
+    except ImportError:
+        from ..calibration import nelder_mead
+
+        def run(x0):
+            x = nelder_mead(objective, x0, step=0.5, iters=SCREEN_ITERS // 3)
+            return objective(x), x
+    else:
+        def run(x0):
+            r = minimize(objective, x0, method="Nelder-Mead",
+                         options={"maxiter": SCREEN_ITERS, "adaptive": True, "xatol": 1e-4,
+                                  "fatol": 1e-5})
+            return float(r.fun), r.x
+    scored = sorted((run(x0) for x0 in candidates), key=lambda t: t[0])
+    return [x for _, x in scored[:keep]]
+
+
 def fit_model(name: str, predict: Callable[[dict[str, np.ndarray], dict[str, float]], np.ndarray],
               params: tuple[Param, ...], cols: dict[str, np.ndarray], measured_s: np.ndarray,
               keys: list[str], *, max_fit_rows: int = 4000, starts: list[dict] | None = None,
@@ -102,6 +131,16 @@ def fit_model(name: str, predict: Callable[[dict[str, np.ndarray], dict[str, flo
         return value if math.isfinite(value) else 1e9
 
     candidates = [pack(params, s) for s in (starts or [{}])]
+    if len(candidates) > POLISH:
+        rng = np.random.default_rng(seed + 1)
+        sub = np.sort(rng.choice(len(fit_idx), min(len(fit_idx), SCREEN_ROWS), replace=False))
+        sub_cols, sub_meas = _subset(fit_cols, sub), fit_meas[sub]
+
+        def screen_objective(x: np.ndarray) -> float:
+            value = mape(predict(sub_cols, unpack(params, x)), sub_meas)
+            return value if math.isfinite(value) else 1e9
+
+        candidates = _screen(screen_objective, candidates, POLISH)
     best_x, best_f = None, math.inf
     for x0 in candidates:
         x, fx = _minimise(objective, x0)

@@ -1,0 +1,152 @@
+"""vLLM's and SGLang's FP8 GEMM on Hopper and Blackwell: a quantisation kernel, then one CUTLASS
+kernel whose tile the framework's dispatch picks from M.
+
+What the aiconfigurator collectors time per FP8 row (collector/vllm/collect_gemm.py and
+collector/sglang/collect_gemm.py, 6 copies of the layer in a CUDA graph, latency / 6):
+
+* vLLM (`RowParallelLinear` with `Fp8Config(activation_scheme="static")`,
+  CutlassFP8ScaledMMLinearKernel): `static_scaled_fp8_quant` (csrc/quantization/w8a8/fp8/
+  common.cu: one 256-thread CTA per token row; reads the 16-bit activation, writes FP8), then
+  `cutlass_scaled_mm`.
+* SGLang: `sgl_per_token_quant_fp8` (sgl-kernel per_token_quant_fp8.cu: a dynamic per-token
+  scale, so each row's amax is found before it is quantised; one CTA per row below 16 rows per
+  SM, one warp per row and 8 rows per CTA above), then sgl-kernel's `fp8_scaled_mm`.
+
+Neither CUTLASS kernel splits K or uses stream-K: the tiles run in waves over the SMs
+(persistent, data-parallel), so a GEMM of a few large tiles leaves SMs idle, unlike cuBLAS's
+stream-K kernels that TensorRT-LLM's FP8 path and the 16-bit tables measure (gemm.py).
+The tile (rows Mt x columns Nt of C per CTA) per M, as dispatched:
+
+* vLLM sm90 (scaled_mm_sm90_fp8_dispatch.cuh): M <= 16: 16 x 64 (swap-AB: a 64-wide tile of
+  weights against 16 tokens); M <= 64: 16 x 64 when N <= 1280, else 64 x 64; M <= 128:
+  64 x 128; above: 128 x 128.
+* vLLM sm100 (scaled_mm_sm100_fp8_dispatch.cuh): M <= 16: 32 x 128 (swap-AB); M <= 64:
+  64 x 128 (swap-AB), 64 x 64 when M = 64 and K < 4096; above: 128 x 128 per SM (256 x 128
+  over an SM pair beyond M = 256).
+* SGLang sm90 (fp8_gemm_kernel.cu `sm90_fp8_dispatch_shape`): 64 x 64 up to M = 256, then
+  128 x 128; sm100: 64 x 64 up to M = 64, then 128 x 128 per SM.
+* `tile_table = 1` (a structural variant chosen on the fit half, for SGLang): 64 x 64 up to
+  M = 64, 64 x 128 up to 128, then 128 x 128 in clusters of 2 along M. The sm90 tables step
+  where this table does (SGLang's time at N = 1024, K = 4096 on H100: 7.5 us to M = 64,
+  10.3 us to 128, 17.5 us from 129, like vLLM's 128 x 128 tiles), not at M = 256 as the
+  source we read says: the measured sgl-kernel is newer than that source. The fit half picks
+  it on all four devices.
+
+CUTLASS's persistent scheduler rounds the tile grid up to whole thread-block clusters (vLLM
+sm90: 2 x 1 tiles from M = 65; SGLang beyond M = 1024 as read, from 129 in `tile_table` 1):
+M = 257 runs 4 rows of 128-row tiles, not 3, and costs SGLang 20-40 % more than M = 256 on
+H200 (held-out H200 SGLang 10.5 -> 10.1 %, vLLM 7.3 -> 6.9 % with the clusters).
+
+Time (same constants as gemm.py, plus `quant_cta_s`):
+
+    compute = waves * max(2 Mt Nt K / (peak / SMs) / compute_efficiency,
+                          ceil(K / 64) * k_step_latency_s) + waves * wave_overhead_s
+    memory  = max(DRAM bytes / (bandwidth * memory_efficiency),
+                  L2 bytes / (L2 bandwidth * l2_efficiency)) + memory_latency_s
+    quant   = smooth max(3 M K bytes / (bandwidth * quantize_efficiency),
+                         quantisation CTAs * quant_cta_s)
+    time    = floor_s + smooth max(compute, memory) + quant
+
+`quant_cta_s` is the GPU time a CTA of the quantisation kernel costs, spread over the SMs
+(launch, one load-convert-store chain): vLLM's one CTA per token costs 0.24 ms for 32768
+tokens of K = 32 on H100 whatever N, where SGLang's 8-rows-per-CTA kernel costs 0.02 ms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...hardware.schema import DTYPE_BYTES, Device
+from .params import Param
+
+QUANT_CTA = Param("quant_cta_s", "seconds", 5e-9, "GPU time per CTA of the activation "
+                  "quantisation kernel (vLLM: one CTA per token row), amortised over the SMs")
+VLLM, SGLANG = 1, 2  # values of the structural constant `library` (0: cuBLAS, gemm.py)
+BLACKWELL_CLASS_FLOP_PER_CLK = 6000  # dense 16-bit flop per SM and clock: H100 4096, B200 8192
+K_STEP = 64
+QUANT_BYTES = 3  # read 2 bytes, write 1 per activation element
+SGLANG_WARP_ROWS_PER_SM = 16  # sgl_per_token_quant_fp8: warp kernel from 2 * 8 rows per SM
+SGLANG_ROWS_PER_CTA = 8
+
+
+def blackwell_class(dev: Device) -> bool:
+    rate = dev.matrix_flops_per_s.get("bf16") or dev.matrix_flops_per_s.get("fp16") or 0.0
+    return rate / dev.core_count / dev.frequency_hz >= BLACKWELL_CLASS_FLOP_PER_CLK
+
+
+def tiles(library: int, tile_table: int, blackwell: bool, M: np.ndarray, N: np.ndarray,
+          K: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(Mt, Nt, cm, cn) per row: the C tile one CTA (one SM) computes, as the framework
+    dispatches, and its thread-block cluster in tiles along M and N (CUTLASS's persistent
+    scheduler rounds the tile grid up to whole clusters)."""
+    one = np.ones_like(M, dtype=float)
+    if library == SGLANG and tile_table == 1:
+        mt = np.where(M <= 128, 64, 128)
+        nt = np.select([M <= 64, M <= 128], [64, 128], 128)
+        cm, cn = np.where(M <= 128, 1, 2), one
+    elif library == VLLM and not blackwell:
+        mt = np.select([M <= 16, (M <= 64) & (N <= 1280), M <= 64, M <= 128],
+                       [16, 16, 64, 64], 128)
+        nt = np.select([M <= 64, M <= 128], [64, 128], 128)
+        # swap-AB configs cluster along the tokens: (1, 2), (1, 1), (1, 4), (1, 1); then 2 x 1
+        cm = np.select([M <= 16, M <= 64], [np.where(N <= 1280, 2, 1), np.where(N <= 1280, 4, 1)],
+                       2)
+        cn = one
+    elif library == VLLM:
+        mt = np.select([M <= 16, M <= 64], [32, 64], 128)
+        nt = np.select([M <= 16, (M == 64) & (K < 4096), M <= 64], [128, 64, 128], 128)
+        # swap-AB (4, 1, 1) clusters along the weights; 2 x 1 to M = 256; 256 x 128 tiles on
+        # SM pairs in 2 x 2 clusters beyond: 4 x 2 tiles of 128 x 128
+        swap = (M <= 16) | ((M <= 64) & ~((M == 64) & (K < 4096)))
+        cm = np.select([swap, M <= 64, M <= 256], [1, 1, 2], 4)
+        cn = np.where(swap, 4, np.where(M <= 256, 1, 2))
+    else:  # SGLang as read: 64 x 64 up to 256 rows (sm90) or 64 rows (sm100), then 128 x 128
+        small = M <= (64 if blackwell else 256)
+        mt = np.where(small, 64, 128)
+        nt = mt
+        if blackwell:  # (1, 4) to M = 16, (1, 1), (2, 1) to 256, 256 x 128 in 2 x 2 beyond
+            cm = np.select([M <= 64, M <= 256], [1, 2], 4)
+            cn = np.select([M <= 16, M <= 256], [4, 1], 2)
+        else:  # (1, 8) at M = 1, (1, 4) to 64, (1, 1) to 1024, (2, 1) beyond
+            cm = np.where(M > 1024, 2, 1)
+            cn = np.select([M <= 1, M <= 64], [8, 4], 1)
+    return tuple(np.asarray(x, float) for x in (mt, nt, cm, cn))
+
+
+def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: np.ndarray,
+                   dtype: str, library: int, tile_table: int,
+                   resident: np.ndarray) -> dict:
+    """Everything that does not depend on the constants; `resident` (per row) when the
+    benchmark's weight copies and outputs all stay in L2 (gemm.py)."""
+    sms = dev.core_count
+    per_sm = dev.matrix_rate(dtype) / sms
+    mt, nt, cm, cn = tiles(library, tile_table, blackwell_class(dev), M, N, K)
+    grid = np.ceil(np.ceil(M / mt) / cm) * cm * np.ceil(np.ceil(N / nt) / cn) * cn
+    waves = np.ceil(B * grid / sms)
+    a_bytes = B * M * K * DTYPE_BYTES[dtype]
+    b_bytes = B * K * N * DTYPE_BYTES[dtype]
+    c_bytes = B * M * N * 2  # 16-bit output
+    hot = a_bytes <= dev.global_buffer.capacity_bytes  # just written by the quantisation kernel
+    rows = B * M
+    if library == VLLM:
+        quant_ctas = rows
+    else:
+        quant_ctas = np.where(rows >= SGLANG_WARP_ROWS_PER_SM * sms,
+                              np.ceil(rows / SGLANG_ROWS_PER_CTA), rows)
+    return {"wave_work": waves * 2.0 * mt * nt * K / per_sm,
+            "wave_steps": waves * np.ceil(K / K_STEP), "waves": waves,
+            "dram_bytes": np.where(resident, 0.0, b_bytes + c_bytes) + np.where(hot, 0.0, a_bytes),
+            "l2_bytes": a_bytes + b_bytes + c_bytes,
+            "quant_bytes": rows * K * QUANT_BYTES, "quant_ctas": quant_ctas}
+
+
+def predict(dev: Device, g: dict, p: dict[str, float], smooth_max) -> np.ndarray:
+    eff, kst, wo = p["compute_efficiency"], p["k_step_latency_s"], p["wave_overhead_s"]
+    bw = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
+    l2bw = dev.global_buffer_bandwidth_bytes_per_s * p["l2_efficiency"]
+    compute = np.maximum(g["wave_work"] / eff, g["wave_steps"] * kst) + g["waves"] * wo
+    memory = np.maximum(g["dram_bytes"] / bw, g["l2_bytes"] / l2bw) + p["memory_latency_s"]
+    quant = smooth_max(g["quant_bytes"] / (dev.memory.bandwidth_bytes_per_s
+                                           * p["quantize_efficiency"]),
+                       g["quant_ctas"] * p["quant_cta_s"])
+    return p["floor_s"] + smooth_max(compute, memory) + quant

@@ -1,0 +1,138 @@
+"""The GPU GEMM kernel models (simulator/gpu/gemm.py, gemm_cutlass.py) on synthetic data only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from krakenlm.hardware import load_system
+from krakenlm.simulator.gpu import gemm, gemm_cutlass
+from krakenlm.simulator.gpu.fit import fit_model
+
+# Constants of the order the H100 tables give.
+P = {"floor_s": 2e-6, "compute_efficiency": 0.75, "memory_efficiency": 0.85,
+     "l2_efficiency": 0.25, "memory_latency_s": 1e-6, "wave_overhead_s": 1e-6,
+     "k_step_latency_s": 5e-8, "split_k_overhead_s": 3e-6, "quantize_efficiency": 0.5,
+     "quant_cta_s": 7e-9}
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_system("h100-80gb-x8").device
+
+
+def cols(m, n, k):
+    m, n, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x)) for x in (m, n, k)))
+    return {"m": m.astype(np.int64), "n": n.astype(np.int64), "k": k.astype(np.int64)}
+
+
+@pytest.mark.parametrize("m,n,k,tile", [
+    (8, 4096, 4096, (16, 64)),     # M <= 16: swap-AB, 64 weight columns x 16 tokens
+    (32, 1024, 4096, (16, 64)),    # M <= 64, N <= 1280
+    (32, 4096, 4096, (64, 64)),    # M <= 64, N > 1280
+    (100, 4096, 4096, (64, 128)),  # M <= 128
+    (200, 4096, 4096, (128, 128)),
+])
+def test_vllm_sm90_tiles_follow_its_dispatch(m, n, k, tile):
+    mt, nt, _, _ = gemm_cutlass.tiles(gemm_cutlass.VLLM, 0, False,
+                                      *(np.array([x]) for x in (m, n, k)))
+    assert (mt[0], nt[0]) == tile
+
+
+def test_vllm_sm100_and_sglang_tiles():
+    M = np.array([8, 64, 64, 200, 1000])
+    K = np.array([4096, 1024, 8192, 4096, 4096])
+    N = np.full(5, 4096)
+    mt, nt, _, _ = gemm_cutlass.tiles(gemm_cutlass.VLLM, 0, True, M, N, K)
+    assert list(zip(mt, nt)) == [(32, 128), (64, 64), (64, 128), (128, 128), (128, 128)]
+    M = np.array([64, 100, 200, 300])
+    N, K = np.full(4, 4096), np.full(4, 4096)
+    read = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 0, False, M, N, K)[:2]
+    steps = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 1, False, M, N, K)[:2]
+    assert list(zip(*read)) == [(64, 64), (64, 64), (64, 64), (128, 128)]
+    assert list(zip(*steps)) == [(64, 64), (64, 128), (128, 128), (128, 128)]
+
+
+def test_tile_grid_is_rounded_to_whole_clusters(h100):
+    # vLLM sm90 beyond M = 128: 128 x 128 tiles in 2 x 1 clusters. M = 257 needs 3 tile rows,
+    # the scheduler runs 4: with 34 tile columns that is 136 CTAs, two waves on 132 SMs
+    M = np.array([256.0, 257.0])
+    N, K, B = np.full(2, 34 * 128.0), np.full(2, 4096.0), np.ones(2)
+    g = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.VLLM, 0,
+                                    np.zeros(2, bool))
+    assert list(g["waves"]) == [1, 2]  # 2 x 34 = 68 CTAs; 4 x 34 = 136 (3 x 34 would be 102)
+
+
+def test_fit_setup_picks_the_framework_kernels(h100):
+    a100 = load_system("a100-80gb-x8").device
+    params, structures = gemm.fit_setup(h100, "vllm", "fp8")
+    assert "quant_cta_s" in {q.name for q in params}
+    assert "split_k_overhead_s" not in {q.name for q in params}  # CUTLASS: no split-K
+    assert {s["library"] for s in structures} == {gemm_cutlass.VLLM}
+    assert {s["weight_copies"] for s in structures} == {0, 6}
+    _, sgl = gemm.fit_setup(h100, "sglang", "fp8")
+    assert {(s["tile_table"], s["weight_copies"]) for s in sgl} == {(0, 0), (0, 6), (1, 0), (1, 6)}
+    for dev, fw, dtype in ((h100, "trtllm", "fp8"), (h100, "vllm", "bf16"), (a100, "vllm", "fp8")):
+        params, structures = gemm.fit_setup(dev, fw, dtype)
+        assert params == gemm.PARAMS and all("library" not in s for s in structures)
+    assert {s["weight_copies"] for s in gemm.fit_setup(h100, "trtllm", "bf16")[1]} == {0, 5}
+
+
+def test_cutlass_kernel_cannot_split_k(h100):
+    # two 128 x 128 tiles over K = 65536: cuBLAS splits K over the SMs, vLLM's kernel cannot
+    c = cols(256, 128, 65536)
+    cublas = gemm.predict(h100, c, P, "fp8")[0]
+    vllm = gemm.predict(h100, c, {**P, "library": 1}, "fp8")[0]
+    one_sm_s = 2 * 128 * 128 * 65536 / (h100.matrix_rate("fp8") / h100.core_count)
+    assert vllm > one_sm_s / P["compute_efficiency"] > 3 * cublas
+
+
+def test_vllm_quantiser_costs_one_cta_per_token(h100):
+    # K = 32, N = 128: the GEMM is tiny, the quantisation kernel's CTAs are what grows with M
+    m = np.array([4096, 32768])
+    vllm = gemm.predict(h100, cols(m, 128, 32), {**P, "library": 1}, "fp8")
+    sglang = gemm.predict(h100, cols(m, 128, 32), {**P, "library": 2}, "fp8")
+    assert vllm[1] - vllm[0] == pytest.approx((32768 - 4096) * P["quant_cta_s"], rel=0.1)
+    assert sglang[1] - sglang[0] < 0.3 * (vllm[1] - vllm[0])  # 8 rows per CTA from 2112 rows
+
+
+def test_cutlass_waves_quantise(h100):
+    # 4 x 33 = 132 tiles of 128 x 128 fill one wave of the 132 SMs; 4 x 34 need a second one
+    t = gemm.predict(h100, cols(512, 33 * 128, 8192), {**P, "library": 1}, "fp8")[0]
+    t2 = gemm.predict(h100, cols(512, 33 * 128 + 1, 8192), {**P, "library": 1}, "fp8")[0]
+    assert t2 > 1.5 * t
+
+
+def test_weight_copies_in_l2_only_describe_the_benchmark(h100):
+    small = cols(1, 2048, 2048)  # 8 MB of weights: 5 copies fit the 50 MB L2
+    big = cols(1, 8192, 8192)  # 128 MB: they do not
+    base = {**P, "l2_efficiency": 0.5}  # L2 twice as fast as DRAM
+    p = {**base, "weight_copies": 5}
+    for c in (small, big):
+        assert gemm.predict(h100, c, base)[0] == gemm.predict(h100, c, p, warm_l2=False)[0]
+    assert gemm.predict(h100, small, p)[0] < 0.9 * gemm.predict(h100, small, base)[0]
+    assert gemm.predict(h100, big, p)[0] == gemm.predict(h100, big, base)[0]
+
+
+def test_predictions_are_monotone_in_k_for_every_library(h100):
+    k = np.array([256, 1024, 4096, 16384, 65536])
+    for lib in (0, 1, 2):
+        for m in (1, 64, 300, 4096):
+            t = gemm.predict(h100, cols(m, 4096, k), {**P, "library": lib}, "fp8")
+            assert np.all(np.diff(t) > 0), (lib, m, t)
+
+
+def test_fit_recovers_cutlass_constants_from_several_starts(h100):
+    rng = np.random.default_rng(3)
+    m = rng.choice([1, 8, 32, 64, 100, 128, 200, 512, 2048, 8192], 600)
+    n = rng.choice([128, 1024, 4096, 8192, 16384], 600)
+    k = rng.choice([256, 1024, 4096, 8192], 600)
+    c = cols(m, n, k)
+    truth = {**P, "library": 1}
+    lat = gemm.predict(h100, c, truth, "fp8")
+    keys = gemm.shape_key(c)
+    params, _ = gemm.fit_setup(h100, "vllm", "fp8")
+    r = fit_model("gemm", lambda cc, p: gemm.predict(h100, cc, {**p, "library": 1}, "fp8"),
+                  params, c, lat, keys, starts=[{}, *gemm.FIT_STARTS])
+    assert r.mape_held_out < 1.0
+    assert r.params["quant_cta_s"] == pytest.approx(P["quant_cta_s"], rel=0.15)
