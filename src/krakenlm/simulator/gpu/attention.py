@@ -92,8 +92,21 @@ parameters hold `mha_floor_s` (TRTLLM_GENERATION_PARAMS):
 
 MULTIBLOCK_MIN_TOKENS and MULTIBLOCK_WAVES are structural (not fitted): of 256/512/1024 tokens
 and 1/2/4/8 waves, 256 and 4 gave the lowest fit-half error on H100 (the held-out half was not
-consulted). The query-tile rows `q_tile_rows` (8 or 16, TRTLLM_VARIANTS) are a structural
-choice fitted in turn per device and KV dtype, like the split-KV variants below.
+consulted). The query-tile rows `q_tile_rows` (8 or 16) are a structural choice.
+
+That rule is a smooth stand-in for TensorRT-LLM's own launch decisions, which its source states
+(trtllm_decode.py has them with their sources): GQA runs XQA only when batch x KV heads x
+max(1, kv_len // 128) x 4 >= SMs and masked MHA (one CTA per *query* head) otherwise; XQA
+splits a sequence into kv_len // 128 blocks capped at round(sqrt(8 blocks)) and cut back past
+8 waves; masked MHA grows its block to 1024 threads and splits only to fill the SMs once; the
+Hopper FP8-KV XQA kernel (QGMMA) pads the query heads to 8 rows, not 16, and applies RoPE
+itself unless the rotary dimension exceeds the head. `decode_kernels` in TRTLLM_VARIANTS
+chooses per device and KV dtype (lowest fit-half error): 0 the discrete rule above (with
+q_tile_rows 8 or 16), 1 the dispatch with the HMMA XQA kernel, 2 with the QGMMA kernel. The
+fit half picks 1 on A100, H100, H200 and L40S (16-bit cache), 2 on H100 and H200 with an FP8
+cache, 0 on B200/GB200 (TensorRT-LLM runs its trtllm-gen kernels there, not XQA) and on the
+L40S FP8 table. Held-out MAPE, TensorRT-LLM: A100 9.9 -> 7.0 %, H100 10.4 -> 6.0 % (FP8 KV
+14.7 -> 7.8 %), H200 11.4 -> 6.1 % (FP8 15.1 -> 8.4 %), L40S 9.4 -> 6.0 %.
 
 vLLM and SGLang decode with FlashAttention's split-KV kernels, whose split count is a heuristic
 on wave efficiency rather than `floor(SMs / pairs)`: `predict_generation` uses this form when
@@ -141,6 +154,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...hardware.schema import DTYPE_BYTES, Device
+from . import trtllm_decode
 from .params import Param
 
 BLOCK_M = 128  # query rows per prefill CTA (FA2/FA3/TRT-LLM FMHA tiles for head_dim <= 256)
@@ -193,14 +207,31 @@ TRTLLM_GENERATION_PARAMS = GENERATION_PARAMS + (
     Param("mha_sm_bandwidth", "positive", 6e10, "bytes/s one MHA CTA streams from memory"),
     Param("row_tile_s", "seconds", 1e-8,
           "GQA CTA time per head_dim element per Q_TILE_ROWS-row tile of query heads"),
+    # used by the XQA/MMHA dispatch forms only (decode_kernels >= 1, trtllm_decode.py)
+    Param("token_tile_s", "seconds", 1e-11,
+          "XQA CTA time per cached token, head_dim element and query-row tile: the QK^T and PV "
+          "MMAs and the softmax of one tile row"),
+    Param("mha_loop_s", "seconds", 1e-6,
+          "masked-MHA CTA cost of entering its unrolled K loop (chunk >= keys one iteration "
+          "covers)"),
+    Param("rope_s", "seconds", 2e-6,
+          "the separate RoPE/KV-append launch the Hopper QGMMA XQA kernel needs when the rotary "
+          "dimension exceeds the head (otherwise applied inside the kernel)"),
 )
 MULTIBLOCK_MIN_TOKENS = 256  # fewest cached tokens per block before a sequence is split
 MULTIBLOCK_WAVES = 4  # blocks per sequence are capped at this many waves of CTAs over the SMs
 Q_TILE_ROWS = 16  # query heads of a GQA group one XQA pass serves (default of `q_tile_rows`)
-# structural choice for TensorRT-LLM: the rows of XQA's query tile. Its kernels are compiled
-# per head-group size and KV dtype, and the FP8-KV rows of the tables slow down past 8 query
-# heads per KV head (H100 fit half, group 12/16/32: 11/16/20 % too fast with 16-row tiles)
-TRTLLM_VARIANTS = ({"q_tile_rows": 8.0}, {"q_tile_rows": 16.0})
+# structural choice for TensorRT-LLM (lowest fit-half error wins): `decode_kernels` 0 is the
+# smooth-rule discrete form above (one block per 256 tokens; what fits the Blackwell tables,
+# where TensorRT-LLM runs its trtllm-gen kernels instead of XQA: xqaDispatcher.cpp,
+# mUseTllmGen = isSM100Family()), with the query-tile rows 8 or 16; 1 and 2 are TensorRT-LLM's
+# own XQA / masked-MHA dispatch (trtllm_decode.py) with the HMMA XQA kernel (Ampere, Ada,
+# Hopper with a 16-bit cache) or the Hopper QGMMA kernel (FP8 cache)
+# hmma and the discrete form do not use every constant: those are fixed (and stored) at 0
+_UNUSED_BY_DISCRETE = {"token_tile_s": 0.0, "mha_loop_s": 0.0, "rope_s": 0.0}
+TRTLLM_VARIANTS = ({"decode_kernels": 0.0, "q_tile_rows": 8.0, **_UNUSED_BY_DISCRETE},
+                   {"decode_kernels": 0.0, "q_tile_rows": 16.0, **_UNUSED_BY_DISCRETE},
+                   {"decode_kernels": 1.0, "rope_s": 0.0}, {"decode_kernels": 2.0})
 
 
 # FlashAttention's split-KV form (vLLM, SGLang; see the module docstring): smooth constants plus
@@ -360,6 +391,11 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
     L = _kv_len(cols)
     nbytes = DTYPE_BYTES[kv_dtype]
     sms = dev.core_count
+    if p.get("decode_kernels", 0.0) > 0.5:  # TensorRT-LLM's XQA / masked-MHA dispatch
+        rope = _col(cols, "rope_dim") if "rope_dim" in cols else None
+        return trtllm_decode.predict(sms, dev.memory.bandwidth_bytes_per_s,
+                                     dev.global_buffer.capacity_bytes, b, h, kvh, d, L, nbytes,
+                                     p, warm_l2, rope)
     group = h / kvh
     pairs = b * kvh
     mha = group == 1
