@@ -126,6 +126,15 @@ with item, kv and bandwidth as in the smooth form; `split_ctas_per_sm` (1 or 2) 
 (SPLITKV_VARIANTS, lowest fit-half error wins). Generation attention held-out MAPE on A100:
 vLLM 16.9 -> 12.3 %, SGLang 9.6 -> 7.3 % (docs/results-simulator.md has every device).
 
+vLLM 0.14 on A100 runs FlashAttention-2 (vllm_flash_attn, kernel_source "vllm_flash_attn"),
+whose varlen decode (flash_api.cpp, mha_varlen_fwd) is the fifth variant, `fa2_swap`: 2 CTAs
+per SM in the heuristic, MHA never split, and for GQA the query heads swapped into the rows of
+one tile (seqlenq_ngroups_swapped): q is reshaped (batch, kv_heads, group) -> (batch x group,
+kv_heads), a copy unless the batch or the KV heads are 1, and the output back, so those rows
+pay two small kernels more (`swap_copy_s`). The tables show it as a step of ~6 us between
+batch 1 and 2 at every cache length, absent when kv_heads = 1 (A100 vLLM: 12.5 -> 18.7 us at
+2 cached tokens with 32/8 heads; 12.3 -> 12.4 us with 8/1). Held-out MAPE 12.3 -> 6.4 %.
+
 Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 `context_supported`, `generation_supported`)
 -------------------------------------------------------------------------------------------
@@ -238,11 +247,19 @@ TRTLLM_VARIANTS = ({"decode_kernels": 0.0, "q_tile_rows": 8.0, **_UNUSED_BY_DISC
 SPLITKV_GENERATION_PARAMS = GENERATION_PARAMS + (
     Param("multiblock_s", "seconds", 4e-6,
           "extra fixed cost of a launch split along the cache (combine kernel of the partials)"),
+    Param("swap_copy_s", "seconds", 3e-6,
+          "FlashAttention-2's GQA decode: the two copy kernels that transpose the query heads "
+          "into rows and the output back (fa2_swap variant only)"),
 )
 # structural choices tried in turn (lowest fit-half error wins): CTAs resident per SM that the
-# split heuristic counts as slots, and whether MHA (group 1) decode is split at all
-SPLITKV_VARIANTS = tuple({"split_ctas_per_sm": c, "split_mha": m}
-                         for c in (1.0, 2.0) for m in (0.0, 1.0))
+# split heuristic counts as slots, and whether MHA (group 1) decode is split at all; the last is
+# FlashAttention-2's varlen decode as its source states it (flash_api.cpp, mha_varlen_fwd): the
+# split heuristic counts 2 CTAs per SM ("128 threads per block"), only the GQA path with the
+# query heads swapped into rows (seqlenq_ngroups_swapped) is split, and that swap reshapes q and
+# the output, which copies unless the batch or the KV heads are 1 (FA3 packs GQA in the kernel)
+SPLITKV_VARIANTS = tuple({"split_ctas_per_sm": c, "split_mha": m, "swap_copy_s": 0.0}
+                         for c in (1.0, 2.0) for m in (0.0, 1.0)) + (
+    {"split_ctas_per_sm": 2.0, "split_mha": 0.0, "fa2_swap": 1.0},)
 SPLIT_MAX = 128  # most splits the heuristic considers
 SPLIT_BUSY = 0.8  # tiles >= this fraction of the slots: no split
 SPLIT_EFFICIENCY = 0.85  # fewest splits whose wave efficiency is within this of the best
@@ -432,7 +449,10 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
                              hbm)
     else:
         bandwidth = hbm
-    return floor_s + _pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
+    t = floor_s + _pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
+    if splitkv and p.get("fa2_swap", 0.0) > 0.5:  # q and the output transposed by copies
+        t = t + np.where((group > 1) & (b >= 2) & (kvh >= 2), p["swap_copy_s"], 0.0)
+    return t
 
 
 def generation_bytes(cols: dict, kv_dtype: str = "bf16") -> np.ndarray:
