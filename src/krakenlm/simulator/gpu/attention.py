@@ -124,8 +124,21 @@ parameters hold `mha_floor_s` (TRTLLM_GENERATION_PARAMS):
 
 MULTIBLOCK_MIN_TOKENS and MULTIBLOCK_WAVES are structural (not fitted): of 256/512/1024 tokens
 and 1/2/4/8 waves, 256 and 4 gave the lowest fit-half error on H100 (the held-out half was not
-consulted). The query-tile rows `q_tile_rows` (8 or 16, TRTLLM_VARIANTS) are a structural
-choice fitted in turn per device and KV dtype, like the split-KV variants below.
+consulted). The query-tile rows `q_tile_rows` (8 or 16) are a structural choice.
+
+That rule is a smooth stand-in for TensorRT-LLM's own launch decisions, which its source states
+(trtllm_decode.py has them with their sources): GQA runs XQA only when batch x KV heads x
+max(1, kv_len // 128) x 4 >= SMs and masked MHA (one CTA per *query* head) otherwise; XQA
+splits a sequence into kv_len // 128 blocks capped at round(sqrt(8 blocks)) and cut back past
+8 waves; masked MHA grows its block to 1024 threads and splits only to fill the SMs once; the
+Hopper FP8-KV XQA kernel (QGMMA) pads the query heads to 8 rows, not 16, and applies RoPE
+itself unless the rotary dimension exceeds the head. `decode_kernels` in TRTLLM_VARIANTS
+chooses per device and KV dtype (lowest fit-half error): 0 the discrete rule above (with
+q_tile_rows 8 or 16), 1 the dispatch with the HMMA XQA kernel, 2 with the QGMMA kernel. The
+fit half picks 1 on A100, H100, H200 and L40S (16-bit cache), 2 on H100 and H200 with an FP8
+cache, 0 on B200/GB200 (TensorRT-LLM runs its trtllm-gen kernels there, not XQA) and on the
+L40S FP8 table. Held-out MAPE, TensorRT-LLM: A100 9.9 -> 7.0 %, H100 10.4 -> 6.0 % (FP8 KV
+14.7 -> 7.8 %), H200 11.4 -> 6.1 % (FP8 15.1 -> 8.4 %), L40S 9.4 -> 6.0 %.
 
 vLLM and SGLang decode with FlashAttention's split-KV kernels, whose split count is a heuristic
 on wave efficiency rather than `floor(SMs / pairs)`: `predict_generation` uses this form when
@@ -144,6 +157,15 @@ with item, kv and bandwidth as in the smooth form; `split_ctas_per_sm` (1 or 2) 
 `split_mha` (whether MHA rows are split at all) are structural choices fitted in turn
 (SPLITKV_VARIANTS, lowest fit-half error wins). Generation attention held-out MAPE on A100:
 vLLM 16.9 -> 12.3 %, SGLang 9.6 -> 7.3 % (docs/results-simulator.md has every device).
+
+vLLM 0.14 on A100 runs FlashAttention-2 (vllm_flash_attn, kernel_source "vllm_flash_attn"),
+whose varlen decode (flash_api.cpp, mha_varlen_fwd) is the fifth variant, `fa2_swap`: 2 CTAs
+per SM in the heuristic, MHA never split, and for GQA the query heads swapped into the rows of
+one tile (seqlenq_ngroups_swapped): q is reshaped (batch, kv_heads, group) -> (batch x group,
+kv_heads), a copy unless the batch or the KV heads are 1, and the output back, so those rows
+pay two small kernels more (`swap_copy_s`). The tables show it as a step of ~6 us between
+batch 1 and 2 at every cache length, absent when kv_heads = 1 (A100 vLLM: 12.5 -> 18.7 us at
+2 cached tokens with 32/8 heads; 12.3 -> 12.4 us with 8/1). Held-out MAPE 12.3 -> 6.4 %.
 
 Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 `context_supported`, `generation_supported`)
@@ -174,6 +196,7 @@ import numpy as np
 
 from ...hardware.schema import DTYPE_BYTES, Device
 from . import prefill_tiles as tiles
+from . import trtllm_decode
 from .gemm import hopper_class
 from .params import Param
 
@@ -269,25 +292,50 @@ TRTLLM_GENERATION_PARAMS = GENERATION_PARAMS + (
     Param("mha_sm_bandwidth", "positive", 6e10, "bytes/s one MHA CTA streams from memory"),
     Param("row_tile_s", "seconds", 1e-8,
           "GQA CTA time per head_dim element per Q_TILE_ROWS-row tile of query heads"),
+    # used by the XQA/MMHA dispatch forms only (decode_kernels >= 1, trtllm_decode.py)
+    Param("token_tile_s", "seconds", 1e-11,
+          "XQA CTA time per cached token, head_dim element and query-row tile: the QK^T and PV "
+          "MMAs and the softmax of one tile row"),
+    Param("mha_loop_s", "seconds", 1e-6,
+          "masked-MHA CTA cost of entering its unrolled K loop (chunk >= keys one iteration "
+          "covers)"),
+    Param("rope_s", "seconds", 2e-6,
+          "the separate RoPE/KV-append launch the Hopper QGMMA XQA kernel needs when the rotary "
+          "dimension exceeds the head (otherwise applied inside the kernel)"),
 )
 MULTIBLOCK_MIN_TOKENS = 256  # fewest cached tokens per block before a sequence is split
 MULTIBLOCK_WAVES = 4  # blocks per sequence are capped at this many waves of CTAs over the SMs
 Q_TILE_ROWS = 16  # query heads of a GQA group one XQA pass serves (default of `q_tile_rows`)
-# structural choice for TensorRT-LLM: the rows of XQA's query tile. Its kernels are compiled
-# per head-group size and KV dtype, and the FP8-KV rows of the tables slow down past 8 query
-# heads per KV head (H100 fit half, group 12/16/32: 11/16/20 % too fast with 16-row tiles)
-TRTLLM_VARIANTS = ({"q_tile_rows": 8.0}, {"q_tile_rows": 16.0})
+# structural choice for TensorRT-LLM (lowest fit-half error wins): `decode_kernels` 0 is the
+# smooth-rule discrete form above (one block per 256 tokens; what fits the Blackwell tables,
+# where TensorRT-LLM runs its trtllm-gen kernels instead of XQA: xqaDispatcher.cpp,
+# mUseTllmGen = isSM100Family()), with the query-tile rows 8 or 16; 1 and 2 are TensorRT-LLM's
+# own XQA / masked-MHA dispatch (trtllm_decode.py) with the HMMA XQA kernel (Ampere, Ada,
+# Hopper with a 16-bit cache) or the Hopper QGMMA kernel (FP8 cache)
+# hmma and the discrete form do not use every constant: those are fixed (and stored) at 0
+_UNUSED_BY_DISCRETE = {"token_tile_s": 0.0, "mha_loop_s": 0.0, "rope_s": 0.0}
+TRTLLM_VARIANTS = ({"decode_kernels": 0.0, "q_tile_rows": 8.0, **_UNUSED_BY_DISCRETE},
+                   {"decode_kernels": 0.0, "q_tile_rows": 16.0, **_UNUSED_BY_DISCRETE},
+                   {"decode_kernels": 1.0, "rope_s": 0.0}, {"decode_kernels": 2.0})
 
 
 # FlashAttention's split-KV form (vLLM, SGLang; see the module docstring): smooth constants plus
 SPLITKV_GENERATION_PARAMS = GENERATION_PARAMS + (
     Param("multiblock_s", "seconds", 4e-6,
           "extra fixed cost of a launch split along the cache (combine kernel of the partials)"),
+    Param("swap_copy_s", "seconds", 3e-6,
+          "FlashAttention-2's GQA decode: the two copy kernels that transpose the query heads "
+          "into rows and the output back (fa2_swap variant only)"),
 )
 # structural choices tried in turn (lowest fit-half error wins): CTAs resident per SM that the
-# split heuristic counts as slots, and whether MHA (group 1) decode is split at all
-SPLITKV_VARIANTS = tuple({"split_ctas_per_sm": c, "split_mha": m}
-                         for c in (1.0, 2.0) for m in (0.0, 1.0))
+# split heuristic counts as slots, and whether MHA (group 1) decode is split at all; the last is
+# FlashAttention-2's varlen decode as its source states it (flash_api.cpp, mha_varlen_fwd): the
+# split heuristic counts 2 CTAs per SM ("128 threads per block"), only the GQA path with the
+# query heads swapped into rows (seqlenq_ngroups_swapped) is split, and that swap reshapes q and
+# the output, which copies unless the batch or the KV heads are 1 (FA3 packs GQA in the kernel)
+SPLITKV_VARIANTS = tuple({"split_ctas_per_sm": c, "split_mha": m, "swap_copy_s": 0.0}
+                         for c in (1.0, 2.0) for m in (0.0, 1.0)) + (
+    {"split_ctas_per_sm": 2.0, "split_mha": 0.0, "fa2_swap": 1.0},)
 SPLIT_MAX = 128  # most splits the heuristic considers
 SPLIT_BUSY = 0.8  # tiles >= this fraction of the slots: no split
 SPLIT_EFFICIENCY = 0.85  # fewest splits whose wave efficiency is within this of the best
@@ -466,6 +514,11 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
     L = _kv_len(cols)
     nbytes = DTYPE_BYTES[kv_dtype]
     sms = dev.core_count
+    if p.get("decode_kernels", 0.0) > 0.5:  # TensorRT-LLM's XQA / masked-MHA dispatch
+        rope = _col(cols, "rope_dim") if "rope_dim" in cols else None
+        return trtllm_decode.predict(sms, dev.memory.bandwidth_bytes_per_s,
+                                     dev.global_buffer.capacity_bytes, b, h, kvh, d, L, nbytes,
+                                     p, warm_l2, rope)
     group = h / kvh
     pairs = b * kvh
     mha = group == 1
@@ -502,7 +555,10 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
                              hbm)
     else:
         bandwidth = hbm
-    return floor_s + _pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
+    t = floor_s + _pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
+    if splitkv and p.get("fa2_swap", 0.0) > 0.5:  # q and the output transposed by copies
+        t = t + np.where((group > 1) & (b >= 2) & (kvh >= 2), p["swap_copy_s"], 0.0)
+    return t
 
 
 def generation_bytes(cols: dict, kv_dtype: str = "bf16") -> np.ndarray:

@@ -9,7 +9,9 @@ Parquet tables of kernels measured on real GPUs, under
   `generation_attention_perf.parquet` (one new token per sequence): batch_size, isl,
   num_heads, num_key_value_heads, head_dim, attn_dtype / kv_cache_dtype, step, latency (ms).
   A generation row attends to `isl + step` cached tokens. `kernel_source` (the backend the
-  collector ran) is kept as the column `kernel` of the fastest row of each shape.
+  collector ran) is kept as the column `kernel` of the fastest row of each shape;
+  TensorRT-LLM's generation rows also get the rotary dimension their collector applied
+  (`rope_dim`, TRTLLM_ROPE_DIM).
 * `comm/nccl/<nccl version>/nccl_perf.parquet`: op_name (all_reduce, all_gather,
   reduce_scatter, alltoall), nccl_dtype, num_gpus, message_size (an *element* count), latency.
 * `comm/<fw>/<v>/custom_allreduce_perf.parquet`: the framework's own all-reduce (TensorRT-LLM
@@ -68,6 +70,10 @@ ATTENTION_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "h
 NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
 CUSTOM_AR_COLUMNS = ("num_gpus", "message_size", "latency")
 QUANT_COLUMNS = ("m", "k", "latency")
+# aiconfigurator's TensorRT-LLM attention collector (collector/trtllm/collect_attn.py) builds
+# every case with RopeParams(dim=128), whatever the head size: a rotary dimension the tables do
+# not record, added to TensorRT-LLM generation rows as `rope_dim`
+TRTLLM_ROPE_DIM = 128
 
 
 class CalibrationSourceError(KrakenError, ValueError):
@@ -286,6 +292,8 @@ def _attention(system: str, framework: str, table: str, version: str | None,
     c = {k: v[keep] for k, v in c.items()}
     if table.startswith("generation"):
         c["kv_len"] = c["isl"] + c["step"]
+        if framework == "trtllm":  # RoPE the op applied (it decides whether XQA fuses it)
+            c["rope_dim"] = np.full(len(c["kv_len"]), TRTLLM_ROPE_DIM, np.int64)
     family = "context_attention" if table.startswith("context") else "generation_attention"
     t = KernelTable(family, aic, framework, path.parent.name, _device_name(cols), c, lat[keep],
                     [str(path)])

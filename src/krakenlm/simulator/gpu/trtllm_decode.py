@@ -1,0 +1,164 @@
+"""TensorRT-LLM's decode-attention dispatch on Ampere, Ada and Hopper: XQA or masked MHA.
+
+`attention.predict_generation` uses this form for TensorRT-LLM when the fitted parameters hold
+`decode_kernels` >= 1 (TRTLLM_VARIANTS in attention.py). It reproduces the launch decisions of
+TensorRT-LLM's C++ attention op, read in its public source (cpp/tensorrt_llm/kernels/
+decoderMaskedMultiheadAttention/: decoderXQAImplJIT.cpp, decoderXQAImplCommon.h,
+decoderXQAConstants.h, decoderXQAImplJIT/kernelUtils.cpp, decoderMaskedMultiheadAttentionLaunch.h;
+cpp/kernels/xqa/mha.h, mha.cu, mha_sm90.cu), and times each kernel with a few constants:
+
+Which kernel (per row)
+  * MHA (group == 1): masked MHA ("MMHA"): XQA is not used for vanilla MHA at beam 1.
+  * GQA: XQA when `batch * kv_heads * max(1, kv_len // XQA_MIN_HISTORY) * XQA_ENABLE_FACTOR
+    >= SMs` (mayHavePerfGain), MMHA otherwise -- for the HMMA XQA kernel. The tables'
+    Hopper FP8-KV rows never show MMHA on GQA (5.7 us at batch 1 where MMHA takes 9 us, no
+    MMHA multi-block step), so the QGMMA form uses XQA for every GQA row.
+  * XQA kernel: `decode_kernels` 1 = HMMA (mha.cu; 16-row query tiles, warpTile.y =
+    roundUp(group, 16); RoPE and the KV-cache append in a separate preprocessing launch,
+    part of `floor_s`), 2 = Hopper QGMMA (mha_sm90.cu, FP8 KV cache; the query heads padded
+    to 8 rows, ctaNbQHeads = roundUp(group, 8); RoPE inside the kernel when the rotary
+    dimension fits the head, appliesRoPEInXqaKernel, otherwise the preprocessing launch runs
+    too: `rope_s`).
+
+XQA: one CTA per (sequence, KV head, block); blocks per sequence (computeMultiBlockCount):
+    mb = kv_len // XQA_MIN_HISTORY;  mb = min(mb, round(sqrt(8 mb)));  mb = max(mb, 1)
+    waves = batch * kv_heads * mb / SMs;  if waves > XQA_TARGET_WAVES: mb = floor(mb * 8 / waves)
+    mb = max(min(mb, XQA_MAX_SUB_SEQ // batch), 1)
+  each block streams ceil(kv_len / mb) tokens in XQA_TILE_TOKENS steps:
+    cta = item_s + tiles_q * d_pad * (row_tile_s + chunk * token_tile_s)
+          + chunk * d_pad * 2 * kv_bytes / sm_bandwidth          (tiles_q = ceil(group / rows))
+    time = floor_s + (mb > 1) multiblock_s + [rope_s] + waves(cta) + items * group * head_s / SMs
+
+MMHA: one CTA per (sequence, query head, tile) -- a GQA group reads its K/V once per query
+head. The launcher sizes the block by occupancy (mmha_launch_kernel_ex): 256 threads when the
+CTAs fill MMHA_BLOCKS_PER_SM waves, else 256 x min(ceil(MMHA_BLOCKS_PER_SM SMs / CTAs), 4)
+rounded down to 256/512/1024; smaller blocks share an SM (1024 / threads resident). Tiles per
+sequence (multi_block_grid_setup): min(ceil(SMs / (batch heads)), ceil((kv_len + 1) /
+keys_per_loop)) with keys_per_loop = 1024 / (d_pad / 8) * 8 (one unrolled K loop of a
+1024-thread block, d_pad / 8 threads per key). A CTA whose chunk reaches one K-loop
+iteration (threads / (d_pad / 8) keys) pays `mha_loop_s` once: the tables show a ~1.5-2 us
+step exactly there at every block size (H100 bf16: 64 keys at 1024 threads, 32 at 512, 16 at
+256; fit half).
+    cta  = mha_item_s + [mha_loop_s] + chunk * d_pad * 2 * kv_bytes / mha_sm_bandwidth
+    time = mha_floor_s + (tiles > 1) mha_multiblock_s + waves(cta)
+
+Head sizes are padded to 64/128/256 inside both kernels (XQA headElems, MMHA dh_max): `d_pad`
+times the CTA, the valid `head_dim` the HBM bytes.
+
+waves(cta): CTAs run in waves of `slots` (SMs x resident CTAs); a full wave takes the smooth
+maximum (p = overlap_exponent) of one CTA's latency and the wave's bytes at the HBM (or warm L2)
+bandwidth, the last partial wave the same with its own bytes, so a small tail wave is
+latency-bound even when the full waves are bandwidth-bound (H100 MHA, batch 1, 32 heads, 32k
+tokens: 160 CTAs, 228 us).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+XQA_MIN_HISTORY = 128  # kMinHistoryTokensPerBlock (decoderXQAConstants.h)
+XQA_ENABLE_FACTOR = 4.0  # kEnableMinBlockFactor: XQA only with >= SMs / 4 CTAs
+XQA_TARGET_WAVES = 8  # kTargetWaveFactor: blocks are cut back beyond 8 waves
+XQA_MAX_SUB_SEQ = 6000  # getXqaMaxNumSubSeq: workspace for sub-sequences
+XQA_TILE_TOKENS = 64  # tokens a CTA loads per step (warpTile.x / gemm0CtaTileNbTokens)
+MMHA_MIN_THREADS = 256  # THDS_PER_BLOCK of the masked-MHA launch
+MMHA_MAX_THREADS = 1024
+MMHA_BLOCKS_PER_SM = 4  # 256-thread MMHA blocks resident per SM (the launcher's occupancy)
+HMMA_Q_ROWS = 16  # XQA mha.cu: query rows per MMA tile
+QGMMA_Q_ROWS = 8  # XQA mha_sm90.cu: query heads padded to multiples of 8 (swapped A/B)
+
+
+def padded_head_dim(d) -> np.ndarray:
+    """The head size the kernels tile (XQA headElems, MMHA dh_max): 64, 128 or 256."""
+    d = np.asarray(d, float)
+    return np.where(d <= 64, 64.0, np.where(d <= 128, 128.0, 256.0))
+
+
+def xqa_blocks(sms: int, batch, kv_heads, kv_len) -> np.ndarray:
+    """XQA blocks per sequence and KV head (computeMultiBlockCount)."""
+    mb = np.floor(np.asarray(kv_len, float) / XQA_MIN_HISTORY)
+    mb = np.maximum(np.minimum(mb, np.round(np.sqrt(mb * 8.0))), 1.0)
+    waves = np.asarray(batch, float) * np.asarray(kv_heads, float) * mb / sms
+    mb = np.where(waves > XQA_TARGET_WAVES, np.floor(mb * XQA_TARGET_WAVES / waves), mb)
+    mb = np.maximum(mb, 1.0)
+    return np.maximum(np.minimum(mb, np.floor(XQA_MAX_SUB_SEQ / np.asarray(batch, float))), 1.0)
+
+
+def xqa_worth_it(sms: int, batch, kv_heads, kv_len) -> np.ndarray:
+    """mayHavePerfGain: enough XQA CTAs (counting one per 128 cached tokens) for SMs / 4."""
+    blocks = np.maximum(1.0, np.floor(np.asarray(kv_len, float) / XQA_MIN_HISTORY))
+    return (np.asarray(batch, float) * np.asarray(kv_heads, float) * blocks * XQA_ENABLE_FACTOR
+            >= sms)
+
+
+def mmha_threads(sms: int, ctas) -> np.ndarray:
+    """Threads per masked-MHA block: the launcher grows the block while CTAs leave SMs idle."""
+    ctas = np.asarray(ctas, float)
+    factor = np.minimum(np.ceil(MMHA_BLOCKS_PER_SM * sms / ctas),
+                        MMHA_MAX_THREADS / MMHA_MIN_THREADS)
+    t = MMHA_MIN_THREADS * factor
+    t = np.where(t >= 1024, 1024.0, np.where(t >= 512, 512.0, 256.0))
+    return np.where(ctas >= MMHA_BLOCKS_PER_SM * sms, float(MMHA_MIN_THREADS), t)
+
+
+def mmha_tiles(sms: int, batch, heads, kv_len, d_pad) -> np.ndarray:
+    """Masked-MHA blocks per (sequence, head): multi-block mode fills the SMs once, at most one
+    unrolled K loop of a 1024-thread block per tile."""
+    keys_per_loop = MMHA_MAX_THREADS / (np.asarray(d_pad, float) / 8.0) * 8.0
+    by_sms = np.ceil(sms / (np.asarray(batch, float) * np.asarray(heads, float)))
+    by_len = np.ceil((np.asarray(kv_len, float) + 1.0) / keys_per_loop)
+    return np.maximum(np.minimum(by_sms, by_len), 1.0)
+
+
+def _smooth_max(a, b, q: float) -> np.ndarray:
+    scale = np.maximum(np.maximum(a, b), 1e-30)
+    return scale * ((a / scale) ** q + (b / scale) ** q) ** (1.0 / q)
+
+
+def waves_time(items, slots, cta_s, cta_bytes, bandwidth, q: float) -> np.ndarray:
+    """Full waves of `slots` CTAs, then the partial last one; each the smooth maximum of one
+    CTA's latency and the wave's bytes at `bandwidth`."""
+    full = np.floor(items / slots)
+    tail = items - full * slots
+    t_full = _smooth_max(cta_s, slots * cta_bytes / bandwidth, q)
+    t_tail = np.where(tail > 0, _smooth_max(cta_s, tail * cta_bytes / bandwidth, q), 0.0)
+    return full * t_full + t_tail
+
+
+def predict(sms: int, hbm_bytes_per_s: float, l2_bytes: float, b, h, kvh, d, kv_len,
+            kv_bytes: float, p: dict, warm_l2: bool, rope_dim=None) -> np.ndarray:
+    """Seconds per row (arrays b, h, kvh, d, kv_len); `p` holds TRTLLM_GENERATION_PARAMS and
+    `decode_kernels` (1 HMMA XQA, 2 Hopper QGMMA XQA). `rope_dim` is the rotary dimension
+    (None: the whole head)."""
+    qgmma = p["decode_kernels"] > 1.5
+    group = h / kvh
+    dp = padded_head_dim(d)
+    xqa = (group > 1) & (qgmma | xqa_worth_it(sms, b, kvh, kv_len))
+    hbm = hbm_bytes_per_s * p["memory_efficiency"]
+    footprint = b * kvh * kv_len * d * 2 * kv_bytes
+    bandwidth = np.where((footprint <= l2_bytes) & warm_l2, hbm * (1 + p["l2_gain"]), hbm)
+    q = p["overlap_exponent"]
+
+    blocks = xqa_blocks(sms, b, kvh, kv_len)
+    x_items = b * kvh * blocks
+    x_chunk = np.ceil(np.ceil(kv_len / blocks) / XQA_TILE_TOKENS) * XQA_TILE_TOKENS
+    q_tiles = np.ceil(group / (QGMMA_Q_ROWS if qgmma else HMMA_Q_ROWS))
+    x_cta = (p["item_s"] + q_tiles * dp * (p["row_tile_s"] + x_chunk * p["token_tile_s"])
+             + x_chunk * dp * 2 * kv_bytes / p["sm_bandwidth"])
+    rope = np.zeros_like(dp) if rope_dim is None else np.asarray(rope_dim, float)
+    separate_rope = qgmma & (rope > d)  # in-kernel RoPE needs rotary_dim <= head_size
+    x_time = (p["floor_s"] + np.where(blocks > 1, p["multiblock_s"], 0.0)
+              + np.where(separate_rope, p["rope_s"], 0.0)
+              + waves_time(x_items, sms, x_cta, x_chunk * d * 2 * kv_bytes, bandwidth, q)
+              + x_items * group * p["head_s"] / sms)
+
+    tiles = mmha_tiles(sms, b, h, kv_len, dp)
+    m_chunk = np.ceil(kv_len / tiles)
+    threads = mmha_threads(sms, b * h)
+    first_loop = m_chunk >= threads / (dp / 8.0)
+    m_cta = (p["mha_item_s"] + np.where(first_loop, p["mha_loop_s"], 0.0)
+             + m_chunk * dp * 2 * kv_bytes / p["mha_sm_bandwidth"])
+    m_time = (p["mha_floor_s"] + np.where(tiles > 1, p["mha_multiblock_s"], 0.0)
+              + waves_time(b * h * tiles, sms * MMHA_MAX_THREADS / threads, m_cta,
+                           m_chunk * d * 2 * kv_bytes, bandwidth, q))
+    return np.where(xqa, x_time, m_time)

@@ -1,0 +1,140 @@
+"""TensorRT-LLM's XQA / masked-MHA decode dispatch (simulator/gpu/trtllm_decode.py), on
+synthetic inputs with hand-computed outcomes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from krakenlm.hardware import load_system
+from krakenlm.simulator.gpu import attention as A
+from krakenlm.simulator.gpu import trtllm_decode as T
+from krakenlm.simulator.gpu.fit import fit_model
+
+SMS = 132  # H100 SXM
+# constants of the order the H100 tables give
+DISPATCH = {"floor_s": 5.4e-6, "item_s": 3e-6, "mha_item_s": 5.5e-6, "head_s": 4e-8,
+            "sm_bandwidth": 8e10, "memory_efficiency": 0.87, "l2_gain": 0.1,
+            "overlap_exponent": 3.5, "mha_floor_s": 3e-6, "multiblock_s": 2e-6,
+            "mha_multiblock_s": 3e-6, "mha_sm_bandwidth": 6e10, "row_tile_s": 8e-9,
+            "token_tile_s": 4e-11, "mha_loop_s": 1.5e-6, "rope_s": 2.5e-6,
+            "decode_kernels": 1.0}
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_system("h100-80gb-x8").device
+
+
+def cols(batch, kv_len, heads, kv_heads, head_dim, rope_dim=None):
+    arrays = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x)) for x in
+                                   (batch, kv_len, heads, kv_heads, head_dim)))
+    c = dict(zip(("batch", "kv_len", "heads", "kv_heads", "head_dim"),
+                 (a.astype(np.int64) for a in arrays)))
+    if rope_dim is not None:
+        c["rope_dim"] = np.full(len(c["batch"]), rope_dim)
+    return c
+
+
+def test_xqa_blocks_follow_compute_multi_block_count():
+    """One block per 128 tokens, at most round(sqrt(8 mb)), cut back past 8 waves, >= 1."""
+    got = T.xqa_blocks(SMS, [16, 16, 16, 1, 2048, 1],
+                       [8, 8, 8, 8, 1, 8], [128, 256, 2048, 65536, 1024, 100])
+    # 2048 tokens: 16 -> min(16, round(sqrt(128)) = 11) -> 10.67 waves -> floor(11 * 8 / 10.67)
+    # 65536: 512 -> 64 (3.9 waves, kept); batch 2048: 124 waves -> 0 -> 1; 100 tokens -> 1
+    assert got.tolist() == [1.0, 2.0, 8.0, 64.0, 1.0, 1.0]
+
+
+def test_xqa_only_with_enough_ctas():
+    """mayHavePerfGain: batch x KV heads x max(1, kv_len // 128) x 4 >= SMs."""
+    got = T.xqa_worth_it(SMS, [1, 1, 16, 4, 4], [8, 8, 8, 8, 8], [512, 1024, 2, 128, 256])
+    assert got.tolist() == [False, True, True, False, True]  # 128, 256, 512, 128, 256 vs 132
+
+
+def test_mmha_block_size_and_tiles():
+    # 32 CTAs leave SMs idle: 1024 threads; 256 CTAs: 256 x ceil(528 / 256) = 768 -> 512;
+    # 512: 512; >= 528: the default 256
+    assert T.mmha_threads(SMS, [32, 140, 256, 512, 528, 4096]).tolist() == \
+        [1024.0, 1024.0, 512.0, 512.0, 256.0, 256.0]
+    # one 1024-thread unrolled K loop covers 512 keys at head 128, 256 at 256; tiles fill the
+    # SMs once (ceil(132 / 32) = 5)
+    got = T.mmha_tiles(SMS, 1, 32, [511, 512, 100000, 256], [128, 128, 128, 256])
+    assert got.tolist() == [1.0, 2.0, 5.0, 2.0]
+
+
+def test_padded_head_dim():
+    assert T.padded_head_dim([32, 64, 96, 128, 192, 256]).tolist() == [64, 64, 128, 128, 256, 256]
+
+
+def test_waves_time_by_hand():
+    """300 CTAs over 132 slots: two full waves and a tail of 36, each the max (large p) of the
+    CTA latency and the wave's bytes at the bandwidth."""
+    t = T.waves_time(np.array([300.0]), 132, np.array([1e-5]), np.array([1e6]), 1e12, 200.0)
+    full = max(1e-5, 132 * 1e6 / 1e12)  # 132 us, bandwidth-bound
+    tail = max(1e-5, 36 * 1e6 / 1e12)   # 36 us
+    assert t[0] == pytest.approx(2 * full + tail, rel=1e-3)
+    short = T.waves_time(np.array([300.0]), 132, np.array([1e-5]), np.array([1e3]), 1e12, 200.0)
+    assert short[0] == pytest.approx(3 * 1e-5, rel=1e-3)  # latency-bound: 3 waves of one CTA
+
+
+def test_gqa_falls_back_to_mmha_only_with_the_hmma_kernel(h100):
+    """Batch 1 with 8 KV heads below 1024 tokens takes masked MHA under the HMMA dispatch (its
+    time moves with mha_item_s, not item_s); the QGMMA dispatch keeps XQA."""
+    c = cols(1, [512, 1024], 32, 8, 128)
+    base = A.predict_generation(h100, c, DISPATCH)
+    mha = A.predict_generation(h100, c, {**DISPATCH, "mha_item_s": 9e-6})
+    xqa = A.predict_generation(h100, c, {**DISPATCH, "item_s": 9e-6})
+    assert mha[0] > base[0] and mha[1] == base[1]
+    assert xqa[0] == base[0] and xqa[1] > base[1]
+    qg = {**DISPATCH, "decode_kernels": 2.0}
+    assert (A.predict_generation(h100, c, {**qg, "mha_item_s": 9e-6})
+            == A.predict_generation(h100, c, qg)).all()
+
+
+def test_separate_rope_launch_only_for_qgmma_with_a_wider_rotary(h100):
+    """The QGMMA kernel applies RoPE itself unless the rotary dimension exceeds the head; then
+    exactly rope_s more. The HMMA dispatch always runs RoPE apart (inside floor_s)."""
+    qg = {**DISPATCH, "decode_kernels": 2.0}
+    c = cols(64, 2, 32, 8, [64, 128], rope_dim=128)
+    plain = A.predict_generation(h100, cols(64, 2, 32, 8, [64, 128]), qg)
+    np.testing.assert_allclose(A.predict_generation(h100, c, qg) - plain, [2.5e-6, 0.0],
+                               atol=1e-15)
+    np.testing.assert_allclose(A.predict_generation(h100, c, DISPATCH),
+                               A.predict_generation(h100, cols(64, 2, 32, 8, [64, 128]),
+                                                    DISPATCH), rtol=1e-15)
+
+
+def test_head_192_is_timed_as_256_but_reads_192(h100):
+    """A latency-bound CTA (2 tokens) costs the same at head 192 as at 256 (padded tiles); a
+    bandwidth-bound long cache reads only the valid 192 elements per head."""
+    p = {**DISPATCH, "overlap_exponent": 200.0}
+    short = A.predict_generation(h100, cols(1024, 2, 32, 8, [192, 256]), p, warm_l2=False)
+    assert short[0] == pytest.approx(short[1], rel=1e-6)
+    long = A.predict_generation(h100, cols(64, 65536, 32, 8, [192, 256]), p, warm_l2=False)
+    assert long[0] / long[1] == pytest.approx(0.75, rel=0.05)
+
+
+def test_default_form_is_unchanged_by_the_dispatch_constants(h100):
+    """decode_kernels 0 (or absent: calibrations written before it) is the discrete form."""
+    c = cols([1, 16, 256], [128, 4096, 32768], 32, 8, 128)
+    old = {k: v for k, v in DISPATCH.items() if k not in
+           ("token_tile_s", "mha_loop_s", "rope_s", "decode_kernels")}
+    np.testing.assert_array_equal(A.predict_generation(h100, c, old),
+                                  A.predict_generation(h100, c, {**DISPATCH,
+                                                                 "decode_kernels": 0.0}))
+
+
+def test_synthetic_fit_recovers_the_dispatch_constants(h100):
+    grid = [(b, L, h, k, d) for b in (1, 4, 16, 64, 256, 1024) for L in (2, 64, 256, 1024, 8192,
+            65536) for h, k in ((8, 8), (32, 8), (32, 32), (64, 4), (32, 1)) for d in (64, 128)]
+    c = cols(*(np.array(x) for x in zip(*grid)))
+    truth = DISPATCH
+    measured = A.predict_generation(h100, c, truth)
+    params = A.TRTLLM_GENERATION_PARAMS
+    start = {k: v * 1.3 for k, v in truth.items() if k != "decode_kernels"}
+    start["memory_efficiency"] = 0.95
+    def predict(cc, p):
+        return A.predict_generation(h100, cc, {**p, "decode_kernels": 1.0})
+
+    r = fit_model("dispatch", predict, params, c, measured, A.generation_key(c), starts=[start])
+    assert r.mape_held_out < 1.0, (r.mape_held_out, r.params)
