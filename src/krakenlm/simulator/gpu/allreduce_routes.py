@@ -18,9 +18,11 @@ TensorRT-LLM (torch op `AllreduceOp`, strategy AUTO, no fusion; cpp/tensorrt_llm
 allreduceOp.cpp, common/customAllReduceUtils.h)
 * up to 1.0: PR #5432 ("use 128 tokens as the NCCL/MIN_LATENCY threshold"): more than 128
   tokens go to NCCL, otherwise MIN_LATENCY, whose kernel is one-shot up to kOneShotMaxToken =
-  128 tokens, i.e. one-shot up to 1 MiB at hidden 4096, NCCL above. (A later main-branch
-  snapshot exempts two GPUs from the token threshold; the 1.0 table's fit half has no 2-GPU
-  size between 1 and 16 MiB that could tell, and PR #5432 states the threshold for every size.)
+  128 tokens, i.e. one-shot up to 1 MiB at hidden 4096, NCCL above. (A main-branch snapshot
+  of that time, commit 4bb1ef8, exempts two GPUs from the token threshold: MIN_LATENCY up to
+  the 16 MB workspace, two-shot beyond 128 tokens. PR #5432's description has no such
+  exception; the A100 1.0.0 table's fit half has no 2-GPU size between 1 and 16 MiB that could
+  tell the two apart. The rule here follows the PR.)
 * from 1.1 (PR #7870, Sept 2025): a measured best-strategy table, AllReduceBestStrategyTable
   [SM][TP][fusion][hidden][tokens] (every pre-Blackwell GPU uses the SM90 table, Blackwell the
   SM100 one; 4 = ONESHOT, 5 = TWOSHOT, 0 = NCCL; tokens beyond 16384 -> NCCL), and messages
@@ -29,7 +31,8 @@ allreduceOp.cpp, common/customAllReduceUtils.h)
   the collector's [1, elements] tensors.
 
 vLLM (vllm/distributed/device_communicators: cuda_communicator.py all_reduce, custom_all_reduce,
-symm_mem, all_reduce_utils; read at 0.24.0)
+symm_mem, all_reduce_utils; read at 0.24.0, the version of the Hopper and Blackwell tables; the
+A100 table's 0.14.0 has no symmetric-memory path on Ampere either way)
 * its custom all-reduce for messages below max_size = 8 MiB (`inp_size < max_size`), and with
   symmetric memory available (Hopper "9.0", Blackwell "10.0") below
   min(8 MiB, CUSTOM_ALL_REDUCE_MAX_SIZES[cc][n]); one-shot or two-shot by ONESHOT_BELOW
@@ -101,7 +104,7 @@ VLLM_SYMM_MAX = {"9.0": {2: 64 * MiB, 4: 32 * MiB, 6: 64 * MiB, 8: 64 * MiB},
 VLLM_MULTIMEM_N = {"9.0": (4, 6, 8), "10.0": (6, 8)}
 
 SGLANG_V1_MAX_BYTES = 8 * MiB  # CustomAllreduce._MAX_CAR_SIZE
-SGLANG_V2_MAX_BYTES = 16 * MiB  # CustomAllReduceV2 max_pull_size (SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB)
+SGLANG_V2_MAX_BYTES = 16 * MiB  # CustomAllReduceV2 max_pull_size (16 MiB default)
 SGLANG_V2_FROM = (0, 5, 12)
 KiB = 1024
 # CustomAllReduceV2 THRESHOLD_2_SHOT_MAP (custom_all_reduce_v2.py, read at 0.5.10): per GPU

@@ -252,9 +252,9 @@ def custom_allreduce_datasets(system: System, framework: str, root: str | None,
         kernels = route(cols["n"], cols["bytes"])
         odd = module.nccl_mismatch(cols, lat, ref, kernels, half)
         if odd:
+            ratios = ", ".join(f"n={k}: x{v:.2f}" for k, v in sorted(odd.items()))
             notes.append(f"not the route of {framework} {table.version} ({route.source}): its "
-                         "NCCL messages on the fit half are not NCCL's measured times (" + ", ".join(
-                             f"n={k}: x{v:.2f}" for k, v in sorted(odd.items())) + ")")
+                         f"NCCL messages on the fit half are not NCCL's measured times ({ratios})")
             route = None
     if route is not None:
         notes.append(f"kernel per message (kernel_route 1): {route.source}")
@@ -279,8 +279,8 @@ def custom_allreduce_datasets(system: System, framework: str, root: str | None,
 def route_args(module: Any, framework: str, version: str, system: System,
                p: dict[str, float]) -> dict[str, Any]:
     """How stored custom all-reduce constants choose kernels: the framework's route where the
-    fit chose it (kernel_route 1), else the hand-off read off the fit half (handoff_<n>) and the
-    framework's one-/two-shot switch."""
+    calibration used it (kernel_route 1), else the hand-off read off the fit half (handoff_<n>)
+    and the framework's one-/two-shot switch."""
     route = module.route_for(framework, version, system) if p.get("kernel_route") else None
     if route is not None:
         return {"route": route}
