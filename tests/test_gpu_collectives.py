@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
+from krakenlm.simulator.gpu import allreduce_routes as R
 from krakenlm.simulator.gpu import collectives as C
 from krakenlm.simulator.gpu.fit import fit_model
 
@@ -26,6 +27,8 @@ NCCL_H100 = {"floor_s": 4.8e-6, "ll_step_s": 0.84e-6, "ll_ramp_s": 0.67e-6, "ll_
 CUSTOM_H100 = {"oneshot_latency_s": 4.2e-6, "barrier_peer_s": 0.07e-6, "blocks_peer_s": 0.05e-6,
                "oneshot_efficiency": 0.48, "twoshot_latency_s": 7.7e-6,
                "twoshot_efficiency": 0.62, "eager_host_s": 22e-6}
+SYMM_H100 = {"symm_latency_s": 9.4e-6, "multimem_efficiency": 0.65,
+             "symm_twoshot_efficiency": 0.69, "staged_eager_host_s": 40e-6}
 
 
 def rows(op, n, sizes):
@@ -188,6 +191,53 @@ def test_detect_handoff_reads_the_switch_to_nccl():
     assert C.detect_handoff(cols, nccl * 0.5, nccl) == {}
 
 
+def test_routed_prediction_times_each_kernel_by_its_model():
+    route = C.route_for("vllm", "0.24.0", H100)
+    p = {**CUSTOM_H100, **SYMM_H100}
+    sizes = np.array([128 * 1024, 32 * MiB, 128 * MiB])
+    cols = rows("all_reduce", 8, sizes)
+    t = C.predict_custom(H100, cols, p, nccl_params=NCCL_H100, route=route)
+    # 128 KiB: vLLM's one-shot kernel, as without a route
+    assert t[0] == pytest.approx(C.predict_custom(H100, cols, p, oneshot_below={8: MiB})[0])
+    # 32 MiB: multimem with the copy in and out of the symmetric buffer
+    B = C.port_bandwidth(H100)
+    copies = 4 * sizes[1] / H100.device.memory.bandwidth_bytes_per_s
+    assert t[1] == pytest.approx(p["symm_latency_s"] + copies
+                                 + 9 / 8 * sizes[1] / (B * p["multimem_efficiency"]))
+    # 128 MiB: NCCL's time
+    assert t[2] == pytest.approx(C.predict_nccl(H100, cols, NCCL_H100)[2])
+    # eager: the staged path's host time for small symmetric-memory messages
+    small = rows("all_reduce", 8, [256 * 1024])
+    eager = dict(small, graph=np.array([False]))
+    te = C.predict_custom(H100, eager, p, nccl_params=NCCL_H100, route=route)
+    assert te[0] == pytest.approx(p["staged_eager_host_s"], rel=0.02)
+
+
+def test_sglang_v2_pull_kernels_copy_in_and_out_only_when_eager():
+    route = C.route_for("sglang", "0.5.14", H100)
+    p = {**CUSTOM_H100, "staged_eager_host_s": 30e-6}
+    cols = rows("all_reduce", 8, [8 * MiB])
+    assert route(cols["n"], cols["bytes"])[0] == R.PULL_TWOSHOT
+    graph = C.predict_custom(H100, cols, p, nccl_params=NCCL_H100, route=route)[0]
+    two = C.predict_custom(H100, cols, p, oneshot_below={8: 0})[0]
+    assert graph == pytest.approx(two)
+    eager = C.predict_custom(H100, dict(cols, graph=np.array([False])), p,
+                             nccl_params=NCCL_H100, route=route)[0]
+    mem_bw = H100.device.memory.bandwidth_bytes_per_s
+    assert eager == pytest.approx(graph + 6 * 8 * MiB / mem_bw, rel=0.01)  # clone + in + out
+
+
+def test_nccl_mismatch_flags_a_framework_whose_nccl_is_not_the_tables():
+    sizes = 2.0 ** np.arange(20, 28)
+    cols = rows("all_reduce", 2, sizes)
+    nccl = 20e-6 + sizes / 2e11
+    kernels = np.where(sizes > 8 * MiB, R.NCCL, R.ONESHOT)
+    half = np.ones(len(sizes), bool)
+    assert C.nccl_mismatch(cols, nccl * 1.05, nccl, kernels, half) == {}
+    slow = np.where(kernels == R.NCCL, nccl * 2.5, nccl * 0.5)
+    assert C.nccl_mismatch(cols, slow, nccl, kernels, half) == {2: pytest.approx(2.5)}
+
+
 def test_split_keys_hold_a_size_out_of_both_tables():
     c = {"op": np.array(["all_reduce"], object), "n": np.array([8]), "bytes": np.array([4096]),
          "graph": np.array([True])}
@@ -195,11 +245,16 @@ def test_split_keys_hold_a_size_out_of_both_tables():
     assert C.custom_key(dict(c, graph=np.array([False]))) == ["all_reduce,8,4096,0"]
 
 
-def test_parameter_sets_match_the_fabric():
+def test_parameter_sets_match_the_fabric_and_the_kernels():
     assert [p.name for p in C.nccl_params_for(A100) if p.name.startswith("nvls")] == []
     assert C.nccl_params_for(H100) == C.NCCL_PARAMS
-    names = [p.name for p in C.custom_params_for(False, twoshot=False)]
-    assert "eager_host_s" not in names and not any(n.startswith("twoshot") for n in names)
+    names = [p.name for p in C.custom_params_for(False, {R.ONESHOT, R.NCCL})]
+    assert names == ["oneshot_latency_s", "barrier_peer_s", "blocks_peer_s",
+                     "oneshot_efficiency"]
+    names = [p.name for p in C.custom_params_for(True, {R.ONESHOT, R.SYMM_MULTIMEM})]
+    assert {"symm_latency_s", "multimem_efficiency", "eager_host_s",
+            "staged_eager_host_s"} <= set(names)
+    assert not any(n.startswith("twoshot") or n == "symm_twoshot_efficiency" for n in names)
     assert C.oneshot_below_for("trtllm", B200) is None
     assert C.oneshot_below_for("vllm", H100) == C.ONESHOT_BELOW["vllm"]
 
@@ -222,10 +277,28 @@ def test_synthetic_custom_fit_recovers_its_constants():
     cols = {"n": n.ravel(), "bytes": b.ravel(), "graph": g.ravel()}
     below = C.ONESHOT_BELOW["vllm"]
     measured = C.predict_custom(H100, cols, CUSTOM_H100, oneshot_below=below)
+    params = C.custom_params_for(True, {R.ONESHOT, R.TWOSHOT})
     r = fit_model("synthetic custom",
                   lambda c, p: C.predict_custom(H100, c, p, oneshot_below=below),
-                  C.CUSTOM_PARAMS, cols, measured, C.custom_key(cols))
+                  params, cols, measured, C.custom_key(cols))
     assert r.mape_held_out < 1.0
     for name in ("oneshot_latency_s", "oneshot_efficiency", "twoshot_latency_s",
                  "twoshot_efficiency", "eager_host_s"):
         assert r.params[name] == pytest.approx(CUSTOM_H100[name], rel=0.03), name
+
+
+def test_synthetic_routed_fit_recovers_the_symmetric_memory_constants():
+    """vLLM on Hopper: its custom kernels, torch symmetric memory and NCCL by its own rule."""
+    n, b, g = np.meshgrid([2, 4, 8], 2.0 ** np.arange(8, 30), [True, False], indexing="ij")
+    cols = {"n": n.ravel(), "bytes": b.ravel(), "graph": g.ravel()}
+    route = C.route_for("vllm", "0.24.0", H100)
+    truth = {**CUSTOM_H100, **SYMM_H100}
+    measured = C.predict_custom(H100, cols, truth, nccl_params=NCCL_H100, route=route)
+    params = C.custom_params_for(True, set(route(cols["n"], cols["bytes"]).tolist()))
+    r = fit_model("synthetic vllm", lambda c, p: C.predict_custom(
+        H100, c, p, nccl_params=NCCL_H100, route=route), params, cols, measured,
+        C.custom_key(cols), starts=[{}, *C.CUSTOM_FIT_STARTS])
+    assert r.mape_held_out < 1.0
+    for name in ("symm_latency_s", "multimem_efficiency", "symm_twoshot_efficiency",
+                 "staged_eager_host_s", "oneshot_efficiency"):
+        assert r.params[name] == pytest.approx(truth[name], rel=0.05), name

@@ -304,7 +304,7 @@ class OpTimer:
     def _fitted_collective(self, module: Any, kind: str, size: float, n: int) -> float | None:
         """The framework's custom all-reduce where the profile uses it (it hands large messages
         to NCCL itself), else NCCL, from the device's fitted constants."""
-        from .gpu.calibrate import handoff_of
+        from .gpu.calibrate import route_args
 
         nccl = self.gpu.entry("nccl", "nccl", "any") if self.gpu else None
         cols = {"op": np.array([kind], dtype=object), "n": np.array([n]),
@@ -315,10 +315,10 @@ class OpTimer:
                 if e is None:
                     continue
                 self._note("all_reduce", (e, fw), "custom")
+                version = self.gpu.frameworks.get(fw, {}).get("version", "")
                 return float(module.predict_custom(
                     self.system, cols, e.params, nccl_params=nccl.params if nccl else None,
-                    handoff=handoff_of(e.params),
-                    oneshot_below=module.oneshot_below_for(fw, self.system))[0])
+                    **route_args(module, fw, version, self.system, e.params))[0])
         if nccl is None:
             return None
         self._note(kind, (nccl, "nccl"), "NCCL")

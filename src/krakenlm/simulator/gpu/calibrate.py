@@ -217,11 +217,16 @@ def nccl_datasets(system: System, root: str | None) -> list[Dataset]:
 
 def custom_allreduce_datasets(system: System, framework: str, root: str | None,
                               nccl: dict[str, Any]) -> list[Dataset]:
-    """The framework's own all-reduce (CUDA-graph and eager rows). Above a size the framework
-    hands the message to NCCL: that size is read off the fit half (where the measured time
-    equals NCCL's measured time) and stored with the constants (`handoff_<n>`); above it the
-    fitted NCCL model of the same device times the message (`nccl["params"]`, filled in once
-    NCCL is fitted, before this dataset is)."""
+    """The framework's own all-reduce (CUDA-graph and eager rows). The framework's own rule
+    (allreduce_routes, read from its source for the measured version) says which kernel runs
+    for each message and which messages go to NCCL (`kernel_route` 1 in the stored constants).
+    NCCL's messages are timed by the fitted NCCL model of the same device (`nccl["params"]`,
+    filled in once NCCL is fitted, before this dataset is), which presumes the framework's
+    NCCL is the one the NCCL tables measured. Where the fit half says otherwise (its NCCL
+    messages more than 12 % off NCCL's measured times: GB200 vLLM's 2-GPU NCCL runs at a third
+    of the tables' bandwidth), or no rule is known, the hand-off to NCCL is read off the fit
+    half instead (where the measured time equals NCCL's, `handoff_<n>`) and the framework's
+    kernels time everything below it."""
     module = _collectives_module()
     if module is None:
         return []
@@ -232,6 +237,8 @@ def custom_allreduce_datasets(system: System, framework: str, root: str | None,
         return []
     cols, lat = table.columns, table.latency_s
     keys = module.custom_key(cols)
+    notes = list(table.notes)
+    has_eager = bool((~cols["graph"]).any())
     # NCCL's measured time at each custom row's size and GPU count (NaN where not measured)
     ref = np.full(len(lat), np.nan)
     ar = ref_table.columns["op"] == "all_reduce"
@@ -239,21 +246,45 @@ def custom_allreduce_datasets(system: System, framework: str, root: str | None,
         m = ar & (ref_table.columns["n"] == n) & (ref_table.columns["bytes"] == b)
         if m.any():
             ref[i] = np.median(ref_table.latency_s[m])
-    handoff = module.detect_handoff(cols, lat, ref, mask=fit_half(keys))
-    below = module.oneshot_below_for(framework, system)
-    has_eager = bool((~cols["graph"]).any())
-    params = module.custom_params_for(has_eager, module.runs_twoshot(below))
-    notes = list(table.notes)
-    notes.append("hand-off to NCCL (read off the fit half): " + (", ".join(
-        f"n={k} above {v / 2**20:.3g} MiB" for k, v in sorted(handoff.items())) or "none"))
-    fixed = {f"handoff_{k}": float(v) for k, v in handoff.items()}
+    half = fit_half(keys)
+    route = module.route_for(framework, table.version, system)
+    if route is not None:
+        kernels = route(cols["n"], cols["bytes"])
+        odd = module.nccl_mismatch(cols, lat, ref, kernels, half)
+        if odd:
+            ratios = ", ".join(f"n={k}: x{v:.2f}" for k, v in sorted(odd.items()))
+            notes.append(f"not the route of {framework} {table.version} ({route.source}): its "
+                         f"NCCL messages on the fit half are not NCCL's measured times ({ratios})")
+            route = None
+    if route is not None:
+        notes.append(f"kernel per message (kernel_route 1): {route.source}")
+        structure = {"kernel_route": 1.0}
+    else:
+        handoff = module.detect_handoff(cols, lat, ref, mask=half)
+        notes.append("hand-off to NCCL read off the fit half: " + (", ".join(
+            f"n={k} above {v / 2**20:.3g} MiB" for k, v in sorted(handoff.items())) or "none"))
+        structure = {f"handoff_{k}": float(v) for k, v in handoff.items()}
+        kernels = module.legacy_kernels(cols, handoff,
+                                        module.oneshot_below_for(framework, system))
+    params = module.custom_params_for(has_eager, set(kernels.tolist()))
 
     def predict(c, p):
         return module.predict_custom(system, c, p, nccl_params=nccl.get("params"),
-                                     handoff=handoff_of(p), oneshot_below=below)
+                                     **route_args(module, framework, table.version, system, p))
 
     return [Dataset(framework, table.version, "custom_all_reduce", "any", cols, lat, params,
-                    predict, keys, notes, (fixed,))]
+                    predict, keys, notes, (structure,), module.CUSTOM_FIT_STARTS)]
+
+
+def route_args(module: Any, framework: str, version: str, system: System,
+               p: dict[str, float]) -> dict[str, Any]:
+    """How stored custom all-reduce constants choose kernels: the framework's route where the
+    calibration used it (kernel_route 1), else the hand-off read off the fit half (handoff_<n>)
+    and the framework's one-/two-shot switch."""
+    route = module.route_for(framework, version, system) if p.get("kernel_route") else None
+    if route is not None:
+        return {"route": route}
+    return {"handoff": handoff_of(p), "oneshot_below": module.oneshot_below_for(framework, system)}
 
 
 def handoff_of(p: dict[str, float]) -> dict[int, float]:

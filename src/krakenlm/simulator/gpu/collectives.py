@@ -62,25 +62,41 @@ symmetric memory:
 
     barrier  = barrier_peer + ramp'(S) * blocks_peer          per peer and barrier
     one-shot = oneshot_latency + (n-1) barrier + (n-1) S / (B * oneshot_efficiency)
-               every GPU reads the n-1 peers' whole buffers and reduces locally
+               every GPU reads (or pushes) the n-1 peers' whole buffers and reduces locally
     two-shot = twoshot_latency + 2 (n-1) barrier + 2 (n-1)/n S / (B * twoshot_efficiency)
                reduce-scatter then all-gather through peer memory
 
 ramp'(S) rises from 0 to 1 between 2 and 16 KiB (in log2 S), where the kernels go from one
-thread block to many (each block synchronises with every peer). Which kernel runs is the
-framework's rule (ONESHOT_BELOW: vLLM/SGLang one-shot below 512 KiB on <= 4 GPUs, 256 KiB on 8,
-always on 2; TensorRT-LLM one-shot up to its NCCL hand-off on A100/H100/H200), otherwise the
-faster. Larger messages go to NCCL: above `handoff[n]` bytes the device time is `predict_nccl`
-with the device's NCCL constants. The hand-off is framework configuration (vLLM:
-CustomAllreduce max_size 8 MiB; on Hopper/Blackwell vLLM also routes mid-size messages to torch
-symmetric-memory kernels; TensorRT-LLM's AUTO strategy switches by size and n), an input, not a
-fitted constant; `detect_handoff` reads it off measured rows where they equal NCCL's.
+thread block to many (each block synchronises with every peer). vLLM on Hopper and Blackwell
+also sends mid-size messages through PyTorch's symmetric-memory kernels, which copy the input
+into a symmetric buffer and the result back out (4 S bytes of device memory):
+
+    symm     = symm_latency + 4 S / memory bandwidth + W / (B * efficiency)
+               W = (n+1)/n S for multimem_all_reduce_ (NVLink SHARP reduces in the switch and
+               multicasts, like NCCL's NVLS; multimem_efficiency), 2 (n-1)/n S for
+               two_shot_all_reduce_ (symm_twoshot_efficiency)
+
+Which kernel runs for a message, and which messages go to NCCL (`predict_nccl` with the
+device's NCCL constants), is the framework's own rule for the measured version and GPU
+generation: allreduce_routes.py, read from the frameworks' sources (TensorRT-LLM's AUTO
+strategy: a token threshold up to 1.0, a measured best-strategy table from 1.1; vLLM: its
+custom kernel below 8 MiB or less, symmetric memory up to 32-128 MiB on Hopper/Blackwell;
+SGLang: CustomAllreduce up to 8 MiB, from 0.5.12 CustomAllReduceV2 up to 16 MiB). The
+framework's switch points are inputs, not fitted constants. A framework or version without a
+known rule, or whose NCCL messages on the fit half are not NCCL's measured times
+(`nccl_mismatch`), falls back on `detect_handoff`: the hand-off read off the fit half where
+measured rows equal NCCL's, the framework's kernels below it (ONESHOT_BELOW).
 
 Eager (not CUDA-graph) calls pay the framework's host path: the GPU waits for the host to issue
 the call, and the collector's eager loop also clones the input (2 S bytes of device-memory
 traffic at the memory bandwidth of the device):
 
     eager = max(eager_host, device + 2 S / memory bandwidth)      (smooth max, p = 8)
+
+Kernels that stage their input through a shared buffer (vLLM's symmetric memory; SGLang V2's
+pull kernels, which read the peers' inputs in place inside CUDA graphs but copy in and out when
+eager: another 4 S / memory bandwidth) issue more work per call: their host time is
+staged_eager_host (H100: 36-40 us against 22-30 us).
 
 Fitting the eager rows with the graph rows costs one constant (eager_host) and makes the
 host-bound plateau (20-45 us) and the device-bound tail (the clone adds ~20 % at 1 GiB) part of
@@ -104,11 +120,12 @@ launch up to 36 (vLLM) blocks, for a few microseconds.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
 from ...hardware.schema import System
+from . import allreduce_routes as R
 from .params import Param
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -146,9 +163,30 @@ CUSTOM_PARAMS = (
           "one-shot: bandwidth of reading the n-1 peers' buffers, over B"),
     Param("twoshot_latency_s", "seconds", 8e-6, "two-shot: launch and two barriers"),
     Param("twoshot_efficiency", "fraction", 0.7, "two-shot: bandwidth over B"),
+    Param("symm_latency_s", "seconds", 1e-5,
+          "symmetric-memory path (vLLM on Hopper/Blackwell): launches of the copy into the "
+          "symmetric buffer, the torch symm-mem kernel and the copy out, and its barriers"),
+    Param("multimem_efficiency", "fraction", 0.6,
+          "torch multimem_all_reduce_ (NVLink SHARP ld_reduce + multicast store): bandwidth "
+          "over B"),
+    Param("symm_twoshot_efficiency", "fraction", 0.6,
+          "torch two_shot_all_reduce_ (reduce-scatter, all-gather over peer loads): bandwidth "
+          "over B"),
     Param("eager_host_s", "seconds", 3e-5,
           "eager (no CUDA graph) host time of one framework all-reduce call"),
+    Param("staged_eager_host_s", "seconds", 4e-5,
+          "eager host time of an all-reduce that stages its input through a shared buffer "
+          "(vLLM's symmetric memory, SGLang V2's pull kernels): the copy in, the kernel and the "
+          "copy out issued per call"),
 )
+
+# Extra starting points of a custom all-reduce fit (screened on the fit half, fit.py): the
+# objective is kinked where a kernel's time crosses the eager host time, and Nelder-Mead from
+# the initial values stopped in a worse basin (H100 SGLang 0.5.14: 6.7 % on the fit half with a
+# one-shot efficiency of 0.50, 5.4 % at 0.70).
+CUSTOM_FIT_STARTS = tuple({"oneshot_efficiency": one, "twoshot_efficiency": two,
+                           "multimem_efficiency": two, "symm_twoshot_efficiency": two}
+                          for one in (0.45, 0.75) for two in (0.45, 0.75))
 
 # NCCL's tuner (NCCL 2.19-2.29 src/graph/tuning.cc, topo.h, nvls.cc): what NCCL *believes*
 # a protocol costs; used only to decide which protocol runs. Latencies in us.
@@ -172,15 +210,12 @@ PROTOCOLS = ("ll", "ll128", "simple", "nvls")
 # 1-2 channels. An estimate; schedule.py's COMM_CORE_SHARE (0.10) is the low end of the range.
 NCCL_CHANNEL_SM_SHARE = 0.18
 
-# The frameworks' one-shot -> two-shot switch (one-shot for messages below, in bytes).
-# vLLM csrc/custom_all_reduce.cuh (SGLang carries the same kernel): 2 GPUs always one-shot;
-# with full NVLink one-shot below 512 KiB up to 4 GPUs, below 256 KiB up to 8. TensorRT-LLM's
-# AUTO strategy: the tables show one-shot up to the NCCL hand-off on A100, H100, H200 (its
-# time keeps growing as (n-1) S / B up to the hand-off); on B200 it also runs a two-shot kernel
-# (oneshot_below_for gives None there: the faster of the two).
+# Fallback without a route (detect_handoff): the frameworks' one-shot -> two-shot switch
+# (one-shot below, in bytes). vLLM/SGLang: allreduce_routes.ONESHOT_BELOW; TensorRT-LLM
+# one-shot up to the hand-off before Blackwell, the faster kernel on it (oneshot_below_for).
 ONESHOT_BELOW = {
-    "vllm": {2: math.inf, 4: 512 * 1024, 8: 256 * 1024},
-    "sglang": {2: math.inf, 4: 512 * 1024, 8: 256 * 1024},
+    "vllm": R.ONESHOT_BELOW,
+    "sglang": R.ONESHOT_BELOW,
     "trtllm": {2: math.inf, 4: math.inf, 8: math.inf},
 }
 
@@ -208,23 +243,42 @@ def nccl_params_for(system: System) -> tuple[Param, ...]:
     return tuple(p for p in NCCL_PARAMS if not p.name.startswith("nvls"))
 
 
-def custom_params_for(has_eager_rows: bool, twoshot: bool = True) -> tuple[Param, ...]:
-    """CUSTOM_PARAMS without the host overhead when no eager rows are fitted (TensorRT-LLM), and
-    without the two-shot constants when the framework never runs its two-shot kernel."""
-    return tuple(p for p in CUSTOM_PARAMS
-                 if (has_eager_rows or p.name != "eager_host_s")
-                 and (twoshot or not p.name.startswith("twoshot")))
+KERNEL_PARAMS = {  # custom kernel code (allreduce_routes) -> the constants it uses
+    R.ONESHOT: ("oneshot_latency_s", "barrier_peer_s", "blocks_peer_s", "oneshot_efficiency"),
+    R.TWOSHOT: ("twoshot_latency_s", "barrier_peer_s", "blocks_peer_s", "twoshot_efficiency"),
+    R.SYMM_MULTIMEM: ("symm_latency_s", "multimem_efficiency"),
+    R.SYMM_TWOSHOT: ("symm_latency_s", "symm_twoshot_efficiency"),
+}
+KERNEL_PARAMS[R.FASTER] = KERNEL_PARAMS[R.ONESHOT] + KERNEL_PARAMS[R.TWOSHOT]
+KERNEL_PARAMS[R.PULL_ONESHOT] = KERNEL_PARAMS[R.ONESHOT]
+KERNEL_PARAMS[R.PULL_TWOSHOT] = KERNEL_PARAMS[R.TWOSHOT]
+SYMM_KERNELS = (R.SYMM_MULTIMEM, R.SYMM_TWOSHOT)
+STAGED_KERNELS = SYMM_KERNELS + (R.PULL_ONESHOT, R.PULL_TWOSHOT)  # copy in/out when eager
+
+
+def custom_params_for(has_eager_rows: bool, kernels: Iterable[int]) -> tuple[Param, ...]:
+    """The CUSTOM_PARAMS the framework's kernels on these rows use (`kernels`: codes of
+    allreduce_routes), with the eager host times only when eager rows are fitted."""
+    kernels = set(kernels)
+    names = {name for k in kernels for name in KERNEL_PARAMS.get(k, ())}
+    if has_eager_rows:
+        names.add("eager_host_s")
+        if kernels & set(STAGED_KERNELS):
+            names.add("staged_eager_host_s")
+    return tuple(p for p in CUSTOM_PARAMS if p.name in names)
 
 
 def oneshot_below_for(framework: str, system: System) -> dict[int, float] | None:
-    """The one-/two-shot switch of `framework` on `system` (None: the faster kernel)."""
+    """Fallback for a framework version without a known route: its one-/two-shot switch on
+    `system` (None: the faster kernel)."""
     if framework == "trtllm" and nccl_arch(system) == "blackwell":
         return None
     return ONESHOT_BELOW.get(framework)
 
 
-def runs_twoshot(oneshot_below: dict[int, float] | None) -> bool:
-    return oneshot_below is None or any(not math.isinf(v) for v in oneshot_below.values())
+def route_for(framework: str, version: str, system: System) -> R.Route | None:
+    """The framework's kernel choice (allreduce_routes) on `system`'s fabric generation."""
+    return R.route_for(framework, version, nccl_arch(system))
 
 
 def _arrays(cols: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -329,59 +383,117 @@ def predict_nccl(system: System, cols: dict[str, Any], p: dict[str, float]) -> n
     return np.where((n <= 1) | (size <= 0), 0.0, t)
 
 
+def legacy_kernels(cols: dict[str, Any], handoff: dict[int, float] | None = None,
+                   oneshot_below: dict[int, float] | None = None) -> np.ndarray:
+    """Kernel codes without a framework route: NCCL above handoff[n] bytes (read off the fit
+    half), one-shot below oneshot_below[n], two-shot above; without `oneshot_below` the faster."""
+    n, size, _ = _arrays(cols)
+    if oneshot_below is None:
+        codes = np.full(len(n), R.FASTER)
+    else:
+        limit = np.array([oneshot_below.get(int(k), math.inf) for k in n], float)
+        codes = np.where(size < limit, R.ONESHOT, R.TWOSHOT)
+    if handoff:
+        codes = np.where(size > np.array([handoff.get(int(k), math.inf) for k in n], float),
+                         R.NCCL, codes)
+    return codes
+
+
 def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float],
-                       oneshot_below: dict[int, float] | None = None) -> np.ndarray:
-    """Seconds per row of the framework's own kernel, no hand-off: one-shot for messages below
-    oneshot_below[n] bytes, two-shot above; without `oneshot_below` the faster of the two."""
+                       kernels: np.ndarray) -> np.ndarray:
+    """Seconds per row of the framework's own kernels (`kernels`: allreduce_routes codes per
+    row; NaN for NCCL rows, which predict_custom times with NCCL's model)."""
     n, size, _ = _arrays(cols)
     B = port_bandwidth(system)
     n_safe = np.maximum(n, 1.0)
-    ramp = np.clip(np.log2(np.maximum(size, 1.0) / 2048.0) / 3.0, 0.0, 1.0)
-    peers = (n_safe - 1) * (p.get("barrier_peer_s", 0.0) + ramp * p.get("blocks_peer_s", 0.0))
-    one = p["oneshot_latency_s"] + peers + (n_safe - 1) * size / (B * p["oneshot_efficiency"])
-    if oneshot_below is not None and all(math.isinf(oneshot_below.get(int(k), math.inf))
-                                         for k in set(n.tolist())):
-        return one  # the framework never runs its two-shot kernel on these rows
-    two = (p["twoshot_latency_s"] + 2 * peers
-           + 2 * (n_safe - 1) / n_safe * size / (B * p["twoshot_efficiency"]))
-    if oneshot_below is None:
-        return np.minimum(one, two)
-    limit = np.array([oneshot_below.get(int(k), math.inf) for k in n], float)
-    return np.where(size < limit, one, two)
+    t = np.full(len(n), np.nan)
+    custom = np.isin(kernels, (R.ONESHOT, R.TWOSHOT, R.FASTER, R.PULL_ONESHOT, R.PULL_TWOSHOT))
+    if custom.any():
+        ramp = np.clip(np.log2(np.maximum(size, 1.0) / 2048.0) / 3.0, 0.0, 1.0)
+        peers = (n_safe - 1) * (p.get("barrier_peer_s", 0.0) + ramp * p.get("blocks_peer_s", 0.0))
+        inf = np.full(len(n), np.inf)
+        one = inf if "oneshot_efficiency" not in p else (
+            p["oneshot_latency_s"] + peers + (n_safe - 1) * size / (B * p["oneshot_efficiency"]))
+        two = inf if "twoshot_efficiency" not in p else (
+            p["twoshot_latency_s"] + 2 * peers
+            + 2 * (n_safe - 1) / n_safe * size / (B * p["twoshot_efficiency"]))
+        t = np.where(np.isin(kernels, (R.ONESHOT, R.PULL_ONESHOT)), one, t)
+        t = np.where(np.isin(kernels, (R.TWOSHOT, R.PULL_TWOSHOT)), two, t)
+        t = np.where(kernels == R.FASTER, np.minimum(one, two), t)
+    symm = np.isin(kernels, SYMM_KERNELS)
+    if symm.any():
+        # copy into the symmetric buffer and back out: 2 x (read S + write S) of device memory
+        copies = 4.0 * size / system.device.memory.bandwidth_bytes_per_s
+        eff = np.where(kernels == R.SYMM_MULTIMEM, p.get("multimem_efficiency", np.nan),
+                       p.get("symm_twoshot_efficiency", np.nan))
+        # NVLink SHARP moves (n+1)/n S through a port (like NCCL's NVLS), two-shot 2(n-1)/n S
+        wire = np.where(kernels == R.SYMM_MULTIMEM, (n_safe + 1) / n_safe * size,
+                        2 * (n_safe - 1) / n_safe * size)
+        t = np.where(symm, p.get("symm_latency_s", np.nan) + copies + wire / (B * eff), t)
+    return t
 
 
 def predict_custom(system: System, cols: dict[str, Any], p: dict[str, float], *,
                    nccl_params: dict[str, float] | None = None,
+                   route: R.Route | None = None,
                    handoff: dict[int, float] | None = None,
                    oneshot_below: dict[int, float] | None = None) -> np.ndarray:
     """Seconds per row of `cols` (arrays n, bytes and optionally graph) for a framework's
-    all-reduce. `oneshot_below` ({n: bytes}, e.g. ONESHOT_BELOW[framework]) is the framework's
-    one-/two-shot switch (default: the faster kernel). With `nccl_params` and `handoff`
-    ({n: bytes}), messages larger than handoff[n] take NCCL's time (predict_nccl); an n without a
-    hand-off stays custom. Rows with graph False add the eager host path (p["eager_host_s"])."""
+    all-reduce. `route` (route_for) is the framework's choice of kernel per row; without one,
+    messages above handoff[n] bytes are NCCL's and `oneshot_below` ({n: bytes}) switches one-
+    to two-shot (legacy_kernels). NCCL rows take predict_nccl's time with `nccl_params` (without
+    them the framework's own kernel times them). Rows with graph False add the eager host path:
+    p["eager_host_s"], or p["staged_eager_host_s"] for the kernels that stage their input."""
     n, size, _ = _arrays(cols)
-    device = custom_device_time(system, cols, p, oneshot_below)
-    if nccl_params is not None and handoff:
-        limit = np.array([handoff.get(int(k), math.inf) for k in n], float)
-        to_nccl = size > limit
-        if to_nccl.any():
-            sub = {"op": np.full(int(to_nccl.sum()), "all_reduce", object),
-                   "n": n[to_nccl], "bytes": size[to_nccl]}
-            device = device.copy()
-            device[to_nccl] = predict_nccl(system, sub, nccl_params)
+    if route is None:
+        kernels = legacy_kernels(cols, handoff if nccl_params is not None else None, oneshot_below)
+    else:
+        kernels = route(n, size)
+        if nccl_params is None:  # no NCCL model: the framework's own kernel stands in
+            kernels = np.where(kernels == R.NCCL, R.FASTER if "twoshot_efficiency" in p
+                               else R.ONESHOT, kernels)
+    to_nccl = kernels == R.NCCL
+    device = custom_device_time(system, cols, p, kernels)
+    if to_nccl.any():
+        sub = {"op": np.full(int(to_nccl.sum()), "all_reduce", object),
+               "n": n[to_nccl], "bytes": size[to_nccl]}
+        device[to_nccl] = predict_nccl(system, sub, nccl_params)
     graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
     t = device
     if (~graph).any():
         if "eager_host_s" not in p:
             raise ValueError("eager rows (graph False) need the eager_host_s constant")
-        copy = 2.0 * size / system.device.memory.bandwidth_bytes_per_s
-        busy = device + copy
-        host = p["eager_host_s"]
+        mem_bw = system.device.memory.bandwidth_bytes_per_s
+        copy = 2.0 * size / mem_bw  # the collector's eager loop clones the input
+        staged = np.isin(kernels, STAGED_KERNELS)
+        pull = np.isin(kernels, (R.PULL_ONESHOT, R.PULL_TWOSHOT))
+        # SGLang V2's pull kernels copy the input into their workspace and the result out
+        busy = device + copy + np.where(pull, 4.0 * size / mem_bw, 0.0)
+        host = np.where(staged, p.get("staged_eager_host_s", p["eager_host_s"]),
+                        p["eager_host_s"])
         scale = np.maximum(busy, host)
         q = EAGER_SMOOTH_P
         eager = scale * ((busy / scale) ** q + (host / scale) ** q) ** (1.0 / q)
         t = np.where(graph, device, eager)
     return np.where((n <= 1) | (size <= 0), 0.0, t)
+
+
+def nccl_mismatch(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarray,
+                  kernels: np.ndarray, mask: np.ndarray, tolerance: float = 0.12
+                  ) -> dict[int, float]:
+    """Per n, the median ratio of the framework's time to NCCL's measured time (`nccl_s`, NaN
+    where not measured) over the graph rows of `mask` its route sends to NCCL, where that ratio
+    is more than `tolerance` off 1 (empty: the route's NCCL is the tables' NCCL)."""
+    n, _, _ = _arrays(cols)
+    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+    ratio = np.asarray(latency_s, float) / np.asarray(nccl_s, float)
+    use = graph & np.asarray(mask, bool) & (np.asarray(kernels) == R.NCCL) & np.isfinite(ratio)
+    out = {}
+    for k in sorted(set(n[use].astype(int))):
+        med = float(np.median(ratio[use & (n == k)]))
+        if abs(med - 1.0) > tolerance:
+            out[k] = med
+    return out
 
 
 def detect_handoff(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarray,

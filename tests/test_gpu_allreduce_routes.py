@@ -1,0 +1,74 @@
+"""The frameworks' own all-reduce kernel choice (simulator/gpu/allreduce_routes.py): every rule
+is the framework's source, so each test states a switch point the source gives."""
+
+import numpy as np
+import pytest
+
+from krakenlm.simulator.gpu import allreduce_routes as R
+
+MiB = 2 ** 20
+KiB = 1024
+
+
+def kernels(route, n, sizes):
+    sizes = np.asarray(sizes, float)
+    return route(np.full(len(sizes), n), sizes).tolist()
+
+
+def test_versions_compare_by_their_numbers():
+    assert R.version_tuple("1.3.0rc20") == (1, 3, 0)
+    assert R.version_tuple("0.5.6.post2") == (0, 5, 6)
+    assert R.version_tuple("1.0.0") < R.TRT_LUT_FROM <= R.version_tuple("1.1.0")
+    assert R.version_tuple("0.5.10") < R.SGLANG_V2_FROM <= R.version_tuple("0.5.14")
+
+
+def test_tensorrt_llm_1_0_hands_more_than_128_tokens_to_nccl():
+    route = R.route_for("trtllm", "1.0.0", "ampere")
+    for n in (2, 4, 8):  # 128 tokens of hidden 4096 are 1 MiB
+        assert kernels(route, n, [256, 1 * MiB, 2 * MiB]) == [R.ONESHOT, R.ONESHOT, R.NCCL]
+
+
+def test_tensorrt_llm_table_per_generation_and_gpu_count():
+    hopper = R.route_for("trtllm", "1.3.0rc20", "hopper")
+    # SM90, 8 GPUs: one-shot to 64 tokens, NCCL at 128, two-shot at 256-512, NCCL from 1024
+    assert kernels(hopper, 8, [512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB]) == \
+        [R.ONESHOT, R.NCCL, R.TWOSHOT, R.TWOSHOT, R.NCCL]
+    assert kernels(hopper, 2, [16 * MiB, 32 * MiB]) == [R.ONESHOT, R.NCCL]
+    blackwell = R.route_for("trtllm", "1.3.0rc20", "blackwell")
+    assert kernels(blackwell, 8, [2 * MiB, 4 * MiB, 32 * MiB, 64 * MiB]) == \
+        [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL]
+    # beyond the 64 MiB workspace every GPU count goes to NCCL
+    assert kernels(blackwell, 4, [128 * MiB]) == [R.NCCL]
+
+
+def test_vllm_custom_kernel_symmetric_memory_and_nccl():
+    ampere = R.route_for("vllm", "0.14.0", "ampere")
+    assert kernels(ampere, 8, [128 * KiB, 256 * KiB, 4 * MiB, 8 * MiB]) == \
+        [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL]
+    hopper = R.route_for("vllm", "0.24.0", "hopper")
+    assert kernels(hopper, 8, [128 * KiB, 256 * KiB, 64 * MiB, 128 * MiB]) == \
+        [R.ONESHOT, R.SYMM_MULTIMEM, R.SYMM_MULTIMEM, R.NCCL]
+    assert kernels(hopper, 2, [4 * MiB, 8 * MiB, 64 * MiB, 128 * MiB]) == \
+        [R.ONESHOT, R.SYMM_TWOSHOT, R.SYMM_TWOSHOT, R.NCCL]
+    assert kernels(hopper, 4, [1 * MiB, 8 * MiB, 64 * MiB]) == \
+        [R.TWOSHOT, R.SYMM_MULTIMEM, R.NCCL]
+    blackwell = R.route_for("vllm", "0.24.0", "blackwell")  # multimem only on 6 and 8 GPUs
+    assert kernels(blackwell, 4, [1 * MiB, 2 * MiB, 32 * MiB, 64 * MiB]) == \
+        [R.TWOSHOT, R.SYMM_TWOSHOT, R.SYMM_TWOSHOT, R.NCCL]
+
+
+def test_sglang_v1_and_v2():
+    v1 = R.route_for("sglang", "0.5.10", "ampere")
+    assert kernels(v1, 4, [256 * KiB, 512 * KiB, 8 * MiB, 16 * MiB]) == \
+        [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL]
+    v2 = R.route_for("sglang", "0.5.14", "hopper")
+    assert kernels(v2, 8, [160 * KiB, 256 * KiB, 16 * MiB, 32 * MiB]) == \
+        [R.ONESHOT, R.PULL_TWOSHOT, R.PULL_TWOSHOT, R.NCCL]
+    assert kernels(v2, 2, [2 * MiB, 4 * MiB]) == [R.ONESHOT, R.PULL_ONESHOT]
+
+
+@pytest.mark.parametrize("framework,version,arch", [("lmdeploy", "0.1", "hopper"),
+                                                    ("vllm", "", "hopper"),
+                                                    ("vllm", "0.24.0", "ada")])
+def test_no_rule_without_a_known_framework_version_and_generation(framework, version, arch):
+    assert R.route_for(framework, version, arch) is None
