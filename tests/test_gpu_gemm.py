@@ -172,3 +172,16 @@ def test_fit_recovers_cutlass_constants_from_several_starts(h100):
                   params, c, lat, keys, starts=[{}, *gemm.FIT_STARTS])
     assert r.mape_held_out < 1.0
     assert r.params["quant_cta_s"] == pytest.approx(P["quant_cta_s"], rel=0.15)
+
+
+def test_sglang_sm90_main_loop_runs_whole_128_deep_k_tiles(h100):
+    # K = 32, 64 and 128 run one K tile each on SGLang's sm90 kernel; vLLM's model is unchanged
+    M, N, B = np.full(3, 4096.0), np.full(3, 4096.0), np.ones(3)
+    K = np.array([32.0, 64.0, 128.0])
+    sgl = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.SGLANG, 1,
+                                      np.zeros(3, bool))
+    vllm = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.VLLM, 0,
+                                       np.zeros(3, bool))
+    assert sgl["wave_work"][0] == sgl["wave_work"][1] == sgl["wave_work"][2]
+    assert vllm["wave_work"][0] * 4 == pytest.approx(vllm["wave_work"][2])
+    assert sgl["flops"][0] * 4 == pytest.approx(sgl["flops"][2])  # useful flops stay exact
