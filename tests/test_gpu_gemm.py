@@ -51,6 +51,36 @@ def test_vllm_sm100_and_sglang_tiles():
     steps = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 1, False, M, N, K)[:2]
     assert list(zip(*read)) == [(64, 64), (64, 64), (64, 64), (128, 128)]
     assert list(zip(*steps)) == [(64, 64), (64, 128), (128, 128), (128, 128)]
+    M = np.array([16, 32, 33, 100, 200])
+    N, K = np.full(5, 4096), np.full(5, 4096)
+    rows32 = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 2, False, M, N, K)[:2]
+    assert list(zip(*rows32)) == [(32, 64), (32, 64), (64, 64), (64, 128), (128, 128)]
+
+
+def test_power_limit_caps_the_rate_of_large_gemms_only(h100):
+    # M = 16: 1 us of flops at the capped rate, far below one 64 x 64 tile's K loop
+    c = cols([16, 8192], [4096, 8192], [4096, 8192])
+    base = gemm.predict(h100, c, P, "bf16")
+    capped = gemm.predict(h100, c, {**P, "power_efficiency": 0.5}, "bf16")
+    assert capped[0] == base[0]  # a small GEMM never reaches the cap
+    cap_s = 2.0 * 8192 ** 3 / (h100.matrix_rate("bf16") * 0.5)
+    assert base[1] < cap_s and capped[1] >= cap_s  # floor under the compute time
+    # the same floor on the CUTLASS path
+    sgl = {**P, "library": 2, "tile_table": 1}
+    t = gemm.predict(h100, c, {**sgl, "power_efficiency": 0.5}, "fp8")[1]
+    assert t >= 2.0 * 8192 ** 3 / (h100.matrix_rate("fp8") * 0.5)
+
+
+def test_zero_filled_token_rows_cost_only_past_the_last_token(h100):
+    # 128 x 128 tiles in 2 x 1 clusters from M = 129 (tile_table 1): M = 256 fills its tiles,
+    # M = 129 and M = 200 leave 127 and 56 rows of the second tile row past the last token
+    m = np.array([129, 200, 256])
+    c = cols(m, 4096, 4096)
+    sgl = {**P, "library": 2, "tile_table": 1}
+    extra = gemm.predict(h100, c, {**sgl, "oob_row_s": 1e-9}, "fp8") - \
+        gemm.predict(h100, c, sgl, "fp8")
+    assert extra[2] == 0 and extra[0] > extra[1] > 0
+    assert extra[0] / extra[1] == pytest.approx(127 / 56, rel=0.05)
 
 
 def test_tile_grid_is_rounded_to_whole_clusters(h100):
@@ -71,10 +101,16 @@ def test_fit_setup_picks_the_framework_kernels(h100):
     assert {s["library"] for s in structures} == {gemm_cutlass.VLLM}
     assert {s["weight_copies"] for s in structures} == {0, 6}
     _, sgl = gemm.fit_setup(h100, "sglang", "fp8")
-    assert {(s["tile_table"], s["weight_copies"]) for s in sgl} == {(0, 0), (0, 6), (1, 0), (1, 6)}
+    assert {(s["tile_table"], s["weight_copies"]) for s in sgl} == {
+        (t, c) for t in (0, 1, 2) for c in (0, 6)}
     for dev, fw, dtype in ((h100, "trtllm", "fp8"), (h100, "vllm", "bf16"), (a100, "vllm", "fp8")):
         params, structures = gemm.fit_setup(dev, fw, dtype)
         assert params == gemm.PARAMS and all("library" not in s for s in structures)
+    # SGLang's tables: a power-limited rate on every device, zero-filled rows on its CUTLASS path
+    assert {q.name for q in gemm.fit_setup(h100, "sglang", "fp8")[0]} >= {
+        "power_efficiency", "oob_row_s"}
+    names = {q.name for q in gemm.fit_setup(a100, "sglang", "bf16")[0]}
+    assert "power_efficiency" in names and "oob_row_s" not in names
     assert {s["weight_copies"] for s in gemm.fit_setup(h100, "trtllm", "bf16")[1]} == {0, 5}
 
 
@@ -136,3 +172,16 @@ def test_fit_recovers_cutlass_constants_from_several_starts(h100):
                   params, c, lat, keys, starts=[{}, *gemm.FIT_STARTS])
     assert r.mape_held_out < 1.0
     assert r.params["quant_cta_s"] == pytest.approx(P["quant_cta_s"], rel=0.15)
+
+
+def test_sglang_sm90_main_loop_runs_whole_128_deep_k_tiles(h100):
+    # K = 32, 64 and 128 run one K tile each on SGLang's sm90 kernel; vLLM's model is unchanged
+    M, N, B = np.full(3, 4096.0), np.full(3, 4096.0), np.ones(3)
+    K = np.array([32.0, 64.0, 128.0])
+    sgl = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.SGLANG, 1,
+                                      np.zeros(3, bool))
+    vllm = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.VLLM, 0,
+                                       np.zeros(3, bool))
+    assert sgl["wave_work"][0] == sgl["wave_work"][1] == sgl["wave_work"][2]
+    assert vllm["wave_work"][0] * 4 == pytest.approx(vllm["wave_work"][2])
+    assert sgl["flops"][0] * 4 == pytest.approx(sgl["flops"][2])  # useful flops stay exact

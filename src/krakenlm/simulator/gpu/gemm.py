@@ -50,8 +50,8 @@ vLLM's and SGLang's FP8 GEMMs are different kernels, with a different quantiser:
 Blackwell they take `library` = 1 (vLLM) or 2 (SGLang), modelled in gemm_cutlass.py (the tile
 each framework's CUTLASS dispatch picks from M, waves without split-K or stream-K, a
 quantisation kernel with one CTA per token row). `library` is a structural constant stored with
-the fitted ones (0, cuBLAS, when absent); `tile_table` picks between two SGLang tile tables on
-the fit half (gemm_cutlass.py).
+the fitted ones (0, cuBLAS, when absent); `tile_table` picks between three SGLang tile tables
+on the fit half (gemm_cutlass.py).
 
 The benchmark (aiconfigurator's collectors) times 5 (TensorRT-LLM) or 6 (vLLM, SGLang) copies
 of the layer in turn, each with its own weights, and divides by the copies. When all the copies'
@@ -74,8 +74,25 @@ Constants (fitted per device, framework and dtype on measured kernels, calibrate
   split_k_overhead_s    reduction (split-K) or fix-up (stream-K) of partial tiles
   quantize_efficiency   (fp8 only) bandwidth fraction of the activation quantisation kernel
   quant_cta_s           (vLLM/SGLang FP8 only) GPU time per CTA of their quantisation kernel
+  oob_row_s             (SGLang FP8 only) cost of zero-filled token rows (gemm_cutlass.py)
+  power_efficiency      (SGLang tables only) fraction of the tensor peak sustained under the
+                        board's power limit: every candidate's compute time is at least
+                        2 b M N K / (peak * power_efficiency)
 Constants missing from `p` (a calibration written by an older version of this model) take
-their initial values below; re-run `krakenlm sim calibrate` to refit them.
+their initial values below; re-run `krakenlm sim calibrate` to refit them. The OPTIONAL two are
+the exception: absent, their term is absent (fit_setup offers them only to SGLang's tables).
+
+Power-limited rate (`power_efficiency`, SGLang): the tile model's rate grows with K (fewer
+prologues per flop), but in SGLang's tables the rate of large GEMMs falls with K: on the fit
+half, M, N >= 4096, median 1133 -> 1067 -> 918 TFLOP/s for FP8 on H100 at K in (1024, 4096],
+(4096, 8192], > 8192 (H200 1184 -> 1140 -> 1076; bf16 H100 720 -> 722 -> 710, H200 706 -> 689
+-> 679). We read this as the clocks dropping below boost once a long GEMM holds the board at
+its power limit (the collector's weights are uniform over the whole FP8 range: many toggling
+bits), so the cap is a rate, not a tile property, and compute_efficiency is left to describe
+short GEMMs at boost clocks. Refitting SGLang's gemm with it improved the fit half of every
+entry on all six devices (H100 fp8 9.18 -> 8.38 %, with oob_row_s and tile_table 2; H200 bf16
+8.35 -> 7.99 %; the fitted cap is 0.55-0.81 of the datasheet peak). vLLM's and TensorRT-LLM's
+entries were not refitted with it and do not use it.
 
 The fit (calibrate.py) starts from FIT_STARTS as well as the initial values: the objective is
 kinked (the fastest candidate changes with the constants) and Nelder-Mead from one start
@@ -116,6 +133,13 @@ PARAMS = (
 )
 CUTLASS_PARAMS = tuple(q for q in PARAMS if q.name != "split_k_overhead_s") + (
     gemm_cutlass.QUANT_CTA,)
+POWER = Param("power_efficiency", "fraction", 0.75, "fraction of the dense tensor peak the "
+              "board sustains under its power limit on the benchmark's random operands, once a "
+              "GEMM runs long enough for the clocks to drop below boost")
+# Constants fitted only where fit_setup offers them (SGLang's tables); absent, the term is
+# absent: every other calibration keeps its predictions.
+OPTIONAL = (POWER.name, gemm_cutlass.OOB_ROW.name)
+POWER_FRAMEWORKS = ("sglang",)
 _INITIAL = {q.name: q.initial for q in PARAMS + CUTLASS_PARAMS}
 # Starts of the fit besides the initial values: the K-step latency and the per-wave overhead
 # decide which candidate kernels win, so each combination of regimes is a separate basin.
@@ -159,11 +183,16 @@ def fit_setup(dev: Device, framework: str, dtype: str
         library = {"vllm": gemm_cutlass.VLLM, "sglang": gemm_cutlass.SGLANG}.get(framework, 0)
     base: list[dict[str, float]] = [{"library": float(library)}] if library else [{}]
     if library == gemm_cutlass.SGLANG:
-        base = [{**b, "tile_table": float(t)} for b in base for t in (0, 1)]
+        base = [{**b, "tile_table": float(t)} for b in base for t in (0, 1, 2)]
     copies = BENCHMARK_COPIES.get(framework, 0)
     structures = tuple({**b, "weight_copies": float(c)} for b in base
                        for c in sorted({0, copies}))
-    return (CUTLASS_PARAMS if library else PARAMS), structures
+    params = CUTLASS_PARAMS if library else PARAMS
+    if library == gemm_cutlass.SGLANG:
+        params = params + (gemm_cutlass.OOB_ROW,)
+    if framework in POWER_FRAMEWORKS:
+        params = params + (POWER,)
+    return params, structures
 
 
 def _columns(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
@@ -252,6 +281,7 @@ def _build_geometry(dev: Device, cols: dict[str, np.ndarray], dtype: str,
     g["partial_bytes"] = (B * M * N)[:, None] * sp[0] * 2 * PARTIAL_BYTES  # (R, S)
     g["split"] = sp[0] > 1
     g["quant_bytes"] = B * M * K * QUANT_BYTES if dtype.startswith("fp8") else None
+    g["flops"] = 2.0 * B * M * N * K
     return g
 
 
@@ -271,7 +301,7 @@ def predict(dev: Device, cols: dict[str, np.ndarray], p: dict[str, float],
                int(p.get("weight_copies", 0)) if warm_l2 else 0)
     g = _geometry(dev, cols, dtype, variant)
     if g["cutlass"]:
-        return gemm_cutlass.predict(dev, g, p, _smooth_max)
+        return gemm_cutlass.predict(dev, g, p, _smooth_max, power_time(dev, g, p, dtype))
     eff, kst, wo, sko = (p["compute_efficiency"], p["k_step_latency_s"], p["wave_overhead_s"],
                          p["split_k_overhead_s"])
     bw = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
@@ -290,6 +320,7 @@ def predict(dev: Device, cols: dict[str, np.ndarray], p: dict[str, float],
         per_split[:, 0] = np.where(g["big_any"], big, per_split[:, 0])
         compute = per_split
         extra = np.where(g["split"], sko + g["partial_bytes"] / bw, 0.0)
+    compute = np.maximum(compute, power_time(dev, g, p, dtype)[:, None])
     memory = np.maximum(g["dram_bytes"] / bw, g["l2_bytes"] / l2bw) + p["memory_latency_s"]
     time = (_smooth_max(compute, memory[:, None]) + extra).min(axis=1)
     if "epilogue_bytes" in g:
@@ -298,6 +329,14 @@ def predict(dev: Device, cols: dict[str, np.ndarray], p: dict[str, float],
         time = time + g["quant_bytes"] / (dev.memory.bandwidth_bytes_per_s
                                           * p["quantize_efficiency"])
     return p["floor_s"] + time
+
+
+def power_time(dev: Device, g: dict, p: dict[str, float], dtype: str) -> np.ndarray:
+    """The GEMM's useful flops at the power-limited tensor rate (0 without `power_efficiency`):
+    a floor under the compute time of every candidate kernel."""
+    if "power_efficiency" not in p:
+        return np.zeros_like(g["flops"])
+    return g["flops"] / (dev.matrix_rate(dtype) * p["power_efficiency"])
 
 
 def flops(cols: dict[str, np.ndarray]) -> np.ndarray:

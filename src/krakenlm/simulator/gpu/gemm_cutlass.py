@@ -31,6 +31,9 @@ The tile (rows Mt x columns Nt of C per CTA) per M, as dispatched:
   10.3 us to 128, 17.5 us from 129, like vLLM's 128 x 128 tiles), not at M = 256 as the
   source we read says: the measured sgl-kernel is newer than that source. The fit half picks
   it on all four devices.
+* `tile_table = 2`: table 1 with 32-row tiles up to M = 32, a fit-half variant (no source read
+  says so): the fit half picks it on H100 (8.86 vs 9.03 % with oob_row_s, 8.38 vs 8.71 % with
+  power_efficiency too) and H200 (9.39 vs 9.71 %); B200 and GB200 keep table 1.
 
 CUTLASS's persistent scheduler rounds the tile grid up to whole thread-block clusters (vLLM
 sm90: 2 x 1 tiles from M = 65; SGLang beyond M = 1024 as read, from 129 in `tile_table` 1):
@@ -41,11 +44,27 @@ Time (same constants as gemm.py, plus `quant_cta_s`):
 
     compute = waves * max(2 Mt Nt K / (peak / SMs) / compute_efficiency,
                           ceil(K / 64) * k_step_latency_s) + waves * wave_overhead_s
+              + oob waves * ceil(K / 64) * oob rows * oob_row_s
+    compute = max(compute, 2 M N K / (peak * power_efficiency))   (gemm.py; SGLang only)
     memory  = max(DRAM bytes / (bandwidth * memory_efficiency),
                   L2 bytes / (L2 bandwidth * l2_efficiency)) + memory_latency_s
     quant   = smooth max(3 M K bytes / (bandwidth * quantize_efficiency),
                          quantisation CTAs * quant_cta_s)
     time    = floor_s + smooth max(compute, memory) + quant
+
+SGLang's sm90 kernels all have 128-deep K tiles (TileShape Mt x Nt x 128), so their main loop
+runs ceil(K / 128) whole tiles: K = 32 or 64 costs what K = 128 does (fit half H100 8.38 ->
+8.30 %, H200 9.39 -> 9.25 % with everything else below).
+
+`oob_row_s` (SGLang only; absent: no term): the rows of the last token tile past the last
+token are loaded as zeros (the TMA box crosses the tensor's edge) and multiplied like the
+others. On the fit half SGLang's FP8 rows just past a tile boundary (M = 129, 257, 513 ...)
+were 6 % too fast on H100 (mean signed error; 12 % of the absolute error from 9 % of the rows)
+with the tile work alone; charging each wave that holds such a tile a cost per zero-filled
+row and K step lowers the fit half 9.18 -> 9.03 % on H100 (8.38 % with power_efficiency and
+tile_table 2). The fitted cost is 3-4e-10 s per row and K step on H100/H200 (a 127-row pad
+then costs about a third of a 128 x 128 x 64 FP8 step at the per-SM peak) and ten times less on
+B200/GB200, where it buys nothing. Which waves hold such a tile follows CUTLASS's raster order.
 
 `quant_cta_s` is the GPU time a CTA of the quantisation kernel costs, spread over the SMs
 (launch, one load-convert-store chain): vLLM's one CTA per token costs 0.24 ms for 32768
@@ -61,9 +80,14 @@ from .params import Param
 
 QUANT_CTA = Param("quant_cta_s", "seconds", 5e-9, "GPU time per CTA of the activation "
                   "quantisation kernel (vLLM: one CTA per token row), amortised over the SMs")
+OOB_ROW = Param("oob_row_s", "seconds", 5e-10, "extra K-loop time per 64-deep K step and per "
+                "row of a token tile that lies past the last token (the TMA load of a box "
+                "crossing the tensor's edge zero-fills those rows), paid once by every wave "
+                "that holds such a tile")
 VLLM, SGLANG = 1, 2  # values of the structural constant `library` (0: cuBLAS, gemm.py)
 BLACKWELL_CLASS_FLOP_PER_CLK = 6000  # dense 16-bit flop per SM and clock: H100 4096, B200 8192
 K_STEP = 64
+SGLANG_SM90_K_TILE = 128  # fp8_gemm_kernel.cu: every sm90 TileShape is Mt x Nt x 128
 QUANT_BYTES = 3  # read 2 bytes, write 1 per activation element
 SGLANG_WARP_ROWS_PER_SM = 16  # sgl_per_token_quant_fp8: warp kernel from 2 * 8 rows per SM
 SGLANG_ROWS_PER_CTA = 8
@@ -80,7 +104,11 @@ def tiles(library: int, tile_table: int, blackwell: bool, M: np.ndarray, N: np.n
     dispatches, and its thread-block cluster in tiles along M and N (CUTLASS's persistent
     scheduler rounds the tile grid up to whole clusters)."""
     one = np.ones_like(M, dtype=float)
-    if library == SGLANG and tile_table == 1:
+    if library == SGLANG and tile_table == 2:  # tile_table 1 with 32 token rows to M = 32
+        mt = np.select([M <= 32, M <= 128], [32, 64], 128)
+        nt = np.select([M <= 64, M <= 128], [64, 128], 128)
+        cm, cn = np.where(M <= 128, 1, 2), one
+    elif library == SGLANG and tile_table == 1:
         mt = np.where(M <= 128, 64, 128)
         nt = np.select([M <= 64, M <= 128], [64, 128], 128)
         cm, cn = np.where(M <= 128, 1, 2), one
@@ -120,9 +148,22 @@ def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: 
     benchmark's weight copies and outputs all stay in L2 (gemm.py)."""
     sms = dev.core_count
     per_sm = dev.matrix_rate(dtype) / sms
-    mt, nt, cm, cn = tiles(library, tile_table, blackwell_class(dev), M, N, K)
-    grid = np.ceil(np.ceil(M / mt) / cm) * cm * np.ceil(np.ceil(N / nt) / cn) * cn
-    waves = np.ceil(B * grid / sms)
+    blackwell = blackwell_class(dev)
+    mt, nt, cm, cn = tiles(library, tile_table, blackwell, M, N, K)
+    # the main loop runs whole K tiles: K = 32 or 64 costs one 128-deep tile on SGLang's sm90
+    kt = SGLANG_SM90_K_TILE if library == SGLANG and not blackwell else 1
+    k_run = np.ceil(K / kt) * kt
+    tile_rows = np.ceil(np.ceil(M / mt) / cm) * cm  # along the tokens, whole clusters
+    tile_cols = np.ceil(np.ceil(N / nt) / cn) * cn
+    waves = np.ceil(B * tile_rows * tile_cols / sms)
+    # rows of the emptiest token tile past the last token (a cluster's padding tile: all of them)
+    oob_rows = np.minimum(mt, tile_rows * mt - M)
+    # waves holding such a tile. CUTLASS's sm90 persistent scheduler rasterises along M when
+    # the grid has more tile columns than rows (its raster-order heuristic): consecutive tiles
+    # then walk down a column, so every wave holds a bottom tile (at most one wave per column).
+    # Along N the bottom tiles are the last row's, consecutive: ceil(columns / SMs) waves.
+    along_m = tile_cols > tile_rows
+    oob_waves = np.minimum(waves, np.where(along_m, B * tile_cols, np.ceil(B * tile_cols / sms)))
     a_bytes = B * M * K * DTYPE_BYTES[dtype]
     b_bytes = B * K * N * DTYPE_BYTES[dtype]
     c_bytes = B * M * N * 2  # 16-bit output
@@ -133,18 +174,24 @@ def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: 
     else:
         quant_ctas = np.where(rows >= SGLANG_WARP_ROWS_PER_SM * sms,
                               np.ceil(rows / SGLANG_ROWS_PER_CTA), rows)
-    return {"wave_work": waves * 2.0 * mt * nt * K / per_sm,
-            "wave_steps": waves * np.ceil(K / K_STEP), "waves": waves,
+    return {"wave_work": waves * 2.0 * mt * nt * k_run / per_sm,
+            "wave_steps": waves * np.ceil(k_run / K_STEP), "waves": waves,
             "dram_bytes": np.where(resident, 0.0, b_bytes + c_bytes) + np.where(hot, 0.0, a_bytes),
             "l2_bytes": a_bytes + b_bytes + c_bytes,
-            "quant_bytes": rows * K * QUANT_BYTES, "quant_ctas": quant_ctas}
+            "quant_bytes": rows * K * QUANT_BYTES, "quant_ctas": quant_ctas,
+            "flops": 2.0 * B * M * N * K,
+            "oob_steps": np.where(oob_rows > 0, oob_waves, 0.0) * np.ceil(k_run / K_STEP)
+            * oob_rows}
 
 
-def predict(dev: Device, g: dict, p: dict[str, float], smooth_max) -> np.ndarray:
+def predict(dev: Device, g: dict, p: dict[str, float], smooth_max,
+            power_time: np.ndarray) -> np.ndarray:
     eff, kst, wo = p["compute_efficiency"], p["k_step_latency_s"], p["wave_overhead_s"]
     bw = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
     l2bw = dev.global_buffer_bandwidth_bytes_per_s * p["l2_efficiency"]
-    compute = np.maximum(g["wave_work"] / eff, g["wave_steps"] * kst) + g["waves"] * wo
+    compute = (np.maximum(g["wave_work"] / eff, g["wave_steps"] * kst) + g["waves"] * wo
+               + g["oob_steps"] * p.get("oob_row_s", 0.0))
+    compute = np.maximum(compute, power_time)
     memory = np.maximum(g["dram_bytes"] / bw, g["l2_bytes"] / l2bw) + p["memory_latency_s"]
     quant = smooth_max(g["quant_bytes"] / (dev.memory.bandwidth_bytes_per_s
                                            * p["quantize_efficiency"]),
