@@ -174,7 +174,9 @@ fa3_decode.py, offered as further structural variants on sm90 devices only (FA3_
 `generation_variants_for(framework, dev, kv_dtype)`), chosen on the fit half like the others.
 With an FP8 cache it wins on the fit half (vLLM: the graph cap; SGLang H100: upstream's rule,
 H200: vllm-flash-attn's), held-out MAPE vLLM H100 10.67 -> 7.41, H200 11.06 -> 7.69 %, SGLang
-H100 7.93 -> 6.49, H200 8.34 -> 6.88 %. 16-bit entries were not refitted in this round.
+H100 7.93 -> 6.49, H200 8.34 -> 6.88 %. With a 16-bit cache it wins for vLLM (the graph cap;
+H100 7.19 -> 6.29, H200 7.73 -> 6.22 %) but not for SGLang (fit half 7.56 vs 6.88 on H100, 8.15
+vs 7.85 on H200): SGLang's 16-bit entries keep the split-KV form.
 
 Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 `context_supported`, `generation_supported`)
