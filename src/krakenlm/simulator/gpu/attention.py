@@ -167,6 +167,17 @@ pay two small kernels more (`swap_copy_s`). The tables show it as a step of ~6 u
 batch 1 and 2 at every cache length, absent when kv_heads = 1 (A100 vLLM: 12.5 -> 18.7 us at
 2 cached tokens with 32/8 heads; 12.3 -> 12.4 us with 8/1). Held-out MAPE 12.3 -> 6.4 %.
 
+On Hopper (sm90), vLLM and SGLang run FlashAttention-3, whose decode is a persistent, paged,
+PackGQA kernel with a per-sequence split count (varlen scheduler metadata) under a per-launch
+bound: vLLM's CUDA-graph cap of 32 splits up to batch 512, or FA3's own heuristic; its form is
+fa3_decode.py, offered as further structural variants on sm90 devices only (FA3_VARIANTS,
+`generation_variants_for(framework, dev, kv_dtype)`), chosen on the fit half like the others.
+With an FP8 cache it wins on the fit half (vLLM: the graph cap; SGLang H100: upstream's rule,
+H200: vllm-flash-attn's), held-out MAPE vLLM H100 10.67 -> 7.41, H200 11.06 -> 7.69 %, SGLang
+H100 7.93 -> 6.49, H200 8.34 -> 6.88 %. With a 16-bit cache it wins for vLLM (the graph cap;
+H100 7.19 -> 6.29, H200 7.73 -> 6.22 %) but not for SGLang (fit half 7.56 vs 6.88 on H100, 8.15
+vs 7.85 on H200): SGLang's 16-bit entries keep the split-KV form.
+
 Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 `context_supported`, `generation_supported`)
 -------------------------------------------------------------------------------------------
@@ -196,8 +207,9 @@ import numpy as np
 
 from ...hardware.schema import DTYPE_BYTES, Device
 from . import prefill_tiles as tiles
-from . import trtllm_decode
+from . import fa3_decode, trtllm_decode
 from .gemm import hopper_class
+from .gemm_cutlass import blackwell_class
 from .params import Param
 
 BLOCK_M = tiles.BLOCK_M  # default query rows per prefill CTA (menus: prefill_tiles.py)
@@ -326,16 +338,40 @@ SPLITKV_GENERATION_PARAMS = GENERATION_PARAMS + (
     Param("swap_copy_s", "seconds", 3e-6,
           "FlashAttention-2's GQA decode: the two copy kernels that transpose the query heads "
           "into rows and the output back (fa2_swap variant only)"),
+    # FlashAttention-3's decode on Hopper (fa3 variants only, fa3_decode.py)
+    Param("split_item_s", "seconds", 3e-7,
+          "extra time of a CTA of FA3's kernel compiled with Split: fp32 partial output and "
+          "log-sum-exp to the accumulation buffers, the per-sequence split count read"),
+    Param("combine_row_s", "seconds", 3e-8,
+          "SM time per (sequence, query head, split) row of FA3's combine kernel: read the fp32 "
+          "partials, rescale by their log-sum-exp, write the output"),
+    Param("seq_s", "seconds", 1e-8,
+          "time per sequence of FA3's varlen tile scheduler: a persistent CTA walks the "
+          "per-sequence block counts to find its tile's sequence"),
+    Param("serial_gain", "positive", 0.5,
+          "extra per-key CTA time of FA3's FP8 kernel at head_dim > 192 with a paged cache, "
+          "compiled without intra-warpgroup overlap of softmax and MMAs (FP8 tables only)"),
 )
+_FA3_ONLY = {"split_item_s": 0.0, "combine_row_s": 0.0, "seq_s": 0.0, "serial_gain": 0.0}
 # structural choices tried in turn (lowest fit-half error wins): CTAs resident per SM that the
 # split heuristic counts as slots, and whether MHA (group 1) decode is split at all; the last is
 # FlashAttention-2's varlen decode as its source states it (flash_api.cpp, mha_varlen_fwd): the
 # split heuristic counts 2 CTAs per SM ("128 threads per block"), only the GQA path with the
 # query heads swapped into rows (seqlenq_ngroups_swapped) is split, and that swap reshapes q and
 # the output, which copies unless the batch or the KV heads are 1 (FA3 packs GQA in the kernel)
-SPLITKV_VARIANTS = tuple({"split_ctas_per_sm": c, "split_mha": m, "swap_copy_s": 0.0}
-                         for c in (1.0, 2.0) for m in (0.0, 1.0)) + (
-    {"split_ctas_per_sm": 2.0, "split_mha": 0.0, "fa2_swap": 1.0},)
+SPLITKV_VARIANTS = tuple({"split_ctas_per_sm": c, "split_mha": m, "swap_copy_s": 0.0,
+                          **_FA3_ONLY} for c in (1.0, 2.0) for m in (0.0, 1.0)) + (
+    {"split_ctas_per_sm": 2.0, "split_mha": 0.0, "fa2_swap": 1.0, **_FA3_ONLY},)
+# FlashAttention-3 on sm90 (fa3_decode.py): vLLM's CUDA-graph split cap (32 up to batch 512) or
+# FA3's own heuristic, in vllm-flash-attn's (1) or upstream's (2) version; one kernel for MHA and
+# GQA, no query-head copies. split_ctas_per_sm / split_mha are not used by this form.
+_FA3_FIXED = {"split_ctas_per_sm": 1.0, "split_mha": 1.0, "mha_item_s": 0.0, "swap_copy_s": 0.0}
+FA3_VARIANTS: dict[str, tuple[dict[str, float], ...]] = {
+    "vllm": tuple({"fa3": 1.0, "fa3_graph_splits": g, "fa3_rule": r, **_FA3_FIXED}
+                  for g, r in ((32.0, 1.0), (0.0, 1.0), (0.0, 2.0))),
+    "sglang": tuple({"fa3": 1.0, "fa3_graph_splits": 0.0, "fa3_rule": r, **_FA3_FIXED}
+                    for r in (1.0, 2.0)),
+}
 SPLIT_MAX = 128  # most splits the heuristic considers
 SPLIT_BUSY = 0.8  # tiles >= this fraction of the slots: no split
 SPLIT_EFFICIENCY = 0.85  # fewest splits whose wave efficiency is within this of the best
@@ -356,11 +392,26 @@ def generation_params_for(framework: str) -> tuple[Param, ...]:
     return GENERATION_PARAMS
 
 
-def generation_variants_for(framework: str) -> tuple[dict[str, float], ...]:
-    """Structural choices of `framework`'s generation form (fitted in turn, see calibrate.py)."""
+def generation_variants_for(framework: str, dev: Device | None = None,
+                            kv_dtype: str = "bf16") -> tuple[dict[str, float], ...]:
+    """Structural choices of `framework`'s generation form (fitted in turn, see calibrate.py):
+    with an sm90 `dev`, vLLM's and SGLang's FlashAttention-3 forms too (fa3_decode.py; FA3's
+    Hopper kernels run nowhere else); `serial_gain` is fixed at 0 for a 16-bit cache."""
     if framework == "trtllm":
         return TRTLLM_VARIANTS
-    return SPLITKV_VARIANTS if framework in SPLITKV_FRAMEWORKS else ({},)
+    if framework not in SPLITKV_FRAMEWORKS:
+        return ({},)
+    if dev is None or not sm90(dev):
+        return SPLITKV_VARIANTS
+    fa3 = FA3_VARIANTS.get(framework, ())
+    if kv_dtype != "fp8":
+        fa3 = tuple({**v, "serial_gain": 0.0} for v in fa3)
+    return SPLITKV_VARIANTS + fa3
+
+
+def sm90(dev: Device) -> bool:
+    """Hopper: the Hopper-class tensor-core rate per SM and clock, below Blackwell's."""
+    return hopper_class(dev) and not blackwell_class(dev)
 
 
 def splitkv_count(slots: float, tiles, kv_len) -> np.ndarray:
@@ -519,6 +570,13 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
         return trtllm_decode.predict(sms, dev.memory.bandwidth_bytes_per_s,
                                      dev.global_buffer.capacity_bytes, b, h, kvh, d, L, nbytes,
                                      p, warm_l2, rope)
+    if p.get("fa3", 0.0) > 0.5:  # FlashAttention-3 on Hopper, as vLLM / SGLang launch it
+        hbm = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
+        kv = b * kvh * L * d * 2 * nbytes
+        bandwidth = np.where((kv <= dev.global_buffer.capacity_bytes) & warm_l2,
+                             hbm * (1 + p["l2_gain"]), hbm)
+        return fa3_decode.predict(sms, b, h, kvh, d, L, nbytes, kv_dtype == "fp8", p,
+                                  bandwidth, _pnorm)
     group = h / kvh
     pairs = b * kvh
     mha = group == 1

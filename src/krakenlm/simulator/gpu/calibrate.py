@@ -57,8 +57,10 @@ class Dataset:
     def fit(self, system_name: str) -> FitResult:
         best: FitResult | None = None
         for structure in self.structures:
+            # constants a structure fixes are not fitted (no flat directions for the simplex)
+            free = tuple(p for p in self.params if p.name not in structure)
             r = fit_model(f"{self.family} {self.variant} ({self.framework}, {system_name})",
-                          lambda c, p, s=structure: self.predict(c, {**p, **s}), self.params,
+                          lambda c, p, s=structure: self.predict(c, {**p, **s}), free,
                           self.cols, self.latency_s, self.keys,
                           starts=[{}, *self.starts] if self.starts else None)
             if best is None or r.mape_fit < best.mape_fit:
@@ -194,7 +196,7 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
                                lat, module.generation_params_for(framework),
                                lambda cc, p, kv=kv_dtype: module.predict_generation(dev, cc, p, kv),
                                module.generation_key(cols), notes,
-                               module.generation_variants_for(framework)))
+                               module.generation_variants_for(framework, dev, kv_dtype)))
     return out
 
 

@@ -1,0 +1,145 @@
+"""FlashAttention-3's decode on Hopper (sm90) as vLLM and SGLang call it: varlen, paged, split.
+
+`attention.predict_generation` uses this form when the fitted parameters hold `fa3` = 1 (the
+FA3 variants of SPLITKV_VARIANTS, offered on sm90 devices only: `attention.generation_variants_for`). It
+follows the launch decisions of FlashAttention's hopper/ code as vLLM's fork
+(vllm-project/flash-attention) and upstream (Dao-AILab) state them -- flash_api.cpp
+(mha_fwd, mha_fwd_get_scheduler_metadata, get_num_splits, get_pack_gqa), heuristics.h
+(num_splits_heuristic), flash_prepare_scheduler.cu (prepare_varlen_num_blocks), tile_size.h
+(tile_size_fwd_sm90) -- and how the two frameworks call it (vLLM
+v1/attention/backends/flash_attn.py; SGLang flashattention_backend.py), then times the kernels
+with the split-KV constants of attention.py plus four of its own.
+
+Tile (tile_size_fwd_sm90, decode: one query token, the paged cache read without TMA because the
+query group never exceeds the tile's rows, `get_pagedkv_tma`): the query heads of a GQA group
+are packed into the rows of one tile (PackGQA, always on for a paged non-TMA cache), so a CTA
+serves one (sequence, KV head, split) with `block_m` rows and streams `block_n`-key tiles:
+
+    16-bit: head_dim 64: 192 x 160;  128: 64 x 128 (one MMA warpgroup while the packed group
+            fits 64 rows, use_one_mma_wg), else 128 x 128;  192: 128 x 96;  256: 128 x 80
+    FP8:    head_dim 64: 192 x 160;  128: 128 x 160;  192: 128 x 160;  256: 128 x 128 without
+            intra-warpgroup overlap ("PagedKV uses more registers so we disabled
+            IntraWGOverlap"): its softmax and MMAs serialise (`serial_gain`)
+
+Splits: `num_splits` is fixed once per launch as an upper bound, then each sequence gets its own
+count in prepare_varlen_num_blocks (the scheduler metadata vLLM computes ahead of the step):
+
+    static  = vLLM, batch <= 512: 32 -- vLLM passes max_num_splits =
+              flash_attn_max_num_splits_for_cuda_graph (32) whenever the step fits its full
+              CUDA graphs (max_cudagraph_capture_size = min(2 max_num_seqs, 512) by default)
+              otherwise num_splits_heuristic(kv_heads x m_blocks, SMs, n_blocks), batch taken
+              as 1 for a varlen launch ("one long sequence and the rest short"); `fa3_rule` 1 is
+              vllm-flash-attn's version (first count within 0.95 of the best wave efficiency,
+              x0.85 below 4 blocks per split, none up to 8 blocks with >= 32 tiles), 2 upstream's
+              (0.85, none up to 4 blocks); no split for a batch above 992 (one prepare CTA)
+    dynamic = clip(ceil(n_blocks / ceil(batch m_blocks n_blocks x 1.1 x kv_heads / SMs)),
+                   1, static)                       (aims at ~SMs / 1.1 CTAs in all)
+
+A launch with static > 1 runs the kernel compiled with Split even where every sequence gets one
+split: its CTAs write fp32 partials (`split_item_s` more each) and a combine kernel follows
+(`multiblock_s` launch, `combine_row_s` per (sequence, query head, split) row). The tables show
+it: vLLM's H100 FP8 rows at 2 cached tokens cost 5.8 us per wave of 132 CTAs at batch <= 512
+(graph path, split kernel) and 4.2 us at batch >= 1024 with one KV head; batch 1 with one KV
+head and 128k cached tokens runs 32 CTAs (the cap), not the ~110 of a wave-efficiency rule.
+
+Time: the kernel is persistent (one CTA per SM takes tiles from a semaphore), so
+
+    items  = batch x kv_heads x m_blocks x dynamic;  chunk = ceil(n_blocks / dynamic) block_n
+    item   = item_s + chunk head_dim 2 kv_bytes / sm_bandwidth (x (1 + serial_gain): FP8 at
+             head_dim > 192) + [split kernel] split_item_s
+    exec   = ceil(items / SMs) item + items group head_s / SMs
+             + [split] batch heads dynamic combine_row_s / SMs + batch seq_s
+    time   = floor_s + [split] multiblock_s + (exec^p + (kv / bandwidth)^p)^(1/p)
+
+`seq_s` is the varlen tile scheduler: a persistent CTA finds its tile's sequence by walking the
+per-sequence block counts (31 sequences per warp step), so the walk grows with the batch, not
+with the CTAs (fit half: 1/1 and 8/8 heads at equal batch differ by the CTAs, not the walk).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SPLIT_MAX = 128  # num_splits_heuristic's max_splits in get_num_splits
+ONE_PREPARE_CTA_BATCH = 992  # PREPARE_VARLEN_MAX_BATCHES_1CTA: larger batches never split
+DYNAMIC_MARGIN = 1.1  # prepare_varlen_num_blocks: "10% margin" on blocks per SM
+GRAPH_SPLITS_BATCH = 512  # vLLM: max_cudagraph_capture_size default, min(2 max_num_seqs, 512)
+ONE_WG_ROWS = 64  # use_one_mma_wg: head_dim 128 with a packed group of at most 64 rows
+
+
+def tile(head_dim, group, fp8: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(block_m, block_n) of tile_size_fwd_sm90 for a decode launch (paged cache, no TMA)."""
+    d = np.asarray(head_dim, float)
+    if fp8:
+        bn = np.where(d <= 64, 160.0, np.where(d <= 96, 128.0, np.where(d <= 192, 160.0, 128.0)))
+        bm = np.where(d <= 96, 192.0, 128.0)
+        return bm, bn
+    one_wg = (d == 128) & (np.asarray(group, float) <= ONE_WG_ROWS)
+    bn = np.where(d <= 64, 160.0, np.where(d <= 96, 128.0, np.where(
+        d <= 128, 128.0, np.where(d <= 192, 96.0, 80.0))))
+    bm = np.where(d <= 96, 192.0, np.where(one_wg, 64.0, 128.0))
+    return bm, bn
+
+
+def _heuristic_one(tiles: float, sms: int, n_blocks: float, rule: int) -> float:
+    """num_splits_heuristic (heuristics.h) for one launch; rule 1 vllm-flash-attn, 2 upstream."""
+    if tiles >= 0.8 * sms or n_blocks <= 4:
+        return 1.0  # the long-KV-head-beyond-L2 branch needs >= 2 SMs of query blocks: not decode
+    if rule == 1 and n_blocks <= 8 and tiles >= 32:
+        return 1.0
+    s = np.arange(1, int(min(SPLIT_MAX, sms, n_blocks)) + 1, dtype=float)
+    waves = tiles * s / sms
+    eff = waves / np.ceil(waves)
+    if rule == 1:
+        eff = np.where(np.floor(n_blocks / s) < 4, eff * 0.85, eff)
+    return float(s[np.argmax(eff >= (0.95 if rule == 1 else 0.85) * eff.max())])
+
+
+def heuristic_splits(tiles, sms: int, n_blocks, rule: int) -> np.ndarray:
+    """num_splits_heuristic per row, evaluated once per distinct (tiles, n_blocks)."""
+    t, n = np.broadcast_arrays(np.asarray(tiles, float), np.asarray(n_blocks, float))
+    keys, inverse = np.unique(np.stack([t.ravel(), n.ravel()], axis=1), axis=0,
+                              return_inverse=True)
+    values = np.array([_heuristic_one(a, sms, b, rule) for a, b in keys])
+    return values[inverse.reshape(-1)].reshape(t.shape)
+
+
+def splits(sms: int, batch, kv_heads, head_dim, group, kv_len, fp8: bool, graph_splits: float,
+           rule: int) -> dict[str, np.ndarray]:
+    """The launch's static split bound, each sequence's dynamic count and the tile counts."""
+    b = np.asarray(batch, float)
+    kvh = np.asarray(kv_heads, float)
+    bm, bn = tile(head_dim, group, fp8)
+    n_blocks = np.ceil(np.asarray(kv_len, float) / bn)
+    m_blocks = np.ceil(np.asarray(group, float) / bm)
+    static = heuristic_splits(kvh * m_blocks, sms, n_blocks, rule)  # batch taken as 1 (varlen)
+    if graph_splits > 0:
+        static = np.where(b <= GRAPH_SPLITS_BATCH, graph_splits, static)
+    static = np.where(b > ONE_PREPARE_CTA_BATCH, 1.0, static)
+    per_sm = np.ceil(b * m_blocks * n_blocks * DYNAMIC_MARGIN * kvh / sms)
+    dynamic = np.clip(np.ceil(n_blocks / per_sm), 1.0, static)
+    return {"static": static, "dynamic": dynamic, "block_m": bm, "block_n": bn,
+            "n_blocks": n_blocks, "m_blocks": m_blocks}
+
+
+def predict(sms: int, b, h, kvh, d, kv_len, kv_bytes: float, fp8: bool, p: dict,
+            bandwidth, pnorm) -> np.ndarray:
+    """Seconds per row; `bandwidth` is the KV cache's (HBM or warm L2, attention.py), `pnorm`
+    the smooth maximum attention.py uses."""
+    group = h / kvh
+    s = splits(sms, b, kvh, d, group, kv_len, fp8, p.get("fa3_graph_splits", 0.0),
+               int(round(p.get("fa3_rule", 1.0))))
+    split = s["static"] > 1
+    dyn = s["dynamic"]
+    items = b * kvh * s["m_blocks"] * dyn
+    chunk = np.ceil(s["n_blocks"] / dyn) * s["block_n"]
+    stream = chunk * d * 2 * kv_bytes / p["sm_bandwidth"]
+    if fp8:  # no intra-warpgroup overlap in the FP8 paged kernel at head_dim 256
+        stream = np.where(d > 192, stream * (1.0 + p["serial_gain"]), stream)
+    item = p["item_s"] + stream + np.where(split, p["split_item_s"], 0.0)
+    exec_s = (np.ceil(items / sms) * item + items * group * p["head_s"] / sms
+              + np.where(split, b * h * dyn * p["combine_row_s"] / sms, 0.0)
+              + b * p["seq_s"])
+    kv = b * kvh * kv_len * d * 2 * kv_bytes
+    floor = p["floor_s"] + np.where(split, p["multiblock_s"], 0.0)
+    return floor + pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
