@@ -12,7 +12,8 @@ three ways, every row with its framework's software profile:
 3. shipped: (2) plus the host constants `sim fit-software` fitted on the fit half.
 
 For each: MAPE over all rows, the fit half and the held-out half, per (source, system,
-metric), and how many rows are predicted too fast. Operator- and layer-level figures come from
+metric), per metric, for the optimised runtimes' TTFT and for the issue's own case (batch-1
+Splitwise prefill of 1k-4k-token prompts), and how many rows are predicted too fast. Operator- and layer-level figures come from
 `krakenlm sim validate --level all --json`.
 """
 
@@ -38,6 +39,34 @@ def _summary(report) -> dict:
             "by_source_system_metric": report.groups(("source", "system", "metric")),
             "held_out_by_source_system_metric": report.groups(("source", "system", "metric"),
                                                               "held_out")}
+
+
+def _mape(rows: list[dict]) -> dict:
+    errors = [r["predicted_s"] / r["measured_s"] - 1 for r in rows]
+    if not errors:
+        return {"n": 0}
+    return {"n": len(errors), "mape_pct": 100 * sum(map(abs, errors)) / len(errors),
+            "mean_signed_pct": 100 * sum(errors) / len(errors),
+            "too_fast": sum(e < 0 for e in errors)}
+
+
+def case_subsets(report) -> dict:
+    """MAPE per metric, of the optimised runtimes' TTFT, and of the issue's own case (Splitwise:
+    batch-1 prefill of 1k-4k-token prompts of BLOOM-176B and Llama-2-70B), all rows and per
+    system, each over all rows and over the held-out half."""
+    rows = [r for r in report.rows if not r["anomalous"]]
+    picks = {f"metric {m}": lambda r, m=m: r["metric"] == m for m in ("ttft", "tpot", "e2e")}
+    picks["optimised runtimes ttft"] = lambda r: (
+        r["metric"] == "ttft" and r["source"].startswith(("trtllm", "nim")))
+    def headline(r):
+        return (r["source"] == "splitwise" and r["metric"] == "ttft" and r["batch"] == 1
+                and 1000 <= r["prompt"] <= 4096)
+    picks["issue case"] = headline
+    for system in ("a100-80gb-x8", "h100-80gb-x8"):
+        picks[f"issue case {system}"] = lambda r, s=system: headline(r) and r["system"] == s
+    return {name: {"all": _mape([r for r in rows if pick(r)]),
+                   "held_out": _mape([r for r in rows if pick(r) and r["half"] == "held_out"])}
+            for name, pick in picks.items()}
 
 
 def speedup(report, fast: str = "h100-80gb-x8", slow: str = "a100-80gb-x8",
@@ -71,13 +100,22 @@ def main() -> None:
     }
     # the issue's case: batch-1 prefill of 1k-4k-token prompts
     out = {name: {**_summary(r), "h100_over_a100_ttft": speedup(r),
-                  "h100_over_a100_ttft_batch1_prompt_ge_1k": speedup(r, min_prompt=1000, batch=1)}
+                  "h100_over_a100_ttft_batch1_prompt_ge_1k": speedup(r, min_prompt=1000, batch=1),
+                  "subsets": case_subsets(r)}
            for name, r in variants.items()}
     print(f"{'variant':10s} {'n':>4s} {'MAPE':>6s} {'fit':>6s} {'held-out':>9s} {'too fast':>9s}")
     for name, s in out.items():
         a = s["all"]
         print(f"{name:10s} {a['n']:4d} {a['mape_pct']:6.1f} {s['fit']['mape_pct']:6.1f} "
               f"{s['held_out']['mape_pct']:9.1f} {a['too_fast']:5d}/{a['n']}")
+    print("\nsubsets, MAPE (held-out) [too fast], template / kernels / shipped:")
+    for label in out["shipped"]["subsets"]:
+        cells = []
+        for s in out.values():
+            q = s["subsets"][label]
+            cells.append(f"{q['all']['mape_pct']:5.1f} ({q['held_out']['mape_pct']:5.1f}) "
+                         f"[{q['all']['too_fast']}/{q['all']['n']}]")
+        print(f"  {label:28s} " + " / ".join(cells))
     print("\nA100 / H100 TTFT ratio on setups measured on both (measured vs predicted):")
     subsets = {"all setups": "h100_over_a100_ttft",
                "batch 1, prompt >= 1k": "h100_over_a100_ttft_batch1_prompt_ge_1k"}
