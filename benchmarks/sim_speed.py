@@ -72,7 +72,8 @@ def warm(repeats: int) -> dict:
         sweep_sim = Simulator("a100-80gb-x8")
         sweep_sim.run(cfg, 8, 1, 100, gen)  # warm-up: imports, first kernels
         distinct = []
-        for prompt in range(128, 128 + 64 * 61, 61):  # 64 distinct prompt lengths
+        # 64 distinct prompt lengths, prompt + 1024 generated within Llama-2-70B's 4096 context
+        for prompt in range(128, 128 + 64 * 46, 46):
             t = time.perf_counter()
             sweep_sim.run(cfg, 8, 1, prompt, gen)
             distinct.append(time.perf_counter() - t)
@@ -94,9 +95,12 @@ def decode_error() -> dict:
             for suffix in ("", "-hc"):
                 cfg = get_preset(f"kraken-{shape}-{d}way{suffix}")
                 for prompt in (128, 2048):
-                    fast = simulate(cfg, "a100-80gb-x8", d, 1, prompt, 512, check_memory=False)
-                    exact = simulate(cfg, "a100-80gb-x8", d, 1, prompt, 512, check_memory=False,
-                                     exact_decode=True)
+                    # 2048 + 512 runs past the GPT-3 shapes' 2048-token context: timed as if the
+                    # context were longer, which is all a check of the decode schedule needs
+                    kw = {"check_memory": False, "check_context": False}
+                    fast = simulate(cfg, "a100-80gb-x8", d, 1, prompt, 512, **kw)
+                    exact = simulate(cfg, "a100-80gb-x8", d, 1, prompt, 512, exact_decode=True,
+                                     **kw)
                     worst = max(worst, abs(fast.e2e_s / exact.e2e_s - 1))
                     methods.add(fast.decode_method)
                     cases += 1
