@@ -15,6 +15,7 @@ import argparse
 
 import numpy as np
 
+from krakenlm.hardware import load_system
 from krakenlm.simulator.gpu import attention
 from krakenlm.simulator.sources import aiconfigurator as aic
 
@@ -49,6 +50,7 @@ def main() -> None:
     print("| system | framework | table | rows | left out | by reason |")
     print("|---|---|---|---:|---:|---|")
     for system in args.system or SYSTEMS:
+        dev = load_system(system).device
         for fw in FRAMEWORKS:
             for name, reader, gen in (("context", aic.read_context_attention, False),
                                       ("generation", aic.read_generation_attention, True)):
@@ -64,6 +66,12 @@ def main() -> None:
                     if new.any():
                         parts.append(f"{why} {int(new.sum())}")
                     left |= mask
+                # the reasons restate the models' filters; they must agree with them row by row
+                supported = (attention.generation_supported if gen
+                             else attention.context_supported)(dev, fw, t.columns)
+                if not np.array_equal(left, ~np.asarray(supported, bool)):
+                    raise SystemExit(f"error: the reasons here disagree with attention.py's "
+                                     f"filters for {system} {fw} {name}; update reasons()")
                 print(f"| {system} | {fw} | {name} | {n} | {int(left.sum())} "
                       f"({100 * left.mean():.0f} %) | {'; '.join(parts) or '-'} |")
 
