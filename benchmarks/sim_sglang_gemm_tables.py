@@ -1,0 +1,79 @@
+"""What the SGLang GEMM tables show on Hopper, against vLLM's tables of the same GPUs.
+
+    python benchmarks/sim_sglang_gemm_tables.py
+
+The evidence behind docs/results-simulator.md's notes on SGLang's GEMM (needs the `calibrate`
+extra), every figure from NVIDIA's measured tables:
+
+1. the large-GEMM rate against K (M, N >= 4096, fit half of the shapes only): the median
+   TFLOP/s per K range. A tile model's rate can only rise with K; SGLang's falls, which is what
+   the power-limited floor (`power_efficiency`, gpu/gemm.py) was chosen for;
+2. SGLang's bf16 GEMM against vLLM's (both call cuBLAS through torch) on the shapes both
+   measured: how many, and SGLang's median excess below and above 1 ms;
+3. the noise of each table: between adjacent M of 9-16 (the same kernel, nearly the same bytes)
+   the mean |log ratio| of consecutive rows, per table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from krakenlm.simulator.gpu.fit import fit_half
+from krakenlm.simulator.gpu.gemm import shape_key
+from krakenlm.simulator.sources import aiconfigurator as aic
+
+SYSTEMS = ("h100-80gb-x8", "h200-x8")
+K_BINS = ((1024, 4096), (4096, 8192), (8192, 1 << 30))  # (low, high]
+
+
+def rows(system: str, framework: str, dtype: str) -> dict[tuple[int, int, int], float]:
+    t = aic.read_gemm(system, framework)
+    c = t.columns
+    sel = c["dtype"] == dtype
+    return {(int(m), int(n), int(k)): float(s)
+            for m, n, k, s in zip(c["m"][sel], c["n"][sel], c["k"][sel], t.latency_s[sel])}
+
+
+def rate_by_k(system: str, dtype: str) -> list[str]:
+    t = aic.read_gemm(system, "sglang")
+    c = t.columns
+    sel = (c["dtype"] == dtype) & (c["m"] >= 4096) & (c["n"] >= 4096)
+    cols = {k: v[sel] for k, v in c.items()}
+    fit = fit_half(shape_key(cols))
+    tflops = 2.0 * cols["m"] * cols["n"] * cols["k"] / t.latency_s[sel] / 1e12
+    out = []
+    for low, high in K_BINS:
+        pick = fit & (cols["k"] > low) & (cols["k"] <= high)
+        if pick.any():
+            label = f"K in ({low}, {high}]" if high < 1 << 30 else f"K > {low}"
+            out.append(f"{label}: {np.median(tflops[pick]):.0f} (n={int(pick.sum())})")
+    return out
+
+
+def adjacent_m_noise(table: dict[tuple[int, int, int], float]) -> tuple[float, int]:
+    """Mean |log ratio| of rows at M and M + 1 for M in 9..15, same N and K."""
+    logs = [abs(np.log(table[(m + 1, n, k)] / s)) for (m, n, k), s in table.items()
+            if 9 <= m < 16 and (m + 1, n, k) in table]
+    return float(np.mean(logs)) * 100, len(logs)
+
+
+def main() -> None:
+    for system in SYSTEMS:
+        print(f"== {system}")
+        for dtype in ("fp8", "bf16"):
+            print(f"  SGLang {dtype} median TFLOP/s, M, N >= 4096, fit half: "
+                  + "; ".join(rate_by_k(system, dtype)))
+        sgl, vllm = rows(system, "sglang", "bf16"), rows(system, "vllm", "bf16")
+        shared = sorted(set(sgl) & set(vllm))
+        excess = np.array([sgl[s] / vllm[s] - 1 for s in shared]) * 100
+        short = np.array([vllm[s] < 1e-3 for s in shared])
+        print(f"  bf16, {len(shared):,} shapes in both tables: SGLang slower by a median "
+              f"{np.median(excess[short]):.1f} % below 1 ms (n={int(short.sum()):,}), "
+              f"{np.median(excess[~short]):.1f} % above (n={int((~short).sum()):,})")
+        for name, table in (("SGLang", sgl), ("vLLM", vllm)):
+            noise, n = adjacent_m_noise(table)
+            print(f"  bf16 {name}: adjacent M 9-16, mean |log ratio| {noise:.1f} % ({n:,} pairs)")
+
+
+if __name__ == "__main__":
+    main()
