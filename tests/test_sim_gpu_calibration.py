@@ -2,8 +2,10 @@
 constants, and the CLI's errors. Synthetic tables in aiconfigurator's layout (aic_fixture)."""
 
 import json
+import math
 
 import numpy as np
+
 import pytest
 
 from aic_fixture import ELEMENTWISE_PARAMS, GEMM_PARAMS, gemm_shapes, write_tables
@@ -187,6 +189,34 @@ def test_parameter_transforms_stay_in_range_far_from_the_start():
     assert frac.from_free(-5000.0) == pytest.approx(0.0, abs=1e-300)
     assert frac.from_free(5000.0) == 1.0
     assert frac.from_free(frac.to_free(0.25)) == pytest.approx(0.25)
+
+
+def test_ceiling_holds_a_constant_below_its_physical_limit():
+    from krakenlm.simulator.gpu.params import Param
+
+    bw = Param("sm_bandwidth", "positive", 6e10, "", upper=2.5e11)
+    # well below the ceiling the transform is the plain log scale (a fit's steps keep size)
+    assert bw.to_free(1e9) == pytest.approx(math.log(1e9), abs=0.01)
+    assert bw.from_free(bw.to_free(1e11)) == pytest.approx(1e11)
+    # however far a simplex step goes, the value approaches the ceiling and never passes it
+    assert bw.from_free(1e9) <= 2.5e11 and bw.from_free(1e9) == pytest.approx(2.5e11)
+    assert bw.from_free(bw.to_free(1e20)) <= 2.5e11  # an old unphysical value is clipped
+    assert bw.at_bound(bw.from_free(100.0)) and not bw.at_bound(1e11)
+    with pytest.raises(ValueError, match="ceiling"):
+        Param("f", "fraction", 0.5, "", upper=0.9)
+
+
+def test_generation_fit_carries_the_devices_ceilings():
+    from krakenlm.hardware import load_system
+    from krakenlm.simulator.gpu import attention as A
+
+    h100 = load_system("h100-80gb-x8").device
+    params = {p.name: p for p in A.generation_params_for("trtllm", h100)}
+    # 128 B/clk per SM at 1.83 GHz with the 1.1 boost margin; L2 14.1 TB/s over 3.35 TB/s HBM
+    assert params["sm_bandwidth"].upper == pytest.approx(128 * 1.83e9 * 1.1)
+    assert params["l2_gain"].upper == pytest.approx(7680 * 1.83e9 * 1.1 / 3.35e12 - 1)
+    assert params["floor_s"].upper is None
+    assert A.generation_params_for("vllm") is A.SPLITKV_GENERATION_PARAMS  # no device: as is
 
 
 def test_stored_constants_keep_byte_thresholds_exact(tmp_path):

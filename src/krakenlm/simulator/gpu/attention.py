@@ -203,6 +203,8 @@ Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ...hardware.schema import DTYPE_BYTES, Device
@@ -382,14 +384,40 @@ SPLIT_Q_ROWS = 64  # query rows of one split-KV tile (the query heads of a group
 SPLITKV_FRAMEWORKS: tuple[str, ...] = ("vllm", "sglang")
 
 
-def generation_params_for(framework: str) -> tuple[Param, ...]:
+def generation_params_for(framework: str, dev: Device | None = None) -> tuple[Param, ...]:
     """The generation-attention constants fitted for `framework`: TensorRT-LLM's discrete XQA
-    form, FlashAttention's split-KV heuristic for vLLM and SGLang."""
+    form, FlashAttention's split-KV heuristic for vLLM and SGLang. With a device, the
+    bandwidth-like constants carry that device's physical ceilings (generation_ceilings)."""
     if framework == "trtllm":
-        return TRTLLM_GENERATION_PARAMS
-    if framework in SPLITKV_FRAMEWORKS:
-        return SPLITKV_GENERATION_PARAMS
-    return GENERATION_PARAMS
+        params = TRTLLM_GENERATION_PARAMS
+    elif framework in SPLITKV_FRAMEWORKS:
+        params = SPLITKV_GENERATION_PARAMS
+    else:
+        params = GENERATION_PARAMS
+    if dev is None:
+        return params
+    ceilings = generation_ceilings(dev)
+    return tuple(replace(q, upper=ceilings[q.name]) if q.name in ceilings else q for q in params)
+
+
+# Serialising a kernel's softmax with its MMAs (FA3's FP8 build at head_dim > 192) at most adds
+# the softmax's time to the MMAs': the key loop gets at most this much slower.
+SERIAL_GAIN_CEILING = 1.0
+
+
+def generation_ceilings(dev: Device) -> dict[str, float]:
+    """Upper limits no fit may pass, from the device's description: a decode CTA cannot stream
+    faster than its SM's L1 load path (local_sram_bandwidth_bytes_per_cycle x clock, with the
+    boost margin), and an L2-resident KV cache cannot be read faster than the L2 delivers
+    (1 + l2_gain <= L2 / DRAM bandwidth, with the margin). Without them the fits ran the
+    per-CTA bandwidth to 1e19-1e156 B/s and l2_gain to 1e6 where a term did not bind, which
+    reads as a claim about the GPU."""
+    sm_load_bytes_per_s = (dev.core.local_sram_bandwidth_bytes_per_cycle * dev.frequency_hz
+                           * PLAUSIBLE_MARGIN)
+    l2_over_dram = (dev.global_buffer_bandwidth_bytes_per_s * PLAUSIBLE_MARGIN
+                    / dev.memory.bandwidth_bytes_per_s)
+    return {"sm_bandwidth": sm_load_bytes_per_s, "mha_sm_bandwidth": sm_load_bytes_per_s,
+            "l2_gain": max(l2_over_dram - 1.0, 0.1), "serial_gain": SERIAL_GAIN_CEILING}
 
 
 def generation_variants_for(framework: str, dev: Device | None = None,

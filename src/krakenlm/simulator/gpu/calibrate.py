@@ -193,7 +193,7 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
             cols, lat = _keep(cols, lat, module.plausible_generation(dev, cols, lat, kv_dtype),
                               notes, "faster than the memory the KV cache comes from allows")
             out.append(Dataset(framework, gen.version, "generation_attention", kv_dtype, cols,
-                               lat, module.generation_params_for(framework),
+                               lat, module.generation_params_for(framework, dev),
                                lambda cc, p, kv=kv_dtype: module.predict_generation(dev, cc, p, kv),
                                module.generation_key(cols), notes,
                                module.generation_variants_for(framework, dev, kv_dtype)))
