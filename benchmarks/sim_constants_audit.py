@@ -3,11 +3,12 @@
     python benchmarks/sim_constants_audit.py [--system h100-80gb-x8 ...] [--all]
 
 Every constant of the shipped calibrations (`simulator/calibrations/*.yaml`) is read with the
-definition of its parameter (`gpu/*.py` `Param`s: its kind, and for generation attention the
-device's ceilings, `attention.generation_ceilings`) and classified:
+definition of its parameter (`gpu/*.py` `Param`s: its kind, and the device's ceilings where a
+family's fit carries them) and classified:
 
-* **above ceiling**: a bounded constant past its device's ceiling (a calibration written before
-  the ceiling existed; refit it);
+* **above ceiling**: a bounded constant past its device's ceiling (generation attention and
+  elementwise kernels: `attention.generation_ceilings`, `elementwise.params_for`; a
+  calibration written before the ceiling existed; refit it);
 * **at ceiling**: at its ceiling (the data never made the term bind; a fine statement);
 * **fraction at 1**: an efficiency at 100 % of the datasheet peak: either its term never binds
   in the data (as "at ceiling"), or the model misses something the constant absorbs (an MMA
@@ -36,9 +37,21 @@ FRACTION_AT_ONE = 0.999
 NOT_AUDITED = {"overlap_exponent"}  # large is the plain maximum: physical
 
 
-def used(name: str, family: str, variant: str) -> bool:
+def used(name: str, variant: str, params: dict[str, float]) -> bool:
     """False for a stored constant the entry's model never reads."""
-    return not (name in NOT_AUDITED or (name == "quantize_efficiency" and variant != "fp8"))
+    return not (name in NOT_AUDITED or (name == "quantize_efficiency" and variant != "fp8")
+                or (name == "row_bandwidth" and params.get("row_kernel", 1.0) == 0.0))
+
+
+def ceilings_of(family: str, framework: str, dev) -> dict[str, float]:
+    """The device's ceilings on a family's constants (the families whose fits carry them)."""
+    if family == "generation_attention":
+        params = attention.generation_params_for(framework, dev)
+    elif family == "elementwise":
+        params = elementwise.params_for(dev)
+    else:
+        return {}
+    return {q.name: q.upper for q in params if q.upper is not None}
 
 
 def param_definitions() -> dict[str, Param]:
@@ -75,16 +88,13 @@ def audit(systems: list[str]) -> list[dict]:
             continue
         for framework, body in cal.frameworks.items():
             for family, variants in body.get("families", {}).items():
-                ceilings = {}
-                if family == "generation_attention":
-                    ceilings = {q.name: q.upper
-                                for q in attention.generation_params_for(framework, dev)}
+                ceilings = ceilings_of(family, framework, dev)
                 for variant in variants:
                     entry = cal.entry(framework, family, variant)
                     for name, value in sorted(entry.params.items()):
                         p = defs.get(name)
                         if (p is None or p.kind not in ("fraction", "positive", "seconds")
-                                or not used(name, family, variant)):
+                                or not used(name, variant, entry.params)):
                             continue  # structural choices (tile tables, variants) are not fitted
                         label = classify(float(value), p, ceilings.get(name))
                         if label:

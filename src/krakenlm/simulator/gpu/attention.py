@@ -203,8 +203,6 @@ Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ...hardware.schema import DTYPE_BYTES, Device
@@ -212,13 +210,13 @@ from . import prefill_tiles as tiles
 from . import fa3_decode, trtllm_decode
 from .gemm import hopper_class
 from .gemm_cutlass import blackwell_class
-from .params import Param
+from .params import BOOST_MARGIN, Param, l2_over_dram, sm_load_bytes_per_s, with_ceilings
 
 BLOCK_M = tiles.BLOCK_M  # default query rows per prefill CTA (menus: prefill_tiles.py)
 BLOCK_N = tiles.BLOCK_N  # default keys per step of a prefill CTA's inner loop
 DECODE_CHUNK = 256  # fewest keys a split-KV decode CTA is given
 DECODE_BLOCK = 128  # keys per step of a decode CTA (a CTA streams whole blocks)
-PLAUSIBLE_MARGIN = 1.1  # boost clocks reach ~1.08x the datasheet peaks
+PLAUSIBLE_MARGIN = BOOST_MARGIN  # boost clocks reach ~1.08x the datasheet peaks
 
 CONTEXT_PARAMS = (
     Param("floor_s", "seconds", 1e-5,
@@ -396,8 +394,7 @@ def generation_params_for(framework: str, dev: Device | None = None) -> tuple[Pa
         params = GENERATION_PARAMS
     if dev is None:
         return params
-    ceilings = generation_ceilings(dev)
-    return tuple(replace(q, upper=ceilings[q.name]) if q.name in ceilings else q for q in params)
+    return with_ceilings(params, generation_ceilings(dev))
 
 
 # Serialising a kernel's softmax with its MMAs (FA3's FP8 build at head_dim > 192) at most adds
@@ -412,12 +409,9 @@ def generation_ceilings(dev: Device) -> dict[str, float]:
     (1 + l2_gain <= L2 / DRAM bandwidth, with the margin). Without them the fits ran the
     per-CTA bandwidth to 1e19-1e156 B/s and l2_gain to 1e6 where a term did not bind, which
     reads as a claim about the GPU."""
-    sm_load_bytes_per_s = (dev.core.local_sram_bandwidth_bytes_per_cycle * dev.frequency_hz
-                           * PLAUSIBLE_MARGIN)
-    l2_over_dram = (dev.global_buffer_bandwidth_bytes_per_s * PLAUSIBLE_MARGIN
-                    / dev.memory.bandwidth_bytes_per_s)
-    return {"sm_bandwidth": sm_load_bytes_per_s, "mha_sm_bandwidth": sm_load_bytes_per_s,
-            "l2_gain": max(l2_over_dram - 1.0, 0.1), "serial_gain": SERIAL_GAIN_CEILING}
+    sm_load = sm_load_bytes_per_s(dev)
+    return {"sm_bandwidth": sm_load, "mha_sm_bandwidth": sm_load,
+            "l2_gain": max(l2_over_dram(dev) - 1.0, 0.1), "serial_gain": SERIAL_GAIN_CEILING}
 
 
 def generation_variants_for(framework: str, dev: Device | None = None,

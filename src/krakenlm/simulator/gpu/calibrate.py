@@ -53,6 +53,8 @@ class Dataset:
     structures: tuple[dict[str, float], ...] = ({},)
     # starting points of the fit besides the initial values (screened on the fit half, fit.py)
     starts: tuple[dict[str, float], ...] = ()
+    # the data's own fit rows (Vidur's file marks them), instead of the CRC-32 split of keys
+    split: np.ndarray | None = None
 
     def fit(self, system_name: str) -> FitResult:
         best: FitResult | None = None
@@ -62,7 +64,7 @@ class Dataset:
             r = fit_model(f"{self.family} {self.variant} ({self.framework}, {system_name})",
                           lambda c, p, s=structure: self.predict(c, {**p, **s}), free,
                           self.cols, self.latency_s, self.keys,
-                          starts=[{}, *self.starts] if self.starts else None)
+                          starts=[{}, *self.starts] if self.starts else None, split=self.split)
             if best is None or r.mape_fit < best.mape_fit:
                 r.params.update(structure)
                 best = r
@@ -119,8 +121,8 @@ def elementwise_datasets(system: System, framework: str, root: str | None) -> li
     notes = list(table.notes) + ["fitted on static FP8 quantisation (scale_matrix): read 16-bit, "
                                  "write 8-bit"]
     return [Dataset(framework, table.version, "elementwise", "any", cols, table.latency_s,
-                    elementwise.PARAMS, lambda c, p: elementwise.predict(dev, c, p),
-                    elementwise.shape_key(cols), notes)]
+                    elementwise.params_for(dev), lambda c, p: elementwise.predict(dev, c, p),
+                    elementwise.shape_key(cols), notes, elementwise.ROW_STRUCTURES)]
 
 
 def _attention_module():

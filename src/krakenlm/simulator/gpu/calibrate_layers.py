@@ -28,7 +28,8 @@ from ..elementwise import TENSORS_READ, TENSORS_WRITTEN
 from ..validate_layers import op_spec
 from ..validate_models import data_path
 from . import elementwise
-from .fit import FitResult, fit_model
+from .calibrate import Dataset
+from .fit import FitResult
 from .store import DeviceCalibration, Entry
 
 # Vidur op -> the variant (kind of streaming kernel, gpu/elementwise.OPS_OF_KIND) it calibrates
@@ -91,10 +92,12 @@ def calibrate_layers(system_name: str, cal: DeviceCalibration,
             # the data's own split: rows marked fit are fitted, the rest scored
             keys.append(layer_key(r) if r["split"] == "fit" else layer_key(r) + "|held")
         cols = {"bytes": np.array(moved), "rows": np.array(n_rows)}
-        result = fit_model(f"{kind} kernels ({system_name}, Vidur layers)",
-                           lambda c, p: elementwise.predict(dev, c, p), elementwise.PARAMS,
-                           cols, np.array(lat), keys, split=np.array([r["split"] == "fit"
-                                                                        for r in sel]))
+        dataset = Dataset("vllm", "", "elementwise", kind, cols, np.array(lat),
+                          elementwise.params_for(dev),
+                          lambda c, p: elementwise.predict(dev, c, p), keys,
+                          structures=elementwise.ROW_STRUCTURES,
+                          split=np.array([r["split"] == "fit" for r in sel]))
+        result = dataset.fit(f"{system_name}, Vidur layers")
         cal.put("vllm", cal.frameworks.get("vllm", {}).get("version", ""), "elementwise", kind,
                 Entry(result.params, result.summary(),
                       [f"fitted on Vidur's Llama-2-70B {vidur_op} rows marked fit in "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -57,6 +57,30 @@ class Param:
         if self.kind == "fraction":
             return value >= 1 - rel
         return self.upper is not None and value >= self.upper * (1 - rel)
+
+
+# Boost clocks reach ~1.08x the clock behind a datasheet peak: the margin a ceiling derived from
+# the datasheet allows.
+BOOST_MARGIN = 1.1
+
+
+def sm_load_bytes_per_s(dev) -> float:
+    """The most one SM (so one CTA) can pull from L2/DRAM: its L1 load path,
+    core.local_sram_bandwidth_bytes_per_cycle x clock, with the boost margin. The ceiling of
+    every per-CTA streaming rate (decode attention, row kernels)."""
+    return dev.core.local_sram_bandwidth_bytes_per_cycle * dev.frequency_hz * BOOST_MARGIN
+
+
+def l2_over_dram(dev) -> float:
+    """How much faster the L2 can deliver than DRAM (device bandwidths, with the boost margin):
+    the ceiling of every cache speed-up a kernel model fits."""
+    return dev.global_buffer_bandwidth_bytes_per_s * BOOST_MARGIN / dev.memory.bandwidth_bytes_per_s
+
+
+def with_ceilings(params: tuple[Param, ...], ceilings: dict[str, float]) -> tuple[Param, ...]:
+    """`params` with the named ones given an upper limit (the others unchanged)."""
+    return tuple(replace(q, upper=ceilings[q.name]) if q.name in ceilings else q
+                 for q in params)
 
 
 def _softplus(y: float) -> float:
