@@ -245,6 +245,28 @@ def test_split_keys_hold_a_size_out_of_both_tables():
     assert C.custom_key(dict(c, graph=np.array([False]))) == ["all_reduce,8,4096,0"]
 
 
+def _rows(op, n, sizes):
+    sizes = np.asarray(sizes, float)
+    return {"op": np.array([op] * len(sizes), object), "n": np.full(len(sizes), n),
+            "bytes": sizes}
+
+
+def test_a_protocol_no_measured_row_runs_is_not_fitted_and_not_used():
+    gb200 = load_system("gb200-nvl72")
+    # NCCL's tuner picks LL128 on GB200 only for 8+ GPU all-gathers / reduce-scatters
+    eight = _rows("all_gather", 8, [2.0 ** 24, 2.0 ** 25])
+    assert (C.nccl_choice(gb200, eight) == C.PROTOCOLS.index("ll128")).all()
+    small = _rows("all_reduce", 4, 2.0 ** np.arange(10, 28))
+    names = [p.name for p in C.nccl_params_for(gb200, small)]
+    assert "ll128_latency_s" not in names and "ll128_efficiency" not in names
+    assert len(C.nccl_params_for(gb200, eight)) == len(C.NCCL_PARAMS)
+    # constants without LL128: where the tuner would run it, the fastest fitted protocol
+    p = {q.name: q.initial for q in C.nccl_params_for(gb200, small)}
+    times = C.nccl_protocol_times(gb200, eight, p)
+    assert np.isinf(times[:, C.PROTOCOLS.index("ll128")]).all()
+    assert C.predict_nccl(gb200, eight, p) == pytest.approx(np.min(times, axis=1))
+
+
 def test_parameter_sets_match_the_fabric_and_the_kernels():
     assert [p.name for p in C.nccl_params_for(A100) if p.name.startswith("nvls")] == []
     assert C.nccl_params_for(H100) == C.NCCL_PARAMS

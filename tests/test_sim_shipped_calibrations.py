@@ -42,3 +42,22 @@ def test_shipped_constants_reproduce_their_recorded_held_out_error():
         assert g["n"] == recorded["n_fit"] + recorded["n_held_out"], g
         # constants are stored to 6 significant digits: the error moves in the 2nd decimal at most
         assert g["mape_held_out_pct"] == pytest.approx(recorded["mape_held_out_pct"], abs=0.1), g
+
+
+def test_shipped_nccl_constants_time_every_size_on_every_group():
+    # a protocol fitted on no row once left GB200's 8-GPU all-gather of 16 MiB at 4e43 s
+    import numpy as np
+
+    from krakenlm.simulator.gpu import collectives as C
+
+    sizes = 2.0 ** np.arange(10, 31)
+    for system in ("a100-80gb-x8", "h100-80gb-x8", "h200-x8", "b200-x8", "gb200-nvl72"):
+        sysm = load_system(system)
+        p = store.for_device(sysm.device).entry("nccl", "nccl", "any").params
+        for op in C.OPS:
+            for n in (2, 4, 8):
+                cols = {"op": np.array([op] * len(sizes), object),
+                        "n": np.full(len(sizes), float(n)), "bytes": sizes}
+                t = C.predict_nccl(sysm, cols, p)
+                # at most 1 s for 1 GiB, and never below the floor: a time, not a runaway constant
+                assert np.all((t > 1e-6) & (t < 1.0)), (system, op, n, t.max())

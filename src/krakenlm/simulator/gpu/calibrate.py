@@ -214,7 +214,7 @@ def nccl_datasets(system: System, root: str | None) -> list[Dataset]:
         return []
     cols = table.columns
     return [Dataset("nccl", table.version, "nccl", "any", cols, table.latency_s,
-                    module.nccl_params_for(system),
+                    module.nccl_params_for(system, cols),
                     lambda c, p: module.predict_nccl(system, c, p), module.nccl_key(cols),
                     list(table.notes))]
 

@@ -236,11 +236,17 @@ def nvls_available(system: System) -> bool:
     return ic.topology == "switch" and bool(ic.in_switch_reduction)
 
 
-def nccl_params_for(system: System) -> tuple[Param, ...]:
-    """NCCL_PARAMS without the NVLS constants on fabrics without in-switch reduction."""
-    if nvls_available(system):
-        return NCCL_PARAMS
-    return tuple(p for p in NCCL_PARAMS if not p.name.startswith("nvls"))
+def nccl_params_for(system: System, cols: dict[str, Any] | None = None) -> tuple[Param, ...]:
+    """NCCL_PARAMS without the NVLS constants on fabrics without in-switch reduction, and
+    without LL128's when NCCL's tuner picks LL128 for none of `cols`' rows: a protocol no row
+    runs has nothing to fit its constants (GB200's table has no 8-GPU rows, the only ones
+    where the tuner picks LL128, and its fit ran the LL128 latency to 4e43 s, which the
+    simulator then used for 8-GPU all-gathers of 16-32 MiB). Without them, predict_nccl takes
+    the fastest fitted protocol where the tuner would pick LL128."""
+    drop = set() if nvls_available(system) else {"nvls_peer_s", "nvls_efficiency"}
+    if cols is not None and not (nccl_choice(system, cols) == PROTOCOLS.index("ll128")).any():
+        drop |= {"ll128_latency_s", "ll128_efficiency"}
+    return tuple(p for p in NCCL_PARAMS if p.name not in drop)
 
 
 KERNEL_PARAMS = {  # custom kernel code (allreduce_routes) -> the constants it uses
@@ -348,7 +354,8 @@ def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float
     lo, hi = (b * n_safe for b in LL_RAMP_BYTES_PER_RANK)
     ramp = np.clip(np.log2(np.maximum(size, 1.0) / lo) / np.log2(hi / lo), 0.0, 1.0)
     ll = steps * p["ll_step_s"] + ramp * p["ll_ramp_s"] + wire / (B * p["ll_efficiency"])
-    ll128 = p["ll128_latency_s"] + steps * p["ll_step_s"] + wire / (B * p["ll128_efficiency"])
+    ll128 = (p["ll128_latency_s"] + steps * p["ll_step_s"] + wire / (B * p["ll128_efficiency"])
+             if "ll128_efficiency" in p else np.full(len(n), np.inf))
     simple = (p["simple_latency_s"] + steps * p["simple_step_s"]
               + wire / (B * p["simple_efficiency"]))
     nvls = np.full(len(n), np.inf)
@@ -378,7 +385,8 @@ def predict_nccl(system: System, cols: dict[str, Any], p: dict[str, float]) -> n
     times = nccl_protocol_times(system, cols, p)
     pick = nccl_choice(system, cols)
     t = np.take_along_axis(times, pick[:, None], axis=1)[:, 0]
-    # constants without NVLS (fitted on a fabric without it): the fastest ring protocol instead
+    # a protocol whose constants were not fitted (NVLS on a fabric without it, LL128 where no
+    # measured row ran it): the fastest fitted protocol instead
     t = np.where(np.isfinite(t), t, times.min(axis=1))
     return np.where((n <= 1) | (size <= 0), 0.0, t)
 
