@@ -541,7 +541,8 @@ def fit_software_cmd(
         t.add_column(col)
     for name in systems:
         fit = fit_host(software, name, rows)
-        t.add_row(name, ", ".join(f"{k} {v * 1e6:,.1f} us" for k, v in fit.host.items()),
+        t.add_row(name, ", ".join(f"{k} {v * 1e6:,.1f} us" if k.endswith("_s") else f"{k} {v:.3f}"
+                                  for k, v in fit.host.items()),
                   str(fit.n_fit), f"{fit.mape_fit:.1f}", str(fit.n_held_out),
                   f"{fit.mape_held_out:.1f}", f"{fit.mape_held_out_before:.1f}")
         if target is not None:

@@ -42,7 +42,13 @@ HOST_PARAMS = {
                             "host work per sequence in a step (scheduling, input preparation, "
                             "sampling, output processing of that sequence)"),
 }
+# Fitted as the excess over 1 (scale = 1 + excess): the kernel models are the floor, a source's
+# prefill is never taken to run faster than the kernel tables.
+PREFILL_SCALE = Param("prefill_gpu_time_scale", "positive", 0.1,
+                      "prefill GPU time over the kernel models, minus 1 (see software.Host)")
 MIN_ROWS = 4
+MIN_PROMPT_LENGTHS = 3
+RESTARTS = 5
 
 
 class SoftwareFitError(KrakenError, ValueError):
@@ -132,7 +138,13 @@ def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
     # the per-sequence part is only identifiable from steps of different batch sizes
     if sum(r.batch > 1 for r in fit_rows) >= MIN_ROWS:
         fitted.append("per_sequence_s")
-    params = tuple(HOST_PARAMS[n] for n in fitted)
+    # a prefill time that grows with the prompt is only told from the per-step part by
+    # prefills of several prompt lengths
+    prefill_rows = [r for r in fit_rows if r.metric in ("ttft", "e2e")]
+    if (len(prefill_rows) >= MIN_ROWS
+            and len({r.prompt for r in prefill_rows}) >= MIN_PROMPT_LENGTHS):
+        fitted.append(PREFILL_SCALE.name)
+    params = tuple(HOST_PARAMS.get(n, PREFILL_SCALE) for n in fitted)
     # start from (and compare with) the profile's sourced constants, not an earlier fit: a
     # refit then gives the same answer however often it is run
     host0 = profile.host
@@ -160,17 +172,27 @@ def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
         return float(np.mean(np.abs(predict(rs, host) / measured(rs) - 1)) * 100)
 
     def host_of(x: np.ndarray) -> Host:
-        return dataclasses.replace(host0, **unpack(params, x))
+        values = unpack(params, x)
+        if PREFILL_SCALE.name in values:
+            values[PREFILL_SCALE.name] += 1.0
+        return dataclasses.replace(host0, **values)
 
     from scipy.optimize import minimize
 
-    x0 = pack(params, {n: max(getattr(host0, n), HOST_PARAMS[n].initial) for n in fitted})
-    best = None
-    for start in (x0, x0 - 1.0, x0 + 1.0):
-        r = minimize(lambda x: mape(fit_rows, host_of(x)), start, method="Nelder-Mead",
-                     options={"maxiter": 2000, "xatol": 1e-4, "fatol": 1e-5})
-        if best is None or r.fun < best.fun:
-            best = r
+    x0 = pack(params, {n: max(getattr(host0, n), HOST_PARAMS[n].initial) if n in HOST_PARAMS
+                       else PREFILL_SCALE.initial for n in fitted})
+    def run(start: np.ndarray):
+        return minimize(lambda x: mape(fit_rows, host_of(x)), start, method="Nelder-Mead",
+                        options={"maxiter": 2000, "xatol": 1e-4, "fatol": 1e-5})
+
+    best = min((run(start) for start in (x0, x0 - 1.0, x0 + 1.0)), key=lambda r: r.fun)
+    # a simplex collapses along the flat valleys of per-kernel vs per-step time: restart it
+    # from where it stopped until that no longer helps
+    for _ in range(RESTARTS):
+        again = run(best.x)
+        if again.fun >= best.fun - 1e-4:
+            break
+        best = again
     host = host_of(best.x)
     return HostFit(profile_name, system, {n: getattr(host, n) for n in fitted}, fitted,
                    len(fit_rows), len(held_rows), mape(fit_rows, host), mape(held_rows, host),

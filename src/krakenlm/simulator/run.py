@@ -48,6 +48,7 @@ MODES = ("simulate", "tile", "roofline")
 DECODE_SAMPLE_STRIDE = 32
 HOST_KERNELS = "host overhead (kernel launches)"
 HOST_STEP = "host overhead (per step)"
+PREFILL_SCALE = "prefill GPU time over the kernel models (fitted per system)"
 
 
 @dataclass
@@ -110,7 +111,8 @@ class Result:
         if sw is None:
             raise ValueError("this result keeps no software profile")
         ttft = float(host_step_times(self.prefill.graphs, host, sw.graphs.prefill,
-                                     step_overhead(host, sw, "prefill", self.batch))[0]) \
+                                     step_overhead(host, sw, "prefill", self.batch),
+                                     gpu_scale=host.prefill_gpu_time_scale)[0]) \
             if self.prefill.graphs else 0.0
         split = sw.prefill.last_token_in_decode
         steps = self.gen_tokens - (0 if split else 1)
@@ -169,24 +171,30 @@ def _host_bound(gpu_s: float | np.ndarray, kernels: int, per_kernel_s: float, gr
 
 
 def host_step_times(graphs: list[GraphTime], host: Host, captured: bool, step_s: float,
-                    steps: int = 1) -> np.ndarray:
+                    steps: int = 1, gpu_scale: float = 1.0) -> np.ndarray:
     """Wall time of every step of a phase under a host model: the per-graph GPU times bounded
     by the host's kernel issue rate (outside CUDA graphs), plus the per-step host work (or its
     excess over the GPU time, with an asynchronous scheduler). What `simulate` reports, and
     what `fit_software` re-evaluates for candidate host constants without re-simulating."""
     gpu = np.zeros(steps)
     for g in graphs:
-        gpu = gpu + g.count * _host_bound(g.gpu_s, g.kernels, host.per_kernel_s, captured)
+        gpu = gpu + g.count * _host_bound(g.gpu_s * gpu_scale, g.kernels, host.per_kernel_s,
+                                          captured)
     if host.step_overlaps_gpu:
         return np.maximum(gpu, step_s)
     return gpu + step_s
 
 
 def _add_graph(phase: PhaseResult, g: Graph, timed: list[TimedOp], sched: Schedule,
-               times: int, host_s: float) -> None:
+               times: int, host_s: float, gpu_s: float | None = None) -> None:
+    """Add a graph's time: its kernels by category, the excess of a fitted GPU-time scale
+    (`gpu_s` over the schedule's total), and what issuing the kernels adds (`host_s`)."""
+    gpu_s = sched.total_s if gpu_s is None else gpu_s
     for cat, t in sched.categories.items():
         phase.add_category(cat, t * times)
-    phase.add_category(HOST_KERNELS, (host_s - sched.total_s) * times)
+    if gpu_s != sched.total_s:
+        phase.add_category(PREFILL_SCALE, (gpu_s - sched.total_s) * times)
+    phase.add_category(HOST_KERNELS, (host_s - gpu_s) * times)
     phase.time_s += host_s * times
     for op in timed:
         start, end = sched.spans[op.name]
@@ -225,16 +233,20 @@ def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
     phase = PhaseResult()
     layer: dict[str, float] = {}
     captured = software.graphs.prefill
+    scale = software.host.prefill_gpu_time_scale
     for g in graphs:
         timed = [timer(spec) for spec in g.ops]
         sched = scheduler(timed)
-        host = float(_host_bound(sched.total_s, len(g.ops), software.host.per_kernel_s, captured))
-        _add_graph(phase, g, timed, sched, g.count, host)
+        gpu = sched.total_s * scale
+        host = float(_host_bound(gpu, len(g.ops), software.host.per_kernel_s, captured))
+        _add_graph(phase, g, timed, sched, g.count, host, gpu)
         phase.graphs.append(GraphTime(g.name, len(g.ops), g.count, np.array([sched.total_s])))
         if "layer" in g.name:
             layer = dict(sched.categories)
-            if host > sched.total_s:
-                layer[HOST_KERNELS] = host - sched.total_s
+            if gpu > sched.total_s:
+                layer[PREFILL_SCALE] = gpu - sched.total_s
+            if host > gpu:
+                layer[HOST_KERNELS] = host - gpu
     step = _finish_step(phase, phase.time_s,
                         step_overhead(software.host, software, "prefill", batch),
                         software.host.step_overlaps_gpu)

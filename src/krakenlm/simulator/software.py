@@ -59,6 +59,11 @@ class Host:
     per_sequence_s: float = 0.0      # per sequence a step carries (prefill and decode alike)
     graph_launch_s: float = 0.0      # per CUDA-graph replay
     step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
+    # Not host work: the measured prefill GPU time of this stack on this system over what the
+    # kernel models give (1: as calibrated). Fitted per system on end-to-end rows, never
+    # sourced; it carries what a source's long forward passes ran slower than the kernel
+    # tables' short benchmarks (clocks under the board's power limit, an older stack's kernels).
+    prefill_gpu_time_scale: float = 1.0
 
 
 @dataclass(frozen=True)
