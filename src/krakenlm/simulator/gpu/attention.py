@@ -316,6 +316,10 @@ TRTLLM_GENERATION_PARAMS = GENERATION_PARAMS + (
     Param("rope_s", "seconds", 2e-6,
           "the separate RoPE/KV-append launch the Hopper QGMMA XQA kernel needs when the rotary "
           "dimension exceeds the head (otherwise applied inside the kernel)"),
+    Param("merge_s", "seconds", 2e-7,
+          "XQA multi-block merge, per block of a sequence: the last CTA to finish walks the "
+          "blocks' partial outputs and row sums one after another (a few loads in flight), so "
+          "the merge is a serial chain of one L2 round trip per block"),
 )
 MULTIBLOCK_MIN_TOKENS = 256  # fewest cached tokens per block before a sequence is split
 MULTIBLOCK_WAVES = 4  # blocks per sequence are capped at this many waves of CTAs over the SMs
@@ -327,10 +331,14 @@ Q_TILE_ROWS = 16  # query heads of a GQA group one XQA pass serves (default of `
 # own XQA / masked-MHA dispatch (trtllm_decode.py) with the HMMA XQA kernel (Ampere, Ada,
 # Hopper with a 16-bit cache) or the Hopper QGMMA kernel (FP8 cache)
 # hmma and the discrete form do not use every constant: those are fixed (and stored) at 0
-_UNUSED_BY_DISCRETE = {"token_tile_s": 0.0, "mha_loop_s": 0.0, "rope_s": 0.0}
+_UNUSED_BY_DISCRETE = {"token_tile_s": 0.0, "mha_loop_s": 0.0, "rope_s": 0.0, "merge_s": 0.0}
+# QGMMA (2) with and without the residency rule of its large tiles (trtllm_decode.py,
+# QGMMA_SMALL_TILE_ELEMS): chosen on the fit half like the rest
 TRTLLM_VARIANTS = ({"decode_kernels": 0.0, "q_tile_rows": 8.0, **_UNUSED_BY_DISCRETE},
                    {"decode_kernels": 0.0, "q_tile_rows": 16.0, **_UNUSED_BY_DISCRETE},
-                   {"decode_kernels": 1.0, "rope_s": 0.0}, {"decode_kernels": 2.0})
+                   {"decode_kernels": 1.0, "rope_s": 0.0},
+                   {"decode_kernels": 2.0, "qgmma_residency": 0.0},
+                   {"decode_kernels": 2.0, "qgmma_residency": 1.0})
 
 
 # FlashAttention's split-KV form (vLLM, SGLang; see the module docstring): smooth constants plus
@@ -418,6 +426,20 @@ def generation_ceilings(dev: Device) -> dict[str, float]:
                     / dev.memory.bandwidth_bytes_per_s)
     return {"sm_bandwidth": sm_load_bytes_per_s, "mha_sm_bandwidth": sm_load_bytes_per_s,
             "l2_gain": max(l2_over_dram - 1.0, 0.1), "serial_gain": SERIAL_GAIN_CEILING}
+
+
+def generation_starts(framework: str, dev: Device | None = None) -> tuple[dict[str, float], ...]:
+    """Extra starting points of TensorRT-LLM's generation fit (screened on the fit half with the
+    initial values, fit.py): the bandwidth-like constants at half their device ceilings. From
+    the initial values alone the bounded fit stopped in a worse basin on GB200 bf16 (fit half
+    6.12 %, where the unbounded constants of the previous fit, l2_gain clipped to its ceiling,
+    score 5.79 %): the per-CTA bandwidths settled near their ceilings, the per-CTA times
+    compensating. vLLM's and SGLang's fits keep their single start."""
+    if framework != "trtllm" or dev is None:
+        return ()
+    ceilings = generation_ceilings(dev)
+    return ({name: 0.5 * ceilings[name] for name in ("sm_bandwidth", "mha_sm_bandwidth",
+                                                      "l2_gain")},)
 
 
 def generation_variants_for(framework: str, dev: Device | None = None,
