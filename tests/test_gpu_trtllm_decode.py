@@ -171,3 +171,15 @@ def test_large_qgmma_tiles_hold_two_thirds_of_the_slots(h100):
     waves = [T.waves_time(b * kvh * mb, s, cta, chunk * d * 2 * 2, hbm, p["overlap_exponent"])
              for s in (SMS, SMS * 2 / 3)]
     np.testing.assert_allclose(on[2] - off[2], waves[1] - waves[0], rtol=1e-9)
+
+
+def test_qgmma_is_offered_on_hopper_only():
+    """supportConfigQGMMA: the FP8 QGMMA XQA kernel runs on sm90 only, so Ada, Ampere and
+    Blackwell fits never choose it."""
+    def kernels(system):
+        dev = load_system(system).device
+        return {v["decode_kernels"] for v in A.generation_variants_for("trtllm", dev, "fp8")}
+
+    assert 2.0 in kernels("h200-x8") and 2.0 in kernels("h100-80gb-x8")
+    for system in ("l40s-x8", "a100-80gb-x8", "b200-x8"):
+        assert kernels(system) == {0.0, 1.0}

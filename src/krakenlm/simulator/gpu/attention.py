@@ -136,9 +136,13 @@ itself unless the rotary dimension exceeds the head. `decode_kernels` in TRTLLM_
 chooses per device and KV dtype (lowest fit-half error): 0 the discrete rule above (with
 q_tile_rows 8 or 16), 1 the dispatch with the HMMA XQA kernel, 2 with the QGMMA kernel. The
 fit half picks 1 on A100, H100, H200 and L40S (16-bit cache), 2 on H100 and H200 with an FP8
-cache, 0 on B200/GB200 (TensorRT-LLM runs its trtllm-gen kernels there, not XQA) and on the
-L40S FP8 table. Held-out MAPE, TensorRT-LLM: A100 9.9 -> 7.0 %, H100 10.4 -> 6.0 % (FP8 KV
-14.7 -> 7.8 %), H200 11.4 -> 6.1 % (FP8 15.1 -> 8.4 %), L40S 9.4 -> 6.0 %.
+cache, 0 on B200/GB200 (TensorRT-LLM runs its trtllm-gen kernels there, not XQA). The QGMMA
+forms are offered on sm90 only (supportConfigQGMMA). Both XQA forms add the multi-block merge
+of the last CTA, one L2 round trip per block (`merge_s`, 0.14-0.33 us), and the QGMMA form the
+lower residency of its large tiles (`qgmma_residency`, chosen on the H100 and H200 fit halves;
+trtllm_decode.py has both). Held-out MAPE, TensorRT-LLM: A100 9.9 -> 7.0 -> 6.3 %, H100
+10.4 -> 6.0 -> 5.6 % (FP8 KV 14.7 -> 7.8 -> 6.6 %), H200 11.4 -> 6.1 -> 5.5 % (FP8 15.1 ->
+8.4 -> 7.0 %), L40S 9.4 -> 6.0 -> 5.9 % (the middle figure without the merge and residency).
 
 vLLM and SGLang decode with FlashAttention's split-KV kernels, whose split count is a heuristic
 on wave efficiency rather than `floor(SMs / pairs)`: `predict_generation` uses this form when
@@ -446,9 +450,13 @@ def generation_variants_for(framework: str, dev: Device | None = None,
                             kv_dtype: str = "bf16") -> tuple[dict[str, float], ...]:
     """Structural choices of `framework`'s generation form (fitted in turn, see calibrate.py):
     with an sm90 `dev`, vLLM's and SGLang's FlashAttention-3 forms too (fa3_decode.py; FA3's
-    Hopper kernels run nowhere else); `serial_gain` is fixed at 0 for a 16-bit cache."""
-    if framework == "trtllm":
-        return TRTLLM_VARIANTS
+    Hopper kernels run nowhere else); `serial_gain` is fixed at 0 for a 16-bit cache.
+    TensorRT-LLM's QGMMA XQA forms are offered on sm90 only, where the kernel runs (without the
+    restriction the L40S FP8 fit half chose it, an sm90 kernel on Ada)."""
+    if framework == "trtllm":  # the QGMMA kernel is sm90-only (supportConfigQGMMA: SM == 90)
+        if dev is None or sm90(dev):
+            return TRTLLM_VARIANTS
+        return tuple(v for v in TRTLLM_VARIANTS if v["decode_kernels"] < 1.5)
     if framework not in SPLITKV_FRAMEWORKS:
         return ({},)
     if dev is None or not sm90(dev):

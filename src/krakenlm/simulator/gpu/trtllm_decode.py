@@ -38,7 +38,8 @@ same shortfall, so both kernels carry the term). The merge is a serial chain of 
 trip per block, after the waves. Without it the fit half of H200 (both KV dtypes) was 20-55 %
 too fast at batch 1 and 8k-128k cached tokens, where mb
 reaches 23-91 (e.g. 1 x 8 heads / 1 KV head, head_dim 64, 131072 tokens: 31.6 us measured,
-14.1 us modelled); ~0.2 us per block closes it (H200 FP8 fit half 8.52 -> 7.32 %).
+14.1 us modelled); ~0.2 us per block closes it (H200 FP8 fit half 8.52 -> 7.32 %, one start;
+fitted merge_s 0.14-0.20 us on Hopper, 0.33 us on A100).
 
 QGMMA residency (`qgmma_residency`, a structural choice): mha_sm90.cu's launch bound gives 3
 resident CTAs per SM while ctaNbQHeads x headElems <= 128 x 16 and 2 beyond, i.e. a large
@@ -46,7 +47,9 @@ tile's CTA holds 3/2 of what a small one does; with the rule the large tiles' wa
 SMs x 2/3 slots. The H200 FP8 fit half shows exactly that split: tiles of up to 2048 rows x
 elements within +-3 % of the model at every batch, larger ones (32 x 128, 16 x 256, 32 x 256)
 6-37 % slower than it, worst at batch 512-2048 where throughput sets the time (fit half
-7.32 -> 6.95 %).
+7.32 -> 6.95 %; the H100 FP8 fit half chooses it too). Still left: large tiles at batch
+1024-2048 remain 16-20 % too fast and at batch 64-128 7-10 % too slow (fit half), so the
+residency is not the whole story there.
 
 MMHA: one CTA per (sequence, query head, tile) -- a GQA group reads its K/V once per query
 head. The launcher sizes the block by occupancy (mmha_launch_kernel_ex): 256 threads when the
