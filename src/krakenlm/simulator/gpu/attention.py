@@ -138,7 +138,7 @@ q_tile_rows 8 or 16), 1 the dispatch with the HMMA XQA kernel, 2 with the QGMMA 
 fit half picks 1 on A100, H100, H200 and L40S (16-bit cache), 2 on H100 and H200 with an FP8
 cache, 0 on B200/GB200 (TensorRT-LLM runs its trtllm-gen kernels there, not XQA). The QGMMA
 forms are offered on sm90 only (supportConfigQGMMA). Both XQA forms add the multi-block merge
-of the last CTA, one L2 round trip per block (`merge_s`, 0.14-0.33 us), and the QGMMA form the
+of the last CTA, one L2 round trip per block (`merge_s`, 0.09-0.33 us), and the QGMMA form the
 lower residency of its large tiles (`qgmma_residency`, chosen on the H100 and H200 fit halves;
 trtllm_decode.py has both). Held-out MAPE, TensorRT-LLM: A100 9.9 -> 7.0 -> 6.3 %, H100
 10.4 -> 6.0 -> 5.6 % (FP8 KV 14.7 -> 7.8 -> 6.6 %), H200 11.4 -> 6.1 -> 5.5 % (FP8 15.1 ->

@@ -39,7 +39,7 @@ trip per block, after the waves. Without it the fit half of H200 (both KV dtypes
 too fast at batch 1 and 8k-128k cached tokens, where mb
 reaches 23-91 (e.g. 1 x 8 heads / 1 KV head, head_dim 64, 131072 tokens: 31.6 us measured,
 14.1 us modelled); ~0.2 us per block closes it (H200 FP8 fit half 8.52 -> 7.32 %, one start;
-fitted merge_s 0.14-0.20 us on Hopper, 0.33 us on A100).
+fitted merge_s 0.14-0.20 us on Hopper, 0.33 us on A100, 0.09 us on L40S).
 
 QGMMA residency (`qgmma_residency`, a structural choice): mha_sm90.cu's launch bound gives 3
 resident CTAs per SM while ctaNbQHeads x headElems <= 128 x 16 and 2 beyond, i.e. a large
