@@ -17,7 +17,7 @@ DISPATCH = {"floor_s": 5.4e-6, "item_s": 3e-6, "mha_item_s": 5.5e-6, "head_s": 4
             "sm_bandwidth": 8e10, "memory_efficiency": 0.87, "l2_gain": 0.1,
             "overlap_exponent": 3.5, "mha_floor_s": 3e-6, "multiblock_s": 2e-6,
             "mha_multiblock_s": 3e-6, "mha_sm_bandwidth": 6e10, "row_tile_s": 8e-9,
-            "token_tile_s": 4e-11, "mha_loop_s": 1.5e-6, "rope_s": 2.5e-6,
+            "token_tile_s": 4e-11, "mha_loop_s": 1.5e-6, "rope_s": 2.5e-6, "merge_s": 2e-7,
             "decode_kernels": 1.0}
 
 
@@ -138,3 +138,48 @@ def test_synthetic_fit_recovers_the_dispatch_constants(h100):
 
     r = fit_model("dispatch", predict, params, c, measured, A.generation_key(c), starts=[start])
     assert r.mape_held_out < 1.0, (r.mape_held_out, r.params)
+
+
+def test_multiblock_merge_is_one_round_trip_per_block(h100):
+    """The last CTA merges the blocks' partials one after another: mb x merge_s more, and
+    nothing for a sequence that runs as one block."""
+    c = cols([1, 1], [8192, 64], 32, 8, 128)  # 23 blocks (min(64, round(sqrt(512)))), 1 block
+    blocks = T.xqa_blocks(SMS, c["batch"], c["kv_heads"], c["kv_len"])
+    assert blocks.tolist() == [23.0, 1.0]
+    base = A.predict_generation(h100, c, {**DISPATCH, "merge_s": 0.0})
+    more = A.predict_generation(h100, c, {**DISPATCH, "merge_s": 1e-7})
+    np.testing.assert_allclose(more - base, [23 * 1e-7, 0.0], atol=1e-15)
+
+
+def test_large_qgmma_tiles_hold_two_thirds_of_the_slots(h100):
+    """mha_sm90.cu's launch bound: CTAs of more than 128 x 16 rows x head elements are resident
+    2 per SM instead of 3, so their waves count SMs x 2/3 slots; smaller tiles are unchanged."""
+    p = {**DISPATCH, "decode_kernels": 2.0, "l2_gain": 0.0}
+    # 8 x 128 = 1024 and 16 x 128 = 2048 (small), 32 x 128 = 4096 and 16 x 256 = 4096 (large)
+    c = cols(512, 2048, [64, 128, 256, 128], 8, [128, 128, 128, 256])
+    off = A.predict_generation(h100, c, {**p, "qgmma_residency": 0.0})
+    on = A.predict_generation(h100, c, {**p, "qgmma_residency": 1.0})
+    np.testing.assert_array_equal(on[:2], off[:2])
+    assert (on[2:] > off[2:]).all()
+    # by hand: only the waves change, from SMS slots to SMS x 2/3
+    b, kvh, L, d = 512.0, 8.0, 2048.0, 128.0
+    mb = T.xqa_blocks(SMS, b, kvh, L)
+    chunk = np.ceil(np.ceil(L / mb) / T.XQA_TILE_TOKENS) * T.XQA_TILE_TOKENS
+    cta = (p["item_s"] + 4 * d * (p["row_tile_s"] + chunk * p["token_tile_s"])
+           + chunk * d * 2 * 2 / p["sm_bandwidth"])  # bf16 cache: 2 bytes
+    hbm = h100.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
+    waves = [T.waves_time(b * kvh * mb, s, cta, chunk * d * 2 * 2, hbm, p["overlap_exponent"])
+             for s in (SMS, SMS * 2 / 3)]
+    np.testing.assert_allclose(on[2] - off[2], waves[1] - waves[0], rtol=1e-9)
+
+
+def test_qgmma_is_offered_on_hopper_only():
+    """supportConfigQGMMA: the FP8 QGMMA XQA kernel runs on sm90 only, so Ada, Ampere and
+    Blackwell fits never choose it."""
+    def kernels(system):
+        dev = load_system(system).device
+        return {v["decode_kernels"] for v in A.generation_variants_for("trtllm", dev, "fp8")}
+
+    assert 2.0 in kernels("h200-x8") and 2.0 in kernels("h100-80gb-x8")
+    for system in ("l40s-x8", "a100-80gb-x8", "b200-x8"):
+        assert kernels(system) == {0.0, 1.0}

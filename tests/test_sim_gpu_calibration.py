@@ -219,6 +219,20 @@ def test_generation_fit_carries_the_devices_ceilings():
     assert A.generation_params_for("vllm") is A.SPLITKV_GENERATION_PARAMS  # no device: as is
 
 
+def test_trtllm_generation_fit_also_starts_below_the_ceilings():
+    from krakenlm.hardware import load_system
+    from krakenlm.simulator.gpu import attention as A
+
+    h100 = load_system("h100-80gb-x8").device
+    (start,) = A.generation_starts("trtllm", h100)
+    ceilings = A.generation_ceilings(h100)
+    assert start["sm_bandwidth"] == pytest.approx(0.5 * ceilings["sm_bandwidth"])
+    assert start["l2_gain"] == pytest.approx(0.5 * ceilings["l2_gain"])
+    params = {p.name: p for p in A.generation_params_for("trtllm", h100)}
+    assert all(v < params[k].upper for k, v in start.items())  # inside the bounded range
+    assert A.generation_starts("vllm", h100) == () and A.generation_starts("trtllm") == ()
+
+
 def test_stored_constants_keep_byte_thresholds_exact(tmp_path):
     from krakenlm.simulator.gpu.store import DeviceCalibration, Entry, load_file, save
 

@@ -136,9 +136,13 @@ itself unless the rotary dimension exceeds the head. `decode_kernels` in TRTLLM_
 chooses per device and KV dtype (lowest fit-half error): 0 the discrete rule above (with
 q_tile_rows 8 or 16), 1 the dispatch with the HMMA XQA kernel, 2 with the QGMMA kernel. The
 fit half picks 1 on A100, H100, H200 and L40S (16-bit cache), 2 on H100 and H200 with an FP8
-cache, 0 on B200/GB200 (TensorRT-LLM runs its trtllm-gen kernels there, not XQA) and on the
-L40S FP8 table. Held-out MAPE, TensorRT-LLM: A100 9.9 -> 7.0 %, H100 10.4 -> 6.0 % (FP8 KV
-14.7 -> 7.8 %), H200 11.4 -> 6.1 % (FP8 15.1 -> 8.4 %), L40S 9.4 -> 6.0 %.
+cache, 0 on B200/GB200 (TensorRT-LLM runs its trtllm-gen kernels there, not XQA). The QGMMA
+forms are offered on sm90 only (supportConfigQGMMA). Both XQA forms add the multi-block merge
+of the last CTA, one L2 round trip per block (`merge_s`, 0.09-0.33 us), and the QGMMA form the
+lower residency of its large tiles (`qgmma_residency`, chosen on the H100 and H200 fit halves;
+trtllm_decode.py has both). Held-out MAPE, TensorRT-LLM: A100 9.9 -> 7.0 -> 6.3 %, H100
+10.4 -> 6.0 -> 5.6 % (FP8 KV 14.7 -> 7.8 -> 6.6 %), H200 11.4 -> 6.1 -> 5.5 % (FP8 15.1 ->
+8.4 -> 7.0 %), L40S 9.4 -> 6.0 -> 5.9 % (the middle figure without the merge and residency).
 
 vLLM and SGLang decode with FlashAttention's split-KV kernels, whose split count is a heuristic
 on wave efficiency rather than `floor(SMs / pairs)`: `predict_generation` uses this form when
@@ -314,6 +318,10 @@ TRTLLM_GENERATION_PARAMS = GENERATION_PARAMS + (
     Param("rope_s", "seconds", 2e-6,
           "the separate RoPE/KV-append launch the Hopper QGMMA XQA kernel needs when the rotary "
           "dimension exceeds the head (otherwise applied inside the kernel)"),
+    Param("merge_s", "seconds", 2e-7,
+          "XQA multi-block merge, per block of a sequence: the last CTA to finish walks the "
+          "blocks' partial outputs and row sums one after another (a few loads in flight), so "
+          "the merge is a serial chain of one L2 round trip per block"),
 )
 MULTIBLOCK_MIN_TOKENS = 256  # fewest cached tokens per block before a sequence is split
 MULTIBLOCK_WAVES = 4  # blocks per sequence are capped at this many waves of CTAs over the SMs
@@ -325,10 +333,14 @@ Q_TILE_ROWS = 16  # query heads of a GQA group one XQA pass serves (default of `
 # own XQA / masked-MHA dispatch (trtllm_decode.py) with the HMMA XQA kernel (Ampere, Ada,
 # Hopper with a 16-bit cache) or the Hopper QGMMA kernel (FP8 cache)
 # hmma and the discrete form do not use every constant: those are fixed (and stored) at 0
-_UNUSED_BY_DISCRETE = {"token_tile_s": 0.0, "mha_loop_s": 0.0, "rope_s": 0.0}
+_UNUSED_BY_DISCRETE = {"token_tile_s": 0.0, "mha_loop_s": 0.0, "rope_s": 0.0, "merge_s": 0.0}
+# QGMMA (2) with and without the residency rule of its large tiles (trtllm_decode.py,
+# QGMMA_SMALL_TILE_ELEMS): chosen on the fit half like the rest
 TRTLLM_VARIANTS = ({"decode_kernels": 0.0, "q_tile_rows": 8.0, **_UNUSED_BY_DISCRETE},
                    {"decode_kernels": 0.0, "q_tile_rows": 16.0, **_UNUSED_BY_DISCRETE},
-                   {"decode_kernels": 1.0, "rope_s": 0.0}, {"decode_kernels": 2.0})
+                   {"decode_kernels": 1.0, "rope_s": 0.0},
+                   {"decode_kernels": 2.0, "qgmma_residency": 0.0},
+                   {"decode_kernels": 2.0, "qgmma_residency": 1.0})
 
 
 # FlashAttention's split-KV form (vLLM, SGLang; see the module docstring): smooth constants plus
@@ -414,13 +426,31 @@ def generation_ceilings(dev: Device) -> dict[str, float]:
             "l2_gain": max(l2_over_dram(dev) - 1.0, 0.1), "serial_gain": SERIAL_GAIN_CEILING}
 
 
+def generation_starts(framework: str, dev: Device | None = None) -> tuple[dict[str, float], ...]:
+    """Extra starting points of TensorRT-LLM's generation fit (screened on the fit half with the
+    initial values, fit.py): the bandwidth-like constants at half their device ceilings. From
+    the initial values alone the bounded fit stopped in a worse basin on GB200 bf16 (fit half
+    6.12 %, where the unbounded constants of the previous fit, l2_gain clipped to its ceiling,
+    score 5.79 %): the per-CTA bandwidths settled near their ceilings, the per-CTA times
+    compensating. vLLM's and SGLang's fits keep their single start."""
+    if framework != "trtllm" or dev is None:
+        return ()
+    ceilings = generation_ceilings(dev)
+    return ({name: 0.5 * ceilings[name] for name in ("sm_bandwidth", "mha_sm_bandwidth",
+                                                      "l2_gain")},)
+
+
 def generation_variants_for(framework: str, dev: Device | None = None,
                             kv_dtype: str = "bf16") -> tuple[dict[str, float], ...]:
     """Structural choices of `framework`'s generation form (fitted in turn, see calibrate.py):
     with an sm90 `dev`, vLLM's and SGLang's FlashAttention-3 forms too (fa3_decode.py; FA3's
-    Hopper kernels run nowhere else); `serial_gain` is fixed at 0 for a 16-bit cache."""
-    if framework == "trtllm":
-        return TRTLLM_VARIANTS
+    Hopper kernels run nowhere else); `serial_gain` is fixed at 0 for a 16-bit cache.
+    TensorRT-LLM's QGMMA XQA forms are offered on sm90 only, where the kernel runs (without the
+    restriction the L40S FP8 fit half chose it, an sm90 kernel on Ada)."""
+    if framework == "trtllm":  # the QGMMA kernel is sm90-only (supportConfigQGMMA: SM == 90)
+        if dev is None or sm90(dev):
+            return TRTLLM_VARIANTS
+        return tuple(v for v in TRTLLM_VARIANTS if v["decode_kernels"] < 1.5)
     if framework not in SPLITKV_FRAMEWORKS:
         return ({},)
     if dev is None or not sm90(dev):

@@ -198,7 +198,8 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
                                lat, module.generation_params_for(framework, dev),
                                lambda cc, p, kv=kv_dtype: module.predict_generation(dev, cc, p, kv),
                                module.generation_key(cols), notes,
-                               module.generation_variants_for(framework, dev, kv_dtype)))
+                               module.generation_variants_for(framework, dev, kv_dtype),
+                               module.generation_starts(framework, dev)))
     return out
 
 

@@ -27,7 +27,29 @@ XQA: one CTA per (sequence, KV head, block); blocks per sequence (computeMultiBl
   each block streams ceil(kv_len / mb) tokens in XQA_TILE_TOKENS steps:
     cta = item_s + tiles_q * d_pad * (row_tile_s + chunk * token_tile_s)
           + chunk * d_pad * 2 * kv_bytes / sm_bandwidth          (tiles_q = ceil(group / rows))
-    time = floor_s + (mb > 1) multiblock_s + [rope_s] + waves(cta) + items * group * head_s / SMs
+    time = floor_s + (mb > 1) (multiblock_s + mb merge_s) + [rope_s] + waves(cta, slots)
+           + items * group * head_s / SMs
+
+Multi-block merge (`merge_s`): with mb > 1 the CTA of a sequence that finishes last (a
+semaphore counts them) merges the mb partial outputs and row sums itself, one block after
+another: a few IO warps keep a handful of loads in flight and the math warps rescale and add
+each block in turn (mha_sm90.cu, the `isLastCta` loop; the HMMA kernel's 16-bit tables show the
+same shortfall, so both kernels carry the term). The merge is a serial chain of one L2 round
+trip per block, after the waves. Without it the fit half of H200 (both KV dtypes) was 20-55 %
+too fast at batch 1 and 8k-128k cached tokens, where mb
+reaches 23-91 (e.g. 1 x 8 heads / 1 KV head, head_dim 64, 131072 tokens: 31.6 us measured,
+14.1 us modelled); ~0.2 us per block closes it (H200 FP8 fit half 8.52 -> 7.32 %, one start;
+fitted merge_s 0.14-0.20 us on Hopper, 0.33 us on A100, 0.09 us on L40S).
+
+QGMMA residency (`qgmma_residency`, a structural choice): mha_sm90.cu's launch bound gives 3
+resident CTAs per SM while ctaNbQHeads x headElems <= 128 x 16 and 2 beyond, i.e. a large
+tile's CTA holds 3/2 of what a small one does; with the rule the large tiles' waves count
+SMs x 2/3 slots. The H200 FP8 fit half shows exactly that split: tiles of up to 2048 rows x
+elements within +-3 % of the model at every batch, larger ones (32 x 128, 16 x 256, 32 x 256)
+6-37 % slower than it, worst at batch 512-2048 where throughput sets the time (fit half
+7.32 -> 6.95 %; the H100 FP8 fit half chooses it too). Still left: large tiles at batch
+1024-2048 remain 16-20 % too fast and at batch 64-128 7-10 % too slow (fit half), so the
+residency is not the whole story there.
 
 MMHA: one CTA per (sequence, query head, tile) -- a GQA group reads its K/V once per query
 head. The launcher sizes the block by occupancy (mmha_launch_kernel_ex): 256 threads when the
@@ -66,6 +88,8 @@ MMHA_MAX_THREADS = 1024
 MMHA_BLOCKS_PER_SM = 4  # 256-thread MMHA blocks resident per SM (the launcher's occupancy)
 HMMA_Q_ROWS = 16  # XQA mha.cu: query rows per MMA tile
 QGMMA_Q_ROWS = 8  # XQA mha_sm90.cu: query heads padded to multiples of 8 (swapped A/B)
+QGMMA_SMALL_TILE_ELEMS = 128 * 16  # mha_sm90.cu launch bound: 3 CTAs/SM up to this rows x head
+QGMMA_LARGE_TILE_SLOTS = 2.0 / 3.0  # ... 2 beyond it: a large-tile CTA holds 3/2 of the SM
 
 
 def padded_head_dim(d) -> np.ndarray:
@@ -143,13 +167,16 @@ def predict(sms: int, hbm_bytes_per_s: float, l2_bytes: float, b, h, kvh, d, kv_
     x_items = b * kvh * blocks
     x_chunk = np.ceil(np.ceil(kv_len / blocks) / XQA_TILE_TOKENS) * XQA_TILE_TOKENS
     q_tiles = np.ceil(group / (QGMMA_Q_ROWS if qgmma else HMMA_Q_ROWS))
+    x_slots = sms * np.where(qgmma & (q_tiles * QGMMA_Q_ROWS * dp > QGMMA_SMALL_TILE_ELEMS)
+                             & (p.get("qgmma_residency", 0.0) > 0.5), QGMMA_LARGE_TILE_SLOTS, 1.0)
     x_cta = (p["item_s"] + q_tiles * dp * (p["row_tile_s"] + x_chunk * p["token_tile_s"])
              + x_chunk * dp * 2 * kv_bytes / p["sm_bandwidth"])
     rope = np.zeros_like(dp) if rope_dim is None else np.asarray(rope_dim, float)
     separate_rope = qgmma & (rope > d)  # in-kernel RoPE needs rotary_dim <= head_size
-    x_time = (p["floor_s"] + np.where(blocks > 1, p["multiblock_s"], 0.0)
+    merge = np.where(blocks > 1, p["multiblock_s"] + blocks * p.get("merge_s", 0.0), 0.0)
+    x_time = (p["floor_s"] + merge
               + np.where(separate_rope, p["rope_s"], 0.0)
-              + waves_time(x_items, sms, x_cta, x_chunk * d * 2 * kv_bytes, bandwidth, q)
+              + waves_time(x_items, x_slots, x_cta, x_chunk * d * 2 * kv_bytes, bandwidth, q)
               + x_items * group * p["head_s"] / sms)
 
     tiles = mmha_tiles(sms, b, h, kv_len, dp)
