@@ -66,8 +66,12 @@ def param_definitions() -> dict[str, Param]:
     return found
 
 
+STORED_REL = 1e-5  # constants are stored to 6 significant digits: a value at its ceiling may
+# read back up to 5e-6 above it
+
+
 def classify(value: float, p: Param, upper: float | None) -> str | None:
-    if upper is not None and value > upper * (1 + 1e-6):
+    if upper is not None and value > upper * (1 + STORED_REL):
         return "above ceiling"
     if upper is not None and value >= upper * (1 - 1e-3):
         return "at ceiling"
