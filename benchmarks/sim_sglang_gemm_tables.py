@@ -11,7 +11,11 @@ extra), every figure from NVIDIA's measured tables:
 2. SGLang's bf16 GEMM against vLLM's (both call cuBLAS through torch) on the shapes both
    measured: how many, and SGLang's median excess below and above 1 ms;
 3. the noise of each table: between adjacent M of 9-16 (the same kernel, nearly the same bytes)
-   the mean |log ratio| of consecutive rows, per table.
+   the mean |log ratio| of consecutive rows, per table;
+4. where the FP8 tables step in M for N > 1280 (fit half, K >= 4096, N K >= 2^24): the median
+   ratio of the times at M = 17 and 16, and at 33 and 32, SGLang against vLLM. sgl-kernel's sm90
+   swap-AB dispatch (gpu/gemm_cutlass.py, tile_table 3) widens the token tile at M = 33 (32 ->
+   64), vLLM's at M = 17 (16 -> 64).
 """
 
 from __future__ import annotations
@@ -57,6 +61,19 @@ def adjacent_m_noise(table: dict[tuple[int, int, int], float]) -> tuple[float, i
     return float(np.mean(logs)) * 100, len(logs)
 
 
+def m_steps(system: str, framework: str) -> str:
+    """Median t(M + 1) / t(M) at the token-tile boundaries 16 and 32, N > 1280, fit half."""
+    table = rows(system, framework, "fp8")
+    fit = dict(zip(table, fit_half([f"{m},{n},{k}" for m, n, k in table])))
+    out = []
+    for m in (16, 32):
+        r = [table[(m + 1, n, k)] / s for (mm, n, k), s in table.items()
+             if mm == m and n > 1280 and k >= 4096 and n * k >= 1 << 24 and fit[(mm, n, k)]
+             and (m + 1, n, k) in table]
+        out.append(f"{m} -> {m + 1}: {np.median(r):.3f} (n={len(r)})")
+    return "; ".join(out)
+
+
 def main() -> None:
     for system in SYSTEMS:
         print(f"== {system}")
@@ -73,6 +90,8 @@ def main() -> None:
         for name, table in (("SGLang", sgl), ("vLLM", vllm)):
             noise, n = adjacent_m_noise(table)
             print(f"  bf16 {name}: adjacent M 9-16, mean |log ratio| {noise:.1f} % ({n:,} pairs)")
+        for framework in ("sglang", "vllm"):
+            print(f"  fp8 {framework} time ratio at M steps, N > 1280: {m_steps(system, framework)}")
 
 
 if __name__ == "__main__":

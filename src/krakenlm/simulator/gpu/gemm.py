@@ -50,8 +50,8 @@ vLLM's and SGLang's FP8 GEMMs are different kernels, with a different quantiser:
 Blackwell they take `library` = 1 (vLLM) or 2 (SGLang), modelled in gemm_cutlass.py (the tile
 each framework's CUTLASS dispatch picks from M, waves without split-K or stream-K, a
 quantisation kernel with one CTA per token row). `library` is a structural constant stored with
-the fitted ones (0, cuBLAS, when absent); `tile_table` picks between three SGLang tile tables
-on the fit half (gemm_cutlass.py).
+the fitted ones (0, cuBLAS, when absent); `tile_table` picks between four SGLang tile tables
+on the fit half (gemm_cutlass.py; table 3, sm90 only, is sgl-kernel's dispatch as read).
 
 The benchmark (aiconfigurator's collectors) times 5 (TensorRT-LLM) or 6 (vLLM, SGLang) copies
 of the layer in turn, each with its own weights, and divides by the copies. When all the copies'
@@ -183,7 +183,8 @@ def fit_setup(dev: Device, framework: str, dtype: str
         library = {"vllm": gemm_cutlass.VLLM, "sglang": gemm_cutlass.SGLANG}.get(framework, 0)
     base: list[dict[str, float]] = [{"library": float(library)}] if library else [{}]
     if library == gemm_cutlass.SGLANG:
-        base = [{**b, "tile_table": float(t)} for b in base for t in (0, 1, 2)]
+        tables = (0, 1, 2) if gemm_cutlass.blackwell_class(dev) else (0, 1, 2, 3)
+        base = [{**b, "tile_table": float(t)} for b in base for t in tables]
     copies = BENCHMARK_COPIES.get(framework, 0)
     structures = tuple({**b, "weight_copies": float(c)} for b in base
                        for c in sorted({0, copies}))
