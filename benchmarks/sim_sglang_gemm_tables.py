@@ -15,7 +15,10 @@ extra), every figure from NVIDIA's measured tables:
 4. where the FP8 tables step in M for N > 1280 (fit half, K >= 4096, N K >= 2^24): the median
    ratio of the times at M = 17 and 16, and at 33 and 32, SGLang against vLLM. sgl-kernel's sm90
    swap-AB dispatch (gpu/gemm_cutlass.py, tile_table 3) widens the token tile at M = 33 (32 ->
-   64), vLLM's at M = 17 (16 -> 64).
+   64), vLLM's at M = 17 (16 -> 64);
+5. the large-GEMM rate against the measured time (M, N >= 4096, K >= 2048, fit half): the
+   median TFLOP/s per time range, SGLang against vLLM. The SGLang tables' rate falls once a
+   GEMM runs for milliseconds, which is what the heating term (`heat_s`, gpu/gemm.py) reads.
 """
 
 from __future__ import annotations
@@ -74,6 +77,25 @@ def m_steps(system: str, framework: str) -> str:
     return "; ".join(out)
 
 
+T_BINS_MS = (0.1, 1, 5, 10, 30, 1e9)
+
+
+def rate_by_time(system: str, framework: str, dtype: str) -> str:
+    table = rows(system, framework, dtype)
+    keys = list(table)
+    fit = fit_half([f"{m},{n},{k}" for m, n, k in keys])
+    m, n, k = (np.array([x[i] for x in keys], float) for i in range(3))
+    t = np.array([table[x] for x in keys])
+    sel = fit & (m >= 4096) & (n >= 4096) & (k >= 2048)
+    tflops = 2.0 * m * n * k / t / 1e12
+    out = []
+    for low, high in zip(T_BINS_MS[:-1], T_BINS_MS[1:]):
+        pick = sel & (t * 1e3 > low) & (t * 1e3 <= high)
+        label = f"({low:g}, {high:g}] ms" if high < 1e9 else f"> {low:g} ms"
+        out.append(f"{label}: {np.median(tflops[pick]):.0f} (n={int(pick.sum())})")
+    return "; ".join(out)
+
+
 def main() -> None:
     for system in SYSTEMS:
         print(f"== {system}")
@@ -92,6 +114,10 @@ def main() -> None:
             print(f"  bf16 {name}: adjacent M 9-16, mean |log ratio| {noise:.1f} % ({n:,} pairs)")
         for framework in ("sglang", "vllm"):
             print(f"  fp8 {framework} time ratio at M steps, N > 1280: {m_steps(system, framework)}")
+        for framework, dtype in (("sglang", "fp8"), ("vllm", "fp8"), ("sglang", "bf16"),
+                                 ("vllm", "bf16")):
+            print(f"  {framework} {dtype} median TFLOP/s against the measured time, M, N >= 4096, "
+                  f"K >= 2048, fit half: {rate_by_time(system, framework, dtype)}")
 
 
 if __name__ == "__main__":

@@ -96,6 +96,20 @@ def test_power_limit_caps_the_rate_of_large_gemms_only(h100):
     assert t >= 2.0 * 8192 ** 3 / (h100.matrix_rate("fp8") * 0.5)
 
 
+def test_heat_slows_long_power_limited_gemms_only(h100):
+    # power-limited time t becomes t (1 + t / heat_s): a GEMM of microseconds gains < 0.1 %, a
+    # 20 ms one 40 %; without power_efficiency, or without heat_s, nothing changes
+    c = cols([512, 65536], [4096, 8192], [512, 65536])
+    capped = {**P, "power_efficiency": 0.5}
+    base = gemm.predict(h100, c, capped, "bf16")
+    hot = gemm.predict(h100, c, {**capped, "heat_s": 0.05}, "bf16")
+    t_s = 2.0 * 65536 * 8192 * 65536 / (h100.matrix_rate("bf16") * 0.5)
+    assert hot[0] == pytest.approx(base[0], rel=1e-3)
+    assert hot[1] >= t_s * (1 + t_s / 0.05) and hot[1] > 1.3 * base[1]
+    assert np.array_equal(gemm.predict(h100, c, {**P, "heat_s": 0.05}, "bf16"),
+                          gemm.predict(h100, c, P, "bf16"))
+
+
 def test_zero_filled_token_rows_cost_only_past_the_last_token(h100):
     # 128 x 128 tiles in 2 x 1 clusters from M = 129 (tile_table 1): M = 256 fills its tiles,
     # M = 129 and M = 200 leave 127 and 56 rows of the second tile row past the last token
