@@ -18,7 +18,11 @@ extra), every figure from NVIDIA's measured tables:
    64), vLLM's at M = 17 (16 -> 64);
 5. the large-GEMM rate against the measured time (M, N >= 4096, K >= 2048, fit half): the
    median TFLOP/s per time range, SGLang against vLLM. The SGLang tables' rate falls once a
-   GEMM runs for milliseconds, which is what the heating term (`heat_s`, gpu/gemm.py) reads.
+   GEMM runs for milliseconds, which is what the heating term (`heat_s`, gpu/gemm.py) reads;
+6. what zero-filled token rows cost (fit half, K >= 4096, N >= 1024): the median ratio of the
+   times at M = 129 and 256 (128 x 128 tiles: 127 rows of the second tile row past the last
+   token, or none) and at 65 and 128 (64-row tiles), for N <= 4096 and above. The cost grows
+   with the number of weight tile columns, not per wave (gpu/gemm_cutlass.py).
 """
 
 from __future__ import annotations
@@ -96,6 +100,19 @@ def rate_by_time(system: str, framework: str, dtype: str) -> str:
     return "; ".join(out)
 
 
+def padding_cost(system: str, framework: str) -> str:
+    table = rows(system, framework, "fp8")
+    fit = dict(zip(table, fit_half([f"{m},{n},{k}" for m, n, k in table])))
+    out = []
+    for low, full in ((129, 256), (65, 128)):
+        for label, wide in (("N <= 4096", False), ("N > 4096", True)):
+            r = [table[(low, n, k)] / s for (m, n, k), s in table.items()
+                 if m == full and k >= 4096 and n >= 1024 and (n > 4096) == wide
+                 and fit[(m, n, k)] and (low, n, k) in table]
+            out.append(f"t({low}) / t({full}) {label}: {np.median(r):.3f} (n={len(r)})")
+    return "; ".join(out)
+
+
 def main() -> None:
     for system in SYSTEMS:
         print(f"== {system}")
@@ -118,6 +135,8 @@ def main() -> None:
                                  ("vllm", "bf16")):
             print(f"  {framework} {dtype} median TFLOP/s against the measured time, M, N >= 4096, "
                   f"K >= 2048, fit half: {rate_by_time(system, framework, dtype)}")
+        for framework in ("sglang", "vllm"):
+            print(f"  fp8 {framework} zero-filled rows, fit half: {padding_cost(system, framework)}")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,19 @@ def test_sglang_swap_ab_kernels_run_256_deep_k_tiles(h100):
     assert list(g["wave_steps"] / g["waves"]) == [8.0, 6.0]  # 512 / 64 and 384 / 64
 
 
+def test_padded_token_rows_cross_l2_once_per_weight_tile_column(h100):
+    # 128 x 128 tiles in 2 x 1 clusters: M = 129 pads 127 rows, M = 256 none; the padded bytes
+    # grow with the weight tile columns (N / 128); vLLM's geometry has no such bytes
+    M = np.array([129.0, 256.0, 129.0])
+    N = np.array([4096.0, 4096.0, 8192.0])
+    K, B, off = np.full(3, 4096.0), np.ones(3), np.zeros(3, bool)
+    g = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.SGLANG, 3, off)
+    loaded = M * K + K * N + 2 * M * N
+    assert list(g["l2_bytes"] - loaded) == [32 * 127 * 4096, 0.0, 64 * 127 * 4096]
+    v = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.VLLM, 0, off)
+    assert np.array_equal(v["l2_bytes"], loaded)
+
+
 def test_power_limit_caps_the_rate_of_large_gemms_only(h100):
     # M = 16: 1 us of flops at the capped rate, far below one 64 x 64 tile's K loop
     c = cols([16, 8192], [4096, 8192], [4096, 8192])

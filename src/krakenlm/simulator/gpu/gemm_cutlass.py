@@ -61,7 +61,7 @@ Time (same constants as gemm.py, plus `quant_cta_s`):
               + oob waves * ceil(K / 64) * oob rows * oob_row_s
     compute = max(compute, 2 M N K / (peak * power_efficiency))   (gemm.py; SGLang only)
     memory  = max(DRAM bytes / (bandwidth * memory_efficiency),
-                  L2 bytes / (L2 bandwidth * l2_efficiency)) + memory_latency_s
+                  (L2 bytes + padded bytes) / (L2 bandwidth * l2_efficiency)) + memory_latency_s
     quant   = smooth max(3 M K bytes / (bandwidth * quantize_efficiency),
                          quantisation CTAs * quant_cta_s)
     time    = floor_s + smooth max(compute, memory) + quant
@@ -79,6 +79,20 @@ row and K step lowers the fit half 9.18 -> 9.03 % on H100 (8.38 % with power_eff
 tile_table 2). The fitted cost is 3-4e-10 s per row and K step on H100/H200 (a 127-row pad
 then costs about a third of a 128 x 128 x 64 FP8 step at the per-SM peak) and ten times less on
 B200/GB200, where it buys nothing. Which waves hold such a tile follows CUTLASS's raster order.
+
+Padded bytes (SGLang on sm90): the zero-filled token rows also cost like rows moved through
+L2, once per weight tile column: weight tile columns x padded rows x K bytes. On the fit half
+the cost of a padded tile row grows with N, which a per-wave cost cannot give: t(129) / t(256)
+(127 padded rows of 128 x 128 tiles, or none) is 0.97 / 0.98 (H100 / H200) for N <= 4096 and
+1.26 / 1.30 above, and SGLang's 64 x 64 tiles (N <= 4096, twice vLLM's weight tile columns)
+pay t(65) / t(128) = 1.24 / 1.27 where vLLM's 64 x 128 pay 1.01 / 1.03 (`python
+benchmarks/sim_sglang_gemm_tables.py`). Counting them as L2 traffic lowers the fit half
+8.05 -> 7.85 % on H100 and 9.12 -> 8.81 % on H200, and brings l2_efficiency off its bound on
+H100 and memory_efficiency off it on H200 (l2_efficiency 0.27 / 0.32: the padding crosses at
+about 4 TB/s). With table 3 and no weight copies, counting every re-read of the token panel
+instead (real rows too) fits worse (H100 7.94 vs 7.87 %, H200 9.25 vs 8.85 %), and so does
+counting the padded rows as DRAM bytes (H100 8.44 %). Why zero-filled rows cost like loaded
+ones was not found in a source; Blackwell's tables were not examined for it.
 
 `quant_cta_s` is the GPU time a CTA of the quantisation kernel costs, spread over the SMs
 (launch, one load-convert-store chain): vLLM's one CTA per token costs 0.24 ms for 32768
@@ -207,10 +221,16 @@ def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: 
     else:
         quant_ctas = np.where(rows >= SGLANG_WARP_ROWS_PER_SM * sms,
                               np.ceil(rows / SGLANG_ROWS_PER_CTA), rows)
+    l2_bytes = a_bytes + b_bytes + c_bytes
+    if library == SGLANG and not blackwell:
+        # the zero-filled rows of the token tiles (past the last token) cross L2 once per weight
+        # tile column, like loaded rows (see the module docstring)
+        pad_rows = tile_rows * mt - M
+        l2_bytes = l2_bytes + B * np.ceil(N / nt) * pad_rows * k_run * DTYPE_BYTES[dtype]
     return {"wave_work": waves * 2.0 * mt * nt * k_run / per_sm,
             "wave_steps": waves * np.ceil(k_run / K_STEP), "waves": waves,
             "dram_bytes": np.where(resident, 0.0, b_bytes + c_bytes) + np.where(hot, 0.0, a_bytes),
-            "l2_bytes": a_bytes + b_bytes + c_bytes,
+            "l2_bytes": l2_bytes,
             "quant_bytes": rows * K * QUANT_BYTES, "quant_ctas": quant_ctas,
             "flops": 2.0 * B * M * N * K,
             "oob_steps": np.where(oob_rows > 0, oob_waves, 0.0) * np.ceil(k_run / K_STEP)
