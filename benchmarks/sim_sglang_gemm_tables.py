@@ -11,7 +11,9 @@ extra), every figure from NVIDIA's measured tables:
 2. SGLang's bf16 GEMM against vLLM's (both call cuBLAS through torch) on the shapes both
    measured: how many, and SGLang's median excess below and above 1 ms;
 3. the noise of each table: between adjacent M of 9-16 (the same kernel, nearly the same bytes)
-   the mean |log ratio| of consecutive rows, per table;
+   the mean |log ratio| of consecutive rows, per table; for FP8 also over every pair M, M + 1
+   that runs the same tiles in both frameworks' dispatch (9-16, 48/49, 80/81 ... 224/225) and
+   the share of pairs more than 10 and 20 % apart;
 4. where the FP8 tables step in M for N > 1280 (fit half, K >= 4096, N K >= 2^24): the median
    ratio of the times at M = 17 and 16, and at 33 and 32, SGLang against vLLM. sgl-kernel's sm90
    swap-AB dispatch (gpu/gemm_cutlass.py, tile_table 3) widens the token tile at M = 33 (32 ->
@@ -66,6 +68,17 @@ def adjacent_m_noise(table: dict[tuple[int, int, int], float]) -> tuple[float, i
     logs = [abs(np.log(table[(m + 1, n, k)] / s)) for (m, n, k), s in table.items()
             if 9 <= m < 16 and (m + 1, n, k) in table]
     return float(np.mean(logs)) * 100, len(logs)
+
+
+SAME_TILE_PAIRS = tuple((m, m + 1) for m in range(9, 16)) + (
+    (48, 49), (80, 81), (96, 97), (112, 113), (160, 161), (192, 193), (224, 225))
+
+
+def same_tile_noise(table: dict[tuple[int, int, int], float]) -> str:
+    logs = np.abs([np.log(table[(b, n, k)] / s) for a, b in SAME_TILE_PAIRS
+                   for (m, n, k), s in table.items() if m == a and (b, n, k) in table]) * 100
+    return (f"mean |log ratio| {logs.mean():.1f} %, > 10 %: {(logs > 10).mean() * 100:.1f} % of "
+            f"pairs, > 20 %: {(logs > 20).mean() * 100:.1f} % ({len(logs):,} pairs)")
 
 
 def m_steps(system: str, framework: str) -> str:
@@ -129,6 +142,9 @@ def main() -> None:
         for name, table in (("SGLang", sgl), ("vLLM", vllm)):
             noise, n = adjacent_m_noise(table)
             print(f"  bf16 {name}: adjacent M 9-16, mean |log ratio| {noise:.1f} % ({n:,} pairs)")
+        for framework in ("sglang", "vllm"):
+            print(f"  fp8 {framework}, same-tile pairs M, M + 1: "
+                  f"{same_tile_noise(rows(system, framework, 'fp8'))}")
         for framework in ("sglang", "vllm"):
             print(f"  fp8 {framework} time ratio at M steps, N > 1280: {m_steps(system, framework)}")
         for framework, dtype in (("sglang", "fp8"), ("vllm", "fp8"), ("sglang", "bf16"),
