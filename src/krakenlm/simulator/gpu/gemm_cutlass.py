@@ -59,16 +59,17 @@ Time (same constants as gemm.py, plus `quant_cta_s`):
     compute = waves * max(2 Mt Nt K / (peak / SMs) / compute_efficiency,
                           ceil(K / 64) * k_step_latency_s) + waves * wave_overhead_s
               + oob waves * ceil(K / 64) * oob rows * oob_row_s
-    compute = max(compute, 2 M N K / (peak * power_efficiency))   (gemm.py; SGLang only)
+    compute = max(compute, t (1 + t / heat_s)), t = 2 M N K / (peak * power_efficiency)
+                                                 (gemm.power_time; SGLang only)
     memory  = max(DRAM bytes / (bandwidth * memory_efficiency),
                   (L2 bytes + padded bytes) / (L2 bandwidth * l2_efficiency)) + memory_latency_s
     quant   = smooth max(3 M K bytes / (bandwidth * quantize_efficiency),
                          quantisation CTAs * quant_cta_s)
     time    = floor_s + smooth max(compute, memory) + quant
 
-SGLang's sm90 kernels all have 128-deep K tiles (TileShape Mt x Nt x 128), so their main loop
-runs ceil(K / 128) whole tiles: K = 32 or 64 costs what K = 128 does (fit half H100 8.38 ->
-8.30 %, H200 9.39 -> 9.25 % with everything else below).
+SGLang's sm90 kernels all have 128-deep K tiles (TileShape Mt x Nt x 128; table 3's swap-AB
+ones 256-deep), so their main loop runs ceil(K / 128) whole tiles: K = 32 or 64 costs what
+K = 128 does (fit half H100 8.38 -> 8.30 %, H200 9.39 -> 9.25 % with everything else below).
 
 `oob_row_s` (SGLang only; absent: no term): the rows of the last token tile past the last
 token are loaded as zeros (the TMA box crosses the tensor's edge) and multiplied like the
