@@ -57,6 +57,44 @@ def test_vllm_sm100_and_sglang_tiles():
     assert list(zip(*rows32)) == [(32, 64), (32, 64), (64, 64), (64, 128), (128, 128)]
 
 
+@pytest.mark.parametrize("m,n,tile", [
+    (8, 1024, (16, 64, 2, 1)),     # swap-AB: 16 token columns, clusters of 2 when N <= 1280
+    (8, 4096, (16, 64, 1, 1)),
+    (24, 1024, (16, 64, 4, 1)),    # M in (16, 64], N <= 1280: 16 tokens in clusters of 4
+    (24, 4096, (32, 64, 1, 1)),    # ... else 32 token columns up to M = 32
+    (48, 4096, (64, 64, 1, 1)),
+    (100, 4096, (64, 64, 1, 1)),   # M in (64, 128], N <= 4096
+    (100, 8192, (64, 128, 2, 1)),  # ... N > 4096
+    (300, 1024, (128, 128, 2, 1)),
+])
+def test_sglang_sm90_swap_ab_dispatch(m, n, tile):
+    got = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 3, False, np.array([m]), np.array([n]),
+                             np.array([4096]))
+    assert tuple(x[0] for x in got) == tile
+
+
+def test_sglang_swap_ab_kernels_run_256_deep_k_tiles(h100):
+    # K = 300 runs two 256-deep K tiles up to M = 64 tokens, three 128-deep ones beyond
+    M = np.array([64.0, 65.0])
+    one = np.ones(2)
+    g = gemm_cutlass.build_geometry(h100, M, 8192 * one, 300 * one, one, "fp8",
+                                    gemm_cutlass.SGLANG, 3, np.zeros(2, bool))
+    assert list(g["wave_steps"] / g["waves"]) == [8.0, 6.0]  # 512 / 64 and 384 / 64
+
+
+def test_padded_token_rows_cross_l2_once_per_weight_tile_column(h100):
+    # 128 x 128 tiles in 2 x 1 clusters: M = 129 pads 127 rows, M = 256 none; the padded bytes
+    # grow with the weight tile columns (N / 128); vLLM's geometry has no such bytes
+    M = np.array([129.0, 256.0, 129.0])
+    N = np.array([4096.0, 4096.0, 8192.0])
+    K, B, off = np.full(3, 4096.0), np.ones(3), np.zeros(3, bool)
+    g = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.SGLANG, 3, off)
+    loaded = M * K + K * N + 2 * M * N
+    assert list(g["l2_bytes"] - loaded) == [32 * 127 * 4096, 0.0, 64 * 127 * 4096]
+    v = gemm_cutlass.build_geometry(h100, M, N, K, B, "fp8", gemm_cutlass.VLLM, 0, off)
+    assert np.array_equal(v["l2_bytes"], loaded)
+
+
 def test_power_limit_caps_the_rate_of_large_gemms_only(h100):
     # M = 16: 1 us of flops at the capped rate, far below one 64 x 64 tile's K loop
     c = cols([16, 8192], [4096, 8192], [4096, 8192])
@@ -69,6 +107,20 @@ def test_power_limit_caps_the_rate_of_large_gemms_only(h100):
     sgl = {**P, "library": 2, "tile_table": 1}
     t = gemm.predict(h100, c, {**sgl, "power_efficiency": 0.5}, "fp8")[1]
     assert t >= 2.0 * 8192 ** 3 / (h100.matrix_rate("fp8") * 0.5)
+
+
+def test_heat_slows_long_power_limited_gemms_only(h100):
+    # power-limited time t becomes t (1 + t / heat_s): a GEMM of microseconds gains < 0.1 %, a
+    # 20 ms one 40 %; without power_efficiency, or without heat_s, nothing changes
+    c = cols([512, 65536], [4096, 8192], [512, 65536])
+    capped = {**P, "power_efficiency": 0.5}
+    base = gemm.predict(h100, c, capped, "bf16")
+    hot = gemm.predict(h100, c, {**capped, "heat_s": 0.05}, "bf16")
+    t_s = 2.0 * 65536 * 8192 * 65536 / (h100.matrix_rate("bf16") * 0.5)
+    assert hot[0] == pytest.approx(base[0], rel=1e-3)
+    assert hot[1] >= t_s * (1 + t_s / 0.05) and hot[1] > 1.3 * base[1]
+    assert np.array_equal(gemm.predict(h100, c, {**P, "heat_s": 0.05}, "bf16"),
+                          gemm.predict(h100, c, P, "bf16"))
 
 
 def test_zero_filled_token_rows_cost_only_past_the_last_token(h100):
@@ -102,7 +154,9 @@ def test_fit_setup_picks_the_framework_kernels(h100):
     assert {s["weight_copies"] for s in structures} == {0, 6}
     _, sgl = gemm.fit_setup(h100, "sglang", "fp8")
     assert {(s["tile_table"], s["weight_copies"]) for s in sgl} == {
-        (t, c) for t in (0, 1, 2) for c in (0, 6)}
+        (t, c) for t in (0, 1, 2, 3) for c in (0, 6)}  # table 3: sm90's dispatch as read
+    b200 = load_system("b200-x8").device
+    assert {s["tile_table"] for s in gemm.fit_setup(b200, "sglang", "fp8")[1]} == {0, 1, 2}
     for dev, fw, dtype in ((h100, "trtllm", "fp8"), (h100, "vllm", "bf16"), (a100, "vllm", "fp8")):
         params, structures = gemm.fit_setup(dev, fw, dtype)
         assert params == gemm.PARAMS and all("library" not in s for s in structures)

@@ -50,8 +50,8 @@ vLLM's and SGLang's FP8 GEMMs are different kernels, with a different quantiser:
 Blackwell they take `library` = 1 (vLLM) or 2 (SGLang), modelled in gemm_cutlass.py (the tile
 each framework's CUTLASS dispatch picks from M, waves without split-K or stream-K, a
 quantisation kernel with one CTA per token row). `library` is a structural constant stored with
-the fitted ones (0, cuBLAS, when absent); `tile_table` picks between three SGLang tile tables
-on the fit half (gemm_cutlass.py).
+the fitted ones (0, cuBLAS, when absent); `tile_table` picks between four SGLang tile tables
+on the fit half (gemm_cutlass.py; table 3, sm90 only, is sgl-kernel's dispatch as read).
 
 The benchmark (aiconfigurator's collectors) times 5 (TensorRT-LLM) or 6 (vLLM, SGLang) copies
 of the layer in turn, each with its own weights, and divides by the copies. When all the copies'
@@ -77,9 +77,11 @@ Constants (fitted per device, framework and dtype on measured kernels, calibrate
   oob_row_s             (SGLang FP8 only) cost of zero-filled token rows (gemm_cutlass.py)
   power_efficiency      (SGLang tables only) fraction of the tensor peak sustained under the
                         board's power limit: every candidate's compute time is at least
-                        2 b M N K / (peak * power_efficiency)
+                        t = 2 b M N K / (peak * power_efficiency)
+  heat_s                (SGLang tables only) power-limited run time that halves that rate as
+                        the die heats: the floor becomes t (1 + t / heat_s)
 Constants missing from `p` (a calibration written by an older version of this model) take
-their initial values below; re-run `krakenlm sim calibrate` to refit them. The OPTIONAL two are
+their initial values below; re-run `krakenlm sim calibrate` to refit them. The OPTIONAL ones are
 the exception: absent, their term is absent (fit_setup offers them only to SGLang's tables).
 
 Power-limited rate (`power_efficiency`, SGLang): the tile model's rate grows with K (fewer
@@ -93,6 +95,17 @@ short GEMMs at boost clocks. Refitting SGLang's gemm with it improved the fit ha
 entry on all six devices (H100 fp8 9.18 -> 8.38 %, with oob_row_s and tile_table 2; H200 bf16
 8.35 -> 7.99 %; the fitted cap is 0.55-0.81 of the datasheet peak). vLLM's and TensorRT-LLM's
 entries were not refitted with it and do not use it.
+
+Heating (`heat_s`, SGLang): the power-limited rate of SGLang's tables also falls with how long
+a GEMM runs: on the fit half, M, N >= 4096, K >= 2048, FP8 H100 median 1080 TFLOP/s for runs of
+0.1-1 ms, 1069 for 1-5 ms, then 940, 783 and 670 for 5-10, 10-30 and > 30 ms (H200 1168, 1130,
+1109, 917, 808; `python benchmarks/sim_sglang_gemm_tables.py`). We read it as the die heating
+during the benchmark's burst (each shape is timed back to back, 6 copies x 9 passes): leakage
+grows with temperature and the clocks at the power limit fall. The linear form t (1 + t / heat_s)
+is the first order of that heating; heat_s is stated per kernel of such a burst, so a layer of
+a real model (which runs many kernels in turn) is described only roughly by it. The fitted
+heat_s is 16 ms (H100 FP8) to 0.4 s (H100 bf16); A100's entry gains nothing from it and does
+not carry it.
 
 The fit (calibrate.py) starts from FIT_STARTS as well as the initial values: the objective is
 kinked (the fastest candidate changes with the constants) and Nelder-Mead from one start
@@ -136,9 +149,12 @@ CUTLASS_PARAMS = tuple(q for q in PARAMS if q.name != "split_k_overhead_s") + (
 POWER = Param("power_efficiency", "fraction", 0.75, "fraction of the dense tensor peak the "
               "board sustains under its power limit on the benchmark's random operands, once a "
               "GEMM runs long enough for the clocks to drop below boost")
+HEAT = Param("heat_s", "seconds", 0.05, "power-limited run time over which a GEMM's own heat "
+             "halves its power-limited rate (the die warms, leakage rises, the clocks at the "
+             "power limit fall); stated per kernel of the benchmark's back-to-back bursts")
 # Constants fitted only where fit_setup offers them (SGLang's tables); absent, the term is
 # absent: every other calibration keeps its predictions.
-OPTIONAL = (POWER.name, gemm_cutlass.OOB_ROW.name)
+OPTIONAL = (POWER.name, HEAT.name, gemm_cutlass.OOB_ROW.name)
 POWER_FRAMEWORKS = ("sglang",)
 _INITIAL = {q.name: q.initial for q in PARAMS + CUTLASS_PARAMS}
 # Starts of the fit besides the initial values: the K-step latency and the per-wave overhead
@@ -183,7 +199,8 @@ def fit_setup(dev: Device, framework: str, dtype: str
         library = {"vllm": gemm_cutlass.VLLM, "sglang": gemm_cutlass.SGLANG}.get(framework, 0)
     base: list[dict[str, float]] = [{"library": float(library)}] if library else [{}]
     if library == gemm_cutlass.SGLANG:
-        base = [{**b, "tile_table": float(t)} for b in base for t in (0, 1, 2)]
+        tables = (0, 1, 2) if gemm_cutlass.blackwell_class(dev) else (0, 1, 2, 3)
+        base = [{**b, "tile_table": float(t)} for b in base for t in tables]
     copies = BENCHMARK_COPIES.get(framework, 0)
     structures = tuple({**b, "weight_copies": float(c)} for b in base
                        for c in sorted({0, copies}))
@@ -191,7 +208,7 @@ def fit_setup(dev: Device, framework: str, dtype: str
     if library == gemm_cutlass.SGLANG:
         params = params + (gemm_cutlass.OOB_ROW,)
     if framework in POWER_FRAMEWORKS:
-        params = params + (POWER,)
+        params = params + (POWER, HEAT)
     return params, structures
 
 
@@ -333,10 +350,14 @@ def predict(dev: Device, cols: dict[str, np.ndarray], p: dict[str, float],
 
 def power_time(dev: Device, g: dict, p: dict[str, float], dtype: str) -> np.ndarray:
     """The GEMM's useful flops at the power-limited tensor rate (0 without `power_efficiency`):
-    a floor under the compute time of every candidate kernel."""
+    a floor under the compute time of every candidate kernel. With `heat_s` the rate falls
+    linearly with that time t: t (1 + t / heat_s)."""
     if "power_efficiency" not in p:
         return np.zeros_like(g["flops"])
-    return g["flops"] / (dev.matrix_rate(dtype) * p["power_efficiency"])
+    t = g["flops"] / (dev.matrix_rate(dtype) * p["power_efficiency"])
+    if "heat_s" in p:
+        t = t * (1.0 + t / p["heat_s"])
+    return t
 
 
 def flops(cols: dict[str, np.ndarray]) -> np.ndarray:
