@@ -11,7 +11,9 @@ in turn, the lowest fit-half error wins and is stored with the constants) and ex
 points (`starts`, screened on the fit half): GEMM tables get the framework's kernel library and
 the benchmark's weight copies as variants (gemm.fit_setup) and gemm.FIT_STARTS.
 `krakenlm sim validate --level operators` re-reads the same datasets and scores the shipped
-constants on both halves.
+constants on both halves. `--family` refits some families of an existing file and keeps the
+rest; `--variant` narrows that to some of their entries (a dtype), so a change that concerns one
+entry costs that entry's fit.
 """
 
 from __future__ import annotations
