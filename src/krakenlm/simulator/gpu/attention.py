@@ -178,6 +178,19 @@ H100 7.93 -> 6.49, H200 8.34 -> 6.88 %. With a 16-bit cache it wins for vLLM (th
 H100 7.19 -> 6.29, H200 7.73 -> 6.22 %) but not for SGLang (fit half 7.56 vs 6.88 on H100, 8.15
 vs 7.85 on H200): SGLang's 16-bit entries keep the split-KV form.
 
+Every vLLM and SGLang entry is fitted within its device's ceilings (`generation_ceilings`).
+Refitting the entries that had run past them cost at most 0.1 point of held-out MAPE, except
+GB200 SGLang bf16 (11.16 -> 11.63 %): its l2_gain of 34,500 had switched the bandwidth side of
+the smooth maximum off for L2-resident caches. H200 SGLang FP8 improved (6.88 -> 6.75 %): its
+unbounded fit had stopped in a worse basin. A constant at its ceiling says the term does not
+bind in the data: l2_gain on H200 vLLM, B200 and GB200, and sm_bandwidth on L40S vLLM and H100
+SGLang FP8. serial_gain is the exception. It sits at its ceiling on both SGLang FP8 entries,
+because their head_dim-256 rows want a slower key loop than serialising the softmax allows.
+With an FP8 cache the fit half may also choose the MMA-bound key loop (`fa3_mma`,
+fa3_decode.py). It takes it on H100 SGLang (the MMAs reach 63 % of the FP8 peak on the padded
+tile). H200 SGLang is a tie (fit half 6.83 vs 6.82 %), so the gather-bound form stays, and so
+does vLLM's, whose per-CTA gather (1.9e10 B/s) is slower than the MMAs.
+
 Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 `context_supported`, `generation_supported`)
 -------------------------------------------------------------------------------------------
