@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from krakenlm.hardware import load_system
 from krakenlm.simulator.gpu import attention as A
@@ -65,7 +66,30 @@ def test_fa3_variants_only_on_hopper_and_serial_gain_only_for_fp8():
         dev = load_system(system).device
         assert A.generation_variants_for("vllm", dev, "fp8") == A.SPLITKV_VARIANTS
     fa3 = [v for v in A.generation_variants_for("vllm", h100, "fp8") if v.get("fa3")]
-    assert len(fa3) == len(A.FA3_VARIANTS["vllm"])
+    # FP8: each launch rule with the gather-bound and with the MMA-bound key loop
+    assert len(fa3) == 2 * len(A.FA3_VARIANTS["vllm"])
+    assert sorted(v["fa3_mma"] for v in fa3) == [0.0] * 3 + [1.0] * 3
+    assert all("mma_efficiency" not in v for v in fa3 if v["fa3_mma"])  # fitted there only
     bf16 = [v for v in A.generation_variants_for("sglang", h100, "bf16") if v.get("fa3")]
-    assert bf16 and all(v["serial_gain"] == 0.0 for v in bf16)
+    assert bf16 and all(v["serial_gain"] == 0.0 and v["fa3_mma"] == 0.0 for v in bf16)
     assert all(v["fa3_graph_splits"] == 0.0 for v in bf16)  # SGLang: no vLLM graph cap
+
+
+def test_mma_bound_key_loop_costs_the_padded_tile_not_the_bytes():
+    """fa3_mma: with a gather far faster than the MMAs, one more key tile costs its MMAs on all
+    block_m rows at the peak x mma_efficiency, x (1 + serial_gain) at FP8 head_dim 256 only;
+    without the flag the form is the gather-bound one, unchanged."""
+    sms, peak_per_sm = 132, 1.9789e15 / 132
+    q = {**P, "fa3_mma": 1.0, "mma_efficiency": 0.8, "sm_bandwidth": 1e13, "fa3_graph_splits": 0.0}
+    args = (sms, np.array([1.0]), 512.0, 128.0)  # 128 CTAs: one wave, the heuristic splits none
+    for d, block_m, serial in ((128.0, 128.0, 1.0), (256.0, 128.0, 1.0 + P["serial_gain"])):
+        # 160 / 128 keys per tile (FP8 tile); two lengths one tile apart, both unsplit
+        block_n = F.tile(d, 4, fp8=True)[1]
+        t = [F.predict(*args, d, np.array([n * block_n]), 1.0, True, q, 1e18, lambda a, b, p: a,
+                       peak_per_sm)[0] for n in (4, 5)]
+        per_key = (t[1] - t[0]) / block_n
+        assert per_key == pytest.approx(4 * block_m * d / (peak_per_sm * 0.8) * serial, rel=1e-9)
+    old = F.predict(*args, 256.0, np.array([4096.0]), 1.0, True, P, 1e15, _pnorm)
+    same = F.predict(*args, 256.0, np.array([4096.0]), 1.0, True,
+                     {**P, "fa3_mma": 0.0, "mma_efficiency": 1.0}, 1e15, _pnorm, peak_per_sm)
+    assert same[0] == old[0]

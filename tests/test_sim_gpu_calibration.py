@@ -274,8 +274,22 @@ def test_calibrate_family_refits_only_that_family(tables, tmp_path, capsys):
     assert refit.meta["command"] == full.meta["command"]  # how the rest was made
     assert refit.meta["refits"][-1]["command"].endswith("--family elementwise")
     capsys.readouterr()
+    # --variant narrows a family refit to some of its entries: elementwise has only "any",
+    # the tables have no FP8 GEMM, and a variant without its family is a usage error
+    full.entry("trtllm", "elementwise", "any").params["floor_s"] = 1.0
+    store.save(full, out)
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--family", "elementwise", "--family", "gemm", "--variant", "any"])
+    assert exc.value.code == 0
+    refit = store.load_file(out)
+    assert refit.entry("trtllm", "gemm", "bf16").params["floor_s"] == 1.0  # not this variant
+    assert refit.entry("trtllm", "elementwise", "any").params == pytest.approx(fitted_elementwise)
+    assert refit.meta["refits"][-1]["command"].endswith("--family gemm --variant any")
+    capsys.readouterr()
     for argv, message in ((["--family", "softmax"], "unknown family 'softmax'"),
-                          (["--family", "nccl"], "nothing to refit")):
+                          (["--family", "nccl"], "nothing to refit"),
+                          (["--family", "gemm", "--variant", "fp8"], "nothing to refit"),
+                          (["--variant", "bf16"], "give the family too")):
         with pytest.raises(SystemExit) as exc:
             main([*base, *argv])
         assert exc.value.code == 2

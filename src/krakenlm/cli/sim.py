@@ -76,14 +76,18 @@ def calibrate(
     install: bool = typer.Option(False, "--install", help="Write into the package's shipped calibration files instead (what the presets use by default)."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
     family: list[str] = typer.Option(None, "--family", help="aiconfigurator: refit only this family (repeatable: gemm, elementwise, context_attention, generation_attention, nccl, custom_all_reduce) and keep every other entry of the existing file."),
+    variant: list[str] = typer.Option(None, "--variant", help="aiconfigurator, with --family: refit only this variant of it (repeatable: bf16, fp8, ...; the dtype of a GEMM or attention entry) and keep the others."),
 ) -> None:
     """Fit the simulator's constants: per GPU and framework from measured kernel tables
     (aiconfigurator), or the template constants from a measurement directory (llmcompass).
     Constants are fitted on one half of the shapes and scored on the other half."""
     if family and source != "aiconfigurator":
         raise KrakenError("--family belongs to --source aiconfigurator")
+    if variant and not family:
+        raise KrakenError("--variant narrows a --family refit; give the family too")
     if source == "aiconfigurator":
-        _calibrate_aiconfigurator(system, framework, tables, output, install, measured, family)
+        _calibrate_aiconfigurator(system, framework, tables, output, install, measured, family,
+                                  variant)
     elif source == "vidur":
         _calibrate_vidur(system, output, install)
     elif source == "llmcompass":
@@ -149,7 +153,8 @@ def _calibrate_vidur(system: str | None, output: str | None, install: bool) -> N
 
 def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, tables: str | None,
                               output: str | None, install: bool, measured: str | None,
-                              families: list[str] | None = None) -> None:
+                              families: list[str] | None = None,
+                              variants: list[str] | None = None) -> None:
     from pathlib import Path
 
     from ..simulator.gpu import calibrate as gcal
@@ -175,7 +180,8 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
     err = stderr_console()
     command = "krakenlm sim calibrate --source aiconfigurator --system " + system + "".join(
         f" --framework {f}" for f in frameworks or []) + "".join(
-        f" --family {f}" for f in families or [])
+        f" --family {f}" for f in families or []) + "".join(
+        f" --variant {v}" for v in variants or [])
 
     banner = [f"calibrating {system} ({key}) from aiconfigurator tables; every fit on one half "
               "of the shapes, scored on the other"]
@@ -191,7 +197,7 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
 
     with err.status("fitting..."):
         cal = gcal.calibrate(system, frameworks or None, tables, command, base, progress,
-                             families or None)
+                             families or None, variants or None)
     store.save(cal, path)
     print(f"wrote {path} ({sum(len(v) for info in cal.frameworks.values() for v in info['families'].values())} fitted families)")
 

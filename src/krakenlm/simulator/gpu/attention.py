@@ -182,6 +182,19 @@ H100 7.93 -> 6.49, H200 8.34 -> 6.88 %. With a 16-bit cache it wins for vLLM (th
 H100 7.19 -> 6.29, H200 7.73 -> 6.22 %) but not for SGLang (fit half 7.56 vs 6.88 on H100, 8.15
 vs 7.85 on H200): SGLang's 16-bit entries keep the split-KV form.
 
+Every vLLM and SGLang entry is fitted within its device's ceilings (`generation_ceilings`).
+Refitting the entries that had run past them cost at most 0.1 point of held-out MAPE, except
+GB200 SGLang bf16 (11.16 -> 11.63 %): its l2_gain of 34,500 had switched the bandwidth side of
+the smooth maximum off for L2-resident caches. H200 SGLang FP8 improved (6.88 -> 6.75 %): its
+unbounded fit had stopped in a worse basin. A constant at its ceiling says the term does not
+bind in the data: l2_gain on H200 vLLM, B200 and GB200, and sm_bandwidth on L40S vLLM and H100
+SGLang FP8. serial_gain is the exception. It sits at its ceiling on both SGLang FP8 entries,
+because their head_dim-256 rows want a slower key loop than serialising the softmax allows.
+With an FP8 cache the fit half may also choose the MMA-bound key loop (`fa3_mma`,
+fa3_decode.py). It takes it on H100 SGLang (the MMAs reach 63 % of the FP8 peak on the padded
+tile). H200 SGLang is a tie (fit half 6.83 vs 6.82 %), so the gather-bound form stays, and so
+does vLLM's, whose per-CTA gather (1.9e10 B/s) is slower than the MMAs.
+
 Anomalies found in the tables (see `plausible_context`, `plausible_generation`,
 `context_supported`, `generation_supported`)
 -------------------------------------------------------------------------------------------
@@ -362,9 +375,14 @@ SPLITKV_GENERATION_PARAMS = GENERATION_PARAMS + (
           "per-sequence block counts to find its tile's sequence"),
     Param("serial_gain", "positive", 0.5,
           "extra per-key CTA time of FA3's FP8 kernel at head_dim > 192 with a paged cache, "
-          "compiled without intra-warpgroup overlap of softmax and MMAs (FP8 tables only)"),
+          "compiled without intra-warpgroup overlap of softmax and MMAs (FP8 tables only): a "
+          "fraction of the gather time, or with fa3_mma of the MMA time (the softmax's share)"),
+    Param("mma_efficiency", "fraction", 0.7,
+          "fraction of the tensor-core peak one FA3 decode CTA's QK^T and PV MMAs reach on its "
+          "block_m query rows, padding included (fa3_mma variants only)"),
 )
-_FA3_ONLY = {"split_item_s": 0.0, "combine_row_s": 0.0, "seq_s": 0.0, "serial_gain": 0.0}
+_FA3_ONLY = {"split_item_s": 0.0, "combine_row_s": 0.0, "seq_s": 0.0, "serial_gain": 0.0,
+             "mma_efficiency": 1.0}
 # structural choices tried in turn (lowest fit-half error wins): CTAs resident per SM that the
 # split heuristic counts as slots, and whether MHA (group 1) decode is split at all; the last is
 # FlashAttention-2's varlen decode as its source states it (flash_api.cpp, mha_varlen_fwd): the
@@ -378,10 +396,16 @@ SPLITKV_VARIANTS = tuple({"split_ctas_per_sm": c, "split_mha": m, "swap_copy_s":
 # FA3's own heuristic, in vllm-flash-attn's (1) or upstream's (2) version; one kernel for MHA and
 # GQA, no query-head copies. split_ctas_per_sm / split_mha are not used by this form.
 _FA3_FIXED = {"split_ctas_per_sm": 1.0, "split_mha": 1.0, "mha_item_s": 0.0, "swap_copy_s": 0.0}
+# With an FP8 cache each of these is also offered with the CTA's key loop bound by its MMAs on
+# the padded query tile (fa3_mma, fa3_decode.py): the fit half shows single-wave FP8 rows costing
+# the same per key on H100 and H200 (SM-bound, not HBM-bound), 5.2 / 5.7 / 15.9 ns per key at
+# head_dim 64 / 128 / 256 (SGLang H200), which tracks 4 block_m head_dim FLOP per key (3.3 / 4.4
+# / 8.7 ns at the FP8 peak), not the bytes per key (1 : 2 : 4) a gather rate gives
+_NO_MMA = {"fa3_mma": 0.0, "mma_efficiency": 1.0}
 FA3_VARIANTS: dict[str, tuple[dict[str, float], ...]] = {
-    "vllm": tuple({"fa3": 1.0, "fa3_graph_splits": g, "fa3_rule": r, **_FA3_FIXED}
+    "vllm": tuple({"fa3": 1.0, "fa3_graph_splits": g, "fa3_rule": r, **_FA3_FIXED, **_NO_MMA}
                   for g, r in ((32.0, 1.0), (0.0, 1.0), (0.0, 2.0))),
-    "sglang": tuple({"fa3": 1.0, "fa3_graph_splits": 0.0, "fa3_rule": r, **_FA3_FIXED}
+    "sglang": tuple({"fa3": 1.0, "fa3_graph_splits": 0.0, "fa3_rule": r, **_FA3_FIXED, **_NO_MMA}
                     for r in (1.0, 2.0)),
 }
 SPLIT_MAX = 128  # most splits the heuristic considers
@@ -458,6 +482,9 @@ def generation_variants_for(framework: str, dev: Device | None = None,
     fa3 = FA3_VARIANTS.get(framework, ())
     if kv_dtype != "fp8":
         fa3 = tuple({**v, "serial_gain": 0.0} for v in fa3)
+    else:  # the MMA-bound key loop (fa3_mma), next to the gather-bound one
+        fa3 = fa3 + tuple({k: x for k, x in v.items() if k != "mma_efficiency"} | {"fa3_mma": 1.0}
+                          for v in fa3)
     return SPLITKV_VARIANTS + fa3
 
 
@@ -627,8 +654,10 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
         kv = b * kvh * L * d * 2 * nbytes
         bandwidth = np.where((kv <= dev.global_buffer.capacity_bytes) & warm_l2,
                              hbm * (1 + p["l2_gain"]), hbm)
+        # FA3 runs Q, K and V in the cache's dtype: its MMAs at that dtype's tensor peak
+        mma_flops_per_sm_s = dev.matrix_flops_per_s.get("fp8" if kv_dtype == "fp8" else "bf16") / sms
         return fa3_decode.predict(sms, b, h, kvh, d, L, nbytes, kv_dtype == "fp8", p,
-                                  bandwidth, _pnorm)
+                                  bandwidth, _pnorm, mma_flops_per_sm_s)
     group = h / kvh
     pairs = b * kvh
     mha = group == 1

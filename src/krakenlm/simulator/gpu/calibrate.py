@@ -11,7 +11,9 @@ in turn, the lowest fit-half error wins and is stored with the constants) and ex
 points (`starts`, screened on the fit half): GEMM tables get the framework's kernel library and
 the benchmark's weight copies as variants (gemm.fit_setup) and gemm.FIT_STARTS.
 `krakenlm sim validate --level operators` re-reads the same datasets and scores the shipped
-constants on both halves.
+constants on both halves. `--family` refits some families of an existing file and keeps the
+rest; `--variant` narrows that to some of their entries (a dtype), so a change that concerns one
+entry costs that entry's fit.
 """
 
 from __future__ import annotations
@@ -353,10 +355,12 @@ FAMILIES = ("gemm", "elementwise", "context_attention", "generation_attention", 
 def calibrate(system_name: str, frameworks: list[str] | None = None, root: str | None = None,
               command: str = "", base: DeviceCalibration | None = None,
               progress: Callable[[Dataset, FitResult | None, str], None] | None = None,
-              families: list[str] | None = None) -> DeviceCalibration:
+              families: list[str] | None = None,
+              variants: list[str] | None = None) -> DeviceCalibration:
     """Fit every family; `base` (an existing file's content) keeps frameworks not refitted.
     With `families`, only those are refitted and every other entry of `base` stays as it was
-    (a model change in one family then costs one family's fit, not the device's)."""
+    (a model change in one family then costs one family's fit, not the device's); `variants`
+    narrows that to some variants (dtypes) of them, e.g. the one entry a change concerns."""
     if families:
         unknown = [f for f in families if f not in FAMILIES]
         if unknown:
@@ -368,7 +372,8 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
     key = device_key(system_name)
     cal = base if base is not None else DeviceCalibration(key)
     if families:
-        sets = [ds for ds in sets if ds.family in families]
+        sets = [ds for ds in sets if ds.family in families
+                and (not variants or ds.variant in variants)]
         if "custom_all_reduce" in families and "nccl" not in families:
             # the custom all-reduce hands large messages to the file's fitted NCCL model
             entry = cal.entry("nccl", "nccl", "any")

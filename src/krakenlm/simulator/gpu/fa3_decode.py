@@ -47,9 +47,26 @@ Time: the kernel is persistent (one CTA per SM takes tiles from a semaphore), so
     items  = batch x kv_heads x m_blocks x dynamic;  chunk = ceil(n_blocks / dynamic) block_n
     item   = item_s + chunk head_dim 2 kv_bytes / sm_bandwidth (x (1 + serial_gain): FP8 at
              head_dim > 192) + [split kernel] split_item_s
+             [fa3_mma] chunk max(head_dim 2 kv_bytes / sm_bandwidth, mma_key) in place of the
+             stream, mma_key = 4 block_m head_dim / (tensor peak per SM x mma_efficiency)
+             (x (1 + serial_gain): FP8 at head_dim > 192)
     exec   = ceil(items / SMs) item + items group head_s / SMs
              + [split] batch heads dynamic combine_row_s / SMs + batch seq_s
     time   = floor_s + [split] multiblock_s + (exec^p + (kv / bandwidth)^p)^(1/p)
+
+The key loop of a CTA is warp-specialised: a producer warpgroup gathers the paged K and V tiles
+(cp.async, no TMA for a paged cache; with FP8 it also transposes V in shared memory) while the
+MMA warpgroups compute QK^T, the softmax and PV for all block_m rows of the tile, of which only
+`group` are real query heads. Either side can bind. The first form charges the gather
+(`sm_bandwidth`, bytes per key) and scales it at FP8 head_dim > 192; the `fa3_mma` variant (FP8
+caches only, chosen on the fit half) takes per key the larger of the gather and the MMAs' time
+on the padded tile, 4 block_m head_dim FLOP at the tensor peak of the cache's dtype times
+`mma_efficiency`, and there adds the serialised softmax as `serial_gain` times the MMAs' time
+(no intra-warpgroup overlap: the softmax cannot hide under the next tile's MMAs, and it costs
+less than they do, SERIAL_GAIN_CEILING). Its evidence (fit half, single-wave rows far from the
+bandwidth limit): per key 5.2 / 5.7 / 15.9 ns at head_dim 64 / 128 / 256 in SGLang's H200 FP8
+table and the same on H100 (SM-bound, not HBM-bound), against 3.3 / 4.4 / 8.7 ns of MMAs at
+the FP8 peak (block_m 192 / 128 / 128), where bytes per key go 1 : 2 : 4.
 
 `seq_s` is the varlen tile scheduler: a persistent CTA finds its tile's sequence by walking the
 per-sequence block counts (31 sequences per warp step), so the walk grows with the batch, not
@@ -123,9 +140,10 @@ def splits(sms: int, batch, kv_heads, head_dim, group, kv_len, fp8: bool, graph_
 
 
 def predict(sms: int, b, h, kvh, d, kv_len, kv_bytes: float, fp8: bool, p: dict,
-            bandwidth, pnorm) -> np.ndarray:
+            bandwidth, pnorm, mma_flops_per_sm_s: float | None = None) -> np.ndarray:
     """Seconds per row; `bandwidth` is the KV cache's (HBM or warm L2, attention.py), `pnorm`
-    the smooth maximum attention.py uses."""
+    the smooth maximum attention.py uses, `mma_flops_per_sm_s` one SM's tensor peak in the
+    kernel's dtype (needed by the fa3_mma form only)."""
     group = h / kvh
     s = splits(sms, b, kvh, d, group, kv_len, fp8, p.get("fa3_graph_splits", 0.0),
                int(round(p.get("fa3_rule", 1.0))))
@@ -134,7 +152,12 @@ def predict(sms: int, b, h, kvh, d, kv_len, kv_bytes: float, fp8: bool, p: dict,
     items = b * kvh * s["m_blocks"] * dyn
     chunk = np.ceil(s["n_blocks"] / dyn) * s["block_n"]
     stream = chunk * d * 2 * kv_bytes / p["sm_bandwidth"]
-    if fp8:  # no intra-warpgroup overlap in the FP8 paged kernel at head_dim 256
+    if p.get("fa3_mma", 0.0) > 0.5:  # the larger of the gather and the MMAs on the padded tile
+        mma = chunk * 4 * s["block_m"] * d / (mma_flops_per_sm_s * p["mma_efficiency"])
+        if fp8:  # no intra-warpgroup overlap at head_dim 256: the softmax adds to the MMAs
+            mma = np.where(d > 192, mma * (1.0 + p["serial_gain"]), mma)
+        stream = np.maximum(stream, mma)
+    elif fp8:  # no intra-warpgroup overlap in the FP8 paged kernel at head_dim 256
         stream = np.where(d > 192, stream * (1.0 + p["serial_gain"]), stream)
     item = p["item_s"] + stream + np.where(split, p["split_item_s"], 0.0)
     exec_s = (np.ceil(items / sms) * item + items * group * p["head_s"] / sms
