@@ -61,3 +61,29 @@ def test_shipped_nccl_constants_time_every_size_on_every_group():
                 t = C.predict_nccl(sysm, cols, p)
                 # at most 1 s for 1 GiB, and never below the floor: a time, not a runaway constant
                 assert np.all((t > 1e-6) & (t < 1.0)), (system, op, n, t.max())
+
+
+@pytest.mark.parametrize("system", ("a100-80gb-x8", "h100-80gb-x8", "h200-x8", "b200-x8",
+                                    "gb200-nvl72", "l40s-x8"))
+def test_shipped_constants_are_within_their_devices_ceilings(system):
+    # per-CTA streaming rates and cache speed-ups once ran to 1e19-1e156 where a term did not
+    # bind; the fits now carry the device's ceilings and every shipped entry must respect them
+    from krakenlm.simulator.gpu import attention, elementwise
+
+    dev = load_system(system).device
+    cal = store.for_device(dev)
+    checked = 0
+    for framework in cal.frameworks:
+        for family, params in (("generation_attention",
+                                attention.generation_params_for(framework, dev)),
+                               ("elementwise", elementwise.params_for(dev))):
+            uppers = {p.name: p.upper for p in params if p.upper is not None}
+            for variant in cal.variants(framework, family):
+                entry = cal.entry(framework, family, variant)
+                for name, upper in uppers.items():
+                    if name in entry.params:
+                        # stored to 6 significant digits: at the ceiling reads back <= 5e-6 above
+                        assert entry.params[name] <= upper * (1 + 1e-5), (framework, family,
+                                                                         variant, name)
+                        checked += 1
+    assert checked > 0
