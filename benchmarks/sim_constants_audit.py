@@ -19,7 +19,8 @@ family's fit carries them) and classified:
 Not listed: constants far below their initial value (a gain of 1e-15: "no gain"; a term that
 does not matter is physical at zero), `overlap_exponent` however large (p -> infinity is the
 plain maximum of compute and memory time, a physical limit), and constants a variant does not
-use (`quantize_efficiency` of a 16-bit GEMM). With --all, every classified constant is printed;
+use (`quantize_efficiency` of a 16-bit GEMM, the MMA efficiency of a decode form that is not
+MMA-bound). With --all, every classified constant is printed;
 otherwise a count per class and the list of the non-fine ones. Pure reading, no tables needed.
 """
 
@@ -37,10 +38,13 @@ FRACTION_AT_ONE = 0.999
 NOT_AUDITED = {"overlap_exponent"}  # large is the plain maximum: physical
 
 
-def used(name: str, variant: str, params: dict[str, float]) -> bool:
-    """False for a stored constant the entry's model never reads."""
+def used(name: str, family: str, variant: str, params: dict[str, float]) -> bool:
+    """False for a stored constant the entry's model never reads (a structural variant fixes
+    it at a placeholder)."""
     return not (name in NOT_AUDITED or (name == "quantize_efficiency" and variant != "fp8")
-                or (name == "row_bandwidth" and params.get("row_kernel", 1.0) == 0.0))
+                or (name == "row_bandwidth" and params.get("row_kernel", 1.0) == 0.0)
+                or (name == "mma_efficiency" and family == "generation_attention"
+                    and params.get("fa3_mma", 0.0) != 1.0))
 
 
 def ceilings_of(family: str, framework: str, dev) -> dict[str, float]:
@@ -98,7 +102,7 @@ def audit(systems: list[str]) -> list[dict]:
                     for name, value in sorted(entry.params.items()):
                         p = defs.get(name)
                         if (p is None or p.kind not in ("fraction", "positive", "seconds")
-                                or not used(name, variant, entry.params)):
+                                or not used(name, family, variant, entry.params)):
                             continue  # structural choices (tile tables, variants) are not fitted
                         label = classify(float(value), p, ceilings.get(name))
                         if label:
