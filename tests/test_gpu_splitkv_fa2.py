@@ -38,9 +38,10 @@ def test_swap_copies_only_when_the_transpose_is_not_a_view(a100):
 
 def test_fa2_variant_is_offered_with_its_source_rule():
     fa2 = [v for v in A.SPLITKV_VARIANTS if v.get("fa2_swap")]
-    # FA3's own constants (fa3_decode.py) are fixed at 0 in every split-KV variant
+    # FA3's own constants (fa3_decode.py) are fixed in every split-KV variant: the times at 0,
+    # the MMA efficiency of its MMA-bound form at a placeholder 1 (not read)
     assert fa2 == [{"split_ctas_per_sm": 2.0, "split_mha": 0.0, "fa2_swap": 1.0,
                     "split_item_s": 0.0, "combine_row_s": 0.0, "seq_s": 0.0,
-                    "serial_gain": 0.0}]
+                    "serial_gain": 0.0, "mma_efficiency": 1.0}]
     # the other variants do not use the copy cost: fixed (and stored) at 0
     assert all(v["swap_copy_s"] == 0.0 for v in A.SPLITKV_VARIANTS if not v.get("fa2_swap"))
