@@ -123,6 +123,24 @@ def test_heat_slows_long_power_limited_gemms_only(h100):
                           gemm.predict(h100, c, P, "bf16"))
 
 
+def test_heat_saturates_at_the_hot_steady_state(h100):
+    # with heat_gain the slowdown tends to 1 + heat_gain: a 142 ms power-limited GEMM is 1.75x
+    # slower, not 3.8x as the first-order form made it (the tables' 380 ms runs came out 4.6x
+    # too slow with that form)
+    c = cols([512, 65536], [4096, 8192], [512, 65536])
+    capped = {**P, "power_efficiency": 0.5}
+    t_s = 2.0 * 65536 * 8192 * 65536 / (h100.matrix_rate("bf16") * 0.5)
+    hot = gemm.predict(h100, c, {**capped, "heat_s": 0.05, "heat_gain": 0.8}, "bf16")
+    assert t_s > 0.14 and hot[1] == pytest.approx(t_s * (1 + 0.8 * (1 - np.exp(-t_s / 0.05))),
+                                                  rel=1e-4)  # + the launch floor
+    assert hot[1] < t_s * 1.8 < t_s * (1 + t_s / 0.05)
+    short = gemm.power_time(h100, {"flops": np.array([2e13])}, {**capped, "heat_s": 0.05,
+                                                                 "heat_gain": 0.8}, "bf16")
+    t0 = 2e13 / (h100.matrix_rate("bf16") * 0.5)  # ~40 ms: first order t (1 + gain t / heat_s)
+    expect = t0 * (1 + 0.8 * (1 - np.exp(-t0 / 0.05)))
+    assert short[0] == pytest.approx(expect) and short[0] < t0 * (1 + 0.8 * t0 / 0.05)
+
+
 def test_zero_filled_token_rows_cost_only_past_the_last_token(h100):
     # 128 x 128 tiles in 2 x 1 clusters from M = 129 (tile_table 1): M = 256 fills its tiles,
     # M = 129 and M = 200 leave 127 and 56 rows of the second tile row past the last token
