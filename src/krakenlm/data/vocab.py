@@ -86,7 +86,11 @@ def checkpoint_tokenizer(directory: str | Path, expected: str | None = None):
     if not path.is_file():
         raise KrakenError(f"checkpoint {found} was trained with {name} but holds no "
                           f"{TOKENIZER_FILE}; copy the run's whole checkpoint directory")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise KrakenError(f"{path} is not UTF-8 text, so not the tokenizer this checkpoint was "
+                          "trained with; restore it from the run's checkpoint") from None
     if record.get("sha256") and hashlib.sha256(text.encode()).hexdigest() != record["sha256"]:
         raise KrakenError(f"{path} is not the tokenizer this checkpoint was trained with (its "
                           f"sha256 differs from the one in train_state.json); restore it")
