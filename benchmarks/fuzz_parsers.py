@@ -23,11 +23,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from hypothesis import HealthCheck, Phase, given, seed as hypothesis_seed, settings  # noqa: E402
 
-from fuzz_parsers import TARGETS, Target  # noqa: E402
+from fuzz_parsers import TARGETS, PropertyViolation, Target  # noqa: E402
 
 
 def _kind(exc: BaseException) -> str:
-    """Exception type and where it was raised (the innermost krakenlm frame)."""
+    """Exception type and where it was raised (the innermost krakenlm frame); for a property
+    violation, which one."""
+    if isinstance(exc, PropertyViolation):
+        return "multi-line message" if "not one line" in str(exc) else "CLI: not one error line"
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "krakenlm" in f.filename]
     where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
     return f"{type(exc).__name__}{where}"

@@ -45,7 +45,8 @@ def one_line_or_result(call: Callable[[], Any]) -> Any:
     """Run `call`: its result, or the KrakenError it raised, whose message must be non-empty and
     one line. Any other exception propagates: it is the traceback a user would see."""
     try:
-        return call()
+        with contextlib.redirect_stderr(io.StringIO()):  # warnings: not part of this property
+            return call()
     except KrakenError as exc:
         message = str(exc)
         if not message.strip() or "\n" in message or "\r" in message:
@@ -413,6 +414,83 @@ def check_corpus(files: dict[str, bytes]) -> Any:
             str(corpus), cache_dir=Path(tmp) / "cache", progress=False))
 
 
+@functools.cache
+def prepared_corpus_seed() -> tuple[Path, Path]:
+    """(corpus directory, cache directory) of the seed corpus, prepared once. The cache key
+    depends on the corpus's path, so every example reuses this directory with a copy of the
+    cache."""
+    from krakenlm.data.prepare import prepare_corpus
+
+    root = Path(tempfile.mkdtemp(prefix="krakenlm-fuzz-corpus-"))
+    atexit.register(shutil.rmtree, root, True)
+    corpus, cache = root / "corpus", root / "cache"
+    corpus.mkdir()
+    for name, data in corpus_seed().items():
+        (corpus / name).write_bytes(data)
+    prepare_corpus(str(corpus), cache_dir=cache, progress=False)
+    return corpus, cache
+
+
+PREPARED_FILES = ("meta.json", "train.bin", "val.bin")
+
+
+@st.composite
+def prepared_corpus_inputs(draw) -> tuple[str, bytes | None]:
+    """(file of the prepared corpus, its damaged bytes or None for a deleted file)."""
+    _, cache = prepared_corpus_seed()
+    name = draw(st.sampled_from(PREPARED_FILES))
+    original = next((cache / "corpora").glob(f"*/{name}")).read_bytes()
+    if name == "meta.json":
+        text = original.decode()
+        return name, draw(st.one_of(fm.mutated_tree([json.loads(text)], fm.dump_json)
+                                    .map(str.encode), fm.mutated_bytes([original]), st.none()))
+    return name, draw(st.one_of(fm.mutated_bytes([original]), st.just(b""), st.none()))
+
+
+def check_prepared_corpus(damage: tuple[str, bytes | None]) -> Any:
+    """What `train --data DIR` reads from the cache on its second run: meta.json, then both
+    splits as token arrays, then one training and one validation batch."""
+    from krakenlm.data.batches import evaluation_batches, training_batch
+    from krakenlm.data.prepare import prepare_corpus
+
+    corpus, seed_cache = prepared_corpus_seed()
+    name, data = damage
+    with _scratch() as tmp:
+        cache = Path(tmp) / "cache"
+        shutil.copytree(seed_cache, cache)
+        target = next((cache / "corpora").glob(f"*/{name}"))
+        target.unlink()
+        if data is not None:
+            target.write_bytes(data)
+
+        def read() -> None:
+            prepared = prepare_corpus(str(corpus), cache_dir=cache, progress=False)
+            train, val = prepared.split("train"), prepared.split("val")
+            training_batch(train, 2, 8, seed=0, step=0)
+            next(evaluation_batches(val, 2, 8), None)
+        return one_line_or_result(read)
+
+
+# ----------------------------------------------------------------------------- metrics.jsonl
+@functools.cache
+def metrics_seed() -> str:
+    """metrics.jsonl as `train` writes it: training rows, then an evaluation row."""
+    rows = [{"step": s, "loss": 10.5 - s, "lr": 1e-3 * s, "tokens": 512 * s,
+             "tokens_per_s": 2048.0} for s in range(1, 5)]
+    rows.append({"step": 4, "val_loss": 6.25, "val_perplexity": 518.0})
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def check_metrics_resume(data: bytes) -> Any:
+    """What `train --resume` does with the run's metrics.jsonl: keep the rows up to the
+    checkpoint's step, drop the rest (and a line torn by a kill)."""
+    from krakenlm.training.trainer import MetricsLog
+
+    def resume(path: Path) -> None:
+        MetricsLog(path, resume_step=2, enabled=True)
+    return _write_and_call(data, ".jsonl", resume)
+
+
 # ---------------------------------------------------------------------------- checkpoints
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "train_state.json", "optimizer.pt",
                     "tokenizer.json")
@@ -602,6 +680,17 @@ TARGETS: tuple[Target, ...] = (
     Target("corpus", "corpus directory (.txt, .jsonl, .parquet)",
            "data.prepare.prepare_corpus (train --data DIR)", corpus_inputs, check_corpus,
            cost=2),
+    Target("prepared-corpus", "prepared corpus cache (meta.json, train.bin, val.bin)",
+           "data.prepare.prepare_corpus, PreparedCorpus.split, batches (train --data DIR)",
+           prepared_corpus_inputs, check_prepared_corpus, cost=2),
+    Target("metrics-jsonl", "metrics.jsonl", "training.trainer.MetricsLog (train --resume)",
+           lambda: st.one_of(fm.mutated_tree([json.loads(line) for line in
+                                              metrics_seed().splitlines()], fm.dump_json)
+                             .map(lambda t: " ".join(t.split()) + "\n" + metrics_seed())
+                             .map(str.encode),
+                             fm.mutated_text([metrics_seed()]).map(str.encode),
+                             fm.mutated_bytes([metrics_seed().encode()])),
+           check_metrics_resume),
     Target("checkpoint", "checkpoint (config.json, model.safetensors, train_state.json, "
            "tokenizer.json)", "training.checkpoint.load_model, read_train_state; "
            "data.vocab.checkpoint_tokenizer (eval, generate, lm-eval)",
@@ -673,6 +762,9 @@ REGRESSIONS: tuple[Regression, ...] = (
     Regression("hardware-yaml", "a unit with a line break",
                lambda: _edited_yaml(hardware_seeds()[0], ("device", "frequency_hz"), "5\nGB"),
                "field device.frequency_hz: '5\\nGB' is in bytes"),
+    Regression("hardware-yaml", "a field name holding a line break (a two-line message)",
+               lambda: hardware_seeds()[0].encode() + b'"\\r": null\n',
+               "unknown field(s) \\r; known fields of the system"),
     Regression("hardware-yaml", "nesting past the recursion limit", lambda: b"[" * 5000,
                "is not valid YAML: lists or mappings nest too deeply"),
     Regression("hardware-yaml", "a 5000-digit integer", lambda: b"name: " + b"9" * 5000,

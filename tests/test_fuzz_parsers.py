@@ -93,3 +93,45 @@ def test_the_property_catches_a_traceback_and_a_multi_line_error(monkeypatch):
     monkeypatch.setattr(cli, "app", noisy_command)
     with pytest.raises(PropertyViolation, match="exit 2"):
         cli_one_line_or_success(["models"])
+
+
+@pytest.mark.parametrize("name, damage", [("meta.json", b"{not json"), ("meta.json", b"[1]"),
+                                          ("train.bin", None), ("val.bin", b"\x01")])
+def test_a_damaged_prepared_corpus_is_prepared_again_with_a_warning(tmp_path, capsys, name,
+                                                                    damage):
+    """Found by fuzzing: a damaged meta.json was a JSONDecodeError or AttributeError, a split of
+    an odd size a ValueError from np.memmap, a missing one a FileNotFoundError."""
+    from fuzz_parsers import corpus_seed
+
+    from krakenlm.data.prepare import prepare_corpus
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for file_name, data in corpus_seed().items():
+        (corpus / file_name).write_bytes(data)
+    first = prepare_corpus(str(corpus), cache_dir=tmp_path / "cache", progress=False)
+    good = {s: first.split(s).tolist() for s in ("train", "val")}
+    target = first.directory / name
+    target.unlink()
+    if damage is not None:
+        target.write_bytes(damage)
+    capsys.readouterr()
+    again = prepare_corpus(str(corpus), cache_dir=tmp_path / "cache", progress=False)
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"warning: the prepared corpus {first.directory} is damaged (")
+    assert err.endswith("preparing it again") and "\n" not in err
+    assert {s: again.split(s).tolist() for s in ("train", "val")} == good
+
+
+def test_resume_drops_metrics_rows_that_are_not_objects_with_a_step(tmp_path):
+    """Found by fuzzing: a row that was a list, or had no step, was a TypeError/KeyError on
+    `train --resume`; a byte that is not UTF-8 a UnicodeDecodeError. Such rows are dropped like
+    the line a kill tears."""
+    from krakenlm.training.trainer import MetricsLog
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 9.0}\n[1, 2]\n{"loss": 8.0}\n{"step": "2"}\n'
+                     b'{"step": 2, "loss": 7.5, "note": "\xff"}\n{"step": 3, "loss": 7.0}\n')
+    MetricsLog(path, resume_step=2, enabled=True)
+    assert path.read_text().splitlines() == ['{"step": 1, "loss": 9.0}',
+                                             '{"step": 2, "loss": 7.5, "note": "\ufffd"}']

@@ -7,7 +7,13 @@ what to do about it. Bugs stay ordinary exceptions and keep their tracebacks.
 
 
 class KrakenError(Exception):
-    """An error caused by the user's input, with a message that says how to fix it."""
+    """An error caused by the user's input, with a message that says how to fix it.
+
+    The message is one line even when it quotes what the user wrote (a field name or a value
+    holding a line break): line breaks are shown escaped, as `\\n` and `\\r`."""
+
+    def __str__(self) -> str:
+        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
 
 
 class Interrupted(Exception):

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -159,12 +160,14 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
         key = f"{spec.key}--{tokenizer.name}-{tokenizer.sha256[:12]}"
     root = root_dir / "corpora"
     final = root / key
-    meta_path = final / "meta.json"
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format_version") == FORMAT_VERSION:
+    if final.is_dir():
+        meta, damage = _read_prepared(final)
+        if meta is not None:
             return PreparedCorpus(final, meta, tokenizer)
-        shutil.rmtree(final)  # an older layout: rebuild
+        if damage:
+            print(f"warning: the prepared corpus {final} is damaged ({damage}); preparing it "
+                  "again", file=sys.stderr)
+        shutil.rmtree(final)  # an older layout, or damaged: rebuild
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
     try:
@@ -174,6 +177,29 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return PreparedCorpus(final, meta, tokenizer)
+
+
+def _read_prepared(directory: Path) -> tuple[dict | None, str]:
+    """(meta.json, "") of a complete prepared corpus; (None, "") for an older layout; (None,
+    what is wrong) when a file is missing, unreadable, or a split's size is not the token
+    count meta.json records (2 bytes per uint16 token)."""
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSON and UTF-8 errors
+        return None, f"meta.json: {exc.strerror if isinstance(exc, OSError) else 'not JSON'}"
+    if not isinstance(meta, dict):
+        return None, "meta.json is not an object"
+    if meta.get("format_version") != FORMAT_VERSION:
+        return None, ""
+    for split in ("train", "val"):
+        tokens = meta.get(f"{split}_tokens")
+        path = directory / f"{split}.bin"
+        size = path.stat().st_size if path.is_file() else None
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1 \
+                or size != 2 * tokens:
+            return None, (f"{split}.bin holds {size} bytes, meta.json records {tokens!r:.40} "
+                          "tokens of 2 bytes")
+    return meta, ""
 
 
 def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
