@@ -838,6 +838,8 @@ REGRESSIONS: tuple[Regression, ...] = (
                "sliding_window='all'"),
     Regression("design-space", "range bounds that are not numbers",
                lambda: b"cores: {low: abc, high: 3}\n", "range bounds must be numbers"),
+    Regression("design-space", "an integer beyond the float range",
+               lambda: b"cores: [1" + b"0" * 400 + b"]\n", "is outside the physical range"),
     Regression("design-space", "a range bound that is null",
                lambda: b"cores: {low: null, high: 3}\n", "range bounds must be numbers"),
     Regression("corpus", ".jsonl not UTF-8", lambda: _corpus_with("x.jsonl", b"\xff\xfe{}\n"),

@@ -25,9 +25,9 @@ def examples_for(target: Target) -> int:
     return max(5, round(settings().max_examples / target.cost))
 
 
-def run_target(target: Target, max_examples: int | None = None) -> None:
+def run_target(target: Target) -> None:
     """Run `target`'s property under the loaded profile (Hypothesis raises on a failure)."""
-    budget = settings(settings(), max_examples=max_examples or examples_for(target))
+    budget = settings(settings(), max_examples=examples_for(target))
     if target.known_failure:  # expected to fail: report the first failure, do not shrink it
         budget = settings(budget, phases=(Phase.explicit, Phase.generate))
     # One function per target: Hypothesis keys its example database on the test function.
@@ -73,18 +73,25 @@ def test_the_property_catches_a_traceback_and_a_multi_line_error(monkeypatch):
     from fuzz_parsers import PropertyViolation, cli_one_line_or_success, one_line_or_result
 
     from krakenlm import cli
-    from krakenlm.errors import KrakenError
 
-    def fails(message: str):
+    class RawMessage(KrakenError):
+        """A subclass that undoes KrakenError's escaping of line breaks."""
+
+        def __str__(self) -> str:
+            return Exception.__str__(self)
+
+    def fails(error: KrakenError):
         def call():
-            raise KrakenError(message)
+            raise error
         return call
 
     with pytest.raises(ValueError):
         one_line_or_result(lambda: int("not a number"))
     with pytest.raises(PropertyViolation, match="not one line"):
-        one_line_or_result(fails("first line\nsecond line"))
-    assert isinstance(one_line_or_result(fails("one line")), KrakenError)
+        one_line_or_result(fails(RawMessage("first line\nsecond line")))
+    with pytest.raises(PropertyViolation, match="not one line"):
+        one_line_or_result(fails(RawMessage("")))
+    assert isinstance(one_line_or_result(fails(KrakenError("one line"))), KrakenError)
     assert cli_one_line_or_success(["models"]) == ""
 
     def noisy_command(*args, **kwargs):
@@ -93,6 +100,13 @@ def test_the_property_catches_a_traceback_and_a_multi_line_error(monkeypatch):
     monkeypatch.setattr(cli, "app", noisy_command)
     with pytest.raises(PropertyViolation, match="exit 2"):
         cli_one_line_or_success(["models"])
+
+
+def test_a_kraken_error_message_is_one_line_whatever_it_quotes():
+    """A message quoting a field name or value that holds a line break shows it escaped."""
+    message = str(KrakenError("field 'a\nb' in x\ry\x1ez\u2028"))
+    assert message == "field 'a\\nb' in x\\ry\\x1ez\\u2028"
+    assert len(message.splitlines()) == 1
 
 
 @pytest.mark.parametrize("name, damage", [("meta.json", b"{not json"), ("meta.json", b"[1]"),

@@ -90,6 +90,8 @@ def check_value(name: str, value: Any) -> Any:
         return value
     try:
         number = float(value)
+    except OverflowError:  # an integer beyond the float range: outside every physical range
+        number = math.inf
     except (TypeError, ValueError):
         raise DesignSpaceError(f"knob {name}: expected a number, got {value!r}") from None
     if not math.isfinite(number) or not knob.low <= number <= knob.high:
