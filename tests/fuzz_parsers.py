@@ -89,6 +89,7 @@ class Target:
     check: Callable[[Any], Any]               # result or KrakenError; raises on a violation
     cost: float = 1.0                         # relative time per example: scales max_examples
     known_failure: str | None = None          # reason for xfail: on another change's list
+    known_example: Any = None                 # an input that shows it (tried first)
 
 
 def _scratch() -> tempfile.TemporaryDirectory:
@@ -608,6 +609,7 @@ def check_checkpoint_cli(damage: tuple[str, bytes | None]) -> Any:
 
 # ------------------------------------------------------------------------------- registry
 _SOFTWARE = "simulator helper (simulator/*, design/*, hardware/*)"
+_TRAIN_STATE = "train_state.json"
 _TOKENIZER = "tokenizer helper (interop/*, data/vocab.py, evaluation/*)"
 _TRAIN = "training helper (training/checkpoint.py, trainer.py, data/prepare.py)"
 
@@ -703,7 +705,8 @@ TARGETS: tuple[Target, ...] = (
            checkpoint_inputs, check_checkpoint_cli, cost=3,
            known_failure="a BPE checkpoint whose train_state.json lost its tokenizer record is "
                          "read with GPT-2 ids past its vocabulary (IndexError): issue 24 items "
-                         f"1-2, the tokenizer travels with the model, {_TOKENIZER}"),
+                         f"1-2, the tokenizer travels with the model, {_TOKENIZER}",
+           known_example=(_TRAIN_STATE, None)),
 )
 
 # Serving traces (the serving simulator's request traces, /work/shared/data/traces: Azure
@@ -752,7 +755,6 @@ def _corpus_with(name: str, data: bytes) -> dict[str, bytes]:
     return {**corpus_seed(), name: data}
 
 
-_TRAIN_STATE = "train_state.json"
 REGRESSIONS: tuple[Regression, ...] = (
     Regression("hardware-yaml", "a field name that is a number", lambda: b"1: a\nname: b\n",
                "1 is not a field name"),
@@ -767,7 +769,7 @@ REGRESSIONS: tuple[Regression, ...] = (
                "unknown field(s) \\r; known fields of the system"),
     Regression("hardware-yaml-cli", "a field name that is a record separator (two lines)",
                lambda: b'"\\x1E": null\n', "unknown field(s) \\x1e; known fields"),
-    Regression("hardware-yaml", "nesting past the recursion limit", lambda: b"[" * 5000,
+    Regression("hardware-yaml", "nesting past the recursion limit", lambda: b"[" * 1500,
                "is not valid YAML: lists or mappings nest too deeply"),
     Regression("gpu-calibration", "an empty !!float (an IndexError in PyYAML)",
                lambda: b"!!float", "is not valid YAML: a value cannot be read"),
