@@ -386,7 +386,7 @@ def markdown(m: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split(". ")[0] + ".")
     parser.add_argument("--json", metavar="PATH", help="also write the measurements as JSON")
     args = parser.parse_args(argv)
     sys.stdout.write(markdown(m := measure()))
