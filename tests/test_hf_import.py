@@ -271,6 +271,17 @@ def test_generate_uses_the_models_own_tokenizer(own, capsys):
     assert out == tok.decode(expected) + "\n" and out.strip()
 
 
+def test_a_tokenizer_option_naming_another_is_one_line(own, capsys):
+    _, _, result, _ = own
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--checkpoint", str(result.out_dir), "--prompt", "x",
+              "--tokenizer", "gpt2"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "which was imported with its Hugging Face tokenizer (hf); drop --tokenizer (the " \
+        "checkpoint's is used)" in err
+
+
 def test_eval_scores_the_models_own_ids(own, tmp_path, capsys):
     hf, tok, result, _ = own
     corpus = tmp_path / "corpus"
