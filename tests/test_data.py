@@ -79,7 +79,8 @@ def test_local_directory_corpus_has_the_same_format(tmp_path):
 def test_a_vocabulary_above_65536_tokens_is_stored_as_uint32(tmp_path):
     """An imported Llama 3 tokenizer has 128,256 tokens: its ids must not wrap around."""
     class BigVocabulary:  # the tokenizer interface; ids far above uint16's range
-        name, sha256, vocab_size, eot_id, start_ids = "hf", "ab" * 32, 128_256, 128_001, ()
+        name, corpus_tag, vocab_size, eot_id, start_ids = "hf", "hf-ab", 128_256, 128_001, ()
+        sha256 = "ab" * 32
 
         def encode_batch(self, texts):
             return [[100_000 + ord(c) for c in text] for text in texts]

@@ -300,6 +300,22 @@ def test_eval_scores_the_models_own_ids(own, tmp_path, capsys):
     assert json.loads(out)["loss"] == pytest.approx(expected, abs=1e-4)
 
 
+def test_one_tokenizer_json_with_two_end_of_texts_prepares_two_corpora(tmp_path):
+    """A base model and its instruct variant can share tokenizer.json but end documents with
+    different tokens: their prepared corpora must not be shared."""
+    from krakenlm.data.json_tokenizer import HfTokenizer
+    from krakenlm.data.prepare import prepare_corpus
+    json_text = own_tokenizer().backend_tokenizer.to_str()
+    (tmp_path / "docs").mkdir()
+    for i in range(12):
+        (tmp_path / "docs" / f"{i:02d}.txt").write_text(SENTENCES[i % 4])
+    splits = [prepare_corpus(str(tmp_path / "docs"), tokenizer=HfTokenizer(json_text, eot),
+                             cache_dir=tmp_path / "cache", progress=False).split("val")[-1]
+              for eot in ("</s>", "<unk>")]
+    tok = own_tokenizer()
+    assert splits == [tok.convert_tokens_to_ids("</s>"), tok.convert_tokens_to_ids("<unk>")]
+
+
 def test_lm_eval_scores_with_the_models_own_tokenizer(own):
     pytest.importorskip("lm_eval")
     from types import SimpleNamespace

@@ -47,7 +47,7 @@ class JsonTokenizer:
             raise KrakenError(f"{what} is not a valid tokenizer.json ({first}); {fix}") from None
         self._tok.encode_special_tokens = True
         # ids need not be contiguous (added tokens): the model must hold the largest one
-        self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+        self.vocab_size = max(self.vocabulary().values(), default=-1) + 1
         self.start_ids = self._template_start_ids()
 
     def _template_start_ids(self) -> tuple[int, ...]:
@@ -57,6 +57,15 @@ class JsonTokenizer:
             if full[i:i + len(plain)] == plain:
                 return tuple(full[:i])
         return ()
+
+    @property
+    def corpus_tag(self) -> str:
+        """What names a corpus prepared with this tokenizer in the cache (with the corpus's key)."""
+        return f"{self.name}-{self.sha256[:12]}"
+
+    def vocabulary(self) -> dict[str, int]:
+        """Token -> id, added tokens included."""
+        return self._tok.get_vocab(with_added_tokens=True)
 
     def token_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
@@ -88,3 +97,9 @@ class HfTokenizer(JsonTokenizer):
             raise KrakenError(f"the end-of-text token {eot!r} is not in this "
                               f"{self.vocab_size:,}-token tokenizer; {fix}")
         self.eot_id = eot_id
+
+    @property
+    def corpus_tag(self) -> str:
+        # one tokenizer.json can serve models with different end-of-sequence tokens (a base
+        # model and its instruct variant): the separator written between documents differs
+        return f"{super().corpus_tag}-eot{self.eot_id}"

@@ -5,7 +5,8 @@ Layout of a prepared corpus (`<cache>/corpora/<key>/`):
                          an imported Llama 3's), documents separated by the end-of-text token
     meta.json            source, tokenizer (name and sha256), dtype, token counts, the split
 The key is the corpus's, with GPT-2 (the default tokenizer), and `<corpus>--<name>-<sha256[:12]>`
-with a BPE or an imported tokenizer: a different vocabulary never reads another's token ids.
+with a BPE (`-eot<id>` added for an imported tokenizer): a different vocabulary never reads
+another's token ids.
 A corpus is prepared into a temporary directory and renamed into place when complete, so an
 interrupted preparation never leaves a half-written cache behind.
 """
@@ -166,7 +167,7 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
         tokenizer = get_tokenizer(tokenizer, spec, root_dir, progress=progress)
     key = spec.key
     if tokenizer.name != DEFAULT_TOKENIZER:
-        key = f"{spec.key}--{tokenizer.name}-{tokenizer.sha256[:12]}"
+        key = f"{spec.key}--{tokenizer.corpus_tag}"
     root = root_dir / "corpora"
     final = root / key
     meta_path = final / "meta.json"

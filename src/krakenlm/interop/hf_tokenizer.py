@@ -159,7 +159,7 @@ def is_gpt2(tokenizer: JsonTokenizer) -> bool:
             or tokenizer.start_ids:
         return False
     vocab, merges = _gpt2_vocab_and_merges()
-    if tokenizer._tok.get_vocab(with_added_tokens=True) != vocab:
+    if tokenizer.vocabulary() != vocab:
         return False
     model = json.loads(tokenizer.json_text).get("model") or {}
     theirs = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
