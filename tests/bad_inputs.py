@@ -9,6 +9,8 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {kraken}     a random-weight kraken-tiny-2way checkpoint
   {mismatch}   a checkpoint whose config.json was swapped for another model's
   {nan}        a gpt-tiny checkpoint with one NaN weight
+  {smallvocab} a gpt-tiny checkpoint with a 1,000-token vocabulary and no tokenizer record
+               (read with GPT-2's 50,257 tokens, which do not fit)
   {notckpt}    a directory that is not a checkpoint
   {file}       a regular file (so `{file}/x` cannot be created)
   {badhw}      a hardware YAML with a typo'd field
@@ -54,6 +56,12 @@ CASES: list[BadInput] = [
     case("eval --checkpoint {tmp}/missing", "does not exist"),
     case("eval --checkpoint {notckpt}", "is not a checkpoint"),
     case("generate --checkpoint {mismatch} --prompt hi", "do not match its config.json"),
+    case("generate --checkpoint {smallvocab} --prompt hi",
+         "the gpt2 tokenizer has 50,257 tokens but the model's vocabulary is 1,000"),
+    case("lm-eval --checkpoint {smallvocab}",
+         "the gpt2 tokenizer has 50,257 tokens but the model's vocabulary is 1,000"),
+    case("export hf --checkpoint {smallvocab} --out {tmp}/hf",
+         "the gpt2 tokenizer has 50,257 tokens but the model's vocabulary is 1,000"),
     case("demo-tp --kraken-checkpoint {gpt}", "holds a 'gpt' model, not 'kraken'"),
     case("demo-tp --kraken-checkpoint {gpt} --gpt-checkpoint {kraken}",
          "did you swap --kraken-checkpoint and --gpt-checkpoint"),
@@ -145,6 +153,8 @@ def fixture_paths(root: Path) -> dict[str, str]:
     nan_state["tok_emb.weight"][3, 5] = float("nan")
     save_file(nan_state, str(current_checkpoint(nan) / MODEL_FILE), metadata=_)
     kraken = checkpoint("kraken", "kraken-tiny-2way")
+    save_checkpoint(root / "smallvocab",
+                    Transformer(get_preset("gpt-tiny").replace(vocab_size=1000)), None, {"step": 0})
     mismatch = checkpoint("mismatch", "gpt-tiny")
     (current_checkpoint(mismatch) / CONFIG_FILE).write_text(
         (current_checkpoint(kraken) / CONFIG_FILE).read_text())
@@ -161,7 +171,8 @@ def fixture_paths(root: Path) -> dict[str, str]:
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
-            "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"), "readonly": "/sys/krakenlm-bad-input"}
+            "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"), "readonly": "/sys/krakenlm-bad-input",
+            "smallvocab": str(root / "smallvocab")}
 
 
 def filled(bad: BadInput, paths: dict[str, str]) -> list[str]:
