@@ -24,11 +24,9 @@ KNOWN_VIOLATIONS = [
     ("src/krakenlm/distributed/engine.py", 46, "krakenlm.training.checkpoint"),  # sideways
     ("src/krakenlm/distributed/engine.py", 53, "krakenlm.training.checkpoint"),  # sideways
     ("src/krakenlm/distributed/launch.py", 43, "krakenlm.training.runtime"),  # sideways
-    ("src/krakenlm/evaluation/lm_eval_adapter.py", 33, "krakenlm.training.checkpoint"),  # upward
     ("src/krakenlm/evaluation/lm_eval_adapter.py", 33, "krakenlm.training.model_and_tokenizer"),
     ("src/krakenlm/evaluation/lm_eval_adapter.py", 34, "krakenlm.training.runtime"),  # upward
     ("src/krakenlm/evaluation/perplexity.py", 14, "krakenlm.training.runtime"),  # upward
-    ("src/krakenlm/interop/hf_export.py", 23, "krakenlm.training.checkpoint"),  # sideways
     ("src/krakenlm/interop/hf_export.py", 24, "krakenlm.training.model_and_tokenizer"),
     ("src/krakenlm/interop/hf_import.py", 22, "krakenlm.training.checkpoint"),  # sideways
     ("src/krakenlm/simulator/gpu/calibrate_layers.py", 27, "krakenlm.simulator.elementwise"),
