@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from ..errors import KrakenError
+from ..fileio import read_user_text
 
 
 class DesignSpaceError(KrakenError, ValueError):
@@ -212,7 +213,7 @@ def load_space(path: str | Path) -> DesignSpace:
     if not path.is_file():
         raise DesignSpaceError(f"design space file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_user_text(path, "design space file", DesignSpaceError))
     except yaml.YAMLError as exc:
         raise DesignSpaceError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix the "
                                "syntax") from None

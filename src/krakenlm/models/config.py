@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KrakenError
+from ..fileio import read_user_text
 
 ARCHITECTURES = ("gpt", "parallel", "kraken")
 NORMS = ("layernorm", "rmsnorm")
@@ -195,7 +196,7 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"model config file {path} does not exist")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_user_text(path, "model config file", ConfigError))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"model config file {path} is not valid JSON: {exc.msg} at line "
                           f"{exc.lineno}, column {exc.colno}") from None

@@ -35,6 +35,7 @@ import numpy as np
 import yaml
 
 from ..errors import KrakenError
+from ..fileio import read_user_text
 from ..hardware.schema import Device, System
 from .collectives import IDEAL, Protocol, collective_time
 from .elementwise import simulate_stream
@@ -128,8 +129,18 @@ def load_calibration(path: str | Path | None) -> Calibration:
     if path is None:
         return default_calibration()
     try:
-        return Calibration(yaml.safe_load(Path(path).read_text()))
-    except (OSError, yaml.YAMLError, TypeError) as exc:
+        data = yaml.safe_load(read_user_text(path, "calibration file", CalibrationError))
+    except OSError as exc:
+        raise CalibrationError(f"calibration file {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise CalibrationError(f"calibration file {path} is not valid YAML: "
+                               f"{str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise CalibrationError(f"calibration file {path} must hold a mapping with a devices "
+                               "section (the format of `krakenlm sim calibrate`'s output)")
+    try:
+        return Calibration(data)
+    except (TypeError, AttributeError, ValueError) as exc:
         raise CalibrationError(f"calibration file {path}: {exc}") from None
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from ..errors import KrakenError
+from ..fileio import read_user_text
 
 PROFILE_PACKAGE = "krakenlm.simulator.software_profiles"
 DEFAULT_SOFTWARE = "trtllm"
@@ -240,7 +241,7 @@ def load_software(name_or_path: str | None = None) -> SoftwareProfile:
         if not path.is_file():
             raise SoftwareError(f"unknown software {name_or_path!r}: not a profile "
                                 f"({', '.join(sorted(files))}) nor a YAML file")
-        text, source = path.read_text(), str(path)
+        text, source = read_user_text(path, "software profile", SoftwareError), str(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
