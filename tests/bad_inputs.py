@@ -9,16 +9,23 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {kraken}     a random-weight kraken-tiny-2way checkpoint
   {mismatch}   a checkpoint whose config.json was swapped for another model's
   {nan}        a gpt-tiny checkpoint with one NaN weight
+  {smallvocab} a gpt-tiny checkpoint with a 1,000-token vocabulary and no tokenizer record
+               (read with GPT-2's 50,257 tokens, which do not fit)
   {notckpt}    a directory that is not a checkpoint
   {file}       a regular file (so `{file}/x` cannot be created)
   {badhw}      a hardware YAML with a typo'd field
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
   {readonly}   a directory nobody may create (under /sys, read-only even for root)
+  {binary}     a binary file (a PNG header): not UTF-8 text
+  {latin1}     a YAML file saved as Latin-1, not UTF-8
+  {badmeta}    an explore table whose `.meta.json` sidecar is not JSON
+  {moe}        a Llama config.json with Mixtral's mixture-of-experts fields
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +61,12 @@ CASES: list[BadInput] = [
     case("eval --checkpoint {tmp}/missing", "does not exist"),
     case("eval --checkpoint {notckpt}", "is not a checkpoint"),
     case("generate --checkpoint {mismatch} --prompt hi", "do not match its config.json"),
+    case("generate --checkpoint {smallvocab} --prompt hi",
+         "the gpt2 tokenizer has 50,257 tokens but the model's vocabulary is 1,000"),
+    case("lm-eval --checkpoint {smallvocab}",
+         "the gpt2 tokenizer has 50,257 tokens but the model's vocabulary is 1,000"),
+    case("export hf --checkpoint {smallvocab} --out {tmp}/hf",
+         "the gpt2 tokenizer has 50,257 tokens but the model's vocabulary is 1,000"),
     case("demo-tp --kraken-checkpoint {gpt}", "holds a 'gpt' model, not 'kraken'"),
     case("demo-tp --kraken-checkpoint {gpt} --gpt-checkpoint {kraken}",
          "did you swap --kraken-checkpoint and --gpt-checkpoint"),
@@ -106,6 +119,23 @@ CASES: list[BadInput] = [
     case("sim calibrate --source nope", "--source 'nope'"),
     case("sim calibrate --source aiconfigurator", "needs --system"),
     case("sim cost --system nope", "unknown system 'nope'"),
+    case("sim run --system {binary} --model llama3-8b --prompt 8 --gen 2", "is not UTF-8 text"),
+    case("sim run --system {latin1} --model llama3-8b --prompt 8 --gen 2", "is not UTF-8 text"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{binary}}", "is not UTF-8 text"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{badjson}}", "is not valid YAML"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --gpu-calibration {{latin1}}", "is not UTF-8 text"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{binary}}", "is not UTF-8 text"),
+    case("sim run --system a100-80gb-x8 --model {binary} --prompt 8 --gen 2",
+         "is not UTF-8 text"),
+    case("sim run --system a100-80gb-x8 --model {moe} --tp 8 --prompt 8 --gen 2",
+         "mixture-of-experts model (num_local_experts=8, num_experts_per_tok=2)"),
+    case("train --out {tmp}/run --config {binary}", "is not UTF-8 text"),
+    case("sim explore --space {binary}", "is not UTF-8 text"),
+    case("sim explore --space {latin1}", "is not UTF-8 text"),
+    case("sim explore --knob cores=108 --out {badmeta}", "is not valid JSON"),
+    case("sim search --knob cores=16:160 --population 1", "--population must be at least 2"),
+    case("sim sweep --cores 0", "--cores takes whole numbers of at least 1, got 0"),
+    case("sim sweep --global-buffers 0", "--global-buffers takes sizes above 0 MiB"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --seeds a,b", "--seeds"),
@@ -145,6 +175,8 @@ def fixture_paths(root: Path) -> dict[str, str]:
     nan_state["tok_emb.weight"][3, 5] = float("nan")
     save_file(nan_state, str(current_checkpoint(nan) / MODEL_FILE), metadata=_)
     kraken = checkpoint("kraken", "kraken-tiny-2way")
+    save_checkpoint(root / "smallvocab",
+                    Transformer(get_preset("gpt-tiny").replace(vocab_size=1000)), None, {"step": 0})
     mismatch = checkpoint("mismatch", "gpt-tiny")
     (current_checkpoint(mismatch) / CONFIG_FILE).write_text(
         (current_checkpoint(kraken) / CONFIG_FILE).read_text())
@@ -156,12 +188,24 @@ def fixture_paths(root: Path) -> dict[str, str]:
     preset = resources.files("krakenlm.hardware").joinpath("presets/a100-80gb-x8.yaml")
     (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
     (root / "bad.json").write_text("{not json\n")
+    (root / "binary.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    (root / "latin1.yaml").write_bytes("device:\n  name: Caf\xe9 GPU\n".encode("latin-1"))
+    (root / "table.csv").write_text("knob_cores,key\n")
+    (root / "table.csv.meta.json").write_text('{"base": "a100-80gb-x8", "objective": ')
+    (root / "moe").mkdir()
+    (root / "moe" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+        "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}))
     (root / "tiny-corpus").mkdir()
     (root / "tiny-corpus" / "a.txt").write_text("To be, or not to be.\n")
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
-            "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"), "readonly": "/sys/krakenlm-bad-input"}
+            "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
+            "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
+            "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),
+            "moe": str(root / "moe" / "config.json"), "smallvocab": str(root / "smallvocab")}
 
 
 def filled(bad: BadInput, paths: dict[str, str]) -> list[str]:

@@ -89,7 +89,6 @@ class Target:
     check: Callable[[Any], Any]               # result or KrakenError; raises on a violation
     cost: float = 1.0                         # relative time per example: scales max_examples
     known_failure: str | None = None          # reason for xfail: on another change's list
-    known_example: Any = None                 # an input that shows it (tried first)
 
 
 def _scratch() -> tempfile.TemporaryDirectory:
@@ -608,9 +607,7 @@ def check_checkpoint_cli(damage: tuple[str, bytes | None]) -> Any:
 
 
 # ------------------------------------------------------------------------------- registry
-_SOFTWARE = "simulator helper (simulator/*, design/*, hardware/*)"
 _TRAIN_STATE = "train_state.json"
-_TOKENIZER = "tokenizer helper (interop/*, data/vocab.py, evaluation/*)"
 _TRAIN = "training helper (training/checkpoint.py, trainer.py, data/prepare.py)"
 
 
@@ -634,8 +631,7 @@ TARGETS: tuple[Target, ...] = (
     Target("hardware-yaml", "hardware YAML", "hardware.load_system",
            _yaml_inputs(hardware_seeds), check_hardware),
     Target("hardware-yaml-not-utf8", "hardware YAML, not UTF-8", "hardware.load_system",
-           _not_utf8(hardware_seeds), check_hardware, cost=1,
-           known_failure=f"binary / non-UTF-8 hardware files: issue 24 item 8, {_SOFTWARE}"),
+           _not_utf8(hardware_seeds), check_hardware),
     Target("hardware-yaml-cli", "hardware YAML", "krakenlm sim run --system FILE",
            _yaml_inputs(hardware_seeds), check_hardware_cli, cost=3),
     Target("software-profile", "software profile YAML", "simulator.software.load_software",
@@ -647,15 +643,13 @@ TARGETS: tuple[Target, ...] = (
            _yaml_inputs(template_calibration_seeds), check_template_calibration),
     Target("template-calibration-not-utf8", "template calibration, not UTF-8",
            "simulator.calibration.load_calibration",
-           _not_utf8(template_calibration_seeds), check_template_calibration, cost=1,
-           known_failure=f"binary / non-UTF-8 calibration files: issue 24 item 8, {_SOFTWARE}"),
+           _not_utf8(template_calibration_seeds), check_template_calibration),
     Target("gpu-calibration", "GPU calibration (calibrations/*.yaml)",
            "simulator.gpu.store.load_file",
            _yaml_inputs(gpu_calibration_seeds), check_gpu_calibration, cost=2),
     Target("gpu-calibration-not-utf8", "GPU calibration, not UTF-8",
            "simulator.gpu.store.load_file",
-           _not_utf8(gpu_calibration_seeds), check_gpu_calibration, cost=1,
-           known_failure=f"binary / non-UTF-8 calibration files: issue 24 item 8, {_SOFTWARE}"),
+           _not_utf8(gpu_calibration_seeds), check_gpu_calibration),
     Target("gpu-calibration-cli", "GPU calibration (calibrations/*.yaml)",
            "krakenlm sim run --gpu-calibration FILE",
            _yaml_inputs(gpu_calibration_cli_seeds), check_gpu_calibration_cli, cost=4),
@@ -672,13 +666,10 @@ TARGETS: tuple[Target, ...] = (
     Target("design-space", "design space YAML (--space)", "design.knobs.load_space",
            _yaml_inputs(space_seeds), check_space),
     Target("design-space-not-utf8", "design space YAML, not UTF-8", "design.knobs.load_space",
-           _not_utf8(space_seeds), check_space, cost=1,
-           known_failure=f"binary / non-UTF-8 space files: issue 24 item 8, {_SOFTWARE}"),
+           _not_utf8(space_seeds), check_space),
     Target("explore-table", "explore table + .meta.json sidecar",
            "design.runner.Table (sim explore --out, resumed)",
-           explore_inputs, check_explore_table,
-           known_failure=f"corrupt explore sidecars, malformed rows, all-digit keys: issue 24 "
-                         f"items 6 and 8, {_SOFTWARE}"),
+           explore_inputs, check_explore_table),
     Target("corpus", "corpus directory (.txt, .jsonl, .parquet)",
            "data.prepare.prepare_corpus (train --data DIR)", corpus_inputs, check_corpus,
            cost=2),
@@ -702,11 +693,7 @@ TARGETS: tuple[Target, ...] = (
            lambda: checkpoint_inputs(("optimizer.pt",)), check_checkpoint_resume, cost=2,
            known_failure=f"a truncated optimizer state on --resume: issue 24 item 8, {_TRAIN}"),
     Target("checkpoint-cli", "checkpoint (every file)", "krakenlm generate --checkpoint RUN",
-           checkpoint_inputs, check_checkpoint_cli, cost=3,
-           known_failure="a BPE checkpoint whose train_state.json lost its tokenizer record is "
-                         "read with GPT-2 ids past its vocabulary (IndexError): issue 24 items "
-                         f"1-2, the tokenizer travels with the model, {_TOKENIZER}",
-           known_example=(_TRAIN_STATE, None)),
+           checkpoint_inputs, check_checkpoint_cli, cost=3),
 )
 
 # Serving traces (the serving simulator's request traces, /work/shared/data/traces: Azure
@@ -786,7 +773,8 @@ REGRESSIONS: tuple[Regression, ...] = (
                "host.per_kernel_s: expected a number >= 0"),
     Regression("template-calibration", "invalid YAML (a multi-line message before)",
                lambda: b"devices: {A100: [\n", "is not valid YAML"),
-    Regression("template-calibration", "a list", lambda: b"- 1\n", "expected `devices:`"),
+    Regression("template-calibration", "a list", lambda: b"- 1\n",
+               "must hold a mapping with a devices section"),
     Regression("template-calibration", "an operator without constants",
                lambda: b"devices: {A100: {matmul: null}}\n", "expected a mapping of constants"),
     Regression("template-calibration", "protocols that are not pairs",
@@ -859,6 +847,9 @@ REGRESSIONS: tuple[Regression, ...] = (
     Regression("corpus", ".parquet null text", lambda: _corpus_with("x.parquet",
                                                                      _parquet(["a", None])),
                "row 1 has no 'text' (null)"),
+    Regression("checkpoint-cli", "a BPE checkpoint whose train_state.json is gone (an IndexError)",
+               lambda: (_TRAIN_STATE, None),
+               "the gpt2 tokenizer has 50,257 tokens but the model's vocabulary is 320"),
     Regression("checkpoint", "train_state.json is a list", lambda: (_TRAIN_STATE, b"[1]"),
                "train_state.json is damaged"),
     Regression("checkpoint", "train_state.json without a step", lambda: (_TRAIN_STATE, b"{}"),

@@ -76,6 +76,25 @@ def test_local_directory_corpus_has_the_same_format(tmp_path):
     assert val_text == docs[10] + "<|endoftext|>" + docs[30] + "<|endoftext|>"
 
 
+def test_a_vocabulary_above_65536_tokens_is_stored_as_uint32(tmp_path):
+    """An imported Llama 3 tokenizer has 128,256 tokens: its ids must not wrap around."""
+    class BigVocabulary:  # the tokenizer interface; ids far above uint16's range
+        name, corpus_tag, vocab_size, eot_id, start_ids = "hf", "hf-ab", 128_256, 128_001, ()
+        sha256 = "ab" * 32
+
+        def encode_batch(self, texts):
+            return [[100_000 + ord(c) for c in text] for text in texts]
+
+    (tmp_path / "docs").mkdir()
+    docs = [f"doc {i}" for i in range(12)]
+    for i, text in enumerate(docs):
+        (tmp_path / "docs" / f"{i:02d}.txt").write_text(text)
+    corpus = prepare_corpus(str(tmp_path / "docs"), tokenizer=BigVocabulary(),
+                            cache_dir=tmp_path / "cache", progress=False)
+    assert corpus.meta["dtype"] == "uint32"
+    assert corpus.split("val").tolist() == [100_000 + ord(c) for c in docs[10]] + [128_001]
+
+
 def test_bad_local_corpora_are_clear_errors(tmp_path):
     with pytest.raises(KrakenError, match="neither a known corpus .* nor an existing directory"):
         prepare_corpus(str(tmp_path / "missing"), cache_dir=tmp_path)

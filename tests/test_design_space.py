@@ -224,3 +224,105 @@ def test_cli_explore_lists_rejected_designs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "1 designs rejected" in out and "reticle limit" in out
     assert (tmp_path / "t.csv").is_file()
+
+
+# ------------------------------------------------------------------- the table, resumed
+def test_resume_reads_every_key_back_as_text(tmp_path):
+    """Keys are hex digests: 477 cores hashes to all digits, 566 to digits around an "e" (a
+    float to a number parser). Read back as numbers they never matched, so every resume
+    evaluated and appended those designs again, and the Parquet copy failed on mixed types."""
+    assert design_key({"cores": 477}) == "9555029436799798"
+    assert design_key({"cores": 566}) == "2923e78196840413"
+    space = space_from_dict({"cores": [477, 566, 108]})
+    out = tmp_path / "t.csv"
+    runs = [run_designs(space.grid(), SMALL, knob_names=["cores"], out=out, progress=False)
+            for _ in range(3)]
+    assert [r.evaluated for r in runs] == [3, 0, 0] and runs[2].skipped == 3
+    rows = read_table(out)
+    assert len(rows) == 3 and {r["key"] for r in rows} == {
+        "9555029436799798", "2923e78196840413", design_key({"cores": 108})}
+    if runs[2].parquet is not None:  # pyarrow installed
+        import pyarrow.parquet as pq
+        assert sorted(pq.read_table(runs[2].parquet).column("key").to_pylist()) == \
+            sorted(r["key"] for r in rows)
+
+
+def _table(tmp_path):
+    out = tmp_path / "t.csv"
+    run_designs(_space().grid(), SMALL, knob_names=["cores", "memory"], out=out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda t: t.with_name("t.csv.meta.json").write_text('{"base": '),
+     r"t.csv.meta.json is not valid JSON \(Expecting value at line 1\)"),
+    (lambda t: t.with_name("t.csv.meta.json").write_bytes(b"\x89PNG\r\n"),
+     "t.csv.meta.json is not UTF-8 text"),
+    (lambda t: t.write_bytes(t.read_bytes() + b"\xff\xfe\r\n"), "t.csv is not UTF-8 text"),
+    (lambda t: t.write_text(t.read_text().replace(",True,", ",maybe,", 1), newline=""),
+     r"t.csv line 2 is malformed \(feasible is 'maybe', not True or False\)"),
+    (lambda t: t.write_text(t.read_text() + "54,abc,True\r\n", newline=""),
+     r"t.csv line 6 is malformed \(3 cells where the header has 25\)"),
+    (lambda t: t.write_text(t.read_text().replace(",tokens/s,", ",tokens/s,x,", 1), newline=""),
+     r"t.csv line 2 is malformed \(26 cells where the header has 25\)"),
+    (lambda t: t.write_text(t.read_text().replace("knob_cores", "knob_core", 1), newline=""),
+     "its header is not the columns"),
+], ids=["sidecar not JSON", "sidecar binary", "table binary", "bad bool", "short row",
+        "long row", "header edited"])
+def test_a_damaged_table_is_one_error_naming_the_line(tmp_path, damage, message):
+    out = _table(tmp_path)
+    damage(out)
+    with pytest.raises(KrakenError, match=message):
+        run_designs(_space().grid(), SMALL, knob_names=["cores", "memory"], out=out,
+                    progress=False)
+
+
+def test_a_malformed_row_is_one_line_on_the_command_line(tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    argv = ["sim", "explore", "--knob", "cores=108", "--model", "gpt3-13b", "--prompt", "128",
+            "--gen", "4", "--out", str(out)]
+    with pytest.raises(SystemExit):
+        main(argv)
+    out.write_text(out.read_text().replace(",True,", ",yes,", 1), newline="")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "line 2 is malformed" in err[0]
+
+
+# ------------------------------------------------------------------------ the docs' space
+def _doc_space(tmp_path, name: str):
+    """The YAML block that docs/design-space.md introduces as `name`, as a file."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "design-space.md").read_text()
+    after = doc.split(f"`{name}`", 1)[1]
+    block = after.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / name
+    path.write_text(block)
+    return path
+
+
+def test_the_docs_space_file_runs_with_explore(tmp_path, capsys):
+    from krakenlm.design.knobs import load_space
+
+    space = _doc_space(tmp_path, "space.yaml")
+    assert load_space(space).size == 8
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "explore", "--space", str(space), "--model", "gpt3-13b", "--prompt", "128",
+              "--gen", "4"])
+    assert exc.value.code in (0, None)
+    assert "evaluated 8" in capsys.readouterr().out
+
+
+def test_the_docs_search_file_runs_with_search(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    from krakenlm.design.knobs import Range, load_space
+
+    search_file = _doc_space(tmp_path, "search.yaml")
+    assert isinstance(load_space(search_file).knobs["cores"], Range)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "search", "--space", str(search_file), "--trials", "2", "--population", "2",
+              "--model", "gpt3-13b", "--prompt", "128", "--gen", "4", "--json"])
+    assert exc.value.code in (0, None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from hypothesis import Phase, example, given, settings
+from hypothesis import Phase, given, settings
 
 from fuzz_parsers import REGRESSIONS, TARGETS, TRACE_TARGETS, Regression, Target
 
@@ -34,8 +34,6 @@ def run_target(target: Target) -> None:
     def property_holds(data) -> None:
         target.check(data)
     property_holds.__qualname__ = property_holds.__name__ = f"fuzz_{target.id.replace('-', '_')}"
-    if target.known_example is not None:
-        property_holds = example(target.known_example)(property_holds)
     given(target.strategy())(budget(property_holds))()
 
 

@@ -21,7 +21,7 @@ from krakenlm.models.config import ModelConfig  # noqa: E402
 from krakenlm.models.transformer import Transformer  # noqa: E402
 from krakenlm.training.checkpoint import save_checkpoint  # noqa: E402
 
-VOCAB = 256
+VOCAB = 50304  # holds GPT-2's tokenizer, which the checkpoints record (none: GPT-2)
 LLAMA_LIKE = dict(norm="rmsnorm", activation="swiglu", position="rope")
 CONFIGS = {
     # native GPT-2: trained without biases (written as zeros), and with biases + untied head

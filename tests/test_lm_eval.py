@@ -124,9 +124,28 @@ def tiny_checkpoint(tmp_path_factory):
     return directory
 
 
-def toy_accuracy(model) -> float:
+@pytest.fixture(scope="module")
+def bpe_checkpoint(tmp_path_factory):
+    """A checkpoint trained with a small BPE (as `--tokenizer bpe-4k` records it): its
+    vocabulary of 320 cannot hold GPT-2's ids."""
+    from krakenlm.data.bpe import BpeTokenizer, train_bpe_json
+    from krakenlm.data.vocab import tokenizer_files, tokenizer_record
+    text = [d["context"] + c for d in TOY_DOCS for c in d["choices"]] * 4
+    tokenizer = BpeTokenizer("bpe-4k", train_bpe_json(iter(text), 300))
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(arch="gpt", n_layers=2, d_model=32, n_heads=2, ffn_dim=64,
+                                    vocab_size=320, context_len=32))
+    model.reset_parameters(seed=4)
+    directory = tmp_path_factory.mktemp("lm-eval-bpe") / "run"
+    checkpoint.save_checkpoint(directory, model, None,
+                               {"step": 2, "tokenizer": tokenizer_record(tokenizer)},
+                               files=tokenizer_files(tokenizer))
+    return directory, tokenizer
+
+
+def toy_accuracy(model, tokenizer=None) -> float:
     """Accuracy on TOY_DOCS from the model's loglikelihoods, computed directly."""
-    adapter = KrakenLMEval(model, batch_size=4, progress=False)
+    adapter = KrakenLMEval(model, batch_size=4, progress=False, tokenizer=tokenizer)
     right = 0
     for d in TOY_DOCS:
         scores = adapter.loglikelihood([request(d["context"], c) for c in d["choices"]])
@@ -175,6 +194,45 @@ def test_cli_prints_stderr_n_and_chance_level(tiny_checkpoint, tmp_path):
     assert row["acc_stderr"] == pytest.approx((acc * (1 - acc) / (n - 1)) ** 0.5)
     assert "scoring choices" in proc.stderr  # the progress bar
     assert "aggregation is not" not in proc.stderr and "higher_is_better is not" not in proc.stderr
+
+
+def test_cli_scores_a_bpe_checkpoint_with_its_own_tokenizer(bpe_checkpoint, tmp_path, capsys,
+                                                           monkeypatch):
+    """`krakenlm lm-eval` builds the model as `krakenlm-lm-eval` does: with the checkpoint's
+    own tokenizer (GPT-2's ids would index past its 320-token vocabulary)."""
+    import functools
+
+    import lm_eval.tasks
+
+    from krakenlm.cli import main
+    # only the local task: indexing lm-eval's ~15,000 task YAMLs is what the slow tests time
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager",
+                        functools.partial(lm_eval.tasks.TaskManager, include_defaults=False))
+    run, tokenizer = bpe_checkpoint
+    tasks = write_toy_task(tmp_path / "tasks")
+    with pytest.raises(SystemExit) as exc:
+        main(["lm-eval", "--checkpoint", str(run), "--tasks", "toy_choice", "--include-path",
+              str(tasks), "--json"])
+    captured = capsys.readouterr()
+    assert exc.value.code == 0, captured.err[-3000:]
+    row = json.loads(captured.out)["toy_choice"]
+    assert row["n"] == len(TOY_DOCS)
+    assert row["acc"] == pytest.approx(toy_accuracy(checkpoint.load_model(run), tokenizer))
+
+
+def test_adapter_from_a_checkpoint_scores_its_own_ids(bpe_checkpoint):
+    run, tokenizer = bpe_checkpoint
+    adapter = KrakenLMEval(checkpoint=str(run), progress=False)
+    assert adapter.tokenizer.sha256 == tokenizer.sha256
+    (score, _), = adapter.loglikelihood([request("Salt and", " pepper")])
+    ids = tokenizer.encode("Salt and") + tokenizer.encode(" pepper")
+    assert score == pytest.approx(direct_logprob(adapter.model, ids,
+                                                 len(tokenizer.encode(" pepper"))), abs=1e-4)
+
+
+def test_a_tokenizer_in_model_args_is_refused(bpe_checkpoint):
+    with pytest.raises(KrakenError, match="always uses its checkpoint's own tokenizer"):
+        KrakenLMEval(checkpoint=str(bpe_checkpoint[0]), tokenizer="gpt2")
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def test_systems_lists_presets(capsys):
 def test_every_sim_command_has_help(capsys):
     for cmd in ("systems", "run", "validate", "calibrate", "cost", "sweep"):
         out = _run(["sim", cmd, "--help"], capsys)
-        assert f"krakenlm sim {cmd}" in out and len(out) > 200
+        assert f"Usage: krakenlm sim {cmd}" in out and "--help" in out
 
 
 def test_simulator_runs_without_torch():
@@ -99,3 +99,39 @@ def test_simulator_runs_without_torch():
             "r = simulate(get_preset('gpt3-1.3b'), 'a100-80gb-x4', 2, 1, 64, 3)\n"
             "assert r.ttft_s > 0\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_gpu_calibration_of_another_device_is_a_warning(capsys):
+    """Plausible for a what-if device modelled on a measured GPU, but never silent."""
+    from krakenlm.simulator.gpu import store
+
+    args = ["sim", "run", "--model", "llama3-8b", "--tp", "8", "--prompt", "8", "--gen", "2",
+            "--json", "--gpu-calibration", str(store.shipped_dir() / "H100.yaml")]
+    _run(args + ["--system", "a100-80gb-x8"], capsys)  # (reads stdout)
+    with pytest.raises(SystemExit) as exc:
+        main(args + ["--system", "a100-80gb-x8"])
+    err = capsys.readouterr().err.splitlines()
+    assert exc.value.code == 0 and len(err) == 1 and err[0].startswith("warning: ")
+    assert "measured on H100" in err[0] and "A100 80GB" in err[0]
+    _run(args + ["--system", "h100-80gb-x8"], capsys)
+    assert capsys.readouterr().err == ""
+
+
+def test_sweep_does_not_rank_dies_beyond_the_reticle(capsys, monkeypatch):
+    from krakenlm.simulator.sweep import Workload, sweep
+
+    result = sweep("a100-80gb-x8", Workload("gpt3-13b", 8, 4, 256, 4), cores=(108, 128),
+                   memories=("HBM3-5",), global_buffers_mib=(10, 160))
+    big = [r for r in result["designs"] if r["die_area_mm2"] > 858]
+    assert [(r["cores"], r["global_buffer_bytes"] / 2**20) for r in big] == [(108, 160),
+                                                                            (128, 160)]
+    assert all(not r["feasible"] and "reticle limit 858 mm^2" in r["reason"]
+               and "perf_per_usd_vs_base" not in r for r in big)
+    assert all(r["feasible"] and r["perf_per_usd_vs_base"] > 0
+               for r in result["designs"] if r not in big)
+    monkeypatch.setenv("COLUMNS", "200")
+    out = _run(["sim", "sweep", "--model", "gpt3-13b", "--batch", "4", "--prompt", "256",
+                "--gen", "4", "--cores", "108,128", "--memories", "HBM3-5",
+                "--global-buffers", "10,160"], capsys)
+    assert "2 designs have a die beyond the reticle limit" in out
+    assert out.count("HBM3") == 2  # the two ranked rows only

@@ -57,3 +57,44 @@ def test_missing_field_is_named(tmp_path):
 def test_unsupported_family(tmp_path):
     with pytest.raises(ConfigError, match="unsupported model_type 't5'"):
         load_model_config(_write(tmp_path, {"model_type": "t5"}))
+
+
+MIXTRAL_AS_LLAMA = dict(LLAMA2_70B, num_local_experts=8, num_experts_per_tok=2)
+
+
+@pytest.mark.parametrize("fields", [{"num_local_experts": 8, "num_experts_per_tok": 2},
+                                    {"num_experts": 60}, {"n_routed_experts": 64}])
+def test_a_mixture_of_experts_is_refused_not_simulated_dense(tmp_path, fields):
+    with pytest.raises(ConfigError, match="a mixture-of-experts model .*not modelled"):
+        load_model_config(_write(tmp_path, dict(LLAMA2_70B, **fields)))
+
+
+def test_a_single_expert_or_a_null_field_is_dense(tmp_path):
+    for fields in ({"num_local_experts": 1}, {"num_experts": None}, {"num_experts": 0}):
+        cfg = load_model_config(_write(tmp_path, dict(LLAMA2_70B, **fields)))
+        assert cfg == get_preset("llama2-70b")
+
+
+@pytest.mark.parametrize("preset", ["kraken-tiny-2way", "parallel-tiny"])
+def test_krakenlms_own_export_is_a_model_config(tmp_path, capsys, preset):
+    """`export hf` writes a Kraken or parallel-block model as model_type "krakenlm" (remote
+    code): the simulator and `train --config` read it back as the same model."""
+    torch = pytest.importorskip("torch")
+    from krakenlm.cli import main
+    from krakenlm.cli.train import resolve_model_config
+    from krakenlm.interop.hf_export import export_hf
+    from krakenlm.models.transformer import Transformer
+    from krakenlm.training.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "ckpt", Transformer(get_preset(preset)), None, {"step": 0})
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    config_json = tmp_path / "hf" / "config.json"
+    assert json.loads(config_json.read_text())["model_type"] == "krakenlm"
+    assert load_model_config(config_json) == get_preset(preset)
+    assert resolve_model_config(None, config_json) == get_preset(preset)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "run", "--system", "a100-80gb-x8", "--model", str(config_json), "--tp", "2",
+              "--prompt", "8", "--gen", "2", "--json"])
+    assert exc.value.code == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["ttft_s"] > 0

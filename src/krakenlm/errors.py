@@ -5,6 +5,8 @@ does not match a checkpoint, a model that does not fit. The message must name th
 what to do about it. Bugs stay ordinary exceptions and keep their tracebacks.
 """
 
+import sys
+
 
 # Every character str.splitlines() breaks a line at, and how a message shows it.
 _LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in
@@ -24,3 +26,9 @@ class KrakenError(Exception):
 class Interrupted(Exception):
     """Raised by a command that handled Ctrl-C itself (e.g. `train` saved a checkpoint); the
     message says what was kept and how to continue. The CLI prints it and exits with 130."""
+
+
+def warn(message: str) -> None:
+    """One `warning: ...` line on stderr: the input is plausible but suspicious, and the
+    command goes on (the message says what it assumes and how to silence the doubt)."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -43,3 +43,20 @@ def write_csv_atomically(path: str | Path, fieldnames: Iterable[str],
     writer.writeheader()
     writer.writerows(rows)
     return write_text_atomically(path, buffer.getvalue())
+
+
+def read_user_text(path: str | Path, what: str, error: type[Exception] | None = None) -> str:
+    """The text of a file the user named, decoded as UTF-8 (the encoding every text input of
+    krakenlm is written in). A binary or differently encoded file raises `error` (a
+    KrakenError subclass; KrakenError by default) naming `what` and the first bad byte, not a
+    UnicodeDecodeError traceback."""
+    from .errors import KrakenError
+
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise (error or KrakenError)(
+            f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}): is it a binary file? Give a text file saved as UTF-8") from None

@@ -15,6 +15,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help text is plain text: rich markup would take "[cluster]" in an install hint or a
+    # "[default: 2]" for a style tag and silently drop it. Every sub-command inherits this.
+    rich_markup_mode=None,
 )
 
 

@@ -85,7 +85,13 @@ def _print_table(rows: list[dict]) -> None:
                       ms(r["ttft_s"]), ms(r["tpot_s"]),
                       ms(r["exposed_comm_s"]), ms(r["ttft_comm_off_s"]),
                       ms(r["prefill_comm_blocked_s"]), ms(r["exposed_comm_if_blocking_s"]))
-    stdout_console().print(table)
+    console = stdout_console()
+    console.print(table)
+    noisy = sum(1 for r in rows if (r.get("exposed_comm_raw_s") or 0.0) < 0)
+    if noisy:
+        console.print(f"exposed comm 0.0 in {noisy} rows: there the runs with communication were "
+                      "the faster ones (noise above the communication time; the measured "
+                      "medians are exposed_comm_raw_s in rows.json)")
 
 
 @app.command("demo-tp")

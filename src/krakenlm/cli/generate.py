@@ -31,11 +31,11 @@ def generate_command(
     """Continue a prompt with a trained model (KV-cached sampling)."""
     import torch
 
-    from ..data.vocab import checkpoint_tokenizer
+    from ..data.vocab import checkpoint_tokenizer, prompt_ids
     from ..distributed.engine import generate_sharded
     from ..distributed.launch import under_torchrun
     from ..evaluation.generate import SamplingConfig, generate
-    from ..training.checkpoint import load_model
+    from ..training.model_and_tokenizer import load_model_and_tokenizer
     from ..training.runtime import pick_device
 
     checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
@@ -43,9 +43,10 @@ def generate_command(
                            greedy=greedy, world_size=world_size, timeout_s=timeout_s)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k or None, greedy=greedy, seed=seed)
-    tokenizer = checkpoint_tokenizer(checkpoint_dir, expected=tokenizer_name)
-    ids = tokenizer.encode(prompt)
     if world_size is not None or under_torchrun():
+        # each rank loads its shard of the weights; the prompt is encoded here, once
+        tokenizer = checkpoint_tokenizer(checkpoint_dir, expected=tokenizer_name)
+        ids = prompt_ids(tokenizer, prompt)
         new_ids = generate_sharded(checkpoint_dir, ids, sampling, world_size=world_size,
                                    timeout_s=timeout_s, comm_backend=comm_backend,
                                    vocab_parallel_head=vocab_parallel_head)
@@ -53,9 +54,11 @@ def generate_command(
             return  # a torchrun rank other than 0: rank 0 prints
     else:
         device = pick_device()
-        model = load_model(checkpoint_dir, device=device)
-        prompt_ids = torch.tensor([ids], dtype=torch.long, device=device)
-        new_ids = generate(model, prompt_ids, sampling)[0].tolist()
+        model, tokenizer = load_model_and_tokenizer(checkpoint_dir, device=device,
+                                                    expected_tokenizer=tokenizer_name)
+        prompt_tensor = torch.tensor([prompt_ids(tokenizer, prompt)], dtype=torch.long,
+                                     device=device)
+        new_ids = generate(model, prompt_tensor, sampling)[0].tolist()
     sys.stdout.write(tokenizer.decode(new_ids))
     sys.stdout.write("\n")
 

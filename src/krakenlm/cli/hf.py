@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -48,8 +49,11 @@ def import_hf_command(
     console = stderr_console()
     with console.status(f"importing {hf_dir} ..."):
         result = import_hf(hf_dir, out, force=force)
-    c = result.config
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    c, tok = result.config, result.tokenizer
     console.print(f"imported {result.model_type} ({result.num_params:,} parameters, {c.arch} "
-                  f"block, {c.n_layers} layers, width {c.d_model}) into {out}: use "
-                  f"`krakenlm eval --checkpoint {out}` or `krakenlm generate --checkpoint {out}`",
-                  soft_wrap=True)
+                  f"block, {c.n_layers} layers, width {c.d_model}) with tokenizer {tok.name} "
+                  f"({tok.vocab_size:,} tokens, {result.tokenizer_source}) "
+                  f"into {out}: use `krakenlm eval --checkpoint {out}` or "
+                  f"`krakenlm generate --checkpoint {out}`", soft_wrap=True, markup=False)

@@ -39,9 +39,10 @@ def lm_eval_command(
         raise KrakenError("--tasks is empty; give e.g. --tasks shakespeare_next_line")
     if include_path is not None and not include_path.is_dir():
         raise KrakenError(f"--include-path {include_path} is not a directory of task YAMLs")
-    from ..training.checkpoint import load_config, load_model
+    from ..data.vocab import checkpoint_tokenizer
 
-    load_config(checkpoint_dir)  # a wrong directory fails now, not after the slow imports
+    # a wrong directory or tokenizer fails now, not after the slow imports
+    checkpoint_tokenizer(checkpoint_dir)
 
     from ..evaluation.offline_tasks import (TASK_NAME, build_shakespeare_next_line,
                                             go_offline_unless_hub_reachable, local_data_hint)
@@ -61,7 +62,9 @@ def lm_eval_command(
     with stderr_console().status("indexing lm-eval's tasks"):
         manager = TaskManager(include_path=paths or None)
     _check_task_names(names, [*manager.all_tasks, TASK_NAME])
-    model = KrakenLMEval(load_model(checkpoint_dir), batch_size=batch_size)
+    # the same path as `krakenlm-lm-eval --model_args checkpoint=DIR`: the checkpoint's model
+    # with its own tokenizer
+    model = KrakenLMEval(checkpoint=str(checkpoint_dir), batch_size=batch_size)
     try:
         results = simple_evaluate(model=model, tasks=names, task_manager=manager, limit=limit,
                                   log_samples=False, bootstrap_iters=BOOTSTRAP_ITERS)

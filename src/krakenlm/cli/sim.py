@@ -67,11 +67,11 @@ _DEVICE_SYSTEM_HELP = ("Which system a device name in the file names ran on, DEV
 
 @sim_app.command("calibrate")
 def calibrate(
-    source: str = typer.Option("llmcompass", "--source", help="aiconfigurator (NVIDIA's measured kernel tables; needs `pip install 'krakenlm\\[calibrate]'`), vidur (streaming kernels per kind from real Llama-2-70B layers, merged into a GPU file) or llmcompass (a directory of measurements, --measured)."),
+    source: str = typer.Option("llmcompass", "--source", help="aiconfigurator (NVIDIA's measured kernel tables; needs `pip install 'krakenlm[calibrate]'`), vidur (streaming kernels per kind from real Llama-2-70B layers, merged into a GPU file) or llmcompass (a directory of measurements, --measured)."),
     system: str = typer.Option(None, "--system", help="aiconfigurator: the system preset to calibrate (e.g. h100-80gb-x8)."),
     framework: list[str] = typer.Option(None, "--framework", help="aiconfigurator: trtllm, vllm or sglang (repeatable; default: every framework measured on the system)."),
     tables: str = typer.Option(None, "--tables", help="aiconfigurator: a directory in the layout of aiconfigurator_core/systems (your own collected tables) instead of the installed package."),
-    measured: str = typer.Option(None, "--measured", help="llmcompass: directory of measurements (format of shared/data/measured)."),
+    measured: str = typer.Option(None, "--measured", help="llmcompass: directory of measurements (the LLMCompass set; docs/simulator.md)."),
     output: str = typer.Option(None, "--output", "-o", help="Where to write the constants (default: ./calibration-<DEVICE>.yaml, or ./calibration.yaml for llmcompass)."),
     install: bool = typer.Option(False, "--install", help="Write into the package's shipped calibration files instead (what the presets use by default)."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
@@ -213,7 +213,8 @@ def _calibrate_llmcompass(measured: str | None, output: str | None, install: boo
     from ..simulator.validate import DEVICE_SYSTEMS
 
     if not measured:
-        raise KrakenError("--source llmcompass needs --measured DIR (e.g. ../shared/data/measured)")
+        raise KrakenError("--source llmcompass needs --measured DIR, the LLMCompass measurement "
+                          "set (docs/simulator.md says how to get it)")
     if system:
         raise KrakenError("--system belongs to --source aiconfigurator; llmcompass maps devices "
                           "with --device-system DEVICE=SYSTEM")
@@ -633,6 +634,7 @@ def sweep_cmd(
 ) -> None:
     """Design-space sweep (cores x memory technology x global buffer): throughput, cost and
     performance per $ against the base system."""
+    from ..hardware.area import RETICLE_LIMIT_MM2
     from ..simulator.sweep import MEMORIES, Workload, sweep
 
     def numbers(text: str, kind=int) -> tuple:
@@ -652,7 +654,7 @@ def sweep_cmd(
         return
     ref = result["base"]
     console = stdout_console()
-    rows = sorted((r for r in result["designs"] if r.get("fits")),
+    rows = sorted((r for r in result["designs"] if "perf_per_usd_vs_base" in r),
                   key=lambda r: -r["perf_per_usd_vs_base"])
     table = _table(title=f"{result['configurations']} designs from {base}, {model} TP {tp} batch "
                         f"{batch} prompt {prompt} gen {gen} (simulated in {result['seconds']:.1f} s)")
@@ -668,7 +670,12 @@ def sweep_cmd(
     console.print(f"base {ref['system']}: {ref.get('tokens_per_s', float('nan')):,.1f} tokens/s, "
                   f"${ref['device_usd']:,.0f} per device (model estimate), "
                   f"${ref['system_usd']:,.0f} per system")
-    misfits = [r for r in result["designs"] if not r.get("fits")]
+    over = [r for r in result["designs"] if not r["feasible"] and "fits" not in r]
+    if over:
+        console.print(f"{len(over)} designs have a die beyond the reticle limit "
+                      f"({RETICLE_LIMIT_MM2:g} mm^2: not manufacturable as one die; not timed or "
+                      f"ranked), e.g. {over[0]['cores']} cores: {over[0]['die_area_mm2']:,.0f} mm^2")
+    misfits = [r for r in result["designs"] if r.get("fits") is False]
     if misfits:
         console.print(f"{len(misfits)} designs cannot hold the model (not timed)")
 

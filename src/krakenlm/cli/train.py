@@ -157,9 +157,8 @@ def eval_command(
 ) -> None:
     """Validation loss and perplexity of a checkpoint."""
     from ..data.prepare import prepare_corpus
-    from ..data.vocab import checkpoint_tokenizer
     from ..evaluation.perplexity import evaluate
-    from ..training.checkpoint import load_model
+    from ..training.model_and_tokenizer import load_model_and_tokenizer
     from ..training.runtime import pick_device, resolve_precision
 
     checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
@@ -169,8 +168,8 @@ def eval_command(
         raise KrakenError(f"--max-batches must be >= 1, got {max_batches} (omit it for the "
                           "whole split)")
     device = pick_device()
-    run_tokenizer = checkpoint_tokenizer(checkpoint_dir, expected=tokenizer)
-    model = load_model(checkpoint_dir, device=device)
+    model, run_tokenizer = load_model_and_tokenizer(checkpoint_dir, device=device,
+                                                    expected_tokenizer=tokenizer)
     if seq_len is not None and not 1 <= seq_len <= model.config.context_len:
         raise KrakenError(f"--seq-len must be between 1 and the model's context {model.config.context_len}")
     tokens = prepare_corpus(data, tokenizer=run_tokenizer, progress=not as_json).split("val")

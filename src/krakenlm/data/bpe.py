@@ -11,7 +11,6 @@ written atomically; the same corpus and size give the same file (training is det
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from ..errors import KrakenError
 from ..fileio import write_text_atomically
+from .json_tokenizer import JsonTokenizer, tokenizers_module
 from .tokenizer import END_OF_TEXT
 
 BPE_FORMAT_VERSION = 1
@@ -28,51 +28,22 @@ BPE_SIZES = {"bpe-4k": 4096, "bpe-8k": 8192}  # both multiples of 64: the model'
 MAX_TRAINING_CHARS = 200_000_000
 
 
-def _tokenizers_module():
-    try:
-        import tokenizers
-    except ImportError:
-        raise KrakenError("the bpe-* tokenizers need Hugging Face tokenizers: "
-                          "pip install tokenizers (a core dependency of krakenlm)") from None
-    return tokenizers
-
-
-class BpeTokenizer:
-    """Same interface as the GPT-2 `Tokenizer`: encode/encode_batch/decode, `eot_id`,
-    `vocab_size`, `name`; plus the JSON text and its sha256 that a checkpoint records."""
+class BpeTokenizer(JsonTokenizer):
+    """A `bpe-4k`/`bpe-8k` vocabulary: a tokenizer.json whose `<|endoftext|>` separates
+    documents; it puts nothing before a text (`start_ids` is empty, as with GPT-2)."""
 
     def __init__(self, name: str, json_text: str) -> None:
-        tokenizers = _tokenizers_module()
-        self.name = name
-        self.json_text = json_text
-        self.sha256 = hashlib.sha256(json_text.encode()).hexdigest()
-        try:
-            self._tok = tokenizers.Tokenizer.from_str(json_text)
-        except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
-            raise KrakenError(f"the {name} tokenizer file is not a valid tokenizer.json "
-                              f"({exc}); delete it so that it is trained again") from None
-        # Like GPT-2's: '<|endoftext|>' written inside a document is ordinary text.
-        self._tok.encode_special_tokens = True
-        eot = self._tok.token_to_id(END_OF_TEXT)
+        super().__init__(name, json_text, fix="delete it so that it is trained again")
+        eot = self.token_id(END_OF_TEXT)
         if eot is None:
             raise KrakenError(f"the {name} tokenizer has no {END_OF_TEXT} token; delete its "
                               "file so that it is trained again")
         self.eot_id = eot
-        self.vocab_size = self._tok.get_vocab_size()
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
-
-    def decode(self, ids) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
 def train_bpe_json(texts: Iterator[str], vocab_size: int) -> str:
     """The tokenizer.json of a byte-level BPE of `vocab_size` tokens learned from `texts`."""
-    tokenizers = _tokenizers_module()
+    tokenizers = tokenizers_module()
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     tok = tokenizers.Tokenizer(models.BPE())

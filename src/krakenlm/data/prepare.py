@@ -1,10 +1,12 @@
-"""Tokenize a corpus once into uint16 memory-mapped train/val splits in a cache directory.
+"""Tokenize a corpus once into memory-mapped train/val splits in a cache directory.
 
 Layout of a prepared corpus (`<cache>/corpora/<key>/`):
-    train.bin, val.bin   token ids, uint16, documents separated by <|endoftext|>
-    meta.json            source, tokenizer (name and sha256), token counts, how the split was made
-The key is the corpus's, with GPT-2 (the default tokenizer), and `<corpus>--<bpe>-<sha256[:12]>`
-with a BPE tokenizer: a different vocabulary never reads another's token ids.
+    train.bin, val.bin   token ids, uint16 (uint32 for a vocabulary above 65,536 tokens, e.g.
+                         an imported Llama 3's), documents separated by the end-of-text token
+    meta.json            source, tokenizer (name and sha256), dtype, token counts, the split
+The key is the corpus's, with GPT-2 (the default tokenizer), and `<corpus>--<name>-<sha256[:12]>`
+with a BPE (`-eot<id>` added for an imported tokenizer): a different vocabulary never reads
+another's token ids.
 A corpus is prepared into a temporary directory and renamed into place when complete, so an
 interrupted preparation never leaves a half-written cache behind.
 """
@@ -15,7 +17,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import KrakenError
+from ..errors import KrakenError, warn
 from .sources import (bible_documents, hub_documents, local_documents, local_files,
                       shakespeare_documents)
 from .vocab import DEFAULT_TOKENIZER, get_tokenizer
@@ -128,7 +129,7 @@ def _many(path: Path) -> bool:
 class PreparedCorpus:
     directory: Path
     meta: dict
-    tokenizer: object = None  # what wrote the ids (data.tokenizer.Tokenizer or bpe.BpeTokenizer)
+    tokenizer: object = None  # what wrote the ids (data.tokenizer.Tokenizer or a JsonTokenizer)
 
     @property
     def train_path(self) -> Path:
@@ -141,7 +142,16 @@ class PreparedCorpus:
     def split(self, name: str) -> np.memmap:
         if name not in ("train", "val"):
             raise KrakenError(f"unknown split {name!r}; use 'train' or 'val'")
-        return np.memmap(self.directory / f"{name}.bin", dtype=np.uint16, mode="r")
+        dtype = self.meta.get("dtype", "uint16")
+        if dtype not in ("uint16", "uint32"):
+            raise KrakenError(f"{self.directory / 'meta.json'} names the token dtype {dtype!r}; "
+                              f"delete {self.directory} so that the corpus is prepared again")
+        return np.memmap(self.directory / f"{name}.bin", dtype=dtype, mode="r")
+
+
+def token_dtype(vocab_size: int) -> str:
+    """The narrowest unsigned integer that holds every id of the vocabulary."""
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"
 
 
 def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZER,
@@ -157,7 +167,7 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
         tokenizer = get_tokenizer(tokenizer, spec, root_dir, progress=progress)
     key = spec.key
     if tokenizer.name != DEFAULT_TOKENIZER:
-        key = f"{spec.key}--{tokenizer.name}-{tokenizer.sha256[:12]}"
+        key = f"{spec.key}--{tokenizer.corpus_tag}"
     root = root_dir / "corpora"
     final = root / key
     if final.is_dir():
@@ -165,8 +175,7 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
         if meta is not None:
             return PreparedCorpus(final, meta, tokenizer)
         if damage:
-            print(f"warning: the prepared corpus {final} is damaged ({damage}); preparing it "
-                  "again", file=sys.stderr)
+            warn(f"the prepared corpus {final} is damaged ({damage}); preparing it again")
         shutil.rmtree(final)  # an older layout, or damaged: rebuild
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
@@ -182,7 +191,7 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
 def _read_prepared(directory: Path) -> tuple[dict | None, str]:
     """(meta.json, "") of a complete prepared corpus; (None, "") for an older layout; (None,
     what is wrong) when a file is missing, unreadable, or a split's size is not the token
-    count meta.json records (2 bytes per uint16 token)."""
+    count meta.json records times the size of its token dtype."""
     try:
         meta = json.loads((directory / "meta.json").read_text())
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSON and UTF-8 errors
@@ -191,14 +200,18 @@ def _read_prepared(directory: Path) -> tuple[dict | None, str]:
         return None, "meta.json is not an object"
     if meta.get("format_version") != FORMAT_VERSION:
         return None, ""
+    dtype = meta.get("dtype", "uint16")
+    width = {"uint16": 2, "uint32": 4}.get(dtype) if isinstance(dtype, str) else None
+    if width is None:
+        return None, f"meta.json names the token dtype {dtype!r:.40}"
     for split in ("train", "val"):
         tokens = meta.get(f"{split}_tokens")
         path = directory / f"{split}.bin"
         size = path.stat().st_size if path.is_file() else None
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1 \
-                or size != 2 * tokens:
+                or size != width * tokens:
             return None, (f"{split}.bin holds {size} bytes, meta.json records {tokens!r:.40} "
-                          "tokens of 2 bytes")
+                          f"tokens of {width} bytes")
     return meta, ""
 
 
@@ -215,6 +228,7 @@ def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
 
 def _tokenize_to(directory: Path, spec: CorpusSpec, key: str, tokenizer, progress: bool) -> dict:
     counts = {"train": 0, "val": 0}
+    dtype = token_dtype(tokenizer.vocab_size)
     documents = 0
     with open(directory / "train.bin", "wb") as train, open(directory / "val.bin", "wb") as val:
         source = spec.documents()  # a hub corpus fails here, before the bar is drawn
@@ -224,7 +238,7 @@ def _tokenize_to(directory: Path, spec: CorpusSpec, key: str, tokenizer, progres
             for ids in tokenizer.encode_batch(batch):
                 ids.append(tokenizer.eot_id)
                 split = "val" if spec.is_validation(documents) else "train"
-                (val if split == "val" else train).write(np.asarray(ids, dtype=np.uint16).tobytes())
+                (val if split == "val" else train).write(np.asarray(ids, dtype=dtype).tobytes())
                 counts[split] += len(ids)
                 documents += 1
             bar.update(len(batch))
@@ -235,7 +249,7 @@ def _tokenize_to(directory: Path, spec: CorpusSpec, key: str, tokenizer, progres
     meta = {"format_version": FORMAT_VERSION, "source": spec.description, "key": key,
             "corpus": spec.key, "tokenizer": tokenizer.name,
             "tokenizer_sha256": getattr(tokenizer, "sha256", None),
-            "vocab_size": tokenizer.vocab_size, "dtype": "uint16", "documents": documents,
+            "vocab_size": tokenizer.vocab_size, "dtype": dtype, "documents": documents,
             "train_tokens": counts["train"], "val_tokens": counts["val"],
             "split": f"document i is validation when i % {spec.val_every} == {spec.val_every // 2}"}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

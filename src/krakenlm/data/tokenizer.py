@@ -36,6 +36,7 @@ class Tokenizer:
     name = "gpt2"
     eot_id = END_OF_TEXT_ID
     vocab_size = GPT2_VOCAB_SIZE
+    start_ids: tuple[int, ...] = ()  # GPT-2 puts nothing before a text
 
     def __init__(self) -> None:
         self._enc = gpt2_encoding()

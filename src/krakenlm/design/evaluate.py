@@ -33,6 +33,9 @@ ROW_FIELDS = ("key", "feasible", "reason", "arch", "tp", "replicas", "batch", "t
               "die_area_mm2", "yield", "device_usd", "system_usd", "memory_technology",
               "memory_capacity_gb", "memory_bandwidth_gb_per_s", "peak_fp16_tflops",
               "devices")
+# Fields that hold text whatever they look like: a key is a hex digest and may be all digits
+# ("9555029436799798") or read as a number in exponent notation ("2923e78196840413").
+TEXT_FIELDS = ("key", "reason", "arch", "perf_unit", "memory_technology")
 
 
 def _tp_candidates(devices: int, fixed: int | None) -> list[int]:

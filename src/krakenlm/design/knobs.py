@@ -23,6 +23,7 @@ import yaml
 
 from .. import yamlio
 from ..errors import KrakenError
+from ..fileio import read_user_text
 
 
 class DesignSpaceError(KrakenError, ValueError):
@@ -219,7 +220,7 @@ def load_space(path: str | Path) -> DesignSpace:
     if not path.is_file():
         raise DesignSpaceError(f"design space file {path} does not exist")
     try:
-        data = yamlio.safe_load(path.read_text())
+        data = yamlio.safe_load(read_user_text(path, "design space file", DesignSpaceError))
     except yaml.YAMLError as exc:
         raise DesignSpaceError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix the "
                                "syntax") from None

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..errors import KrakenError
-from ..fileio import write_csv_atomically, write_text_atomically
-from .evaluate import ROW_FIELDS, Evaluator
-from .knobs import design_key
+from ..fileio import read_user_text, write_csv_atomically, write_text_atomically
+from .evaluate import ROW_FIELDS, TEXT_FIELDS, Evaluator
+from .knobs import KNOBS, design_key
 from .objectives import Objective
 
 BACKENDS = ("local", "dask")
@@ -70,21 +70,71 @@ def _columns(knob_names: list[str]) -> list[str]:
     return [f"knob_{k}" for k in knob_names] + list(ROW_FIELDS)
 
 
-def _parse_cell(text: str) -> Any:
+def _text_column(column: str) -> bool:
+    knob = KNOBS.get(column[5:]) if column.startswith("knob_") else None
+    return column in TEXT_FIELDS or (knob is not None and knob.kind == "choice")
+
+
+def _parse_cell(column: str, text: str) -> Any:
+    """A CSV cell back to the value `evaluate` wrote, by its column: text columns stay
+    strings (a key of digits is not a number), `feasible` a bool, the rest numbers or None.
+    Raises ValueError for a cell its column cannot hold."""
+    if _text_column(column):
+        return text
     if text == "":
         return None
-    if text in ("True", "False"):
+    if column == "feasible":
+        if text not in ("True", "False"):
+            raise ValueError(f"feasible is {text!r}, not True or False")
         return text == "True"
     try:
-        number = float(text)
+        return int(text)
     except ValueError:
-        return text
-    return int(number) if number.is_integer() and "." not in text and "e" not in text else number
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{column} is {text!r}, not a number") from None
+
+
+def _parse_row(row: dict[str | None, Any]) -> dict[str, Any]:
+    if None in row:  # csv.DictReader files surplus cells under the key None
+        columns = len(row) - 1
+        raise ValueError(f"{columns + len(row[None])} cells where the header has {columns}")
+    if None in row.values():  # ... and fills missing ones with None
+        cells = sum(v is not None for v in row.values())
+        raise ValueError(f"{cells} cells where the header has {len(row)}")
+    return {k: _parse_cell(k, v) for k, v in row.items()}
+
+
+def _read_rows(path: Path, text: str, columns: list[str] | None) -> list[dict[str, Any]]:
+    """Every row of a table's text, typed; a KrakenError naming the line of a malformed one
+    (or a header that is not `columns`)."""
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = reader.fieldnames or []
+        if columns is not None and header != columns:
+            raise KrakenError(f"{path}: its header is not the columns its "
+                              f"{path.name}.meta.json names; the table was edited or damaged: "
+                              "pass --no-resume to start it afresh, or another --out")
+        rows = []
+        for row in reader:
+            try:
+                rows.append(_parse_row(row))
+            except ValueError as exc:
+                raise KrakenError(f"{path} line {reader.line_num} is malformed ({exc}); delete "
+                                  "that line to re-evaluate its design, or pass --no-resume "
+                                  "to start afresh") from None
+        return rows
+    except csv.Error as exc:
+        raise KrakenError(f"{path} is not a readable CSV table ({exc}); pass --no-resume to "
+                          "start it afresh, or another --out") from None
 
 
 def read_table(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, newline="") as fh:
-        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+    """The rows of an explore table (see `_parse_cell` for the types)."""
+    path = Path(path)
+    return _read_rows(path, read_user_text(path, "design table"), None)
 
 
 class Table:
@@ -95,7 +145,7 @@ class Table:
         self.meta_path = path.with_name(path.name + ".meta.json")
         self.rows: list[dict[str, Any]] = []
         if path.exists() and resume:
-            old = json.loads(self.meta_path.read_text()) if self.meta_path.exists() else None
+            old = self._read_meta() if self.meta_path.exists() else None
             if old != meta:
                 raise KrakenError(f"{path} holds another experiment (base, objective or knobs "
                                   f"differ from its {self.meta_path.name}); pass another --out "
@@ -105,16 +155,23 @@ class Table:
             write_text_atomically(self.meta_path, json.dumps(meta, indent=1, sort_keys=True))
             write_csv_atomically(path, columns, [])
 
+    def _read_meta(self) -> Any:
+        try:
+            return json.loads(read_user_text(self.meta_path, "table sidecar"))
+        except json.JSONDecodeError as exc:
+            raise KrakenError(f"{self.meta_path} is not valid JSON ({exc.msg} at line "
+                              f"{exc.lineno}): it cannot tell which experiment {self.path.name} "
+                              "holds; pass --no-resume to start the table afresh, or another "
+                              "--out") from None
+
     def _load_dropping_torn_tail(self) -> None:
-        text = self.path.read_text()
-        lines = text.splitlines(keepends=True)
-        complete = [ln for ln in lines if ln.endswith("\n")]
-        rows = list(csv.DictReader(io.StringIO("".join(complete))))
-        good = [r for r in rows if None not in r and r.get("key") and
-                len(r) == len(self.columns)]
-        if len(complete) != len(lines) or len(good) != len(rows):
-            write_csv_atomically(self.path, self.columns, good)  # drop what a kill tore
-        self.rows = [{k: _parse_cell(v) for k, v in r.items()} for r in good]
+        """Rows are appended whole chunks at a time, so only the last line can be torn (by a
+        kill mid-append): it is dropped. Any other malformed line is damage: an error."""
+        text = read_user_text(self.path, "design table")
+        complete = text[:text.rfind("\n") + 1]
+        self.rows = _read_rows(self.path, complete, self.columns) if text else []
+        if len(complete) != len(text) or not text:
+            write_csv_atomically(self.path, self.columns, self.rows)  # drop what a kill tore
 
     def keys(self) -> set[str]:
         return {r["key"] for r in self.rows}

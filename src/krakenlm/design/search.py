@@ -55,6 +55,9 @@ def search(space: DesignSpace, evaluator: Evaluator, trials: int, seed: int = 0,
         raise KrakenError("search needs optuna: pip install 'krakenlm[design]'") from None
     if trials < 1:
         raise KrakenError(f"--trials must be at least 1, got {trials}")
+    if population < 2:  # NSGA-II breeds each child from two parents
+        raise KrakenError(f"--population must be at least 2 (NSGA-II crosses two parents), "
+                          f"got {population}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows: list[dict[str, Any]] = []
     sampler = optuna.samplers.NSGAIISampler(population_size=population, seed=seed)

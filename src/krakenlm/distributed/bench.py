@@ -12,7 +12,10 @@ how much of the communication its overlap hides. The collectives go through the 
 (`shm,gloo`) every repeat runs every backend too, so they are compared under the same drifts,
 against the same no-op runs. Runs with and without communication, and of the three
 architectures, are interleaved, and the exposed time is the median of back-to-back
-differences, so slow drifts of the machine's speed hit every variant alike.
+differences, so slow drifts of the machine's speed hit every variant alike. Time cannot be
+negative: when noise makes the runs with communication the faster ones, the exposed time is
+reported as 0 (below what this machine can resolve) and the measured median is kept beside it
+(`exposed_comm_raw_s`).
 """
 
 from __future__ import annotations
@@ -222,6 +225,13 @@ def _paired_median(on: list, off: list, field: str) -> float | None:
     return median([getattr(a, field) - getattr(b, field) for a, b in zip(on, off)])
 
 
+def _exposed(on: list, off: list, field: str) -> float | None:
+    """The paired median as an exposed time: at least 0 (a negative median is noise larger
+    than the communication, not communication that saved time)."""
+    difference = _paired_median(on, off, field)
+    return None if difference is None else max(0.0, difference)
+
+
 def _median_of(runs: list | None, field: str) -> float | None:
     return median([getattr(r, field) for r in runs]) if runs else None
 
@@ -236,18 +246,20 @@ def _row(size, arch, name, config, world_size, prompt_tokens, comm, backend, on,
     return {
         "arch": arch, "preset": name, "world_size": world_size, "prompt_tokens": prompt_tokens,
         "ttft_s": _median_of(main, "ttft_s"), "tpot_s": _median_of(main, "tpot_s"),
-        "exposed_comm_s": _paired_median(on, off, "ttft_s") if both else None,
+        "exposed_comm_s": _exposed(on, off, "ttft_s") if both else None,
         # Extras: the no-op baseline itself, the decode-side difference, and the time rank 0
         # spent inside collectives during prefill (waits included, overlapped time excluded).
         "size": size, "params": config.num_params(), "comm": comm, "comm_backend": backend,
         "ttft_comm_off_s": _median_of(off, "ttft_s"), "tpot_comm_off_s": _median_of(off, "tpot_s"),
-        "tpot_exposed_comm_s": _paired_median(on, off, "tpot_s") if both else None,
+        "tpot_exposed_comm_s": _exposed(on, off, "tpot_s") if both else None,
+        # The TTFT difference as measured, negative when noise exceeded the communication.
+        "exposed_comm_raw_s": _paired_median(on, off, "ttft_s") if both else None,
         "prefill_comm_blocked_s": _median_of(on, "prefill_comm_blocked_s"),
         # Shared memory only: the part of the above spent waiting for a peer (the rest is
         # copying and summing); None with gloo, whose waiting and work cannot be told apart.
         "prefill_comm_peer_wait_s": (median(waits) if waits and None not in waits else None),
         # Kraken only: the same runs with every reduction blocking (no overlap).
-        "exposed_comm_if_blocking_s": (_paired_median(blocking, off, "ttft_s")
+        "exposed_comm_if_blocking_s": (_exposed(blocking, off, "ttft_s")
                                        if blocking and off else None),
         # Every timed run, in order, so the spread behind each median is on record.
         "ttft_runs_s": [r.ttft_s for r in main],

@@ -105,7 +105,7 @@ def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int =
     ranks' logits are identical after the all-reduce); against one device it relies on the
     logits agreeing to rounding, which can flip a draw only at a near-tie (rare)."""
     from ..data.tokenizer import Tokenizer
-    from ..data.vocab import checkpoint_tokenizer
+    from ..data.vocab import checkpoint_tokenizer, prompt_ids
 
     if under_torchrun():
         raise KrakenError("the tensor-parallel demo spawns its own ranks; run it without torchrun")
@@ -117,7 +117,7 @@ def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int =
                   else Tokenizer() for arch in DEFAULT_PRESETS}
     cases = [DemoCase(arch, Weights(checkpoint=Path(checkpoints[arch])) if arch in checkpoints
                       else Weights(preset=preset, seed=0),
-                      torch.tensor([tokenizers[arch].encode(prompt)]))
+                      torch.tensor([prompt_ids(tokenizers[arch], prompt)]))
              for arch, preset in DEFAULT_PRESETS.items()]
     if sampling is None:
         sampling = SamplingConfig(max_new_tokens=new_tokens, greedy=True)

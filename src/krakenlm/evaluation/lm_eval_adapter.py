@@ -27,10 +27,10 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from ..data.tokenizer import Tokenizer
-from ..data.vocab import checkpoint_tokenizer
+from ..data.vocab import check_tokenizer_fits, checkpoint_tokenizer, prompt_ids
 from ..errors import KrakenError
 from ..models.transformer import Transformer
-from ..training.checkpoint import load_model
+from ..training.model_and_tokenizer import load_model_and_tokenizer
 from ..training.runtime import pick_device
 from .generate import SamplingConfig, generate
 
@@ -77,16 +77,27 @@ def _usable_device(device: str | None) -> torch.device:
 class KrakenLMEval(LM):
     def __init__(self, model: Transformer | None = None, checkpoint: str | None = None,
                  batch_size: int | str = DEFAULT_BATCH_SIZE, device: str | None = None,
-                 progress: bool = True, **_ignored):
+                 progress: bool = True, tokenizer=None, **_ignored):
         super().__init__()
+        if isinstance(tokenizer, str):  # from --model_args: the checkpoint's own is the one
+            raise KrakenError(f"tokenizer={tokenizer} in --model_args: the krakenlm model always "
+                              "uses its checkpoint's own tokenizer; drop it")
         if model is None:
             if checkpoint is None:
                 raise KrakenError("the krakenlm model needs a checkpoint: --model_args "
                                   "checkpoint=DIR (a `krakenlm train --out` directory)")
-            model = load_model(checkpoint, device=_usable_device(device))
+            # the tokenizer the checkpoint was trained (or imported) with, never GPT-2's by default
+            model, tokenizer = load_model_and_tokenizer(checkpoint, device=_usable_device(device))
+        elif tokenizer is None and checkpoint is not None:
+            tokenizer = checkpoint_tokenizer(checkpoint)
         self.model = model.eval()
-        # A checkpoint decodes with the tokenizer it was trained with; a bare model is GPT-2's.
-        self.tokenizer = checkpoint_tokenizer(checkpoint) if checkpoint is not None else Tokenizer()
+        # a bare model without its tokenizer (tests, library use) reads GPT-2's ids
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
+        check_tokenizer_fits(self.tokenizer, model.config.vocab_size, "the krakenlm model",
+                             "pass the tokenizer it was trained with")
+        # what a sequence starts with when it has no text of its own before the scored part:
+        # the tokenizer's BOS (Llama), else its end-of-text (GPT-2, as lm-eval's own models do)
+        self._prefix = list(self.tokenizer.start_ids) or [self.tokenizer.eot_id]
         self.batch_size_per_call = _positive_batch_size(batch_size)
         self.context_len = model.config.context_len
         self.progress = progress
@@ -124,7 +135,7 @@ class KrakenLMEval(LM):
         return results
 
     def _context_and_continuation(self, context: str, continuation: str) -> tuple[list[int], int]:
-        ctx = self.tokenizer.encode(context) if context else [self.tokenizer.eot_id]
+        ctx = prompt_ids(self.tokenizer, context) if context else self._prefix
         cont = self.tokenizer.encode(continuation)
         ids = (ctx + cont)[-(self.context_len + 1):]  # keep the end: the continuation matters
         return ids, min(len(cont), len(ids) - 1)
@@ -173,8 +184,8 @@ class KrakenLMEval(LM):
         out = []
         for request in tqdm(requests, desc="rolling loglikelihood", file=sys.stderr,
                             disable=not self.progress or len(requests) < 2):
-            ids = [self.tokenizer.eot_id] + self.tokenizer.encode(request.args[0])
-            windows = list(_rolling_windows(ids, self.context_len))
+            ids = self._prefix + self.tokenizer.encode(request.args[0])
+            windows = list(_rolling_windows(ids, self.context_len, len(self._prefix)))
             out.append(sum(score for score, _ in self._score(windows)))
         return out
 
@@ -187,7 +198,8 @@ class KrakenLMEval(LM):
             until = kwargs.get("until", [self.tokenizer.decode([self.tokenizer.eot_id])])
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kwargs.get("max_gen_toks", 64))
-            ids = self.tokenizer.encode(context)[-(self.context_len - max_new):] or [self.tokenizer.eot_id]
+            keep = self.context_len - max_new
+            ids = prompt_ids(self.tokenizer, context)[-keep:] or self._prefix
             prompt = torch.tensor([ids], device=self._model_device)
             new = generate(self.model, prompt, SamplingConfig(
                 max_new_tokens=max_new, greedy=True, stop_token=self.tokenizer.eot_id))
@@ -197,9 +209,11 @@ class KrakenLMEval(LM):
         return out
 
 
-def _rolling_windows(ids: list[int], context_len: int) -> Iterable[tuple[list[int], int]]:
-    """(window ids, number of new tokens scored at its end) covering ids[1:] once each."""
-    predicted = 1  # ids[0] (the end-of-text prefix) is never predicted
+def _rolling_windows(ids: list[int], context_len: int,
+                     prefix_len: int = 1) -> Iterable[tuple[list[int], int]]:
+    """(window ids, number of new tokens scored at its end) covering ids[prefix_len:] once
+    each."""
+    predicted = prefix_len  # the prefix (BOS or end-of-text) is never predicted
     while predicted < len(ids):
         end = min(len(ids), predicted + context_len)
         start = max(0, end - context_len - 1)

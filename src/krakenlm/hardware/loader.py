@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .. import yamlio
+from ..fileio import read_user_text
 from .schema import HardwareError, System, system_from_dict
 
 _PRESET_PACKAGE = "krakenlm.hardware.presets"
@@ -47,7 +48,7 @@ def load_system(name_or_path: str) -> System:
             raise HardwareError(f"unknown system {name_or_path!r}: not a preset "
                                 f"({', '.join(sorted(presets))}) nor a YAML file; run "
                                 "`krakenlm sim systems` to list the presets")
-        text, source = path.read_text(), str(path)
+        text, source = read_user_text(path, "hardware file", HardwareError), str(path)
     data = _parse_yaml(text, source)
     try:
         return system_from_dict(data)

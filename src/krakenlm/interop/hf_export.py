@@ -4,7 +4,9 @@ The rule (see docs/huggingface.md): a standard block that a native `transformers
 computes exactly is written as that class (GPT-2 or Llama, see `native.native_family`); every
 other model (the parallel block, Kraken, mixed standard blocks, or any model with
 `remote_code=True`) is written with its own modelling code for `trust_remote_code=True`.
-Both get model.safetensors, config.json, generation_config.json and GPT-2's tokenizer files.
+Both get model.safetensors, config.json, generation_config.json and the checkpoint's own
+tokenizer (GPT-2's files, or the tokenizer.json of a BPE run or an imported model), so that
+`import hf` of the export reads the same tokenizer back.
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ..data.tokenizer import END_OF_TEXT_ID
 from ..models.config import ModelConfig
-from ..training.checkpoint import load_model
+from ..training.model_and_tokenizer import load_model_and_tokenizer
 from . import native
 from .atomic_dir import check_output_dir, write_directory_atomically
-from .tokenizer_files import tokenizer_files
+from .tokenizer_files import token_ids, tokenizer_files
 
 REMOTE_FILES = ("configuration_krakenlm.py", "modeling_krakenlm.py")
 REMOTE_MODEL_TYPE = "krakenlm"
@@ -53,13 +54,6 @@ def to_remote(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             for name, t in state.items()}
 
 
-def _token_ids(config: ModelConfig) -> dict:
-    # GPT-2's end-of-text starts and ends documents in our training data.
-    if config.vocab_size <= END_OF_TEXT_ID:
-        return {"bos_token_id": None, "eos_token_id": None}  # a toy vocabulary
-    return {"bos_token_id": END_OF_TEXT_ID, "eos_token_id": END_OF_TEXT_ID}
-
-
 def _json(obj: dict) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
@@ -69,7 +63,7 @@ def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
     out_dir = Path(out_dir)
     # before loading anything
     check_output_dir(out_dir, force, "Hugging Face model", Path(checkpoint_dir))
-    model = load_model(checkpoint_dir)
+    model, tokenizer = load_model_and_tokenizer(checkpoint_dir)
     config = model.config
     family = None if remote_code else native.native_family(config)
     state = {name: t.detach() for name, t in model.state_dict().items()}
@@ -82,7 +76,7 @@ def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
         tensors, config_dict = to_remote(state), remote_config_dict(config)
     # safetensors refuses tensors sharing memory (our splits are views): one copy each.
     tensors = {name: t.contiguous().clone() for name, t in tensors.items()}
-    ids = _token_ids(config)
+    ids = token_ids(tokenizer)
     config_dict.update(ids, torch_dtype="float32")
     generation = {**ids, "pad_token_id": ids["eos_token_id"]}
 
@@ -90,7 +84,7 @@ def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(_json(config_dict))
         (tmp / "generation_config.json").write_text(_json(generation))
-        for name, content in tokenizer_files(config.context_len).items():
+        for name, content in tokenizer_files(tokenizer, config.context_len).items():
             (tmp / name).write_bytes(content)
         if family == REMOTE_MODEL_TYPE:
             source = resources.files("krakenlm.interop") / "hf_remote"

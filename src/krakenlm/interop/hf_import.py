@@ -4,7 +4,9 @@ Imports what our model computes exactly: GPT-2, Llama and Mistral (full attentio
 krakenlm's own remote-code exports (any architecture). Anything else is refused with a
 one-line error naming the unsupported model_type or feature. The run is written through
 `training.checkpoint.save_checkpoint` (step 0, no optimizer state), so `krakenlm eval` and
-`krakenlm generate` read it like a trained run.
+`krakenlm generate` read it like a trained run. The model's own tokenizer comes with it (see
+`hf_tokenizer`): recorded in train_state.json and, unless it is GPT-2's, saved as the run's
+tokenizer.json, so every command feeds the model its own ids.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from ..data.vocab import tokenizer_files as checkpoint_tokenizer_files
+from ..data.vocab import tokenizer_record
 from ..errors import KrakenError
 from ..models.config import ModelConfig, read_json_object
 from ..models.transformer import Transformer
 from ..training.checkpoint import save_checkpoint
 from . import native
 from .atomic_dir import check_output_dir, write_directory_atomically
+from .hf_tokenizer import read_hf_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -36,6 +41,9 @@ class ImportResult:
     model_type: str
     config: ModelConfig
     num_params: int
+    tokenizer: object  # the tokenizer the run records (GPT-2's or the model's tokenizer.json)
+    tokenizer_source: str  # "read from tokenizer.json", ... (hf_tokenizer.DirTokenizer)
+    warnings: tuple[str, ...] = ()  # plausible but suspicious: printed as `warning:` lines
 
 
 def read_config(hf_dir: Path) -> tuple[dict, ModelConfig]:
@@ -160,13 +168,18 @@ def import_hf(hf_dir: Path, out_dir: Path, *, force: bool = False) -> ImportResu
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     data, config = read_config(hf_dir)
     check_output_dir(out_dir, force, "imported run", hf_dir)
+    found = read_hf_tokenizer(hf_dir, data, config.vocab_size)  # before the (large) weights
     model = convert(data, config, read_weights(hf_dir), str(hf_dir))
     train_state = {"step": 0, "tokens_seen": 0, "corpus": None, "val_loss": None,
-                   "imported_from": str(hf_dir.resolve()), "model_type": data["model_type"]}
+                   "imported_from": str(hf_dir.resolve()), "model_type": data["model_type"],
+                   "tokenizer": tokenizer_record(found.tokenizer)}
 
     def fill(tmp: Path) -> None:
-        save_checkpoint(tmp, model, None, train_state)
+        save_checkpoint(tmp, model, None, train_state,
+                        files=checkpoint_tokenizer_files(found.tokenizer))
 
     write_directory_atomically(out_dir, fill, force=force, what="imported run",
                                source=hf_dir)
-    return ImportResult(out_dir, data["model_type"], config, model.num_params())
+    return ImportResult(out_dir, data["model_type"], config, model.num_params(),
+                        found.tokenizer, found.source,
+                        (found.warning,) if found.warning else ())

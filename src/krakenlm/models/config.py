@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KrakenError
+from ..fileio import read_user_text
 
 ARCHITECTURES = ("gpt", "parallel", "kraken")
 NORMS = ("layernorm", "rmsnorm")
@@ -208,12 +209,9 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"model config file {path} does not exist")
+    text = read_user_text(path, "model config file", ConfigError)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"model config file {path} is not UTF-8 text (byte {exc.start} is "
-                          f"{exc.object[exc.start:exc.start + 1]!r}); a config is a JSON file "
-                          "saved as UTF-8") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"model config file {path} is not valid JSON: {exc.msg} at line "
                           f"{exc.lineno}, column {exc.colno}") from None

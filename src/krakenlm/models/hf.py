@@ -2,7 +2,9 @@
 
 Supported `model_type`s: gpt2, bloom, llama, mistral (standard block), gptj and gpt_neox with
 parallel residual (parallel block). Only the shape matters here, not the weights. A krakenlm
-config file (with an "arch" field) is accepted too, so one loader serves both.
+config file (with an "arch" field) is accepted too, so one loader serves both, and so is the
+config.json of `krakenlm export hf` for remote code (model_type "krakenlm": krakenlm's fields
+beside the Hugging Face ones).
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ from typing import Any
 from .config import ConfigError, ModelConfig, read_json_object
 
 SUPPORTED = ("gpt2", "bloom", "llama", "mistral", "gptj", "gpt_neox")
+KRAKENLM_MODEL_TYPE = "krakenlm"  # what `krakenlm export hf` writes for remote code
+# Fields by which Hugging Face configs declare a mixture of experts (Mixtral, Qwen-MoE, OLMoE,
+# DeepSeek, DBRX-style names). A value above 1 means routed experts: a different model from
+# the dense one the rest of the config describes.
+MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
+              "num_routed_experts", "num_experts_per_tok", "n_shared_experts")
 
 
 def _get(data: dict[str, Any], source: str, *keys: str, default: Any = ...) -> Any:
@@ -53,9 +61,15 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
     if "arch" in data and "model_type" not in data:
         return ModelConfig.from_dict(data)
     kind = data.get("model_type")
+    _refuse_experts(data, source)
+    if kind == KRAKENLM_MODEL_TYPE:
+        # krakenlm's own fields, written beside model_type, auto_map, token ids and the like
+        return ModelConfig.from_dict({k: v for k, v in data.items()
+                                      if k in ModelConfig.__dataclass_fields__})
     if kind not in SUPPORTED:
         raise ConfigError(f"{source}: unsupported model_type {kind!r}; supported: "
-                          f"{', '.join(SUPPORTED)} (or a krakenlm config with an 'arch' field)")
+                          f"{', '.join(SUPPORTED)}, {KRAKENLM_MODEL_TYPE} (krakenlm's own export) "
+                          "or a krakenlm config with an 'arch' field")
     g = lambda *keys, default=...: _get(data, source, *keys, default=default)  # noqa: E731
     number = lambda key, default: _float(source, key, g(key, default=default))  # noqa: E731
     if kind in ("llama", "mistral"):
@@ -102,6 +116,18 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
         context_len=g("max_position_embeddings", default=2048), position="rope", bias=True,
         tie_embeddings=bool(g("tie_word_embeddings", default=False)),
         norm_eps=number("layer_norm_eps", 1e-5))
+
+
+def _refuse_experts(data: dict[str, Any], source: str) -> None:
+    """A mixture-of-experts config read as its dense skeleton would be another model (every
+    expert's weights, routing, all-to-all): refuse it rather than simulate or train that."""
+    experts = {k: data[k] for k in MOE_FIELDS
+               if isinstance(data.get(k), (int, float)) and not isinstance(data[k], bool)
+               and data[k] > 1}
+    if experts:
+        found = ", ".join(f"{k}={v}" for k, v in experts.items())
+        raise ConfigError(f"{source}: a mixture-of-experts model ({found}); krakenlm models "
+                          "dense Transformers only (MoE routing and experts are not modelled)")
 
 
 def load_model_config(path: str | Path) -> ModelConfig:

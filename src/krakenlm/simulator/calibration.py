@@ -36,6 +36,7 @@ import yaml
 
 from .. import yamlio
 from ..errors import KrakenError
+from ..fileio import read_user_text
 from ..hardware.schema import Device, System
 from .collectives import IDEAL, Protocol, collective_time
 from .elementwise import simulate_stream
@@ -154,7 +155,7 @@ def load_calibration(path: str | Path | None) -> Calibration:
     if path is None:
         return default_calibration()
     try:
-        data = yamlio.safe_load(Path(path).read_text())
+        data = yamlio.safe_load(read_user_text(path, "calibration file", CalibrationError))
     except OSError as exc:
         raise CalibrationError(f"calibration file {path}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -163,12 +164,12 @@ def load_calibration(path: str | Path | None) -> Calibration:
     devices = data.get("devices") if isinstance(data, dict) else None
     if not isinstance(devices, dict) or not all(isinstance(key, str) and isinstance(ops, dict)
                                                 for key, ops in devices.items()):
-        raise CalibrationError(f"calibration file {path}: expected `devices:` mapping each "
-                               "device to its operators' constants (as `krakenlm sim calibrate` "
-                               "writes it)")
+        raise CalibrationError(f"calibration file {path} must hold a mapping with a devices "
+                               "section, each device mapping its operators to their constants "
+                               "(the format of `krakenlm sim calibrate`'s output)")
     try:
         return Calibration(data)
-    except CalibrationError as exc:
+    except (TypeError, AttributeError, ValueError) as exc:
         raise CalibrationError(f"calibration file {path}: {exc}") from None
 
 

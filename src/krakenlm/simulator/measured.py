@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import KrakenError
+from ..fileio import read_user_text
 
 OPERATOR_FILES = re.compile(r"^(matmul|softmax|layernorm|gelu)_([A-Za-z0-9-]+)\.csv$")
 ALLREDUCE_FILE = re.compile(r"^allreduce_([A-Za-z0-9-]+)x(\d+)\.csv$")
@@ -50,7 +51,7 @@ class MeasuredSet:
 
 def _rows(path: Path, n_cols: int, header: bool = False) -> list[list[str]]:
     out = []
-    lines = path.read_text().splitlines()
+    lines = read_user_text(path, "measurement file", MeasurementError).splitlines()
     for i, line in enumerate(lines[1:] if header else lines, start=2 if header else 1):
         if not line.strip():
             continue
@@ -73,7 +74,8 @@ def load_measured(directory: str | Path) -> MeasuredSet:
     root = Path(directory)
     if not root.is_dir():
         raise MeasurementError(f"measurement directory {root} does not exist; point --measured "
-                               "at a folder like shared/data/measured")
+                               "at the LLMCompass measurement set (docs/simulator.md says how "
+                               "to get it)")
     out = MeasuredSet()
     for path in sorted(root.glob("*.csv")):
         name = path.name

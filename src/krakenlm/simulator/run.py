@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import warn
 from ..hardware import load_system
 from ..hardware.schema import DTYPE_BYTES, System
 from ..models import ModelConfig
@@ -406,6 +407,11 @@ class Simulator:
             system.device.matrix_rate(self.precision(op))
         self.system, self.profile, self.mode, self.dtype = system, profile, mode, dtype
         self.options = _graph_options(profile, attention, mode)
+        if gpu_calibration is not None and not gpu_calibration.matches(system.device):
+            # plausible for a what-if device modelled on a measured GPU, but usually a mix-up
+            warn(f"GPU calibration {gpu_calibration.path or gpu_calibration.device_key} holds "
+                 f"fits measured on {gpu_calibration.device_key}, not on {system.name}'s "
+                 f"{system.device.name}: its kernels are timed with another GPU's constants")
         gpu = gpu_calibration if gpu_calibration is not None else \
             gpu_store.for_device(system.device)
         self.timer = OpTimer(system, profile, mode, dtype, calibration or default_calibration(),

@@ -42,6 +42,7 @@ import yaml
 
 from .. import yamlio
 from ..errors import KrakenError
+from ..fileio import read_user_text
 
 PROFILE_PACKAGE = "krakenlm.simulator.software_profiles"
 DEFAULT_SOFTWARE = "trtllm"
@@ -254,11 +255,7 @@ def load_software(name_or_path: str | None = None) -> SoftwareProfile:
         if not path.is_file():
             raise SoftwareError(f"unknown software {name_or_path!r}: not a profile "
                                 f"({', '.join(sorted(files))}) nor a YAML file")
-        try:
-            text, source = path.read_text(encoding="utf-8"), str(path)
-        except UnicodeDecodeError as exc:
-            raise SoftwareError(f"software profile {path} is not UTF-8 text (byte {exc.start}); "
-                                "a profile is a YAML file saved as UTF-8") from None
+        text, source = read_user_text(path, "software profile", SoftwareError), str(path)
     try:
         data = yamlio.safe_load(text)
     except yaml.YAMLError as exc:

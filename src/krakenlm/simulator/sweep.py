@@ -8,7 +8,9 @@ cost comes from krakenlm.hardware.cost (die area per block at the base's node, y
 $/GB, packaging); its performance from `simulate` on a fixed workload, with the template (tile)
 model for the base and the designs alike. The richer design-space tools (objectives that pick
 batch and tp per design, feasibility, search, parallel runs) are in krakenlm.design. A design whose memory
-cannot hold the model is reported as not fitting rather than timed.
+cannot hold the model is reported as not fitting rather than timed; a design whose die is larger
+than the reticle (hardware.area.RETICLE_LIMIT_MM2) cannot be made as one die and is reported as
+infeasible, not timed or ranked.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import KrakenError
 from ..hardware import load_system
+from ..hardware.area import RETICLE_LIMIT_MM2
 from ..hardware.cost import system_cost
 from ..hardware.schema import Memory, PeakRates, System
 from ..models import get_preset
@@ -83,7 +87,12 @@ def evaluate(system: System, workload: Workload) -> dict[str, Any]:
                            "memory_capacity_bytes": system.device.memory.capacity_bytes,
                            "global_buffer_bytes": system.device.global_buffer.capacity_bytes,
                            "die_area_mm2": cost.area.total_mm2, "yield": cost.yield_fraction,
-                           "device_usd": cost.device_usd, "system_usd": cost.system_usd}
+                           "device_usd": cost.device_usd, "system_usd": cost.system_usd,
+                           "feasible": True}
+    if cost.area.total_mm2 > RETICLE_LIMIT_MM2:
+        row.update(feasible=False, reason=f"die area {cost.area.total_mm2:,.0f} mm^2 exceeds the "
+                                          f"reticle limit {RETICLE_LIMIT_MM2:g} mm^2")
+        return row
     try:
         # template (tile) model for the base and every design alike: the measured-kernel A100
         # calibration would otherwise time the renamed designs too and ignore their knobs
@@ -91,7 +100,7 @@ def evaluate(system: System, workload: Workload) -> dict[str, Any]:
                      workload.prompt_tokens, workload.gen_tokens, mode="tile",
                      model_name=workload.model)
     except (ModelDoesNotFit, SimulationError) as exc:
-        row.update(fits=False, reason=str(exc).split(";")[0])
+        row.update(feasible=False, fits=False, reason=str(exc).split(";")[0])
         return row
     tokens = workload.batch * workload.gen_tokens
     row.update(fits=True, ttft_s=r.ttft_s, tpot_s=r.tpot_s, e2e_s=r.e2e_s,
@@ -103,13 +112,23 @@ def evaluate(system: System, workload: Workload) -> dict[str, Any]:
 def sweep(base: str = "a100-80gb-x8", workload: Workload = Workload(),
           cores=DEFAULT_CORES, memories=tuple(MEMORIES),
           global_buffers_mib=DEFAULT_GLOBAL_BUFFER_MIB) -> dict[str, Any]:
+    for name, values in (("--cores", cores), ("--memories", memories),
+                         ("--global-buffers", global_buffers_mib)):
+        if not values:
+            raise KrakenError(f"{name} needs at least one value")
+    for c in cores:
+        if isinstance(c, bool) or c != int(c) or c < 1:
+            raise KrakenError(f"--cores takes whole numbers of at least 1, got {c!r}")
+    for g in global_buffers_mib:
+        if not 0 < g < float("inf"):
+            raise KrakenError(f"--global-buffers takes sizes above 0 MiB, got {g!r}")
     started = time.perf_counter()
     base_system = load_system(base)
     reference = evaluate(base_system, workload)
     rows = []
     for c, m, g in itertools.product(cores, memories, global_buffers_mib):
         row = evaluate(design(base_system, c, m, g), workload)
-        if row.get("fits") and reference.get("fits"):
+        if row["feasible"] and reference["feasible"]:
             row["perf_per_usd_vs_base"] = (row["tokens_per_s_per_kusd"]
                                            / reference["tokens_per_s_per_kusd"])
         rows.append(row)

@@ -106,17 +106,16 @@ def _samples(run_dir: Path, new_tokens: int) -> list[tuple[str, str]]:
     """(prompt, continuation) pairs, sampled with a fixed seed (same run, same text)."""
     import torch
 
-    from ..data.vocab import checkpoint_tokenizer
+    from ..data.vocab import prompt_ids
     from ..evaluation.generate import SamplingConfig, generate
-    from ..training import checkpoint
+    from ..training.model_and_tokenizer import load_model_and_tokenizer
 
-    model = checkpoint.load_model(run_dir)
-    tokenizer = checkpoint_tokenizer(run_dir)
+    model, tokenizer = load_model_and_tokenizer(run_dir)
     pairs = []
     for i, prompt in enumerate(SAMPLE_PROMPTS):
         sampling = SamplingConfig(max_new_tokens=new_tokens, temperature=SAMPLE_TEMPERATURE,
                                   top_k=40, seed=i)
-        ids = generate(model, torch.tensor([tokenizer.encode(prompt)]), sampling)[0].tolist()
+        ids = generate(model, torch.tensor([prompt_ids(tokenizer, prompt)]), sampling)[0].tolist()
         pairs.append((prompt, tokenizer.decode(ids)))
     return pairs
 

@@ -34,7 +34,7 @@ import yaml
 
 from ... import yamlio
 from ...errors import KrakenError
-from ...fileio import write_text_atomically
+from ...fileio import read_user_text, write_text_atomically
 from ...hardware.schema import Device
 
 FORMAT = 2
@@ -86,6 +86,10 @@ class DeviceCalibration:
     def entry(self, framework: str, family: str, variant: str) -> Entry | None:
         fams = self.frameworks.get(framework, {}).get("families", {})
         return fams.get(family, {}).get(variant)
+
+    def matches(self, device: Device) -> bool:
+        """Whether these constants were measured on `device` (its name contains the key)."""
+        return self.device_key.lower() in device.name.lower()
 
     def variants(self, framework: str, family: str) -> dict[str, Entry]:
         return self.frameworks.get(framework, {}).get("families", {}).get(family, {})
@@ -162,7 +166,7 @@ def _stored(value: float) -> float:
 def load_file(path: str | Path) -> DeviceCalibration:
     path = Path(path)
     try:
-        data = yamlio.safe_load(path.read_text())
+        data = yamlio.safe_load(read_user_text(path, "calibration file", GpuCalibrationError))
     except OSError as exc:
         raise GpuCalibrationError(f"cannot read calibration file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -186,11 +190,9 @@ def shipped() -> tuple[DeviceCalibration, ...]:
 def for_device(device: Device, extra: tuple[DeviceCalibration, ...] = ()) -> DeviceCalibration | None:
     """The calibration whose device key is the longest substring of the device's name
     (files passed in `extra` first, then the shipped ones)."""
-    name = device.name.lower()
     best: DeviceCalibration | None = None
     for cal in tuple(extra) + shipped():
-        key = cal.device_key.lower()
-        if key in name and (best is None or len(key) > len(best.device_key)):
+        if cal.matches(device) and (best is None or len(cal.device_key) > len(best.device_key)):
             best = cal
     return best
 

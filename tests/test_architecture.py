@@ -1,0 +1,121 @@
+"""The layer contract (`[tool.krakenlm.layers]` in pyproject.toml, docs/architecture.md) holds:
+every import between rooms runs down the contract's arrows, except the imports listed in
+KNOWN_VIOLATIONS, and no cycle between rooms appears beyond KNOWN_CYCLES. Reads the source
+as text with benchmarks/architecture.py (the script that measures the same graph)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The imports against the contract on main 9687006: (file, line there, imported module). Issue
+# 21 (re-house the simulator; a runtime room below training, evaluation, interop and
+# distributed) removes every one of them: delete an entry when its import goes. Matched by
+# file and module (not line), so edits elsewhere in a file do not break the test.
+KNOWN_VIOLATIONS = [
+    ("src/krakenlm/data/vocab.py", 73, "krakenlm.training.checkpoint"),  # upward
+    ("src/krakenlm/distributed/demo.py", 84, "krakenlm.training.checkpoint"),  # sideways
+    ("src/krakenlm/distributed/engine.py", 46, "krakenlm.training.checkpoint"),  # sideways
+    ("src/krakenlm/distributed/engine.py", 53, "krakenlm.training.checkpoint"),  # sideways
+    ("src/krakenlm/distributed/launch.py", 43, "krakenlm.training.runtime"),  # sideways
+    ("src/krakenlm/evaluation/lm_eval_adapter.py", 33, "krakenlm.training.model_and_tokenizer"),
+    ("src/krakenlm/evaluation/lm_eval_adapter.py", 34, "krakenlm.training.runtime"),  # upward
+    ("src/krakenlm/evaluation/perplexity.py", 14, "krakenlm.training.runtime"),  # upward
+    ("src/krakenlm/interop/hf_export.py", 24, "krakenlm.training.model_and_tokenizer"),
+    ("src/krakenlm/interop/hf_import.py", 22, "krakenlm.training.checkpoint"),  # sideways
+    ("src/krakenlm/simulator/gpu/calibrate_layers.py", 27, "krakenlm.simulator.elementwise"),
+    ("src/krakenlm/simulator/gpu/calibrate_layers.py", 28, "krakenlm.simulator.validate_layers"),
+    ("src/krakenlm/simulator/gpu/calibrate_layers.py", 29, "krakenlm.simulator.validate_models"),
+    ("src/krakenlm/simulator/gpu/fit.py", 72, "krakenlm.simulator.calibration"),  # upward
+    ("src/krakenlm/simulator/gpu/fit.py", 91, "krakenlm.simulator.calibration"),  # upward
+    ("src/krakenlm/studies/demo.py", 101, "krakenlm.cli._console"),  # upward
+]
+# The cycles between rooms those imports make (issue 21 removes them too)
+KNOWN_CYCLES = [{"cli", "studies"}, {"data", "evaluation", "training"},
+                {"simulator", "simulator/gpu"}]
+
+
+def _load_architecture():
+    spec = importlib.util.spec_from_file_location("benchmarks_architecture",
+                                                  ROOT / "benchmarks" / "architecture.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+arch = _load_architecture()
+
+
+@pytest.fixture(scope="module")
+def contract():
+    return arch.read_contract(ROOT / "pyproject.toml")
+
+
+@pytest.fixture(scope="module")
+def sites(contract):
+    return arch.import_sites(ROOT / "src" / "krakenlm", contract)
+
+
+def test_the_contract_names_every_room_and_has_no_cycle(contract, sites):
+    rooms = {s.src_room for s in sites} | {s.dst_room for s in sites}
+    rooms |= {arch.room_of(p, arch.SRC, contract) for p in arch.module_files(arch.SRC).values()}
+    missing = sorted(rooms - set(contract.may_import))
+    assert not missing, f"rooms missing from [tool.krakenlm.layers] in pyproject.toml: {missing}"
+    undefined = {r for below in contract.may_import.values() for r in below} - set(
+        contract.may_import)
+    assert not undefined, f"the contract's arrows lead to undeclared rooms: {sorted(undefined)}"
+    arrows = [(a, b) for a, below in contract.may_import.items() for b in below]
+    assert arch.cycles(arrows) == []
+
+
+def test_no_import_runs_against_the_contract_beyond_the_known_ones(contract, sites):
+    found = Counter((s.file, s.target) for s, _ in arch.violations(sites, contract))
+    known = Counter((f, target) for f, _, target in KNOWN_VIOLATIONS)
+    new = [f"{s.file}:{s.line} {s.src_room} -> {s.dst_room} ({verdict}): {s.target}"
+           for s, verdict in arch.violations(sites, contract) if found[s.file, s.target]
+           > known[s.file, s.target]]
+    assert not new, ("imports against the layer contract (docs/architecture.md): move the code "
+                     "to a lower room or import the other way round:\n" + "\n".join(new))
+    gone = [f"{f}:{line} {target}" for f, line, target in KNOWN_VIOLATIONS
+            if found[f, target] < known[f, target]]
+    assert not gone, ("these known violations are gone: delete them from KNOWN_VIOLATIONS in "
+                      "tests/test_architecture.py:\n" + "\n".join(dict.fromkeys(gone)))
+
+
+def test_no_cycle_between_rooms_beyond_the_known_ones(sites):
+    cycles = arch.cycles([(s.src_room, s.dst_room) for s in sites])
+    new = [c for c in cycles if not any(set(c) <= known for known in KNOWN_CYCLES)]
+    assert not new, f"new import cycles between rooms: {new}"
+
+
+def test_the_check_catches_an_upward_a_sideways_import_and_a_cycle(tmp_path):
+    """A made-up tree: models imports cli at module level (upward, a cycle with cli's
+    import of models), cli imports data inside a function (sideways: not in the contract's
+    arrows), data imports errors (down)."""
+    src = tmp_path / "src" / "krakenlm"
+    files = {"__init__.py": "", "errors.py": "",
+             "models/__init__.py": "", "models/core.py": "from ..cli import run\n",
+             "cli/__init__.py": "", "cli/run.py": "from ..models import core\n"
+                                                   "def f():\n    from ..data import load\n",
+             "data/__init__.py": "", "data/load.py": "from .. import errors\n"}
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.krakenlm.layers]\nentry-modules = []\n[tool.krakenlm.layers.may-import]\n'
+        'cli = ["models"]\nmodels = ["root"]\ndata = ["root"]\nroot = []\n')
+    contract = arch.read_contract(tmp_path / "pyproject.toml")
+    found = sorted((s.file, s.line, s.kind, s.target, v)
+                   for s, v in arch.violations(arch.import_sites(src, contract), contract))
+    assert found == [
+        ("src/krakenlm/cli/run.py", 3, "function", "krakenlm.data.load", "sideways"),
+        ("src/krakenlm/models/core.py", 1, "module", "krakenlm.cli.run", "upward")]
+    assert arch.cycles([(s.src_room, s.dst_room)
+                        for s in arch.import_sites(src, contract)]) == [("cli", "models")]
