@@ -4,10 +4,24 @@ import sys
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 # Tests measure behaviour, not speed: one thread keeps multi-process tests from oversubscribing
 # CI's two cores.
 torch.set_num_threads(1)
+
+# Hypothesis profiles (tests/test_fuzz_parsers.py; docs/fuzzing.md). `ci`, the default, is what
+# `make test` runs: few examples, derandomized (the same examples on every run, so CI is
+# reproducible). `long` draws fresh random examples, 50 times as many:
+#   HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest tests/test_fuzz_parsers.py
+# Timing varies with the machine (no deadline), and nothing is stored in .hypothesis/.
+_FUZZ_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
+                HealthCheck.filter_too_much]
+settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True,
+                          database=None, print_blob=True, suppress_health_check=_FUZZ_HEALTH)
+settings.register_profile("long", max_examples=1000, deadline=None, derandomize=False,
+                          database=None, print_blob=True, suppress_health_check=_FUZZ_HEALTH)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,8 +8,19 @@ what to do about it. Bugs stay ordinary exceptions and keep their tracebacks.
 import sys
 
 
+# Every character str.splitlines() breaks a line at, and how a message shows it.
+_LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in
+                              "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
 class KrakenError(Exception):
-    """An error caused by the user's input, with a message that says how to fix it."""
+    """An error caused by the user's input, with a message that says how to fix it.
+
+    The message is one line even when it quotes what the user wrote (a field name or a value
+    holding a line break): line breaks are shown escaped, e.g. as `\\n`."""
+
+    def __str__(self) -> str:
+        return super().__str__().translate(_LINE_BREAKS)
 
 
 class Interrupted(Exception):

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import KrakenError
+from ..errors import KrakenError, warn
 from .sources import (bible_documents, hub_documents, local_documents, local_files,
                       shakespeare_documents)
 from .vocab import DEFAULT_TOKENIZER, get_tokenizer
@@ -170,12 +170,13 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
         key = f"{spec.key}--{tokenizer.corpus_tag}"
     root = root_dir / "corpora"
     final = root / key
-    meta_path = final / "meta.json"
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format_version") == FORMAT_VERSION:
+    if final.is_dir():
+        meta, damage = _read_prepared(final)
+        if meta is not None:
             return PreparedCorpus(final, meta, tokenizer)
-        shutil.rmtree(final)  # an older layout: rebuild
+        if damage:
+            warn(f"the prepared corpus {final} is damaged ({damage}); preparing it again")
+        shutil.rmtree(final)  # an older layout, or damaged: rebuild
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
     try:
@@ -185,6 +186,33 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return PreparedCorpus(final, meta, tokenizer)
+
+
+def _read_prepared(directory: Path) -> tuple[dict | None, str]:
+    """(meta.json, "") of a complete prepared corpus; (None, "") for an older layout; (None,
+    what is wrong) when a file is missing, unreadable, or a split's size is not the token
+    count meta.json records times the size of its token dtype."""
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSON and UTF-8 errors
+        return None, f"meta.json: {exc.strerror if isinstance(exc, OSError) else 'not JSON'}"
+    if not isinstance(meta, dict):
+        return None, "meta.json is not an object"
+    if meta.get("format_version") != FORMAT_VERSION:
+        return None, ""
+    dtype = meta.get("dtype", "uint16")
+    width = {"uint16": 2, "uint32": 4}.get(dtype) if isinstance(dtype, str) else None
+    if width is None:
+        return None, f"meta.json names the token dtype {dtype!r:.40}"
+    for split in ("train", "val"):
+        tokens = meta.get(f"{split}_tokens")
+        path = directory / f"{split}.bin"
+        size = path.stat().st_size if path.is_file() else None
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1 \
+                or size != width * tokens:
+            return None, (f"{split}.bin holds {size} bytes, meta.json records {tokens!r:.40} "
+                          f"tokens of {width} bytes")
+    return meta, ""
 
 
 def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:

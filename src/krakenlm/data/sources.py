@@ -114,30 +114,66 @@ def local_documents(directory: Path, text_field: str = "text") -> Iterator[str]:
         if path.suffix == ".txt":
             yield path.read_text(encoding="utf-8", errors="replace")
         elif path.suffix == ".jsonl":
-            with path.open(encoding="utf-8") as f:
-                for line_number, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        yield json.loads(line)[text_field]
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise KrakenError(f"{path}:{line_number} is not a JSON object with a "
-                                          f"{text_field!r} field") from None
+            yield from _jsonl_documents(path, text_field)
         else:
             yield from _parquet_documents(path, text_field)
 
 
+def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
+    with path.open("rb") as f:
+        for line_number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise KrakenError(f"{path}:{line_number} is not UTF-8 text; save the file as "
+                                  "UTF-8 JSON lines") from None
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line)[text_field]
+            except (ValueError, KeyError, TypeError, RecursionError):  # ValueError: JSON's
+                raise KrakenError(f"{path}:{line_number} is not a JSON object with a "
+                                  f"{text_field!r} field") from None
+            if not isinstance(text, str):
+                raise KrakenError(f"{path}:{line_number}: the {text_field!r} field is "
+                                  f"{type(text).__name__}, not text")
+            yield text
+
+
 def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise KrakenError(f"reading {path} needs pyarrow: pip install 'krakenlm[hub]'") from None
-    table = pq.ParquetFile(path)
-    if text_field not in table.schema_arrow.names:
-        raise KrakenError(f"{path} has no {text_field!r} column (columns: "
-                          f"{table.schema_arrow.names})")
-    for batch in table.iter_batches(columns=[text_field]):
-        yield from batch.column(0).to_pylist()
+
+    def damaged(exc: Exception) -> KrakenError:
+        return KrakenError(f"{path} is not a readable Parquet file ("
+                           f"{str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}"
+                           "); it may be truncated: replace it or move it out of the corpus")
+    try:
+        table = pq.ParquetFile(path)
+        schema = table.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise damaged(exc) from None
+    column = schema.get_field_index(text_field)  # -1: no such column, or more than one
+    if column < 0:
+        raise KrakenError(f"{path} has no (single) {text_field!r} column (columns: "
+                          f"{schema.names})")
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise KrakenError(f"{path}: column {text_field!r} holds {kind}, not text")
+    row = 0
+    try:
+        for batch in table.iter_batches(columns=[text_field]):
+            for text in batch.column(0).to_pylist():
+                if text is None:
+                    raise KrakenError(f"{path}: row {row} has no {text_field!r} (null); drop or "
+                                      "fill such rows")
+                row += 1
+                yield text
+    except (pa.ArrowException, OSError) as exc:
+        raise damaged(exc) from None
 
 
 def hub_documents(dataset: str, split: str = "train", text_field: str = "text") -> Iterator[str]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlio
 from ..errors import KrakenError
 from ..fileio import read_user_text
 
@@ -90,6 +91,8 @@ def check_value(name: str, value: Any) -> Any:
         return value
     try:
         number = float(value)
+    except OverflowError:  # an integer beyond the float range: outside every physical range
+        number = math.inf
     except (TypeError, ValueError):
         raise DesignSpaceError(f"knob {name}: expected a number, got {value!r}") from None
     if not math.isfinite(number) or not knob.low <= number <= knob.high:
@@ -171,7 +174,11 @@ def _parse_spec(name: str, spec: Any) -> list[Any] | Range:
         if unknown or not {"low", "high"} <= set(spec):
             raise DesignSpaceError(f"knob {name}: a range is {{low: .., high: .., log: bool}}, "
                                    f"got {spec!r}")
-        return Range(float(spec["low"]), float(spec["high"]), bool(spec.get("log", False)))
+        try:
+            return Range(float(spec["low"]), float(spec["high"]), bool(spec.get("log", False)))
+        except (TypeError, ValueError, OverflowError):
+            raise DesignSpaceError(f"knob {name}: range bounds must be numbers, got "
+                                   f"{spec!r:.80}") from None
     if isinstance(spec, str):
         if ":" in spec:
             parts = spec.split(":")
@@ -213,7 +220,7 @@ def load_space(path: str | Path) -> DesignSpace:
     if not path.is_file():
         raise DesignSpaceError(f"design space file {path} does not exist")
     try:
-        data = yaml.safe_load(read_user_text(path, "design space file", DesignSpaceError))
+        data = yamlio.safe_load(read_user_text(path, "design space file", DesignSpaceError))
     except yaml.YAMLError as exc:
         raise DesignSpaceError(f"{path}: not valid YAML ({exc.__class__.__name__}); fix the "
                                "syntax") from None

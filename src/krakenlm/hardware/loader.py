@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlio
 from ..fileio import read_user_text
 from .schema import HardwareError, System, system_from_dict
 
@@ -27,7 +28,7 @@ def preset_system_names() -> list[str]:
 
 def _parse_yaml(text: str, source: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return yamlio.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

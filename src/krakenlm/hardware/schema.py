@@ -177,7 +177,10 @@ def _to_number(value: Any, unit: str | None, where: str) -> float:
     if isinstance(value, bool):
         raise HardwareError(f"field {where}: expected a number, got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond the float range: "must be finite"
+            return math.inf
     if isinstance(value, str):
         match = _NUM_UNIT.match(value)
         if match:
@@ -189,7 +192,7 @@ def _to_number(value: Any, unit: str | None, where: str) -> float:
             for other, table in _UNITS.items():
                 if suffix in table and other != unit:
                     raise HardwareError(
-                        f"field {where}: '{value}' is in {other.replace('_', ' ')} but this field "
+                        f"field {where}: {value!r} is in {other.replace('_', ' ')} but this field "
                         f"is in {unit or 'plain numbers'}; write a number in {unit} "
                         f"(e.g. units {', '.join(list(_UNITS.get(unit, {'': 0}))[:4])})")
             raise HardwareError(f"field {where}: unknown unit {match.group(2)!r} in {value!r}; "
@@ -202,6 +205,10 @@ def _parse(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise HardwareError(f"field {where or 'top level'}: expected a mapping, got "
                             f"{type(data).__name__}")
+    names = [k for k in data if not isinstance(k, str)]
+    if names:
+        raise HardwareError(f"field {where or 'top level'}: {names[0]!r} is not a field name; "
+                            "field names are text (check the indentation)")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:

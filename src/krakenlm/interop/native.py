@@ -70,7 +70,8 @@ def llama_config_dict(config: ModelConfig) -> dict:
 
 
 def unsupported_features(data: dict) -> list[str]:
-    """What in a GPT-2/Llama/Mistral config.json our model cannot compute exactly."""
+    """What in a GPT-2/Llama/Mistral config.json our model cannot compute exactly (called after
+    `from_hf_dict` accepted its shape: heads, width and context are positive integers)."""
     kind = data.get("model_type")
     problems = []
 
@@ -92,10 +93,12 @@ def unsupported_features(data: dict) -> list[str]:
                             "all Linears or on none)")
         heads, width = data.get("num_attention_heads"), data.get("hidden_size")
         head_dim = data.get("head_dim")
-        if head_dim is not None and heads and width and head_dim * heads != width:
+        if head_dim is not None and (not isinstance(head_dim, int) or head_dim * heads != width):
             problems.append(f"head_dim={head_dim} with hidden_size {width} / "
                             f"{heads} heads (krakenlm needs head_dim = hidden_size / heads)")
         rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            rope = {"rope_type": rope}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in ("default", None):
             problems.append(f"rope scaling {rope_type!r} (only plain RoPE is supported)")
@@ -103,7 +106,9 @@ def unsupported_features(data: dict) -> list[str]:
             problems.append(f"partial_rotary_factor={rope['partial_rotary_factor']}")
         window = data.get("sliding_window")
         context = data.get("max_position_embeddings")
-        if kind == "mistral" and window is not None and context and window < context:
+        if kind == "mistral" and window is not None and not isinstance(window, int):
+            problems.append(f"sliding_window={window!r} (not a number of tokens)")
+        elif kind == "mistral" and window is not None and context and window < context:
             problems.append(f"sliding_window={window} below max_position_embeddings={context} "
                             "(krakenlm attends to the whole context)")
     return problems
@@ -115,11 +120,11 @@ def config_from_native(data: dict, source: str) -> ModelConfig:
     if kind not in ("gpt2", "llama", "mistral"):
         raise KrakenError(f"{source}: model_type {kind!r} cannot be imported; `krakenlm import hf` "
                           "supports gpt2, llama and mistral (and krakenlm's own exports)")
+    config = from_hf_dict(data, source)  # first: the shape's fields are numbers after it
     problems = unsupported_features(data)
     if problems:
         raise KrakenError(f"{source}: this {kind} model uses what krakenlm cannot compute "
                           f"exactly: {'; '.join(problems)}")
-    config = from_hf_dict(data, source)
     if kind == "gpt2":
         return config  # GPT-2 always has biases
     return config.replace(bias=bool(data.get("attention_bias", False)))

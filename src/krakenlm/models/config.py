@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,18 @@ class ModelConfig:
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
                  f"must be a positive integer, got {value!r}")
+        need(self.n_kv_heads is None or (isinstance(self.n_kv_heads, int)
+                                          and not isinstance(self.n_kv_heads, bool)),
+             "n_kv_heads", f"must be a positive integer (or null: n_heads), got "
+             f"{self.n_kv_heads!r}")
+        for name in ("norm_eps", "rope_theta"):
+            value = getattr(self, name)
+            need(isinstance(value, (int, float)) and not isinstance(value, bool)
+                 and (isinstance(value, int) or math.isfinite(value)), name,
+                 f"must be a finite number, got {value!r}")
+        for name in ("bias", "tie_embeddings"):
+            need(isinstance(getattr(self, name), bool), name,
+                 f"must be true or false, got {getattr(self, name)!r}")
         need(self.d_model % self.n_heads == 0, "n_heads",
              f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
              "pick a width that is a multiple of the head count")
@@ -83,6 +96,7 @@ class ModelConfig:
         need(self.position != "rope" or self.head_dim % 2 == 0, "position",
              f"rope needs an even head dimension, got {self.head_dim}")
         need(self.norm_eps > 0, "norm_eps", "must be positive")
+        need(self.rope_theta > 0, "rope_theta", "must be positive")
 
     # ------------------------------------------------------------------------ derived sizes
     @property
@@ -195,11 +209,15 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"model config file {path} does not exist")
+    text = read_user_text(path, "model config file", ConfigError)
     try:
-        data = json.loads(read_user_text(path, "model config file", ConfigError))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"model config file {path} is not valid JSON: {exc.msg} at line "
                           f"{exc.lineno}, column {exc.colno}") from None
+    except (RecursionError, ValueError) as exc:  # nesting past the recursion limit, huge ints
+        raise ConfigError(f"model config file {path} is not a model config: "
+                          f"{str(exc).splitlines()[0][:120]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"model config file {path} must hold a JSON object")
     return data

@@ -9,6 +9,7 @@ beside the Hugging Face ones).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,29 @@ def _get(data: dict[str, Any], source: str, *keys: str, default: Any = ...) -> A
                       f"model_type {data.get('model_type')!r}")
 
 
+def _float(source: str, key: str, value: Any) -> float:
+    """A real-valued field (an epsilon, a RoPE base) as a float, or a ConfigError naming it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond the float range
+            number = math.inf
+        if math.isfinite(number):
+            return number
+    raise ConfigError(f"{source}: field {key!r} must be a finite number, got {value!r:.60}")
+
+
+def _rope_base(data: dict[str, Any], source: str) -> Any:
+    """rope_theta (transformers 4.x), else transformers 5's rope_parameters.rope_theta."""
+    if data.get("rope_theta") is not None:
+        return data["rope_theta"]
+    nested = data.get("rope_parameters") or {}
+    if not isinstance(nested, dict):
+        raise ConfigError(f"{source}: field 'rope_parameters' must be an object, got "
+                          f"{nested!r:.60}")
+    return nested.get("rope_theta", 10000.0)
+
+
 def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConfig:
     if "arch" in data and "model_type" not in data:
         return ModelConfig.from_dict(data)
@@ -47,6 +71,7 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
                           f"{', '.join(SUPPORTED)}, {KRAKENLM_MODEL_TYPE} (krakenlm's own export) "
                           "or a krakenlm config with an 'arch' field")
     g = lambda *keys, default=...: _get(data, source, *keys, default=default)  # noqa: E731
+    number = lambda key, default: _float(source, key, g(key, default=default))  # noqa: E731
     if kind in ("llama", "mistral"):
         heads = g("num_attention_heads")
         return ModelConfig(
@@ -56,10 +81,8 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
             n_kv_heads=g("num_key_value_heads", default=heads), norm="rmsnorm",
             activation="swiglu", position="rope", bias=bool(g("attention_bias", default=False)),
             tie_embeddings=bool(g("tie_word_embeddings", default=False)),
-            norm_eps=float(g("rms_norm_eps", default=1e-5)),
-            # transformers 5 nests the base in rope_parameters; 4.x writes rope_theta
-            rope_theta=float(g("rope_theta", default=(data.get("rope_parameters") or {}).get(
-                "rope_theta", 10000.0))))
+            norm_eps=number("rms_norm_eps", 1e-5),
+            rope_theta=_float(source, "rope_theta", _rope_base(data, source)))
     if kind == "gpt2":
         width = g("n_embd", "hidden_size")
         return ModelConfig(
@@ -67,7 +90,7 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
             n_heads=g("n_head", "num_attention_heads"), ffn_dim=g("n_inner", default=4 * width),
             vocab_size=g("vocab_size"), context_len=g("n_positions", "n_ctx", default=1024),
             bias=True, tie_embeddings=bool(g("tie_word_embeddings", default=True)),
-            norm_eps=float(g("layer_norm_epsilon", default=1e-5)))
+            norm_eps=number("layer_norm_epsilon", 1e-5))
     if kind == "bloom":
         width = g("hidden_size", "n_embed")
         return ModelConfig(
@@ -75,7 +98,7 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
             n_heads=g("n_head", "num_attention_heads"), ffn_dim=4 * width,
             vocab_size=g("vocab_size"), context_len=g("seq_length", default=2048),
             position="alibi", bias=True, tie_embeddings=True,
-            norm_eps=float(g("layer_norm_epsilon", default=1e-5)))
+            norm_eps=number("layer_norm_epsilon", 1e-5))
     if kind == "gptj":
         width = g("n_embd", "hidden_size")
         return ModelConfig(
@@ -83,7 +106,7 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
             ffn_dim=g("n_inner", default=4 * width), vocab_size=g("vocab_size"),
             context_len=g("n_positions", default=2048), position="rope", bias=True,
             tie_embeddings=bool(g("tie_word_embeddings", default=False)),
-            norm_eps=float(g("layer_norm_epsilon", default=1e-5)))
+            norm_eps=number("layer_norm_epsilon", 1e-5))
     # gpt_neox
     parallel = bool(g("use_parallel_residual", default=True))
     return ModelConfig(
@@ -92,7 +115,7 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
         ffn_dim=g("intermediate_size"), vocab_size=g("vocab_size"),
         context_len=g("max_position_embeddings", default=2048), position="rope", bias=True,
         tie_embeddings=bool(g("tie_word_embeddings", default=False)),
-        norm_eps=float(g("layer_norm_eps", default=1e-5)))
+        norm_eps=number("layer_norm_eps", 1e-5))
 
 
 def _refuse_experts(data: dict[str, Any], source: str) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
+from .. import yamlio
 from ..errors import KrakenError
 from ..fileio import read_user_text
 from ..hardware.schema import Device, System
@@ -71,12 +72,37 @@ class OpConstants:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "OpConstants":
+        if not isinstance(data, dict):
+            raise CalibrationError(f"expected a mapping of constants, got {data!r:.60}")
         data = dict(data)
-        protocols = tuple(Protocol(**p) for p in data.pop("protocols", [])) or IDEAL
+        raw_protocols = data.pop("protocols", None) or []
+        if not isinstance(raw_protocols, list) or not all(
+                isinstance(p, dict) and set(p) <= {"latency_s", "efficiency"}
+                for p in raw_protocols):
+            raise CalibrationError("protocols: expected a list of {latency_s, efficiency}, got "
+                                   f"{raw_protocols!r:.60}")
+        protocols = tuple(Protocol(**{k: _constant(f"protocols.{k}", v) for k, v in p.items()})
+                          for p in raw_protocols) or IDEAL
         known = {f.name for f in dataclasses.fields(cls)}
         if set(data) - known:
-            raise CalibrationError(f"unknown calibration field(s) {sorted(set(data) - known)}")
-        return cls(protocols=protocols, **data)
+            raise CalibrationError("unknown calibration field(s) "
+                                   f"{sorted(str(k) for k in set(data) - known)}")
+        return cls(protocols=protocols, **{k: _constant(k, v) for k, v in data.items()})
+
+
+def _constant(name: str, value: Any) -> float:
+    """A fitted constant: a finite number >= 0, and an efficiency at most 1 and above 0."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        ok = ok and math.isfinite(value) and value >= 0
+    except OverflowError:  # an integer beyond the float range
+        ok = False
+    if ok and name.endswith("efficiency"):
+        ok = 0 < value <= 1
+    if not ok:
+        what = "a number in (0, 1]" if name.endswith("efficiency") else "a finite number >= 0"
+        raise CalibrationError(f"{name}: expected {what}, got {value!r:.60}")
+    return float(value)
 
 
 IDENTITY = OpConstants()
@@ -129,15 +155,18 @@ def load_calibration(path: str | Path | None) -> Calibration:
     if path is None:
         return default_calibration()
     try:
-        data = yaml.safe_load(read_user_text(path, "calibration file", CalibrationError))
+        data = yamlio.safe_load(read_user_text(path, "calibration file", CalibrationError))
     except OSError as exc:
         raise CalibrationError(f"calibration file {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise CalibrationError(f"calibration file {path} is not valid YAML: "
                                f"{str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
+    devices = data.get("devices") if isinstance(data, dict) else None
+    if not isinstance(devices, dict) or not all(isinstance(key, str) and isinstance(ops, dict)
+                                                for key, ops in devices.items()):
         raise CalibrationError(f"calibration file {path} must hold a mapping with a devices "
-                               "section (the format of `krakenlm sim calibrate`'s output)")
+                               "section, each device mapping its operators to their constants "
+                               "(the format of `krakenlm sim calibrate`'s output)")
     try:
         return Calibration(data)
     except (TypeError, AttributeError, ValueError) as exc:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlio
 from ..errors import KrakenError
 from ..fileio import read_user_text
 
@@ -155,13 +157,20 @@ _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": 
              "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy}
 
 
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
 def _section(cls: type, data: Any, where: str) -> Any:
     if data is None:
         return cls()
     if not isinstance(data, dict):
         raise SoftwareError(f"{where}: expected a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(str(k) for k in set(data) - set(fields))
     if unknown:
         raise SoftwareError(f"{where}: unknown field(s) {unknown}; known: {', '.join(fields)}")
     kwargs = {}
@@ -171,8 +180,10 @@ def _section(cls: type, data: Any, where: str) -> Any:
             if not isinstance(value, bool):
                 raise SoftwareError(f"{where}.{name}: expected true or false, got {value!r}")
         elif isinstance(default, (int, float)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise SoftwareError(f"{where}.{name}: expected a number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not _finite(value) or value < 0:
+                raise SoftwareError(f"{where}.{name}: expected a number >= 0, got "
+                                    f"{value!r:.60}")
             value = type(default)(value) if isinstance(default, int) and float(value).is_integer() \
                 else float(value)
         elif isinstance(default, str):
@@ -190,13 +201,16 @@ def profile_from_dict(data: Any, source: str) -> SoftwareProfile:
     if not isinstance(data, dict):
         raise SoftwareError(f"{source}: expected a mapping at the top level")
     known = {"name", "description", "kernels", "sources", "fits", *_SECTIONS}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(str(k) for k in set(data) - known)
     if unknown:
         raise SoftwareError(f"{source}: unknown field(s) {unknown}; known: {', '.join(sorted(known))}")
     for required in ("name", "kernels"):
         if not isinstance(data.get(required), str) or not data[required]:
             raise SoftwareError(f"{source}: missing field {required!r}")
-    raw_host = dict(data.get("host") or {})
+    raw_host = data.get("host") or {}
+    if not isinstance(raw_host, dict):
+        raise SoftwareError(f"{source}: host: expected a mapping, got {raw_host!r:.60}")
+    raw_host = dict(raw_host)
     per_system = raw_host.pop("systems", None) or {}
     sections = {name: _section(cls, raw_host if name == "host" else data.get(name),
                                f"{source}: {name}") for name, cls in _SECTIONS.items()}
@@ -243,7 +257,7 @@ def load_software(name_or_path: str | None = None) -> SoftwareProfile:
                                 f"({', '.join(sorted(files))}) nor a YAML file")
         text, source = read_user_text(path, "software profile", SoftwareError), str(path)
     try:
-        data = yaml.safe_load(text)
+        data = yamlio.safe_load(text)
     except yaml.YAMLError as exc:
         raise SoftwareError(f"{source} is not valid YAML: {str(exc).splitlines()[0]}") from None
     return profile_from_dict(data, source)

@@ -120,10 +120,17 @@ def read_train_state(directory: str | Path) -> dict[str, Any] | None:
     if found is None or not (found / STATE_FILE).is_file():
         return None
     try:
-        return json.loads((found / STATE_FILE).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        state = json.loads((found / STATE_FILE).read_text())
+    except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting past the recursion limit
         raise KrakenError(f"{found / STATE_FILE} is not valid JSON ({exc}); was it edited by "
                           "hand? Restore it or resume from an earlier checkpoint") from None
+    step = state.get("step") if isinstance(state, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 \
+            or not isinstance(state.get("tokenizer") or {}, dict):
+        raise KrakenError(f"{found / STATE_FILE} is damaged: expected an object with the step "
+                          "count (and the tokenizer record); was it edited by hand? Restore it or "
+                          "resume from an earlier checkpoint")
+    return state
 
 
 # ------------------------------------------------------------------------------- loading

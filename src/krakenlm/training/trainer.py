@@ -140,12 +140,13 @@ class MetricsLog:
             return
         kept = []
         if resume_step is not None and path.is_file():
-            for line in path.read_text().splitlines():
+            for line in path.read_text(errors="replace").splitlines():
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # the last line, cut short by a kill
-                if row["step"] <= resume_step:
+                except (ValueError, RecursionError):  # ValueError: JSON's
+                    continue  # the last line, cut short by a kill (or a damaged one)
+                step = row.get("step") if isinstance(row, dict) else None
+                if isinstance(step, (int, float)) and step <= resume_step:
                     kept.append(line)
         self._guard(lambda: write_text_atomically(path, "".join(line + "\n" for line in kept)))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from ... import yamlio
 from ...errors import KrakenError
 from ...fileio import read_user_text, write_text_atomically
 from ...hardware.schema import Device
@@ -41,6 +43,20 @@ SHIPPED_DIR = "calibrations"
 
 class GpuCalibrationError(KrakenError, ValueError):
     """A GPU calibration file is malformed or missing what is asked of it."""
+
+
+class FileParams(dict):
+    """An entry's parameters as read from a file. A parameter a kernel model asks for and the
+    file lacks (an edited or damaged file) is a GpuCalibrationError naming the entry, where a
+    plain dict would raise a KeyError deep inside the model."""
+
+    def __init__(self, values: dict[str, float], where: str):
+        super().__init__(values)
+        self.where = where
+
+    def __missing__(self, name: str) -> float:
+        raise GpuCalibrationError(f"{self.where} has no parameter {name!r}; restore the file or "
+                                  "re-run `krakenlm sim calibrate` for this device")
 
 
 @dataclass
@@ -105,20 +121,38 @@ class DeviceCalibration:
         if not key:
             raise GpuCalibrationError(f"{source}: meta.device_key is missing")
         cal = cls(str(key), meta, path=source)
-        for fw, info in (data.get("frameworks") or {}).items():
+        for fw, info in _mapping(data.get("frameworks"), source, "frameworks").items():
             if not isinstance(info, dict):
                 raise GpuCalibrationError(f"{source}: frameworks.{fw} is not a mapping")
-            for fam, variants in (info.get("families") or {}).items():
-                for variant, e in (variants or {}).items():
+            families = _mapping(info.get("families"), source, f"frameworks.{fw}.families")
+            for fam, variants in families.items():
+                where = f"frameworks.{fw}.families.{fam}"
+                for variant, e in _mapping(variants, source, where).items():
                     try:
                         params = {k: float(v) for k, v in e["params"].items()}
-                    except (KeyError, TypeError, ValueError, AttributeError):
+                    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                        params = None
+                    if params is None or not all(map(math.isfinite, params.values())):
                         raise GpuCalibrationError(
-                            f"{source}: frameworks.{fw}.families.{fam}.{variant} needs a "
-                            "params mapping of numbers") from None
+                            f"{source}: {where}.{variant} needs a params mapping of finite "
+                            "numbers") from None
+                    fit, notes = e.get("fit") or {}, e.get("notes") or []
+                    if not isinstance(fit, dict) or not isinstance(notes, list):
+                        raise GpuCalibrationError(f"{source}: {where}.{variant}: fit must be a "
+                                                  "mapping and notes a list")
                     cal.put(fw, str(info.get("version", "")), fam, str(variant),
-                            Entry(params, dict(e.get("fit") or {}), list(e.get("notes") or [])))
+                            Entry(FileParams(params, f"{source}: {where}.{variant}"), dict(fit),
+                                  list(notes)))
         return cal
+
+
+def _mapping(value: Any, source: str, where: str) -> dict:
+    """A section that maps names to sections (empty when absent)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise GpuCalibrationError(f"{source}: {where} is not a mapping")
+    return value
 
 
 def _stored(value: float) -> float:
@@ -132,7 +166,7 @@ def _stored(value: float) -> float:
 def load_file(path: str | Path) -> DeviceCalibration:
     path = Path(path)
     try:
-        data = yaml.safe_load(read_user_text(path, "calibration file", GpuCalibrationError))
+        data = yamlio.safe_load(read_user_text(path, "calibration file", GpuCalibrationError))
     except OSError as exc:
         raise GpuCalibrationError(f"cannot read calibration file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
