@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from krakenlm.simulator.calibration import default_calibration
-from krakenlm.simulator.validate import validate, write_csv, write_plot
+from krakenlm.simulator.constants.template import default_calibration
+from krakenlm.simulator.validation.template import validate, write_csv, write_plot
 
 ROOT = Path(__file__).resolve().parents[1]
 

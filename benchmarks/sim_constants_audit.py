@@ -30,8 +30,9 @@ import argparse
 from collections import Counter
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import attention, collectives, elementwise, gemm, gemm_cutlass, store
-from krakenlm.simulator.gpu.params import Param
+from krakenlm.simulator.constants import gpu_kernels as store
+from krakenlm.simulator.kernels.gpu import attention, collectives, elementwise, gemm, gemm_cutlass
+from krakenlm.simulator.kernels.params import Param
 
 RUNAWAY = 1e4  # times the initial value
 FRACTION_AT_ONE = 0.999

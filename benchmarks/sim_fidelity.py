@@ -24,8 +24,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from krakenlm.simulator.software import load_software
-from krakenlm.simulator.validate_models import validate_models
+from krakenlm.simulator.constants.software import load_software
+from krakenlm.simulator.validation.models import validate_models
 
 
 def _without_fitted_host(name: str):

@@ -39,10 +39,11 @@ WALL_CLOCK = {"seconds", "simulated_in_s", "elapsed_s", "wall_s"}
 
 def grid() -> dict[str, dict]:
     """The `simulate` grid, keyed by a readable query string."""
-    from krakenlm.hardware.loader import load_system, preset_system_names as list_systems
+    from krakenlm.hardware.loader import load_system
+    from krakenlm.hardware.loader import preset_system_names as list_systems
     from krakenlm.models import get_preset
     from krakenlm.simulator import Simulator, arch_variant
-    from krakenlm.simulator.software import software_names as list_software
+    from krakenlm.simulator.constants.software import software_names as list_software
 
     out: dict[str, dict] = {}
     models = ("llama2-7b", "gpt3-13b", "llama3-70b", "gpt3-175b")

@@ -16,8 +16,8 @@ import argparse
 import numpy as np
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import attention
-from krakenlm.simulator.sources import aiconfigurator as aic
+from krakenlm.simulator.kernels.gpu import attention
+from krakenlm.simulator.measurements import aiconfigurator as aic
 
 SYSTEMS = ("a100-80gb-x8", "h100-80gb-x8", "h200-x8")
 FRAMEWORKS = ("trtllm", "vllm", "sglang")

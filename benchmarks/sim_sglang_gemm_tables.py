@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from krakenlm.simulator.gpu.fit import fit_half
-from krakenlm.simulator.gpu.gemm import shape_key
-from krakenlm.simulator.sources import aiconfigurator as aic
+from krakenlm.simulator.kernels.gpu.gemm import shape_key
+from krakenlm.simulator.measurements import aiconfigurator as aic
+from krakenlm.simulator.measurements.split import fit_half
 
 SYSTEMS = ("h100-80gb-x8", "h200-x8")
 K_BINS = ((1024, 4096), (4096, 8192), (8192, 1 << 30))  # (low, high]

@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from krakenlm.models import get_preset
 from krakenlm.interop.native import config_from_native
+from krakenlm.models import get_preset
 from krakenlm.models.transformer import Transformer
 from krakenlm.training.optim import build_optimizer
 

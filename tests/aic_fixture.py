@@ -37,7 +37,7 @@ def write_tables(root: Path, device_name: str = "NVIDIA H100 80GB HBM3", system:
                  gemm_params: dict | None = None) -> Path:
     """Write GEMM and quantisation tables for `system`; return `root`."""
     from krakenlm.hardware import load_system
-    from krakenlm.simulator.gpu import elementwise, gemm
+    from krakenlm.simulator.kernels.gpu import elementwise, gemm
 
     dev = load_system("h100-80gb-x8").device
     p = gemm_params or GEMM_PARAMS

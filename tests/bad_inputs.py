@@ -155,13 +155,17 @@ CASES: list[BadInput] = [
 def fixture_paths(root: Path) -> dict[str, str]:
     """Create what the placeholders name, under `root`."""
     import torch
+    from safetensors.torch import save_file
 
     from krakenlm.models import get_preset
     from krakenlm.models.transformer import Transformer
-    from safetensors.torch import save_file
-
-    from krakenlm.training.checkpoint import (CONFIG_FILE, MODEL_FILE, current_checkpoint,
-                                              load_state_dict, save_checkpoint)
+    from krakenlm.training.checkpoint import (
+        CONFIG_FILE,
+        MODEL_FILE,
+        current_checkpoint,
+        load_state_dict,
+        save_checkpoint,
+    )
 
     def checkpoint(name: str, preset: str) -> Path:
         torch.manual_seed(0)

@@ -140,11 +140,11 @@ def check_hardware_cli(data: bytes) -> Any:
 # --------------------------------------------------------------------- software profiles
 @functools.cache
 def software_seeds() -> list[str]:
-    return _package_texts("krakenlm.simulator.software_profiles")
+    return _package_texts("krakenlm.simulator.constants.software_profiles")
 
 
 def check_software(data: bytes) -> Any:
-    from krakenlm.simulator.software import load_software
+    from krakenlm.simulator.constants.software import load_software
     return _write_and_call(data, ".yaml", lambda p: load_software(str(p)))
 
 
@@ -156,21 +156,23 @@ def check_software_cli(data: bytes) -> Any:
 # ------------------------------------------------------------------- calibration files
 @functools.cache
 def template_calibration_seeds() -> list[str]:
-    return [resources.files("krakenlm.simulator").joinpath("calibration.yaml").read_text()]
+    return [resources.files("krakenlm.simulator.constants").joinpath("template.yaml").read_text()]
 
 
 def check_template_calibration(data: bytes) -> Any:
-    from krakenlm.simulator.calibration import load_calibration
+    from krakenlm.simulator.constants.template import load_calibration
     return _write_and_call(data, ".yaml", lambda p: load_calibration(str(p)))
 
 
 @functools.cache
 def gpu_calibration_seeds() -> list[str]:
-    return _package_texts("krakenlm.simulator.calibrations")
+    from krakenlm.simulator.constants.gpu_kernels import shipped_dir
+
+    return [p.read_text() for p in sorted(shipped_dir().glob("*.yaml"))]
 
 
 def check_gpu_calibration(data: bytes) -> Any:
-    from krakenlm.simulator.gpu.store import load_file
+    from krakenlm.simulator.constants.gpu_kernels import load_file
     return _write_and_call(data, ".yaml", load_file)
 
 
@@ -178,8 +180,9 @@ def check_gpu_calibration(data: bytes) -> Any:
 def gpu_calibration_cli_seeds() -> list[str]:
     """H100's shipped file cut to what `sim run --software trtllm` reads (the trtllm kernels and
     NCCL), so that most edits land on parameters the run uses."""
-    data = yaml.safe_load(resources.files("krakenlm.simulator").joinpath(
-        "calibrations/H100.yaml").read_text())
+    from krakenlm.simulator.constants.gpu_kernels import shipped_dir
+
+    data = yaml.safe_load((shipped_dir() / "H100.yaml").read_text())
     data["frameworks"] = {k: v for k, v in data["frameworks"].items() if k in ("trtllm", "nccl")}
     data["meta"] = {k: data["meta"][k] for k in ("format", "device_key", "system")}
     return [fm.dump_yaml(data)]
@@ -634,23 +637,23 @@ TARGETS: tuple[Target, ...] = (
            _not_utf8(hardware_seeds), check_hardware),
     Target("hardware-yaml-cli", "hardware YAML", "krakenlm sim run --system FILE",
            _yaml_inputs(hardware_seeds), check_hardware_cli, cost=3),
-    Target("software-profile", "software profile YAML", "simulator.software.load_software",
+    Target("software-profile", "software profile YAML", "simulator.constants.software.load_software",
            _yaml_any(software_seeds), check_software),
     Target("software-profile-cli", "software profile YAML", "krakenlm sim run --software FILE",
            _yaml_inputs(software_seeds), check_software_cli, cost=3),
-    Target("template-calibration", "template calibration (calibration.yaml)",
-           "simulator.calibration.load_calibration",
+    Target("template-calibration", "template calibration (constants/template.yaml)",
+           "simulator.constants.template.load_calibration",
            _yaml_inputs(template_calibration_seeds), check_template_calibration),
     Target("template-calibration-not-utf8", "template calibration, not UTF-8",
-           "simulator.calibration.load_calibration",
+           "simulator.constants.template.load_calibration",
            _not_utf8(template_calibration_seeds), check_template_calibration),
-    Target("gpu-calibration", "GPU calibration (calibrations/*.yaml)",
-           "simulator.gpu.store.load_file",
+    Target("gpu-calibration", "GPU calibration (constants/devices/*.yaml)",
+           "simulator.constants.gpu_kernels.load_file",
            _yaml_inputs(gpu_calibration_seeds), check_gpu_calibration, cost=2),
     Target("gpu-calibration-not-utf8", "GPU calibration, not UTF-8",
-           "simulator.gpu.store.load_file",
+           "simulator.constants.gpu_kernels.load_file",
            _not_utf8(gpu_calibration_seeds), check_gpu_calibration),
-    Target("gpu-calibration-cli", "GPU calibration (calibrations/*.yaml)",
+    Target("gpu-calibration-cli", "GPU calibration (constants/devices/*.yaml)",
            "krakenlm sim run --gpu-calibration FILE",
            _yaml_inputs(gpu_calibration_cli_seeds), check_gpu_calibration_cli, cost=4),
     Target("hf-config", "config.json (Hugging Face or krakenlm)",

@@ -29,16 +29,10 @@ KNOWN_VIOLATIONS = [
     ("src/krakenlm/evaluation/perplexity.py", 14, "krakenlm.training.runtime"),  # upward
     ("src/krakenlm/interop/hf_export.py", 24, "krakenlm.training.model_and_tokenizer"),
     ("src/krakenlm/interop/hf_import.py", 22, "krakenlm.training.checkpoint"),  # sideways
-    ("src/krakenlm/simulator/gpu/calibrate_layers.py", 27, "krakenlm.simulator.elementwise"),
-    ("src/krakenlm/simulator/gpu/calibrate_layers.py", 28, "krakenlm.simulator.validate_layers"),
-    ("src/krakenlm/simulator/gpu/calibrate_layers.py", 29, "krakenlm.simulator.validate_models"),
-    ("src/krakenlm/simulator/gpu/fit.py", 72, "krakenlm.simulator.calibration"),  # upward
-    ("src/krakenlm/simulator/gpu/fit.py", 91, "krakenlm.simulator.calibration"),  # upward
     ("src/krakenlm/studies/demo.py", 101, "krakenlm.cli._console"),  # upward
 ]
 # The cycles between rooms those imports make (issue 21 removes them too)
-KNOWN_CYCLES = [{"cli", "studies"}, {"data", "evaluation", "training"},
-                {"simulator", "simulator/gpu"}]
+KNOWN_CYCLES = [{"cli", "studies"}, {"data", "evaluation", "training"}]
 
 
 def _load_architecture():

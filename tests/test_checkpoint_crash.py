@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_cli
+
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
 from krakenlm.training import checkpoint

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 
 import pytest
-
 from bad_inputs import CASES, filled, fixture_paths
+
 from krakenlm.cli import main
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from krakenlm.data.batches import evaluation_batches, training_batch
 from krakenlm.data.prepare import prepare_corpus
-from krakenlm.data.sources import hub_documents, iter_dataset_texts, strip_play_markdown
+from krakenlm.data.sources import iter_dataset_texts, strip_play_markdown
 from krakenlm.data.tokenizer import Tokenizer
 from krakenlm.errors import KrakenError
 

@@ -2,10 +2,14 @@
 against the single-device model (the cases and checks: dist_exact_cases.py)."""
 
 import pytest
-from dist_exact_cases import (check_collectives_per_forward_pass,
-                              check_every_rank_reports_every_case,
-                              check_prefill_logits_match_single_device,
-                              check_tokens_match_single_device, run_world, single_device_results)
+from dist_exact_cases import (
+    check_collectives_per_forward_pass,
+    check_every_rank_reports_every_case,
+    check_prefill_logits_match_single_device,
+    check_tokens_match_single_device,
+    run_world,
+    single_device_results,
+)
 
 pytestmark = pytest.mark.slow
 

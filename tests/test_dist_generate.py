@@ -1,7 +1,6 @@
 """`krakenlm generate --world-size N`: the single-device command's output, from N processes."""
 
 import pytest
-import torch
 
 from krakenlm.cli import main
 from krakenlm.distributed.engine import random_state_dict

@@ -14,8 +14,15 @@ from krakenlm.cli import main
 from krakenlm.distributed.comm import ASYNC, BLOCKING, PeerError
 from krakenlm.distributed.comm_backend import shared_memory_obstacle
 from krakenlm.distributed.launch import run_ranks
-from krakenlm.distributed.shm_arena import (FILE_PREFIX, PID, SHM_DIR, SharedMemoryArena,
-                                            create_arena_file, new_arena_path, sweep_arena_files)
+from krakenlm.distributed.shm_arena import (
+    FILE_PREFIX,
+    PID,
+    SHM_DIR,
+    SharedMemoryArena,
+    create_arena_file,
+    new_arena_path,
+    sweep_arena_files,
+)
 from krakenlm.distributed.shm_comm import SharedMemoryComm
 from krakenlm.errors import KrakenError
 

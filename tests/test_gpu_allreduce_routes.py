@@ -4,7 +4,7 @@ is the framework's source, so each test states a switch point the source gives."
 import numpy as np
 import pytest
 
-from krakenlm.simulator.gpu import allreduce_routes as R
+from krakenlm.simulator.kernels.gpu import allreduce_routes as R
 
 MiB = 2 ** 20
 KiB = 1024

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import attention as A
-from krakenlm.simulator.gpu.fit import fit_model
+from krakenlm.simulator.calibration.fit import fit_model
+from krakenlm.simulator.kernels.gpu import attention as A
 
 # Constants of the order the H100 tables give (TRT-LLM / FA3).
 CTX = {"floor_s": 1.2e-5, "mma_efficiency": 0.78, "softmax_s": 3e-11, "item_s": 1e-6,

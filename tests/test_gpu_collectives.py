@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import allreduce_routes as R
-from krakenlm.simulator.gpu import collectives as C
-from krakenlm.simulator.gpu.fit import fit_model
+from krakenlm.simulator.calibration.fit import fit_model
+from krakenlm.simulator.kernels.gpu import allreduce_routes as R
+from krakenlm.simulator.kernels.gpu import collectives as C
 
 A100 = load_system("a100-80gb-x8")
 H100 = load_system("h100-80gb-x8")

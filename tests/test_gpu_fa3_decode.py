@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import attention as A
-from krakenlm.simulator.gpu import fa3_decode as F
+from krakenlm.simulator.kernels.gpu import attention as A
+from krakenlm.simulator.kernels.gpu import fa3_decode as F
 
 P = {"floor_s": 2e-6, "item_s": 1e-6, "head_s": 8e-9, "sm_bandwidth": 2e10,
      "memory_efficiency": 0.9, "l2_gain": 0.5, "overlap_exponent": 4.0, "multiblock_s": 7e-6,

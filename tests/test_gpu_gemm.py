@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import gemm, gemm_cutlass
-from krakenlm.simulator.gpu.fit import fit_model
+from krakenlm.simulator.calibration.fit import fit_model
+from krakenlm.simulator.kernels.gpu import gemm, gemm_cutlass
 
 # Constants of the order the H100 tables give.
 P = {"floor_s": 2e-6, "compute_efficiency": 0.75, "memory_efficiency": 0.85,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import attention as A
-from krakenlm.simulator.gpu import prefill_tiles as T
+from krakenlm.simulator.kernels.gpu import attention as A
+from krakenlm.simulator.kernels.gpu import prefill_tiles as T
 
 CTX = {"floor_s": 1.2e-5, "mma_efficiency": 0.78, "softmax_s": 3e-11, "item_s": 1e-6,
        "memory_efficiency": 0.6, "kv_passes": 2.0, "overlap_exponent": 1.1}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import attention as A
+from krakenlm.simulator.kernels.gpu import attention as A
 
 SPLIT = {"floor_s": 5e-6, "item_s": 4.5e-6, "mha_item_s": 3.2e-6, "head_s": 7e-8,
          "sm_bandwidth": 2.3e10, "memory_efficiency": 0.9, "l2_gain": 0.1,

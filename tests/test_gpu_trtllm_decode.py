@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import attention as A
-from krakenlm.simulator.gpu import trtllm_decode as T
-from krakenlm.simulator.gpu.fit import fit_model
+from krakenlm.simulator.calibration.fit import fit_model
+from krakenlm.simulator.kernels.gpu import attention as A
+from krakenlm.simulator.kernels.gpu import trtllm_decode as T
 
 SMS = 132  # H100 SXM
 # constants of the order the H100 tables give

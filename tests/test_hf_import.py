@@ -13,8 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 from krakenlm.cli import main  # noqa: E402
 from krakenlm.data.bpe import BpeTokenizer, train_bpe_json  # noqa: E402
-from krakenlm.data.vocab import (checkpoint_tokenizer, prompt_ids, tokenizer_files,  # noqa: E402
-                                 tokenizer_record)
+from krakenlm.data.vocab import checkpoint_tokenizer, prompt_ids, tokenizer_files, tokenizer_record  # noqa: E402
 from krakenlm.evaluation.generate import SamplingConfig, generate  # noqa: E402
 from krakenlm.interop.hf_export import export_hf  # noqa: E402
 from krakenlm.interop.hf_import import import_hf  # noqa: E402

@@ -2,12 +2,12 @@
 
 
 import pytest
+from measured_data import MEASURED
 
 from krakenlm.cli import main
+from krakenlm.design.sweep import Workload, design, sweep
 from krakenlm.hardware import area, load_system, replace_path
 from krakenlm.hardware.cost import dies_per_wafer, murphy_yield, system_cost
-from krakenlm.simulator.sweep import Workload, design, sweep
-from measured_data import MEASURED
 
 DIE_AREA = MEASURED / "die_area.csv"
 needs_data = pytest.mark.skipif(not DIE_AREA.is_file(), reason=f"{DIE_AREA} is absent (set KRAKENLM_MEASURED_DIR)")

@@ -91,6 +91,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
+
 from krakenlm.errors import KrakenError  # noqa: E402
 from krakenlm.training import checkpoint  # noqa: E402
 

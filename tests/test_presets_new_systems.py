@@ -15,7 +15,7 @@ Known values (per GPU, dense, i.e. the datasheets' 2:4-sparse tensor figures hal
 import pytest
 
 from krakenlm.hardware import load_system, preset_system_names
-from krakenlm.simulator.calibration import default_calibration
+from krakenlm.simulator.constants.template import default_calibration
 
 GiB = 2**30
 

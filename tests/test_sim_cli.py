@@ -103,7 +103,7 @@ def test_simulator_runs_without_torch():
 
 def test_a_gpu_calibration_of_another_device_is_a_warning(capsys):
     """Plausible for a what-if device modelled on a measured GPU, but never silent."""
-    from krakenlm.simulator.gpu import store
+    from krakenlm.simulator.constants import gpu_kernels as store
 
     args = ["sim", "run", "--model", "llama3-8b", "--tp", "8", "--prompt", "8", "--gen", "2",
             "--json", "--gpu-calibration", str(store.shipped_dir() / "H100.yaml")]
@@ -118,7 +118,7 @@ def test_a_gpu_calibration_of_another_device_is_a_warning(capsys):
 
 
 def test_sweep_does_not_rank_dies_beyond_the_reticle(capsys, monkeypatch):
-    from krakenlm.simulator.sweep import Workload, sweep
+    from krakenlm.design.sweep import Workload, sweep
 
     result = sweep("a100-80gb-x8", Workload("gpt3-13b", 8, 4, 256, 4), cores=(108, 128),
                    memories=("HBM3-5",), global_buffers_mib=(10, 160))

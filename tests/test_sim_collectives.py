@@ -5,7 +5,11 @@ import dataclasses
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.collectives import Protocol, collective_time, plan_collective
+from krakenlm.simulator.kernels.template.collectives import (
+    Protocol,
+    collective_time,
+    plan_collective,
+)
 
 IC = load_system("a100-80gb-x4").interconnect
 

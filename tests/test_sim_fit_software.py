@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from krakenlm.models import PRESETS
-from krakenlm.simulator.fit_software import _metric, fit_host
-from krakenlm.simulator.software import load_software
-from krakenlm.simulator.validate_models import ModelRow, combine, row_results
+from krakenlm.simulator.calibration.software import _metric, fit_host
+from krakenlm.simulator.constants.software import load_software
+from krakenlm.simulator.measurements.harness import combine, row_results
+from krakenlm.simulator.measurements.models import ModelRow
 
 SYSTEM = "a100-80gb-x8"
 TRUE = {"per_kernel_s": 6e-5, "prefill_step_s": 8e-3, "decode_step_s": 3e-3,

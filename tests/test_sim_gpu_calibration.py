@@ -5,16 +5,17 @@ import json
 import math
 
 import numpy as np
-
 import pytest
-
 from aic_fixture import ELEMENTWISE_PARAMS, GEMM_PARAMS, gemm_shapes, write_tables
+
 from krakenlm.cli import main
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import gemm, store
-from krakenlm.simulator.gpu.calibrate import calibrate
-from krakenlm.simulator.gpu.fit import FitError, fit_half, fit_model
-from krakenlm.simulator.sources import aiconfigurator as aic
+from krakenlm.simulator.calibration.fit import FitError, fit_model
+from krakenlm.simulator.calibration.gpu import calibrate
+from krakenlm.simulator.constants import gpu_kernels as store
+from krakenlm.simulator.kernels.gpu import gemm
+from krakenlm.simulator.measurements import aiconfigurator as aic
+from krakenlm.simulator.measurements.split import fit_half
 
 pytest.importorskip("pyarrow")
 H100 = load_system("h100-80gb-x8")
@@ -182,7 +183,7 @@ def test_package_root_without_the_extra_says_how_to_install(monkeypatch):
 
 
 def test_parameter_transforms_stay_in_range_far_from_the_start():
-    from krakenlm.simulator.gpu.params import Param
+    from krakenlm.simulator.kernels.params import Param
 
     frac = Param("e", "fraction", 0.5, "")
     # a Nelder-Mead step can wander far out in logit space; the value saturates, never raises
@@ -192,7 +193,7 @@ def test_parameter_transforms_stay_in_range_far_from_the_start():
 
 
 def test_ceiling_holds_a_constant_below_its_physical_limit():
-    from krakenlm.simulator.gpu.params import Param
+    from krakenlm.simulator.kernels.params import Param
 
     bw = Param("sm_bandwidth", "positive", 6e10, "", upper=2.5e11)
     # well below the ceiling the transform is the plain log scale (a fit's steps keep size)
@@ -208,7 +209,7 @@ def test_ceiling_holds_a_constant_below_its_physical_limit():
 
 def test_generation_fit_carries_the_devices_ceilings():
     from krakenlm.hardware import load_system
-    from krakenlm.simulator.gpu import attention as A
+    from krakenlm.simulator.kernels.gpu import attention as A
 
     h100 = load_system("h100-80gb-x8").device
     params = {p.name: p for p in A.generation_params_for("trtllm", h100)}
@@ -221,7 +222,7 @@ def test_generation_fit_carries_the_devices_ceilings():
 
 def test_trtllm_generation_fit_also_starts_below_the_ceilings():
     from krakenlm.hardware import load_system
-    from krakenlm.simulator.gpu import attention as A
+    from krakenlm.simulator.kernels.gpu import attention as A
 
     h100 = load_system("h100-80gb-x8").device
     (start,) = A.generation_starts("trtllm", h100)
@@ -234,7 +235,7 @@ def test_trtllm_generation_fit_also_starts_below_the_ceilings():
 
 
 def test_stored_constants_keep_byte_thresholds_exact(tmp_path):
-    from krakenlm.simulator.gpu.store import DeviceCalibration, Entry, load_file, save
+    from krakenlm.simulator.constants.gpu_kernels import DeviceCalibration, Entry, load_file, save
 
     cal = DeviceCalibration("H100", {"system": "h100-80gb-x8"})
     cal.put("trtllm", "1", "custom_all_reduce", "any",

@@ -4,8 +4,8 @@ import pytest
 
 from krakenlm.hardware import load_system
 from krakenlm.models import get_preset
-from krakenlm.simulator.attention import flash_decode
 from krakenlm.simulator.graph import SimulationError, model_graphs
+from krakenlm.simulator.kernels.template.attention import flash_decode
 from krakenlm.simulator.memory import ModelDoesNotFit, kv_cache_bytes
 from krakenlm.simulator.run import arch_variant, simulate
 

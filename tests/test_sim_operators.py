@@ -3,9 +3,14 @@
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.elementwise import roofline_stream, simulate_stream
-from krakenlm.simulator.matmul import (_simulate_matmul, naive_matmul_time, roofline_matmul,
-                                       simulate_matmul, systolic_cycles)
+from krakenlm.simulator.kernels.template.elementwise import roofline_stream, simulate_stream
+from krakenlm.simulator.kernels.template.matmul import (
+    _simulate_matmul,
+    naive_matmul_time,
+    roofline_matmul,
+    simulate_matmul,
+    systolic_cycles,
+)
 
 A100 = load_system("a100-80gb-x4").device
 MI210 = load_system("mi210-x4").device

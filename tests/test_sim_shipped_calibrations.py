@@ -8,7 +8,7 @@ file: a kernel model changed without refitting its constants fails here.
 import pytest
 
 from krakenlm.hardware import load_system
-from krakenlm.simulator.gpu import store
+from krakenlm.simulator.constants import gpu_kernels as store
 
 NVIDIA_PRESETS = ("a100-40gb-x8", "a100-80gb-x8", "a100-80gb-x4", "h100-80gb-x8", "h200-x8",
                   "b200-x8", "gb200-nvl72", "l40s-x8")
@@ -30,7 +30,7 @@ def test_gb200_is_not_mistaken_for_b200():
 def test_shipped_constants_reproduce_their_recorded_held_out_error():
     pytest.importorskip("aiconfigurator_core")
     pytest.importorskip("pyarrow")
-    from krakenlm.simulator.validate_kernels import validate_kernels
+    from krakenlm.simulator.validation.kernels import validate_kernels
 
     report = validate_kernels()
     assert not report.skipped, report.skipped
@@ -48,7 +48,7 @@ def test_shipped_nccl_constants_time_every_size_on_every_group():
     # a protocol fitted on no row once left GB200's 8-GPU all-gather of 16 MiB at 4e43 s
     import numpy as np
 
-    from krakenlm.simulator.gpu import collectives as C
+    from krakenlm.simulator.kernels.gpu import collectives as C
 
     sizes = 2.0 ** np.arange(10, 31)
     for system in ("a100-80gb-x8", "h100-80gb-x8", "h200-x8", "b200-x8", "gb200-nvl72"):
@@ -68,7 +68,7 @@ def test_shipped_nccl_constants_time_every_size_on_every_group():
 def test_shipped_constants_are_within_their_devices_ceilings(system):
     # per-CTA streaming rates and cache speed-ups once ran to 1e19-1e156 where a term did not
     # bind; the fits now carry the device's ceilings and every shipped entry must respect them
-    from krakenlm.simulator.gpu import attention, elementwise
+    from krakenlm.simulator.kernels.gpu import attention, elementwise
 
     dev = load_system(system).device
     cal = store.for_device(dev)

@@ -8,11 +8,16 @@ import pytest
 from krakenlm.cli import main
 from krakenlm.hardware import load_system
 from krakenlm.models import get_preset
+from krakenlm.simulator.constants.gpu_kernels import DeviceCalibration
+from krakenlm.simulator.constants.software import (
+    Host,
+    SoftwareError,
+    load_software,
+    profile_from_dict,
+    software_names,
+)
 from krakenlm.simulator.graph import GraphOptions, model_graphs
-from krakenlm.simulator.gpu.store import DeviceCalibration
 from krakenlm.simulator.run import simulate
-from krakenlm.simulator.software import (Host, SoftwareError, load_software, profile_from_dict,
-                                         software_names)
 
 A100 = load_system("a100-80gb-x8")
 NO_GPU_CAL = DeviceCalibration("none")  # template models only: independent of shipped files
@@ -180,7 +185,7 @@ def test_a_session_answers_like_single_queries():
 
 
 def test_fitted_host_constants_follow_the_system_and_its_sweep_designs():
-    from krakenlm.simulator.software import load_software
+    from krakenlm.simulator.constants.software import load_software
 
     trt = load_software("trtllm")
     fitted = trt.host_for("a100-80gb-x8")
@@ -193,7 +198,7 @@ def test_fitted_host_constants_follow_the_system_and_its_sweep_designs():
 def test_last_prompt_token_in_decode_moves_one_step_into_the_ttft():
     # TurboMind (lmdeploy) prefills prompt - 1 tokens and its first decode step, over the
     # last prompt token, produces the first token
-    from krakenlm.simulator.software import Prefill
+    from krakenlm.simulator.constants.software import Prefill
 
     cfg = get_preset("llama2-7b")
     plain = dataclasses.replace(load_software("lmdeploy"), prefill=Prefill())

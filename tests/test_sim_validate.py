@@ -4,13 +4,14 @@ import dataclasses
 import json
 
 import pytest
+from measured_data import MEASURED
 
 from krakenlm.cli import main
 from krakenlm.hardware import load_system
-from krakenlm.simulator.calibration import default_calibration, fit_group
-from krakenlm.simulator.measured import load_measured
-from krakenlm.simulator.validate import validate
-from measured_data import MEASURED
+from krakenlm.simulator.calibration.template import fit_group
+from krakenlm.simulator.constants.template import default_calibration
+from krakenlm.simulator.measurements.llmcompass import load_measured
+from krakenlm.simulator.validation.template import validate
 
 needs_data = pytest.mark.skipif(not MEASURED.is_dir(),
                                 reason=f"measured data folder {MEASURED} is absent "

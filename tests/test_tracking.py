@@ -5,8 +5,8 @@ import re
 import sys
 
 import pytest
-
 from conftest import run_cli
+
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
 from krakenlm.training import tracking

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import run_cli
+
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
 from krakenlm.models.transformer import Transformer

@@ -48,7 +48,7 @@ def systems(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
 
 
 def _device_systems(pairs: list[str] | None) -> dict[str, str] | None:
-    from ..simulator.validate import DEVICE_SYSTEMS
+    from ..simulator.validation.template import DEVICE_SYSTEMS
 
     if not pairs:
         return None
@@ -127,14 +127,14 @@ def _calibrate_vidur(system: str | None, output: str | None, install: bool) -> N
     merged into the device's GPU calibration file."""
     from pathlib import Path
 
-    from ..simulator.gpu import calibrate as gcal
-    from ..simulator.gpu import store
-    from ..simulator.gpu.calibrate_layers import calibrate_layers
+    from ..simulator.measurements.kernel_tables import device_key
+    from ..simulator.constants import gpu_kernels as store
+    from ..simulator.calibration.layers import calibrate_layers
 
     if not system:
         raise KrakenError("--source vidur needs --system (a100-80gb-x8 or h100-80gb-x8: the GPUs "
                           "Vidur's layer profiles were measured on)")
-    key = gcal.device_key(system)
+    key = device_key(system)
     path = _calibration_target(output, install, Path(f"calibration-{key}.yaml"),
                                store.shipped_dir() / f"{key}.yaml")
     if not path.is_file():
@@ -157,8 +157,9 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
                               variants: list[str] | None = None) -> None:
     from pathlib import Path
 
-    from ..simulator.gpu import calibrate as gcal
-    from ..simulator.gpu import store
+    from ..simulator.calibration.gpu import calibrate as fit_tables
+    from ..simulator.measurements.kernel_tables import check as check_tables, device_key
+    from ..simulator.constants import gpu_kernels as store
     from ._console import stderr_console
 
     if measured:
@@ -166,8 +167,8 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
                           "installed tables (or --tables DIR)")
     if not system:
         raise KrakenError("--source aiconfigurator needs --system, e.g. --system h100-80gb-x8")
-    gcal.check(system, frameworks or None, tables)
-    key = gcal.device_key(system)
+    check_tables(system, frameworks or None, tables)
+    key = device_key(system)
     path = _calibration_target(output, install, Path(f"calibration-{key}.yaml"),
                                store.shipped_dir() / f"{key}.yaml", tables)
     base = store.load_file(path) if path.is_file() else None
@@ -196,7 +197,7 @@ def _calibrate_aiconfigurator(system: str | None, frameworks: list[str] | None, 
                       f"  fit {result.mape_fit:5.1f} %  held-out {result.mape_held_out:5.1f} %")
 
     with err.status("fitting..."):
-        cal = gcal.calibrate(system, frameworks or None, tables, command, base, progress,
+        cal = fit_tables(system, frameworks or None, tables, command, base, progress,
                              families or None, variants or None)
     store.save(cal, path)
     print(f"wrote {path} ({sum(len(v) for info in cal.frameworks.values() for v in info['families'].values())} fitted families)")
@@ -208,9 +209,10 @@ def _calibrate_llmcompass(measured: str | None, output: str | None, install: boo
     from pathlib import Path
 
     from ..hardware import load_system
-    from ..simulator.calibration import CALIBRATION_FILE, fit_calibration, save_calibration
-    from ..simulator.measured import load_measured
-    from ..simulator.validate import DEVICE_SYSTEMS
+    from ..simulator.constants.template import CALIBRATION_FILE
+    from ..simulator.calibration.template import fit_calibration, save_calibration
+    from ..simulator.measurements.llmcompass import load_measured
+    from ..simulator.validation.template import DEVICE_SYSTEMS
 
     if not measured:
         raise KrakenError("--source llmcompass needs --measured DIR, the LLMCompass measurement "
@@ -225,7 +227,7 @@ def _calibrate_llmcompass(measured: str | None, output: str | None, install: boo
     command = "krakenlm sim calibrate --source llmcompass --measured " + measured
     path = str(_calibration_target(
         output, install, Path("calibration.yaml"),
-        Path(str(resources.files("krakenlm.simulator").joinpath(CALIBRATION_FILE)))))
+        Path(str(resources.files("krakenlm.simulator.constants").joinpath(CALIBRATION_FILE)))))
     calibration = fit_calibration(data, systems, command=command)
     save_calibration(calibration, path)
     print(f"wrote {path} ({sum(len(v) for v in calibration.devices.values())} operator groups)")
@@ -262,8 +264,8 @@ def validate_cmd(
     console = stdout_console()
 
     if measured:
-        from ..simulator.calibration import load_calibration
-        from ..simulator.validate import validate, write_csv, write_plot
+        from ..simulator.constants.template import load_calibration
+        from ..simulator.validation.template import validate, write_csv, write_plot
 
         report = validate(measured, load_calibration(calibration_path),
                           _device_systems(device_system))
@@ -283,7 +285,7 @@ def validate_cmd(
                           "(or use --out DIR for every level)")
 
     if "operators" in wanted:
-        from ..simulator.validate_kernels import validate_kernels
+        from ..simulator.validation.kernels import validate_kernels
 
         with err.status("operators: scoring the kernel tables..."):
             kr = validate_kernels(root=tables)
@@ -302,14 +304,14 @@ def validate_cmd(
                           f"{g['median_signed_held_out_pct']:+.1f}")
             console.print(t)
         if outdir and kr.points:
-            from ..simulator.validation_plots import scatter
+            from ..simulator.validation.plots import scatter
             _write_rows(outdir / "operators.csv", kr.points)
             scatter(kr.points, outdir / "operators.png",
                     "Operators: kernel tables (hollow: fit half)", "family", "device",
                     hollow=lambda p: p["half"] == "fit")
 
     if "layers" in wanted:
-        from ..simulator.validate_layers import validate_layers
+        from ..simulator.validation.layers import validate_layers
 
         lr = validate_layers()
         result["layers"] = lr.to_json()
@@ -322,13 +324,13 @@ def validate_cmd(
                           f"{g['mean_signed_pct']:+.1f}")
             console.print(t)
         if outdir:
-            from ..simulator.validation_plots import scatter
+            from ..simulator.validation.plots import scatter
             _write_rows(outdir / "layers.csv", lr.rows + lr.gemm_sums)
             scatter(lr.rows, outdir / "layers.png", "Layers: Llama-2-70B operators (Vidur)",
                     "op", "system")
 
     if "models" in wanted:
-        from ..simulator.validate_models import validate_models
+        from ..simulator.validation.models import validate_models
 
         with err.status("models: simulating the published setups..."):
             mr = validate_models()
@@ -363,7 +365,7 @@ def validate_cmd(
             if anomalous:
                 console.print(f"{anomalous} rows flagged anomalous in the data were not scored")
         if outdir:
-            from ..simulator.validation_plots import scatter
+            from ..simulator.validation.plots import scatter
             _write_rows(outdir / "models.csv", mr.rows)
             scatter([r for r in mr.rows if not r["anomalous"]], outdir / "models.png",
                     "Whole models: published TTFT / TPOT / end-to-end", "source", "metric")
@@ -451,7 +453,7 @@ def run(
     """Simulate inference: per-operator breakdown, TTFT, mean TPOT, end-to-end time and memory
     per device."""
     from ..hardware import load_system
-    from ..simulator.calibration import load_calibration
+    from ..simulator.constants.template import load_calibration
     from ..simulator.run import arch_variant, resolve_model, simulate
 
     name, original = resolve_model(model)
@@ -503,7 +505,7 @@ def run(
 def _gpu_calibration(path: str | None):
     if path is None:
         return None
-    from ..simulator.gpu.store import load_file
+    from ..simulator.constants.gpu_kernels import load_file
     return load_file(path)
 
 
@@ -521,9 +523,9 @@ def fit_software_cmd(
     from importlib import resources
     from pathlib import Path
 
-    from ..simulator.fit_software import fit_host, mark_split as mark, write_host
-    from ..simulator.software import software_names
-    from ..simulator.validate_models import load_rows, row_software
+    from ..simulator.calibration.software import fit_host, mark_split as mark, write_host
+    from ..simulator.constants.software import software_names
+    from ..simulator.measurements.models import load_rows, row_software
 
     if software not in software_names():
         raise KrakenError(f"unknown software {software!r}; profiles: {', '.join(software_names())}")
@@ -537,7 +539,7 @@ def fit_software_cmd(
     if not systems:
         raise KrakenError(f"no rows of the end-to-end set are fit rows for software {software!r}; "
                           "run with --mark-split first")
-    src = Path(str(resources.files("krakenlm.simulator.software_profiles").joinpath(f"{software}.yaml")))
+    src = Path(str(resources.files("krakenlm.simulator.constants.software_profiles").joinpath(f"{software}.yaml")))
     target = src if install else (Path(output) if output else None)
     if target is not None and target != src:
         shutil.copyfile(src, target)
@@ -564,7 +566,7 @@ def software_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON 
     """List the serving-software profiles (kernels, CUDA graphs, host overheads, all-reduce)."""
     import dataclasses
 
-    from ..simulator.software import load_software, software_names
+    from ..simulator.constants.software import load_software, software_names
 
     profiles = [load_software(n) for n in software_names()]
     if as_json:
@@ -627,7 +629,7 @@ def sweep_cmd(
     prompt: int = typer.Option(1024, "--prompt", help="Prompt tokens of the workload."),
     gen: int = typer.Option(128, "--gen", help="Generated tokens of the workload."),
     cores: str = typer.Option("32,64,96,108,128", "--cores", help="Core counts to try, comma-separated."),
-    memories: str = typer.Option("HBM2e-5,HBM3-5,DDR5-16,LPDDR5-16", "--memories", help="Memory configurations to try (see krakenlm.simulator.sweep.MEMORIES)."),
+    memories: str = typer.Option("HBM2e-5,HBM3-5,DDR5-16,LPDDR5-16", "--memories", help="Memory configurations to try (see krakenlm.design.sweep.MEMORIES)."),
     global_buffers: str = typer.Option("10,20,40,80,160", "--global-buffers", help="Global buffer sizes in MiB, comma-separated."),
     top: int = typer.Option(15, "--top", help="Rows to print (best performance per $ first)."),
     as_json: bool = typer.Option(False, "--json", help="Print every design as JSON."),
@@ -635,7 +637,7 @@ def sweep_cmd(
     """Design-space sweep (cores x memory technology x global buffer): throughput, cost and
     performance per $ against the base system."""
     from ..hardware.area import RETICLE_LIMIT_MM2
-    from ..simulator.sweep import MEMORIES, Workload, sweep
+    from ..design.sweep import MEMORIES, Workload, sweep
 
     def numbers(text: str, kind=int) -> tuple:
         try:

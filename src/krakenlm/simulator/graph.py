@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from ..errors import KrakenError
 from ..models import ModelConfig
-from .attention import unfused_ops
+from .kernels.template.attention import unfused_ops
 
 
 class SimulationError(KrakenError, ValueError):

@@ -36,13 +36,13 @@ from ..errors import warn
 from ..hardware import load_system
 from ..hardware.schema import DTYPE_BYTES, System
 from ..models import ModelConfig
-from .calibration import Calibration, default_calibration
-from .gpu import store as gpu_store
-from .gpu.store import DeviceCalibration
+from .constants import gpu_kernels as gpu_store
+from .constants.gpu_kernels import DeviceCalibration
+from .constants.software import Host, SoftwareProfile, load_software
+from .constants.template import Calibration, default_calibration
 from .graph import Graph, GraphOptions, OpSpec, SimulationError, model_graphs
 from .memory import MemoryUse, check_fits, memory_use
 from .schedule import COMM_CORE_SHARE, Schedule, TimedOp, schedule
-from .software import Host, SoftwareProfile, load_software
 from .timing import OpTimer
 
 MODES = ("simulate", "tile", "roofline")
@@ -511,7 +511,7 @@ def _tile_software(profile: SoftwareProfile) -> SoftwareProfile:
     """Tile mode keeps the template world's assumptions: every operator in the model dtype."""
     import dataclasses
 
-    from .software import Fp8Policy
+    from .constants.software import Fp8Policy
     return dataclasses.replace(profile, fp8=Fp8Policy("fp8", "fp8", "fp8", "fp8", "fp8"))
 
 

@@ -22,18 +22,23 @@ from typing import Any
 import numpy as np
 
 from ..hardware.schema import DTYPE_BYTES, System
-from .attention import flash_decode, flash_prefill
-from .calibration import Calibration
-from .collectives import IDEAL, collective_time, memory_traffic_bytes
-from .elementwise import TENSORS_READ, TENSORS_WRITTEN, roofline_stream, simulate_stream
-from .gpu import elementwise as gpu_elementwise
-from .gpu.elementwise import kind_of
-from .gpu import gemm as gpu_gemm
-from .gpu.store import DeviceCalibration, Entry
+from .constants.gpu_kernels import DeviceCalibration, Entry
+from .constants.software import SoftwareProfile
+from .constants.template import Calibration
 from .graph import OpSpec
-from .matmul import roofline_matmul, simulate_matmul
+from .kernels.gpu import elementwise as gpu_elementwise
+from .kernels.gpu import gemm as gpu_gemm
+from .kernels.gpu.elementwise import kind_of
+from .kernels.template.attention import flash_decode, flash_prefill
+from .kernels.template.collectives import IDEAL, collective_time, memory_traffic_bytes
+from .kernels.template.elementwise import (
+    TENSORS_READ,
+    TENSORS_WRITTEN,
+    roofline_stream,
+    simulate_stream,
+)
+from .kernels.template.matmul import roofline_matmul, simulate_matmul
 from .schedule import TimedOp
-from .software import SoftwareProfile
 
 FRAMEWORK_ORDER = ("trtllm", "vllm", "sglang")
 ELEMENTWISE_ORDER = ("vllm", "trtllm", "sglang")
@@ -42,7 +47,7 @@ ELEMENTWISE_ORDER = ("vllm", "trtllm", "sglang")
 @functools.lru_cache(maxsize=None)
 def _gpu_attention():
     try:
-        from .gpu import attention
+        from .kernels.gpu import attention
         return attention
     except ImportError:  # the module is optional until its constants exist
         return None
@@ -51,7 +56,7 @@ def _gpu_attention():
 @functools.lru_cache(maxsize=None)
 def _gpu_collectives():
     try:
-        from .gpu import collectives
+        from .kernels.gpu import collectives
         return collectives
     except ImportError:
         return None
@@ -304,7 +309,7 @@ class OpTimer:
     def _fitted_collective(self, module: Any, kind: str, size: float, n: int) -> float | None:
         """The framework's custom all-reduce where the profile uses it (it hands large messages
         to NCCL itself), else NCCL, from the device's fitted constants."""
-        from .gpu.calibrate import route_args
+        from .kernels.gpu.custom_allreduce_args import route_args
 
         nccl = self.gpu.entry("nccl", "nccl", "any") if self.gpu else None
         cols = {"op": np.array([kind], dtype=object), "n": np.array([n]),

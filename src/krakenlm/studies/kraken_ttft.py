@@ -28,7 +28,7 @@ from typing import Any
 
 from ..models import get_preset
 from ..simulator import simulate
-from ..simulator.software import Collectives, SoftwareProfile, load_software
+from ..simulator.constants.software import Collectives, SoftwareProfile, load_software
 from .plots import plot_layer_breakdown, plot_ttft_grid
 
 SHAPES = ("gpt3-1.3b", "gpt3-6.7b", "gpt3-13b", "gpt-65b", "gpt3-175b")

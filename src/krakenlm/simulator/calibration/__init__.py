@@ -1,0 +1,1 @@
+"""Fitting: constants from measurements (a query never imports this)."""

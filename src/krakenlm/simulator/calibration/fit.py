@@ -1,0 +1,171 @@
+"""Fitting a kernel model's few constants on half of the measured shapes, scoring on the rest.
+
+The split is by shape, not by row: a shape's key (e.g. "m,n,k") is hashed (CRC-32) and even
+hashes form the fit half, odd ones the held-out half. The same shape therefore falls in the
+same half for every framework and device, and re-running a calibration gives the same split.
+The objective is the mean absolute percentage error (MAPE) over the fit half (a subsample of
+at most `max_fit_rows` of it, drawn with a fixed seed, to keep a calibration to seconds); the
+held-out half is scored once, at the end, with every row.
+
+Several starting points (a model whose objective has several basins, gemm.FIT_STARTS) are
+screened first: a short Nelder-Mead from each on a seeded sample of at most `SCREEN_ROWS` fit
+rows, and only the `POLISH` best are minimised on the whole fit sample. Screening uses the fit
+half only, like everything else here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ...errors import KrakenError
+from ..kernels.params import Param, pack, unpack
+from ..measurements.split import fit_half, mape
+
+if TYPE_CHECKING:
+    from ..measurements.kernel_tables import Dataset
+
+MIN_POINTS_PER_PARAM = 4
+
+
+SCREEN_ROWS = 1000  # fit rows a start is screened on
+
+
+SCREEN_ITERS = 1500  # Nelder-Mead iterations of a screening run
+
+
+POLISH = 2  # screened starts minimised on the whole fit sample
+
+
+class FitError(KrakenError, ValueError):
+    """A fit cannot be made (too few points, no finite prediction)."""
+
+
+@dataclass
+class FitResult:
+    params: dict[str, float]
+    n_fit: int
+    n_held_out: int
+    mape_fit: float
+    mape_held_out: float
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"n_fit": self.n_fit, "n_held_out": self.n_held_out,
+                "mape_fit_pct": round(self.mape_fit, 2),
+                "mape_held_out_pct": round(self.mape_held_out, 2)}
+
+
+def _subset(cols: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v)[idx] for k, v in cols.items()}
+
+
+def _minimise(f: Callable[[np.ndarray], float], x0: np.ndarray) -> tuple[np.ndarray, float]:
+    try:
+        from scipy.optimize import minimize
+    except ImportError:  # the calibrate extra brings scipy; fall back on our own simplex
+        from .template import nelder_mead
+        x = nelder_mead(f, x0, step=0.5, iters=3000)
+        return x, f(x)
+    best_x, best_f = np.asarray(x0, float), f(np.asarray(x0, float))
+    for _ in range(4):  # restarts shake Nelder-Mead out of the kinks of min() and max()
+        r = minimize(f, best_x, method="Nelder-Mead",
+                     options={"maxiter": 4000, "xatol": 1e-6, "fatol": 1e-7, "adaptive": True})
+        if r.fun >= best_f - 1e-9:
+            break
+        best_x, best_f = r.x, float(r.fun)
+    return best_x, best_f
+
+
+def _screen(objective: Callable[[np.ndarray], float], candidates: list[np.ndarray],
+            keep: int) -> list[np.ndarray]:
+    """The `keep` candidates whose short Nelder-Mead run ends lowest."""
+    try:
+        from scipy.optimize import minimize
+    except ImportError:
+        from .template import nelder_mead
+
+        def run(x0):
+            x = nelder_mead(objective, x0, step=0.5, iters=SCREEN_ITERS // 3)
+            return objective(x), x
+    else:
+        def run(x0):
+            r = minimize(objective, x0, method="Nelder-Mead",
+                         options={"maxiter": SCREEN_ITERS, "adaptive": True, "xatol": 1e-4,
+                                  "fatol": 1e-5})
+            return float(r.fun), r.x
+    scored = sorted((run(x0) for x0 in candidates), key=lambda t: t[0])
+    return [x for _, x in scored[:keep]]
+
+
+def fit_model(name: str, predict: Callable[[dict[str, np.ndarray], dict[str, float]], np.ndarray],
+              params: tuple[Param, ...], cols: dict[str, np.ndarray], measured_s: np.ndarray,
+              keys: list[str], *, max_fit_rows: int = 4000, starts: list[dict] | None = None,
+              seed: int = 0, split: np.ndarray | None = None) -> FitResult:
+    """Fit `params` of `predict(cols, values) -> seconds` on the fit half of the rows (the
+    CRC-32 of `keys`, or `split` when the data declares its own fit rows)."""
+    measured_s = np.asarray(measured_s, float)
+    fit_mask = fit_half(keys) if split is None else np.asarray(split, bool)
+    fit_idx, held_idx = np.flatnonzero(fit_mask), np.flatnonzero(~fit_mask)
+    need = MIN_POINTS_PER_PARAM * len(params)
+    if len(fit_idx) < need:
+        raise FitError(f"{name}: {len(fit_idx)} measured shapes in the fit half (of "
+                       f"{len(measured_s)}); fitting {len(params)} constants needs at least "
+                       f"{need}; add measurements or calibrate another framework/dtype")
+    notes = []
+    if len(fit_idx) > max_fit_rows:
+        rng = np.random.default_rng(seed)
+        fit_idx = np.sort(rng.choice(fit_idx, max_fit_rows, replace=False))
+        notes.append(f"fitted on a seeded sample of {max_fit_rows} of the "
+                     f"{int(fit_mask.sum())} fit-half shapes")
+    fit_cols, fit_meas = _subset(cols, fit_idx), measured_s[fit_idx]
+
+    def objective(x: np.ndarray) -> float:
+        pred = predict(fit_cols, unpack(params, x))
+        value = mape(pred, fit_meas)
+        return value if math.isfinite(value) else 1e9
+
+    candidates = [pack(params, s) for s in (starts or [{}])]
+    if len(candidates) > POLISH:
+        rng = np.random.default_rng(seed + 1)
+        sub = np.sort(rng.choice(len(fit_idx), min(len(fit_idx), SCREEN_ROWS), replace=False))
+        sub_cols, sub_meas = _subset(fit_cols, sub), fit_meas[sub]
+
+        def screen_objective(x: np.ndarray) -> float:
+            value = mape(predict(sub_cols, unpack(params, x)), sub_meas)
+            return value if math.isfinite(value) else 1e9
+
+        candidates = _screen(screen_objective, candidates, POLISH)
+    best_x, best_f = None, math.inf
+    for x0 in candidates:
+        x, fx = _minimise(objective, x0)
+        if fx < best_f:
+            best_x, best_f = x, fx
+    if not math.isfinite(best_f) or best_f >= 1e9:
+        raise FitError(f"{name}: the model gives no finite prediction on the fit half")
+    values = unpack(params, best_x)
+    all_fit = mape(predict(_subset(cols, np.flatnonzero(fit_mask)), values), measured_s[fit_mask])
+    held = mape(predict(_subset(cols, held_idx), values), measured_s[held_idx]) \
+        if len(held_idx) else float("nan")
+    return FitResult(values, int(fit_mask.sum()), len(held_idx), all_fit, held, notes)
+
+
+def fit_dataset(ds: "Dataset", system_name: str) -> FitResult:
+    """Fit every structure of `ds` in turn; the lowest fit-half error wins (stored with its
+    constants)."""
+    best: FitResult | None = None
+    for structure in ds.structures:
+        # constants a structure fixes are not fitted (no flat directions for the simplex)
+        free = tuple(p for p in ds.params if p.name not in structure)
+        r = fit_model(f"{ds.family} {ds.variant} ({ds.framework}, {system_name})",
+                      lambda c, p, s=structure: ds.predict(c, {**p, **s}), free,
+                      ds.cols, ds.latency_s, ds.keys,
+                      starts=[{}, *ds.starts] if ds.starts else None, split=ds.split)
+        if best is None or r.mape_fit < best.mape_fit:
+            r.params.update(structure)
+            best = r
+    assert best is not None
+    return best

@@ -1,0 +1,106 @@
+"""`krakenlm sim calibrate --source vidur`: streaming kernels per kind, from real model layers.
+
+The kernel tables measure one purely memory-bound kernel (FP8 quantisation) and it streams at
+~90 % of HBM bandwidth. The norm, activation, rotary and residual kernels of real serving
+stacks do not: Vidur's per-operator profiles of Llama-2-70B layers (MLSys 2024; vLLM-derived
+sarathi-serve kernels, validation_data/layer_measurements.csv) show vLLM's RMSNorm at ~1.1
+TB/s on an H100 with a 6 us floor, SiLU-and-mul at ~1.9 TB/s, rotary at ~1.5 TB/s; vLLM's
+own kernel benchmark (vllm-project/vllm#11241, H100) has its RMSNorm at ~0.7 TB/s. So each
+kind gets its own constants of the elementwise model (gpu/elementwise.py), fitted on the rows
+of `layer_measurements.csv` whose split is `fit` (even CRC-32 of system, op, TP and tokens;
+`mark_layer_split`) and scored on the `held_out` ones. They are stored under the `vllm`
+framework of the device (families `elementwise`, variants `norm`, `activation`, `rope`,
+`residual`): the profiles whose kernels are vLLM's use them; the others keep the constants
+fitted on their own quantisation kernel.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from ...fileio import write_csv_atomically
+from ...hardware import load_system
+from ...models import PRESETS
+from ..constants.gpu_kernels import DeviceCalibration, Entry
+from ..kernels.gpu import elementwise
+from ..kernels.template.elementwise import TENSORS_READ, TENSORS_WRITTEN
+from ..measurements.kernel_tables import Dataset
+from ..measurements.layers import op_spec
+from ..measurements.models import data_path
+from .fit import FitResult, fit_dataset
+
+# Vidur op -> the variant (kind of streaming kernel, gpu/elementwise.OPS_OF_KIND) it calibrates
+KINDS = {"rmsnorm": "norm", "mlp_act": "activation", "rope": "rope", "residual_add": "residual"}
+
+
+def layer_key(row: dict[str, str]) -> str:
+    return f"{row['system']}|{row['op']}|{row['tp']}|{row['tokens']}"
+
+
+def mark_layer_split(path: str | Path | None = None) -> int:
+    """Mark the streaming-op rows fit / held_out: within each (system, op), sorted by TP and
+    tokens, every other row is fitted (an exact half of 32 points, where a hash split of so few
+    rows is lopsided). GEMM and all-reduce rows stay held out: they validate, never calibrate.
+    Returns the number of fit rows."""
+    path = Path(path) if path else data_path("layer_measurements.csv")
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    for r in rows:
+        r["split"] = "held_out"
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r["op"] in KINDS:
+            groups.setdefault((r["system"], r["op"]), []).append(r)
+    n = 0
+    for group in groups.values():
+        group.sort(key=lambda r: (int(r["tp"]), int(r["tokens"])))
+        for i, r in enumerate(group):
+            if i % 2 == 0:
+                r["split"] = "fit"
+                n += 1
+    write_csv_atomically(path, fields, rows)
+    return n
+
+
+def streamed_bytes(op: str, rows: int, cols: int, bytes_per_value: int = 2) -> float:
+    return rows * cols * bytes_per_value * (TENSORS_READ[op] + TENSORS_WRITTEN.get(op, 1))
+
+
+def calibrate_layers(system_name: str, cal: DeviceCalibration,
+                     path: str | Path | None = None) -> list[tuple[str, FitResult]]:
+    """Fit each streaming kind of `system_name` and store it in `cal` (framework vllm)."""
+    path = Path(path) if path else data_path("layer_measurements.csv")
+    dev = load_system(system_name).device
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["system"] == system_name and r["op"] in KINDS]
+    out = []
+    for vidur_op, kind in KINDS.items():
+        sel = [r for r in rows if r["op"] == vidur_op and r["model"] in PRESETS]
+        if not sel:
+            continue
+        moved, n_rows, lat, keys = [], [], [], []
+        for r in sel:
+            spec = op_spec(vidur_op, PRESETS[r["model"]], int(r["tp"]), int(r["tokens"]))
+            op, rows_, cols_ = spec.args
+            moved.append(streamed_bytes(op, rows_, cols_))
+            n_rows.append(rows_)
+            lat.append(float(r["value_ms"]) * 1e-3)
+            # the data's own split: rows marked fit are fitted, the rest scored
+            keys.append(layer_key(r) if r["split"] == "fit" else layer_key(r) + "|held")
+        cols = {"bytes": np.array(moved), "rows": np.array(n_rows)}
+        dataset = Dataset("vllm", "", "elementwise", kind, cols, np.array(lat),
+                          elementwise.params_for(dev),
+                          lambda c, p: elementwise.predict(dev, c, p), keys,
+                          structures=elementwise.ROW_STRUCTURES,
+                          split=np.array([r["split"] == "fit" for r in sel]))
+        result = fit_dataset(dataset, f"{system_name}, Vidur layers")
+        cal.put("vllm", cal.frameworks.get("vllm", {}).get("version", ""), "elementwise", kind,
+                Entry(result.params, result.summary(),
+                      [f"fitted on Vidur's Llama-2-70B {vidur_op} rows marked fit in "
+                       "validation_data/layer_measurements.csv (MLSys 2024, MIT)"]))
+        out.append((kind, result))
+    return out

@@ -1,0 +1,235 @@
+"""Fit a software profile's host constants on the fit half of the public end-to-end set.
+
+What the kernel tables cannot say is what the host adds: the time to issue a kernel outside a
+CUDA graph, and the per-step work of the serving loop (scheduling, input preparation,
+sampling, output processing), with its part that is repeated for every sequence of the batch
+(fitted only when the fit rows vary the batch: 4 or more rows with batch > 1, else it cannot
+be told from the per-step part). These few constants are fitted per (profile, system), since the
+host CPU belongs to the system (a DGX-A100's and a DGX-H100's differ), on the rows of
+`validation_data/model_measurements.csv` whose `split` is `fit` (the even CRC-32 of the
+setup; see `mark_split`) and scored on the `held_out` rows. The kernels stay as calibrated:
+each fit row is simulated once and re-timed for candidate host constants
+(`Result.retimed`), so a fit takes seconds.
+
+The fitted values are written into the profile's YAML (`host.systems.<system>`), with the
+command, the rows used and the fit/held-out errors in the profile's `fits` section.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ...errors import KrakenError
+from ...fileio import write_csv_atomically, write_text_atomically
+from ...models import PRESETS
+from ..constants.software import Host, load_software
+from ..kernels.params import Param, pack, unpack
+from ..measurements.models import ModelRow, data_path, load_rows, row_software
+
+HOST_PARAMS = {
+    "per_kernel_s": Param("per_kernel_s", "seconds", 1e-5, "host time per kernel outside a graph"),
+    "prefill_step_s": Param("prefill_step_s", "seconds", 1e-3, "host work per prefill step"),
+    "decode_step_s": Param("decode_step_s", "seconds", 1e-3, "host work per decode step"),
+    "per_sequence_s": Param("per_sequence_s", "seconds", 1e-4,
+                            "host work per sequence in a step (scheduling, input preparation, "
+                            "sampling, output processing of that sequence)"),
+}
+# Fitted as the excess over 1 (scale = 1 + excess): the kernel models are the floor, a source's
+# prefill is never taken to run faster than the kernel tables.
+PREFILL_SCALE = Param("prefill_gpu_time_scale", "positive", 0.1,
+                      "prefill GPU time over the kernel models, minus 1 (see software.Host)")
+MIN_ROWS = 4
+MIN_PROMPT_LENGTHS = 3
+RESTARTS = 5
+
+
+class SoftwareFitError(KrakenError, ValueError):
+    """The host constants of a profile cannot be fitted (no rows, too few rows)."""
+
+
+def setup_in_fit_half(row: ModelRow) -> bool:
+    return zlib.crc32(row.setup.encode()) % 2 == 0
+
+
+def mark_split(path: str | Path | None = None) -> int:
+    """Set every row's `split` to fit / held_out by the CRC-32 of its setup (so TTFT, TPOT and
+    end-to-end rows of one setup land in the same half); returns the number of fit rows."""
+    path = Path(path) if path else data_path("model_measurements.csv")
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    n_fit = 0
+    for r in rows:
+        row = load_row(r)
+        r["split"] = "fit" if setup_in_fit_half(row) else "held_out"
+        n_fit += r["split"] == "fit"
+    write_csv_atomically(path, fields, rows)
+    return n_fit
+
+
+def load_row(r: dict[str, str]) -> ModelRow:
+    from ..measurements.models import HF_TO_PRESET
+    return ModelRow(r["source"], r["model"] or HF_TO_PRESET.get(r["hf_model"], ""), r["system"],
+                    int(r["tp"]), r["framework"], r["framework_version"], r["dtype"],
+                    int(r["batch"]), int(r["prompt_tokens"]), int(r["output_tokens"]),
+                    r["metric"], float(r["value_ms"]) * 1e-3, r.get("split", "held_out"),
+                    r.get("notes", ""))
+
+
+@dataclass
+class HostFit:
+    profile: str
+    system: str
+    host: dict[str, float]
+    fitted: list[str]
+    n_fit: int
+    n_held_out: int
+    mape_fit: float
+    mape_held_out: float
+    mape_held_out_before: float
+
+    def summary(self) -> dict[str, Any]:
+        return {"n_fit": self.n_fit, "n_held_out": self.n_held_out,
+                "mape_fit_pct": round(self.mape_fit, 2),
+                "mape_held_out_pct": round(self.mape_held_out, 2),
+                "mape_held_out_before_pct": round(self.mape_held_out_before, 2)}
+
+
+def _metric(row: ModelRow, ttft: float, tpot: float) -> float:
+    if row.metric == "ttft":
+        return ttft
+    if row.metric == "tpot":
+        return tpot
+    return ttft + (max(2, row.output) - 1) * tpot
+
+
+def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
+             progress: Callable[[str], None] | None = None) -> HostFit:
+    """Fit the host constants of `profile_name` on `system` from the fit rows; score the rest."""
+    from ..measurements.harness import combine, row_results
+
+    profile = load_software(profile_name)
+    rows = load_rows() if rows is None else rows
+    mine = [r for r in rows if not r.anomalous and r.system == system and r.model in PRESETS
+            and row_software(r) == profile_name]
+    fit_rows = [r for r in mine if r.split == "fit"]
+    held_rows = [r for r in mine if r.split != "fit"]
+    if len(fit_rows) < MIN_ROWS:
+        raise SoftwareFitError(
+            f"{len(fit_rows)} fit rows for software {profile_name} on {system} (need at least "
+            f"{MIN_ROWS}); the end-to-end set has {len(mine)} rows for it; mark rows with "
+            "`krakenlm sim fit-software --mark-split` or add measurements")
+    metrics = {r.metric for r in fit_rows}
+    fitted = []
+    if profile.graphs.prefill is False or profile.graphs.decode is False:
+        fitted.append("per_kernel_s")
+    if metrics & {"ttft", "e2e"}:
+        fitted.append("prefill_step_s")
+    if metrics & {"tpot", "e2e"}:
+        fitted.append("decode_step_s")
+    # the per-sequence part is only identifiable from steps of different batch sizes
+    if sum(r.batch > 1 for r in fit_rows) >= MIN_ROWS:
+        fitted.append("per_sequence_s")
+    # a prefill time that grows with the prompt is only told from the per-step part by
+    # prefills of several prompt lengths
+    prefill_rows = [r for r in fit_rows if r.metric in ("ttft", "e2e")]
+    if (len(prefill_rows) >= MIN_ROWS
+            and len({r.prompt for r in prefill_rows}) >= MIN_PROMPT_LENGTHS):
+        fitted.append(PREFILL_SCALE.name)
+    params = tuple(HOST_PARAMS.get(n, PREFILL_SCALE) for n in fitted)
+    # start from (and compare with) the profile's sourced constants, not an earlier fit: a
+    # refit then gives the same answer however often it is run
+    host0 = profile.host
+    results = {}
+    for i, r in enumerate(mine):
+        if progress:
+            progress(f"simulating {i + 1}/{len(mine)}")
+        results[id(r)] = row_results(r, PRESETS[r.model], profile)
+
+    def predict(rs: list[ModelRow], host: Host) -> np.ndarray:
+        out = []
+        for r in rs:
+            main, single = results[id(r)]
+            ttft, tpot = combine(r, main.retimed(host),
+                                 single.retimed(host) if single is not None else (0.0, 0.0))
+            out.append(_metric(r, ttft, tpot))
+        return np.array(out)
+
+    def measured(rs: list[ModelRow]) -> np.ndarray:
+        return np.array([r.measured_s for r in rs])
+
+    def mape(rs: list[ModelRow], host: Host) -> float:
+        if not rs:
+            return float("nan")
+        return float(np.mean(np.abs(predict(rs, host) / measured(rs) - 1)) * 100)
+
+    def host_of(x: np.ndarray) -> Host:
+        values = unpack(params, x)
+        if PREFILL_SCALE.name in values:
+            values[PREFILL_SCALE.name] += 1.0
+        return dataclasses.replace(host0, **values)
+
+    from scipy.optimize import minimize
+
+    x0 = pack(params, {n: max(getattr(host0, n), HOST_PARAMS[n].initial) if n in HOST_PARAMS
+                       else PREFILL_SCALE.initial for n in fitted})
+    def run(start: np.ndarray):
+        return minimize(lambda x: mape(fit_rows, host_of(x)), start, method="Nelder-Mead",
+                        options={"maxiter": 2000, "xatol": 1e-4, "fatol": 1e-5})
+
+    best = min((run(start) for start in (x0, x0 - 1.0, x0 + 1.0)), key=lambda r: r.fun)
+    # a simplex collapses along the flat valleys of per-kernel vs per-step time: restart it
+    # from where it stopped until that no longer helps
+    for _ in range(RESTARTS):
+        again = run(best.x)
+        if again.fun >= best.fun - 1e-4:
+            break
+        best = again
+    host = host_of(best.x)
+    return HostFit(profile_name, system, {n: getattr(host, n) for n in fitted}, fitted,
+                   len(fit_rows), len(held_rows), mape(fit_rows, host), mape(held_rows, host),
+                   mape(held_rows, host0))
+
+
+def write_host(profile_path: str | Path, fit: HostFit, command: str) -> Path:
+    """Write the fitted host constants into the profile YAML (host.systems.<system>) and the
+    fit's provenance into `fits`, keeping every comment of the file."""
+    import yaml
+
+    path = Path(profile_path)
+    text = path.read_text()
+    data = yaml.safe_load(text)
+    host = data.setdefault("host", {})
+    systems = host.setdefault("systems", {})
+    systems[fit.system] = {k: float(f"{v:.4g}") for k, v in fit.host.items()}
+    fits = data.setdefault("fits", {})
+    fits[fit.system] = {"command": command, "data": "validation_data/model_measurements.csv "
+                        "(rows with split=fit)", **fit.summary()}
+    # Re-emit only the two generated blocks; the hand-written part (with its comments) stays.
+    head = re.split(r"\n(?=host:\n)", text, maxsplit=1)
+    if len(head) != 2:
+        raise SoftwareFitError(f"{path}: no top-level 'host:' block to update")
+    before, rest = head
+    after_lines = rest.split("\n")
+    end = next((i for i, line in enumerate(after_lines[1:], 1)
+                if line and not line.startswith(" ") and not line.startswith("#")), len(after_lines))
+    host_block = after_lines[:end]
+    tail = "\n".join(after_lines[end:])
+    host_block = [ln for ln in host_block if not ln.startswith("  systems:")
+                  and not ln.startswith("    ")]
+    host_block.append("  systems:                     # fitted: krakenlm sim fit-software (see fits)")
+    for sysname, values in sorted(systems.items()):
+        host_block.append(f"    {sysname}: {{{', '.join(f'{k}: {v:.4g}' for k, v in values.items())}}}")
+    tail = re.sub(r"\nfits:\n(?:  .*\n?)*", "\n", "\n" + tail).lstrip("\n")
+    fits_text = yaml.safe_dump({"fits": fits}, sort_keys=True, width=100)
+    new = before + "\n" + "\n".join(host_block) + "\n" + tail.rstrip("\n") + "\n" + fits_text
+    # never leave a profile that does not parse
+    return write_text_atomically(path, new, check=lambda tmp: yaml.safe_load(tmp.read_text()))

@@ -1,0 +1,209 @@
+"""Fitted GPU kernel constants per device and framework: the calibration files presets ship with.
+
+One YAML file per device (`krakenlm/simulator/constants/devices/<key>.yaml`, e.g. `H100.yaml`),
+written by `krakenlm sim calibrate --source aiconfigurator`:
+
+    meta: {format: 2, device_key: H100, system: h100-80gb-x8, source: ..., command: ..., ...}
+    frameworks:
+      trtllm:                       # which serving framework's kernels were measured
+        version: 1.3.0rc20
+        families:
+          gemm:                     # kernel family (the model in krakenlm.simulator.gpu)
+            bf16:                   # variant: dtype, library, ...
+              params: {floor_s: ..., compute_efficiency: ..., ...}
+              fit: {n_fit: ..., n_held_out: ..., mape_fit_pct: ..., mape_held_out_pct: ...}
+      nccl: ...
+
+A device matches a file when the file's `device_key` is a substring of the device name (the
+longest key wins, so "GB200" is not taken for "B200"). The A100 40GB preset therefore uses the
+constants measured on the 80GB part (same die and clocks; its own memory bandwidth is an input
+of every model).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ... import yamlio
+from ...errors import KrakenError
+from ...fileio import read_user_text, write_text_atomically
+from ...hardware.schema import Device
+
+FORMAT = 2
+SHIPPED_DIR = "devices"
+
+
+class GpuCalibrationError(KrakenError, ValueError):
+    """A GPU calibration file is malformed or missing what is asked of it."""
+
+
+class FileParams(dict):
+    """An entry's parameters as read from a file. A parameter a kernel model asks for and the
+    file lacks (an edited or damaged file) is a GpuCalibrationError naming the entry, where a
+    plain dict would raise a KeyError deep inside the model."""
+
+    def __init__(self, values: dict[str, float], where: str):
+        super().__init__(values)
+        self.where = where
+
+    def __missing__(self, name: str) -> float:
+        raise GpuCalibrationError(f"{self.where} has no parameter {name!r}; restore the file or "
+                                  "re-run `krakenlm sim calibrate` for this device")
+
+
+@dataclass
+class Entry:
+    params: dict[str, float]
+    fit: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"params": {k: _stored(v) for k, v in self.params.items()},
+                               "fit": self.fit}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+@dataclass
+class DeviceCalibration:
+    """Every fitted family of one device, per framework."""
+
+    device_key: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    # framework -> {"version": str, "families": {family: {variant: Entry}}}
+    frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    path: str = ""
+
+    def entry(self, framework: str, family: str, variant: str) -> Entry | None:
+        fams = self.frameworks.get(framework, {}).get("families", {})
+        return fams.get(family, {}).get(variant)
+
+    def matches(self, device: Device) -> bool:
+        """Whether these constants were measured on `device` (its name contains the key)."""
+        return self.device_key.lower() in device.name.lower()
+
+    def variants(self, framework: str, family: str) -> dict[str, Entry]:
+        return self.frameworks.get(framework, {}).get("families", {}).get(family, {})
+
+    def put(self, framework: str, version: str, family: str, variant: str, entry: Entry) -> None:
+        fw = self.frameworks.setdefault(framework, {"version": version, "families": {}})
+        fw["version"] = version
+        fw["families"].setdefault(family, {})[variant] = entry
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"meta": {"format": FORMAT, "device_key": self.device_key, **self.meta},
+                "frameworks": {
+                    fw: {"version": info.get("version", ""),
+                         "families": {fam: {v: e.to_dict() for v, e in variants.items()}
+                                      for fam, variants in info.get("families", {}).items()}}
+                    for fw, info in self.frameworks.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> "DeviceCalibration":
+        if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
+            raise GpuCalibrationError(f"{source}: not a GPU calibration file (no meta section)")
+        meta = dict(data["meta"])
+        if meta.get("format") != FORMAT:
+            raise GpuCalibrationError(f"{source}: calibration format {meta.get('format')!r}, "
+                                      f"this krakenlm reads format {FORMAT}; re-run "
+                                      "`krakenlm sim calibrate`")
+        key = meta.pop("device_key", None)
+        meta.pop("format", None)
+        if not key:
+            raise GpuCalibrationError(f"{source}: meta.device_key is missing")
+        cal = cls(str(key), meta, path=source)
+        for fw, info in _mapping(data.get("frameworks"), source, "frameworks").items():
+            if not isinstance(info, dict):
+                raise GpuCalibrationError(f"{source}: frameworks.{fw} is not a mapping")
+            families = _mapping(info.get("families"), source, f"frameworks.{fw}.families")
+            for fam, variants in families.items():
+                where = f"frameworks.{fw}.families.{fam}"
+                for variant, e in _mapping(variants, source, where).items():
+                    try:
+                        params = {k: float(v) for k, v in e["params"].items()}
+                    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                        params = None
+                    if params is None or not all(map(math.isfinite, params.values())):
+                        raise GpuCalibrationError(
+                            f"{source}: {where}.{variant} needs a params mapping of finite "
+                            "numbers") from None
+                    fit, notes = e.get("fit") or {}, e.get("notes") or []
+                    if not isinstance(fit, dict) or not isinstance(notes, list):
+                        raise GpuCalibrationError(f"{source}: {where}.{variant}: fit must be a "
+                                                  "mapping and notes a list")
+                    cal.put(fw, str(info.get("version", "")), fam, str(variant),
+                            Entry(FileParams(params, f"{source}: {where}.{variant}"), dict(fit),
+                                  list(notes)))
+        return cal
+
+
+def _mapping(value: Any, source: str, where: str) -> dict:
+    """A section that maps names to sections (empty when absent)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise GpuCalibrationError(f"{source}: {where} is not a mapping")
+    return value
+
+
+def _stored(value: float) -> float:
+    """6 significant digits, except integers (message sizes in bytes such as a custom
+    all-reduce's hand-off), which are kept exact: 4 MiB rounded to 4194300 would move a
+    4 MiB message to the other side of its threshold."""
+    value = float(value)
+    return value if value.is_integer() else float(f"{value:.6g}")
+
+
+def load_file(path: str | Path) -> DeviceCalibration:
+    path = Path(path)
+    try:
+        data = yamlio.safe_load(read_user_text(path, "calibration file", GpuCalibrationError))
+    except OSError as exc:
+        raise GpuCalibrationError(f"cannot read calibration file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise GpuCalibrationError(f"calibration file {path} is not valid YAML: "
+                                  f"{str(exc).splitlines()[0]}") from None
+    return DeviceCalibration.from_dict(data, str(path))
+
+
+def shipped_dir() -> Path:
+    return Path(str(resources.files("krakenlm.simulator.constants").joinpath(SHIPPED_DIR)))
+
+
+@functools.lru_cache(maxsize=1)
+def shipped() -> tuple[DeviceCalibration, ...]:
+    root = shipped_dir()
+    if not root.is_dir():
+        return ()
+    return tuple(load_file(p) for p in sorted(root.glob("*.yaml")))
+
+
+def for_device(device: Device, extra: tuple[DeviceCalibration, ...] = ()) -> DeviceCalibration | None:
+    """The calibration whose device key is the longest substring of the device's name
+    (files passed in `extra` first, then the shipped ones)."""
+    best: DeviceCalibration | None = None
+    for cal in tuple(extra) + shipped():
+        if cal.matches(device) and (best is None or len(cal.device_key) > len(best.device_key)):
+            best = cal
+    return best
+
+
+def save(cal: DeviceCalibration, path: str | Path) -> Path:
+    """Write atomically (fileio.write_text_atomically)."""
+    header = ("# Fitted GPU kernel constants; generated by `krakenlm sim calibrate`, do not edit.\n"
+              "# Models and parameters: krakenlm/simulator/gpu/*.py. Format: gpu/store.py.\n")
+    text = header + yaml.safe_dump(cal.to_dict(), sort_keys=False, width=100)
+    return write_text_atomically(path, text)
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()

@@ -1,0 +1,263 @@
+"""The software stack as part of the system: what differs between serving stacks and is measurable.
+
+A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user's file) says:
+
+* `kernels`: whose measured kernels time the GEMMs, attention, collectives and streaming ops
+  (a framework key of the GPU calibration files: trtllm, vllm, sglang);
+* `graphs`: whether prefill and decode steps are replayed as CUDA graphs (no host cost per
+  kernel, one launch per step) or issued kernel by kernel from the host;
+* `host`: the host's time per kernel it issues outside a graph, per forward step
+  (scheduling, input preparation, sampling, output processing) and per sequence the step
+  carries (the same work done for each sequence: a Python engine loops over them), and whether
+  that per-step work overlaps the GPU's (an asynchronous scheduler) or adds to it;
+* `collectives`: which all-reduce runs (the framework's custom one-/two-shot kernel up to a
+  size, NCCL above it, or NCCL only);
+* `attention`: the fused kernel and the largest head dimension it supports; larger heads run
+  the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names;
+* `fusions`: residual add fused into the next norm, RoPE and the KV-cache write inside the
+  attention kernel, a row-parallel Linear's bias added by a kernel of its own after the
+  all-reduce (Megatron-style layers) rather than in the GEMM's epilogue;
+* `fp8`: with `--dtype fp8`, which operators actually run in FP8 (engines quantise the GEMMs
+  and keep norms, the LM head and usually attention and the KV cache in 16-bit).
+
+Every number carries its source (a document, or a fit on cited measurements with its
+fit/held-out error) in the YAML's `sources` section. How a profile enters the timeline: a step
+issued kernel by kernel takes max(GPU time, kernels x host per kernel) per layer (the host runs
+ahead of the GPU when it can, so it only shows when it is the slower of the two); a step in a
+CUDA graph takes its GPU time; then the per-step host time, per_step + batch x per_sequence, is
+added (or overlapped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ... import yamlio
+from ...errors import KrakenError
+from ...fileio import read_user_text
+
+PROFILE_PACKAGE = "krakenlm.simulator.constants.software_profiles"
+DEFAULT_SOFTWARE = "trtllm"
+PRECISIONS = ("fp8", "bf16", "fp16", "fp32", "int8")
+FP8_OPERATORS = ("gemm", "attention", "kv_cache", "lm_head", "all_reduce")
+
+
+class SoftwareError(KrakenError, ValueError):
+    """A software profile is unknown or malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Host:
+    per_kernel_s: float = 0.0        # host time to issue one kernel outside a CUDA graph
+    prefill_step_s: float = 0.0      # per prefill forward pass
+    decode_step_s: float = 0.0       # per decode step
+    per_sequence_s: float = 0.0      # per sequence a step carries (prefill and decode alike)
+    graph_launch_s: float = 0.0      # per CUDA-graph replay
+    step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
+    # Not host work: the measured prefill GPU time of this stack on this system over what the
+    # kernel models give (1: as calibrated). Fitted per system on end-to-end rows, never
+    # sourced; it carries what a source's long forward passes ran slower than the kernel
+    # tables' short benchmarks (clocks under the board's power limit, an older stack's kernels).
+    prefill_gpu_time_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Graphs:
+    prefill: bool = False
+    decode: bool = True
+
+
+@dataclass(frozen=True)
+class Prefill:
+    # FasterTransformer-style engines (TurboMind) prefill the prompt but its last token, whose
+    # decode step then produces the first token: TTFT = prefill(prompt - 1) + one decode step
+    last_token_in_decode: bool = False
+
+
+@dataclass(frozen=True)
+class Collectives:
+    all_reduce: str = "nccl"         # "custom" (framework kernel) or "nccl"
+    custom_max_bytes: float = 0.0    # custom all-reduce up to this many bytes; 0: any size
+
+
+@dataclass(frozen=True)
+class Attention:
+    kernel: str = "FlashAttention-2"
+    max_head_dim: int = 256
+
+
+@dataclass(frozen=True)
+class Fusions:
+    add_norm: bool = True            # residual add + next norm in one kernel
+    rope_in_attention: bool = False  # RoPE and the KV-cache write inside the attention kernel
+    row_bias_after_reduce: bool = False  # a row-parallel Linear's bias: own kernel after the reduce
+
+
+@dataclass(frozen=True)
+class Fp8Policy:
+    gemm: str = "fp8"
+    attention: str = "bf16"
+    kv_cache: str = "bf16"
+    lm_head: str = "bf16"
+    all_reduce: str = "bf16"
+
+
+# Systems that share a host platform with a system the host constants were fitted on: the DGX
+# A100 40 GB and 80 GB both drive their GPUs from two AMD EPYC 7742 (NVIDIA DGX A100 datasheet).
+SAME_HOST = {"a100-40gb-x8": "a100-80gb-x8"}
+
+
+@dataclass(frozen=True)
+class SoftwareProfile:
+    name: str
+    description: str
+    kernels: str
+    graphs: Graphs = Graphs()
+    host: Host = Host()
+    prefill: Prefill = Prefill()
+    collectives: Collectives = Collectives()
+    attention: Attention = Attention()
+    fusions: Fusions = Fusions()
+    fp8: Fp8Policy = Fp8Policy()
+    sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    # host constants fitted per system (the host CPU is part of the system), and their records
+    host_systems: dict[str, Host] = field(default_factory=dict, hash=False, compare=False)
+    fits: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def host_for(self, system_name: str) -> Host:
+        """The host constants on `system_name`: its fitted values where the profile has them.
+        A design `sim sweep` derives from a system is named "<base>:<knobs>" and keeps its
+        base's host (the sweep changes the accelerator, not the CPU that drives it)."""
+        base = system_name.split(":")[0]
+        return self.host_systems.get(SAME_HOST.get(base, base), self.host)
+
+    def precision(self, operator: str, dtype: str) -> str:
+        """The dtype `operator` (gemm, attention, kv_cache, lm_head, all_reduce, elementwise)
+        runs in when the model is served in `dtype`."""
+        if dtype != "fp8":
+            return dtype
+        if operator == "elementwise":
+            return "bf16"
+        return getattr(self.fp8, operator)
+
+    def uses_custom_all_reduce(self, size_bytes: float) -> bool:
+        c = self.collectives
+        return c.all_reduce == "custom" and (c.custom_max_bytes <= 0 or size_bytes <= c.custom_max_bytes)
+
+
+_SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": Collectives,
+             "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy}
+
+
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
+def _section(cls: type, data: Any, where: str) -> Any:
+    if data is None:
+        return cls()
+    if not isinstance(data, dict):
+        raise SoftwareError(f"{where}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in set(data) - set(fields))
+    if unknown:
+        raise SoftwareError(f"{where}: unknown field(s) {unknown}; known: {', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        default = getattr(cls(), name)
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise SoftwareError(f"{where}.{name}: expected true or false, got {value!r}")
+        elif isinstance(default, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not _finite(value) or value < 0:
+                raise SoftwareError(f"{where}.{name}: expected a number >= 0, got "
+                                    f"{value!r:.60}")
+            value = type(default)(value) if isinstance(default, int) and float(value).is_integer() \
+                else float(value)
+        elif isinstance(default, str):
+            if not isinstance(value, str):
+                raise SoftwareError(f"{where}.{name}: expected text, got {value!r}")
+            if cls is Fp8Policy and value not in PRECISIONS:
+                raise SoftwareError(f"{where}.{name}: {value!r} is not one of {PRECISIONS}")
+            if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
+                raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def profile_from_dict(data: Any, source: str) -> SoftwareProfile:
+    if not isinstance(data, dict):
+        raise SoftwareError(f"{source}: expected a mapping at the top level")
+    known = {"name", "description", "kernels", "sources", "fits", *_SECTIONS}
+    unknown = sorted(str(k) for k in set(data) - known)
+    if unknown:
+        raise SoftwareError(f"{source}: unknown field(s) {unknown}; known: {', '.join(sorted(known))}")
+    for required in ("name", "kernels"):
+        if not isinstance(data.get(required), str) or not data[required]:
+            raise SoftwareError(f"{source}: missing field {required!r}")
+    raw_host = data.get("host") or {}
+    if not isinstance(raw_host, dict):
+        raise SoftwareError(f"{source}: host: expected a mapping, got {raw_host!r:.60}")
+    raw_host = dict(raw_host)
+    per_system = raw_host.pop("systems", None) or {}
+    sections = {name: _section(cls, raw_host if name == "host" else data.get(name),
+                               f"{source}: {name}") for name, cls in _SECTIONS.items()}
+    if not isinstance(per_system, dict):
+        raise SoftwareError(f"{source}: host.systems must map a system name to host constants")
+    host_systems = {}
+    for system_name, values in per_system.items():
+        if not isinstance(values, dict):
+            raise SoftwareError(f"{source}: host.systems.{system_name} must be a mapping")
+        merged = {f.name: getattr(sections["host"], f.name) for f in dataclasses.fields(Host)}
+        merged.update(values)
+        host_systems[str(system_name)] = _section(Host, merged, f"{source}: host.systems.{system_name}")
+    sources = data.get("sources") or {}
+    if not isinstance(sources, dict):
+        raise SoftwareError(f"{source}: sources must map a key to a citation")
+    fits = data.get("fits") or {}
+    if not isinstance(fits, dict):
+        raise SoftwareError(f"{source}: fits must be a mapping")
+    return SoftwareProfile(name=data["name"], description=str(data.get("description", "")),
+                           kernels=data["kernels"], sources={str(k): str(v) for k, v in sources.items()},
+                           host_systems=host_systems, fits=fits, **sections)
+
+
+def _profile_files() -> dict[str, Any]:
+    root = resources.files(PROFILE_PACKAGE)
+    return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".yaml")}
+
+
+def software_names() -> list[str]:
+    return sorted(_profile_files())
+
+
+@functools.lru_cache(maxsize=32)
+def load_software(name_or_path: str | None = None) -> SoftwareProfile:
+    """A profile by name (`krakenlm sim software` lists them) or a path to a YAML file."""
+    name_or_path = name_or_path or DEFAULT_SOFTWARE
+    files = _profile_files()
+    if name_or_path in files:
+        text, source = files[name_or_path].read_text(), f"software profile {name_or_path}"
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise SoftwareError(f"unknown software {name_or_path!r}: not a profile "
+                                f"({', '.join(sorted(files))}) nor a YAML file")
+        text, source = read_user_text(path, "software profile", SoftwareError), str(path)
+    try:
+        data = yamlio.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SoftwareError(f"{source} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    return profile_from_dict(data, source)

@@ -1,0 +1,163 @@
+"""Template constants: per device and operator, the efficiencies, harness terms and collective
+protocols the LLMCompass template models read (`template.yaml` beside this module, written by
+`krakenlm sim calibrate --source llmcompass`; calibration/template.py fits them).
+
+* `compute_efficiency`, `memory_efficiency` (<= 1) derate the device's peak matrix rate and
+  memory bandwidth for an operator: the tile model is an ideal schedule, real kernels are not.
+* `harness_overhead_s` and `measurement_floor_s` describe the LLMCompass *measurement*, not the
+  device (measurements/harness.py applies them when comparing with that set); a simulated model
+  pays the device's `launch_overhead_s` (hardware YAML) per kernel instead.
+* `protocols` (all-reduce): (latency, efficiency) pairs of the collective library's protocols
+  (NCCL LL / LL128 / Simple); the collective takes the fastest per message size.
+
+Devices without measurements use the constants of a measured device of the same vendor
+(VENDOR_KEYS: same libraries, cuBLAS/NCCL or rocBLAS/RCCL), others the `default` entry (the
+A100's constants): stated guesses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ... import yamlio
+from ...errors import KrakenError
+from ...fileio import read_user_text
+from ...hardware.schema import Device
+from ..kernels.template.collectives import IDEAL, Protocol
+
+CALIBRATION_FILE = "template.yaml"
+
+# Operators without measurements borrow the constants of the closest measured one.
+OP_ALIASES = {"rmsnorm": "layernorm", "add_layernorm": "layernorm", "add_rmsnorm": "layernorm",
+              "swiglu": "gelu", "residual": "gelu", "rope": "gelu",
+              "embedding": "gelu", "kv_append": "gelu", "scale_mask": "gelu",
+              "reduce_scatter": "allreduce", "all_gather": "allreduce", "all_reduce": "allreduce",
+              "attention": "matmul"}
+
+
+class CalibrationError(KrakenError, ValueError):
+    """The calibration file is malformed."""
+
+
+@dataclass(frozen=True)
+class OpConstants:
+    compute_efficiency: float = 1.0
+    memory_efficiency: float = 1.0
+    harness_overhead_s: float = 0.0
+    measurement_floor_s: float = 0.0
+    single_pass_row_bytes: float = 0.0  # row reductions: 0 means the hardware default
+    protocols: tuple[Protocol, ...] = IDEAL
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["protocols"] = [dataclasses.asdict(p) for p in self.protocols]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "OpConstants":
+        if not isinstance(data, dict):
+            raise CalibrationError(f"expected a mapping of constants, got {data!r:.60}")
+        data = dict(data)
+        raw_protocols = data.pop("protocols", None) or []
+        if not isinstance(raw_protocols, list) or not all(
+                isinstance(p, dict) and set(p) <= {"latency_s", "efficiency"}
+                for p in raw_protocols):
+            raise CalibrationError("protocols: expected a list of {latency_s, efficiency}, got "
+                                   f"{raw_protocols!r:.60}")
+        protocols = tuple(Protocol(**{k: _constant(f"protocols.{k}", v) for k, v in p.items()})
+                          for p in raw_protocols) or IDEAL
+        known = {f.name for f in dataclasses.fields(cls)}
+        if set(data) - known:
+            raise CalibrationError("unknown calibration field(s) "
+                                   f"{sorted(str(k) for k in set(data) - known)}")
+        return cls(protocols=protocols, **{k: _constant(k, v) for k, v in data.items()})
+
+
+def _constant(name: str, value: Any) -> float:
+    """A fitted constant: a finite number >= 0, and an efficiency at most 1 and above 0."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        ok = ok and math.isfinite(value) and value >= 0
+    except OverflowError:  # an integer beyond the float range
+        ok = False
+    if ok and name.endswith("efficiency"):
+        ok = 0 < value <= 1
+    if not ok:
+        what = "a number in (0, 1]" if name.endswith("efficiency") else "a finite number >= 0"
+        raise CalibrationError(f"{name}: expected {what}, got {value!r:.60}")
+    return float(value)
+
+
+IDENTITY = OpConstants()
+
+
+# (word in a device name, measured device whose constants it borrows), tried in order.
+VENDOR_KEYS = (("AMD", "MI210"), ("NVIDIA", "A100"))
+
+
+class Calibration:
+    """Constants per device key (a substring of the device name, e.g. "A100") and operator."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.meta = data.get("meta", {})
+        self.devices: dict[str, dict[str, OpConstants]] = {
+            key: {op: OpConstants.from_dict(c) for op, c in ops.items()}
+            for key, ops in data.get("devices", {}).items()}
+
+    def device_key(self, device: Device) -> str | None:
+        name = device.name.lower()
+        for key in self.devices:
+            if key != "default" and key.lower() in name:
+                return key
+        for vendor, key in VENDOR_KEYS:
+            if vendor.lower() in name and key in self.devices:
+                return key
+        return "default" if "default" in self.devices else None
+
+    def get(self, device: Device, op: str) -> OpConstants:
+        key = self.device_key(device)
+        if key is None:
+            return IDENTITY
+        ops = self.devices[key]
+        return ops.get(op) or ops.get(OP_ALIASES.get(op, op)) or IDENTITY
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"meta": self.meta,
+                "devices": {k: {op: c.to_dict() for op, c in ops.items()}
+                            for k, ops in self.devices.items()}}
+
+
+@functools.lru_cache(maxsize=None)
+def default_calibration() -> Calibration:
+    text = resources.files("krakenlm.simulator.constants").joinpath(CALIBRATION_FILE).read_text()
+    return Calibration(yaml.safe_load(text))
+
+
+def load_calibration(path: str | Path | None) -> Calibration:
+    if path is None:
+        return default_calibration()
+    try:
+        data = yamlio.safe_load(read_user_text(path, "calibration file", CalibrationError))
+    except OSError as exc:
+        raise CalibrationError(f"calibration file {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise CalibrationError(f"calibration file {path} is not valid YAML: "
+                               f"{str(exc).splitlines()[0]}") from None
+    devices = data.get("devices") if isinstance(data, dict) else None
+    if not isinstance(devices, dict) or not all(isinstance(key, str) and isinstance(ops, dict)
+                                                for key, ops in devices.items()):
+        raise CalibrationError(f"calibration file {path} must hold a mapping with a devices "
+                               "section, each device mapping its operators to their constants "
+                               "(the format of `krakenlm sim calibrate`'s output)")
+    try:
+        return Calibration(data)
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise CalibrationError(f"calibration file {path}: {exc}") from None

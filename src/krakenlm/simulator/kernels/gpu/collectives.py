@@ -1,0 +1,553 @@
+"""Collectives over NVLink / NVSwitch: NCCL (ring and NVLS) and the serving frameworks' own
+all-reduce kernels, each a few fitted constants on top of the interconnect's link bandwidth.
+
+Notation: n GPUs, S the message in bytes in nccl-tests' convention (the whole buffer: for
+all-reduce the array every GPU holds; for all-gather the gathered output, for reduce-scatter the
+input, so each GPU owns S/n), B = links_per_device x link_bandwidth (bytes/s leaving one GPU, one
+direction). `bytes` in the aiconfigurator tables follows that convention (the collector runs
+nccl-tests with `-b S -e S`): at large S an all-gather over n GPUs takes ~(n-1)/n S / B_eff, not
+(n-1) S / B_eff, and the 8-GPU time is only ~1.3x the 2-GPU time (A100: 2288 vs 1790 us at 512 MiB).
+
+NCCL
+----
+A ring collective takes `steps` = 2(n-1) (all-reduce) or n-1 (all-gather, reduce-scatter) steps
+of S/n bytes. Per protocol p (what NCCL calls LL, LL128, Simple: lower latency, lower bandwidth):
+
+    wire      = (steps + ring_fill_steps) * S / n            bytes through a GPU's port
+    LL        = floor + steps * ll_step + ramp(S, n) * ll_ramp     + wire / (B * ll_efficiency)
+    LL128     = floor + ll128_latency + steps * ll_step           + wire / (B * ll128_efficiency)
+    Simple    = floor + simple_latency + steps * simple_step      + wire / (B * simple_efficiency)
+
+`ring_fill_steps` (~0.5) is the measured excess of small rings: at large S a 2-GPU ring runs at
+~70 % of the bus bandwidth of an 8-GPU ring, as if the ring needed steps + 0.5 steps of S/n.
+`ramp` rises from 0 to 1 (in log2 S) between S = 2 KiB x n and 8 KiB x n, where NCCL grows LL's
+thread block to 512 threads and starts adding channels (enqueue.cc thread thresholds: 8 B per
+thread per rank); the extra CTAs cost ~1-2 us of synchronisation.
+
+NVLS (all-reduce with NVLink SHARP, n > 2: NCCL disables NVLS for two GPUs, nvls.cc): the switch
+reduces (multimem.ld_reduce) and multicasts (multimem.st); every GPU sends and receives
+S + S/n bytes (its whole buffer into the switch, its reduced shard back; its shard out, every
+shard back):
+
+    W    = (n + 1) / n * S / (B * nvls_efficiency)
+    NVLS = floor + (n - 1) nvls_peer + W + W F / (W + F),   F = n * C / (B * nvls_efficiency)
+
+the reduce-scatter and all-gather halves overlap only once each of NCCL's NVLS channels has
+several chunks in flight: below C = channels x 128 KiB per rank (16 channels on Hopper, 32 on
+Blackwell: 2 / 4 MiB) the halves run back to back (2W), above it the un-overlapped part is one
+pipeline fill F. C is NCCL's default, not fitted. The latency grows with the group: ~2.4 us per
+GPU on H100 and H200 (a constant latency leaves 8-GPU NVLS 15-30 % slow at 2-16 MiB while
+4-GPU fits). The conventional bus bandwidth 2 (n-1)/n S / t of NVLS can exceed B (by up to
+2 (n-1)/(n+1) x nvls_efficiency: 1.02 B at n = 8 on H100); the bytes a GPU moves cannot
+(`nccl_wire_bytes` / t <= B).
+
+Which (algorithm, protocol) runs is NCCL's choice, made by its own cost model (tuning.cc:
+latency = baseLat + steps x hwLat, bandwidth = channels x per-link NVLink bandwidth x protocol
+factor); `nccl_choice` evaluates that model with NCCL's published constants (NCCL_TUNER below),
+so protocol switch points fall where NCCL puts them, also where NCCL's choice is not the fastest
+(A100, 2 GPUs: Simple from 1 MiB, ~1.6x slower than LL would be). The measured time is then the
+fitted cost of the chosen protocol. Tree, PAT and NVLS all-gather/reduce-scatter are not
+modelled (NCCL's model makes them win at most in narrow bands between measured sizes).
+
+Parameters are fitted per device, shared by the three collectives and n = 2, 4, 8: the
+collective and n enter only through `steps`, `wire` and the NVLS traffic. Per-collective sets
+are not possible on these tables: a (device, op) has 21 sizes x 3 n = 63 shapes, ~31 in the fit
+half (the H100/H200/B200 tables repeat each shape 2-3 times, which adds rows, not shapes), enough
+for 6 constants (fit.MIN_POINTS_PER_PARAM = 5) where the protocol structure needs 10-12.
+
+Framework all-reduce ("custom")
+-------------------------------
+TensorRT-LLM, vLLM and SGLang reduce small messages with their own kernels over CUDA IPC /
+symmetric memory:
+
+    barrier  = barrier_peer + ramp'(S) * blocks_peer          per peer and barrier
+    one-shot = oneshot_latency + (n-1) barrier + (n-1) S / (B * oneshot_efficiency)
+               every GPU reads (or pushes) the n-1 peers' whole buffers and reduces locally
+    two-shot = twoshot_latency + 2 (n-1) barrier + 2 (n-1)/n S / (B * twoshot_efficiency)
+               reduce-scatter then all-gather through peer memory
+
+ramp'(S) rises from 0 to 1 between 2 and 16 KiB (in log2 S), where the kernels go from one
+thread block to many (each block synchronises with every peer). vLLM on Hopper and Blackwell
+also sends mid-size messages through PyTorch's symmetric-memory kernels, which copy the input
+into a symmetric buffer and the result back out (4 S bytes of device memory):
+
+    symm     = symm_latency + 4 S / memory bandwidth + W / (B * efficiency)
+               W = (n+1)/n S for multimem_all_reduce_ (NVLink SHARP reduces in the switch and
+               multicasts, like NCCL's NVLS; multimem_efficiency), 2 (n-1)/n S for
+               two_shot_all_reduce_ (symm_twoshot_efficiency)
+
+Which kernel runs for a message, and which messages go to NCCL (`predict_nccl` with the
+device's NCCL constants), is the framework's own rule for the measured version and GPU
+generation: allreduce_routes.py, read from the frameworks' sources (TensorRT-LLM's AUTO
+strategy: a token threshold up to 1.0, a measured best-strategy table from 1.1; vLLM: its
+custom kernel below 8 MiB or less, symmetric memory up to 32-128 MiB on Hopper/Blackwell;
+SGLang: CustomAllreduce up to 8 MiB, from 0.5.12 CustomAllReduceV2 up to 16 MiB). The
+framework's switch points are inputs, not fitted constants. A framework or version without a
+known rule, or whose NCCL messages on the fit half are not NCCL's measured times
+(`nccl_mismatch`), falls back on `detect_handoff`: the hand-off read off the fit half where
+measured rows equal NCCL's, the framework's kernels below it (ONESHOT_BELOW).
+
+Eager (not CUDA-graph) calls pay the framework's host path: the GPU waits for the host to issue
+the call, and the collector's eager loop also clones the input (2 S bytes of device-memory
+traffic at the memory bandwidth of the device):
+
+    eager = max(eager_host, device + 2 S / memory bandwidth)      (smooth max, p = 8)
+
+Kernels that stage their input through a shared buffer (vLLM's symmetric memory; SGLang V2's
+pull kernels, which read the peers' inputs in place inside CUDA graphs but copy in and out when
+eager: another 4 S / memory bandwidth) issue more work per call: their host time is
+staged_eager_host (H100: 36-40 us against 22-30 us).
+
+Fitting the eager rows with the graph rows costs one constant (eager_host) and makes the
+host-bound plateau (20-45 us) and the device-bound tail (the clone adds ~20 % at 1 GiB) part of
+the model. Graph rows do not depend on eager_host, and eager rows constrain the device constants
+only where the device time exceeds the host time, so a graph-only fit gives nearly the same
+device constants and eager_host is then the median eager time of small messages.
+
+Contention (for schedule.py, which charges a running collective COMM_CORE_SHARE = 10 % of the
+cores): NCCL runs one CTA (thread block, one SM) per channel. NVLS uses 16 channels on Hopper
+and 32 on Blackwell (NCCL src/transport/nvls.cc NVLS_NCHANNELS_SM90 / _SM100); rings use the
+channels NCCL's topology search finds on an 8-GPU NVSwitch board (typically 16-32; NCCL_DEBUG=
+INFO prints them), but for small messages NCCL drops channels until each thread has enough work
+(enqueue.cc thread thresholds), so a small all-reduce holds 1-2 SMs. A large ring collective
+thus takes 16-32 of 108 (A100) / 132 (H100) SMs, 12-30 %; NVLS 16/132 = 12 % (H100), 32/148 =
+22 % (B200). NCCL_CHANNEL_SM_SHARE = 0.18 is the middle of that range (an estimate: the ring
+channel count of these boards is not in the tables); a size-dependent share would be
+min(channels, S / (threads x bytes per thread)) / SMs. The frameworks' one-/two-shot kernels
+launch up to 36 (vLLM) blocks, for a few microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+from ....hardware.schema import System
+from ..params import Param
+from . import allreduce_routes as R
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+NCCL_PARAMS = (
+    Param("floor_s", "seconds", 5e-6,
+          "launch and completion of the smallest collective, any n (nccl-tests back to back)"),
+    Param("ll_step_s", "seconds", 1e-6,
+          "LL and LL128: latency of one ring step (a flag round trip through the switch)"),
+    Param("ll_ramp_s", "seconds", 1e-6,
+          "LL: extra latency once NCCL runs full 512-thread blocks and several channels"),
+    Param("ll_efficiency", "fraction", 0.4,
+          "LL: payload bandwidth over B (8-byte stores, half of them flags: at most ~0.5)"),
+    Param("ll128_latency_s", "seconds", 5e-6, "LL128: fixed latency above the floor"),
+    Param("ll128_efficiency", "fraction", 0.6, "LL128: payload bandwidth over B"),
+    Param("simple_latency_s", "seconds", 6e-6, "Simple: fixed latency above the floor"),
+    Param("simple_step_s", "seconds", 3e-6, "Simple: latency of one ring step (chunk handshake)"),
+    Param("simple_efficiency", "fraction", 0.8, "Simple: payload bandwidth over B"),
+    Param("ring_fill_steps", "positive", 0.5,
+          "ring pipeline fill, in steps of S/n bytes (why 2-GPU rings are slower than (n-1)/n)"),
+    Param("nvls_peer_s", "seconds", 2e-6,
+          "NVLS: latency per peer GPU (synchronising the multicast group), above the floor"),
+    Param("nvls_efficiency", "fraction", 0.65,
+          "NVLS: bandwidth of multimem loads/stores over B (per direction)"),
+)
+
+CUSTOM_PARAMS = (
+    Param("oneshot_latency_s", "seconds", 4e-6,
+          "one-shot: launch, one cross-GPU barrier and the local reduction of a tiny message"),
+    Param("barrier_peer_s", "seconds", 1e-7,
+          "per peer and barrier: signalling and polling one more GPU's flag"),
+    Param("blocks_peer_s", "seconds", 1e-7,
+          "per peer: extra barrier cost once the kernel runs many thread blocks (ramp 2-16 KiB)"),
+    Param("oneshot_efficiency", "fraction", 0.5,
+          "one-shot: bandwidth of reading the n-1 peers' buffers, over B"),
+    Param("twoshot_latency_s", "seconds", 8e-6, "two-shot: launch and two barriers"),
+    Param("twoshot_efficiency", "fraction", 0.7, "two-shot: bandwidth over B"),
+    Param("symm_latency_s", "seconds", 1e-5,
+          "symmetric-memory path (vLLM on Hopper/Blackwell): launches of the copy into the "
+          "symmetric buffer, the torch symm-mem kernel and the copy out, and its barriers"),
+    Param("multimem_efficiency", "fraction", 0.6,
+          "torch multimem_all_reduce_ (NVLink SHARP ld_reduce + multicast store): bandwidth "
+          "over B"),
+    Param("symm_twoshot_efficiency", "fraction", 0.6,
+          "torch two_shot_all_reduce_ (reduce-scatter, all-gather over peer loads): bandwidth "
+          "over B"),
+    Param("eager_host_s", "seconds", 3e-5,
+          "eager (no CUDA graph) host time of one framework all-reduce call"),
+    Param("staged_eager_host_s", "seconds", 4e-5,
+          "eager host time of an all-reduce that stages its input through a shared buffer "
+          "(vLLM's symmetric memory, SGLang V2's pull kernels): the copy in, the kernel and the "
+          "copy out issued per call"),
+)
+
+# Extra starting points of a custom all-reduce fit (screened on the fit half, fit.py): the
+# objective is kinked where a kernel's time crosses the eager host time, and Nelder-Mead from
+# the initial values stopped in a worse basin (H100 SGLang 0.5.14: 6.7 % on the fit half with a
+# one-shot efficiency of 0.50, 5.4 % at 0.70).
+CUSTOM_FIT_STARTS = tuple({"oneshot_efficiency": one, "twoshot_efficiency": two,
+                           "multimem_efficiency": two, "symm_twoshot_efficiency": two}
+                          for one in (0.45, 0.75) for two in (0.45, 0.75))
+
+# NCCL's tuner (NCCL 2.19-2.29 src/graph/tuning.cc, topo.h, nvls.cc): what NCCL *believes*
+# a protocol costs; used only to decide which protocol runs. Latencies in us.
+NCCL_BASE_LAT = {"ll": 6.6, "ll128": 14.0, "simple": 8.4}  # ring baseLat
+NCCL_HW_LAT = {"ll": 0.6, "ll128": 1.9, "simple": 3.4}  # ring NVLink hwLat per step
+NCCL_NVLS_LAT = 25.0  # NVLS NVLink hwLat (baseLat 0)
+NCCL_LL128_FACTOR = 0.92  # LL128 bandwidth = 0.92 x Simple
+# per architecture: NVLink bandwidth per link NCCL assumes (topo.h SMxx_NVLINK_BW), ring LL cap
+# (llMaxBws, single node), NVLS efficiency (nvlsEfficiency), NVLS channels (nvls.cc)
+NCCL_TUNER = {
+    "ampere": {"link_bw": 20.0e9, "ll_max_bw": 87.7e9, "nvls_eff": 0.0, "nvls_channels": 0},
+    "hopper": {"link_bw": 20.6e9, "ll_max_bw": 141.0e9, "nvls_eff": 0.85, "nvls_channels": 16},
+    "blackwell": {"link_bw": 40.1e9, "ll_max_bw": 282.0e9, "nvls_eff": 0.74, "nvls_channels": 32},
+}
+NVLS_CHUNK_BYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default
+LL_RAMP_BYTES_PER_RANK = (2048.0, 8192.0)  # LL ramp from 2 KiB x n to 8 KiB x n (see docstring)
+PROTOCOLS = ("ll", "ll128", "simple", "nvls")
+
+# Share of the SMs a large NCCL collective occupies (one CTA per channel, see the docstring):
+# rings 16-32 channels over 108-132 SMs, NVLS 16/132 (H100), 32/148 (B200); small messages use
+# 1-2 channels. An estimate; schedule.py's COMM_CORE_SHARE (0.10) is the low end of the range.
+NCCL_CHANNEL_SM_SHARE = 0.18
+
+# Fallback without a route (detect_handoff): the frameworks' one-shot -> two-shot switch
+# (one-shot below, in bytes). vLLM/SGLang: allreduce_routes.ONESHOT_BELOW; TensorRT-LLM
+# one-shot up to the hand-off before Blackwell, the faster kernel on it (oneshot_below_for).
+ONESHOT_BELOW = {
+    "vllm": R.ONESHOT_BELOW,
+    "sglang": R.ONESHOT_BELOW,
+    "trtllm": {2: math.inf, 4: math.inf, 8: math.inf},
+}
+
+EAGER_SMOOTH_P = 8.0  # smooth max of host time and device time in eager calls
+
+
+def nccl_arch(system: System) -> str:
+    """Which row of NCCL_TUNER the fabric matches: NVLink 5 (50 GB/s links) -> Blackwell,
+    NVLink SHARP -> Hopper, otherwise Ampere."""
+    ic = system.interconnect
+    if ic.link_bandwidth_bytes_per_s >= 45e9:
+        return "blackwell"
+    return "hopper" if ic.in_switch_reduction else "ampere"
+
+
+def nvls_available(system: System) -> bool:
+    ic = system.interconnect
+    return ic.topology == "switch" and bool(ic.in_switch_reduction)
+
+
+def nccl_params_for(system: System, cols: dict[str, Any] | None = None) -> tuple[Param, ...]:
+    """NCCL_PARAMS without the NVLS constants on fabrics without in-switch reduction, and
+    without LL128's when NCCL's tuner picks LL128 for none of `cols`' rows: a protocol no row
+    runs has nothing to fit its constants (GB200's table has no 8-GPU rows, the only ones
+    where the tuner picks LL128, and its fit ran the LL128 latency to 4e43 s, which the
+    simulator then used for 8-GPU all-gathers of 16-32 MiB). Without them, predict_nccl takes
+    the fastest fitted protocol where the tuner would pick LL128."""
+    drop = set() if nvls_available(system) else {"nvls_peer_s", "nvls_efficiency"}
+    if cols is not None and not (nccl_choice(system, cols) == PROTOCOLS.index("ll128")).any():
+        drop |= {"ll128_latency_s", "ll128_efficiency"}
+    return tuple(p for p in NCCL_PARAMS if p.name not in drop)
+
+
+KERNEL_PARAMS = {  # custom kernel code (allreduce_routes) -> the constants it uses
+    R.ONESHOT: ("oneshot_latency_s", "barrier_peer_s", "blocks_peer_s", "oneshot_efficiency"),
+    R.TWOSHOT: ("twoshot_latency_s", "barrier_peer_s", "blocks_peer_s", "twoshot_efficiency"),
+    R.SYMM_MULTIMEM: ("symm_latency_s", "multimem_efficiency"),
+    R.SYMM_TWOSHOT: ("symm_latency_s", "symm_twoshot_efficiency"),
+}
+KERNEL_PARAMS[R.FASTER] = KERNEL_PARAMS[R.ONESHOT] + KERNEL_PARAMS[R.TWOSHOT]
+KERNEL_PARAMS[R.PULL_ONESHOT] = KERNEL_PARAMS[R.ONESHOT]
+KERNEL_PARAMS[R.PULL_TWOSHOT] = KERNEL_PARAMS[R.TWOSHOT]
+SYMM_KERNELS = (R.SYMM_MULTIMEM, R.SYMM_TWOSHOT)
+STAGED_KERNELS = SYMM_KERNELS + (R.PULL_ONESHOT, R.PULL_TWOSHOT)  # copy in/out when eager
+
+
+def custom_params_for(has_eager_rows: bool, kernels: Iterable[int]) -> tuple[Param, ...]:
+    """The CUSTOM_PARAMS the framework's kernels on these rows use (`kernels`: codes of
+    allreduce_routes), with the eager host times only when eager rows are fitted."""
+    kernels = set(kernels)
+    names = {name for k in kernels for name in KERNEL_PARAMS.get(k, ())}
+    if has_eager_rows:
+        names.add("eager_host_s")
+        if kernels & set(STAGED_KERNELS):
+            names.add("staged_eager_host_s")
+    return tuple(p for p in CUSTOM_PARAMS if p.name in names)
+
+
+def oneshot_below_for(framework: str, system: System) -> dict[int, float] | None:
+    """Fallback for a framework version without a known route: its one-/two-shot switch on
+    `system` (None: the faster kernel)."""
+    if framework == "trtllm" and nccl_arch(system) == "blackwell":
+        return None
+    return ONESHOT_BELOW.get(framework)
+
+
+def route_for(framework: str, version: str, system: System) -> R.Route | None:
+    """The framework's kernel choice (allreduce_routes) on `system`'s fabric generation."""
+    return R.route_for(framework, version, nccl_arch(system))
+
+
+def _arrays(cols: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n, bytes, is_all_reduce) as float, float, bool arrays; checks the op names."""
+    n = np.asarray(cols["n"], float)
+    size = np.asarray(cols["bytes"], float)
+    if "op" not in cols:
+        return n, size, np.ones(len(n), bool)
+    op = np.asarray(cols["op"])
+    ar = op == "all_reduce"
+    bad = ~(ar | (op == "all_gather") | (op == "reduce_scatter"))
+    if bad.any():
+        raise ValueError(f"unknown collective(s) {sorted(set(op[bad].tolist()))}; known: "
+                         f"{', '.join(OPS)}")
+    return n, size, ar
+
+
+def _steps(ar: np.ndarray, n: np.ndarray) -> np.ndarray:
+    return np.where(ar, 2.0 * (n - 1), n - 1)
+
+
+def port_bandwidth(system: System) -> float:
+    ic = system.interconnect
+    return ic.links_per_device * ic.link_bandwidth_bytes_per_s
+
+
+_choice_cache: list = []  # [(system, n, bytes, op arrays, choice)]: fits call with the same rows
+
+
+def nccl_choice(system: System, cols: dict[str, Any]) -> np.ndarray:
+    """Index into PROTOCOLS of what NCCL's tuner picks per row (its own cost model; it does not
+    depend on the fitted constants, so a fit computes it once for its rows)."""
+    key = (system, cols["n"], cols["bytes"], cols.get("op"))
+    for entry in _choice_cache:
+        if all(a is b for a, b in zip(entry[:4], key)):
+            return entry[4]
+    n, size, ar = _arrays(cols)
+    steps = np.maximum(_steps(ar, n), 1.0)
+    t = NCCL_TUNER[nccl_arch(system)]
+    links = system.interconnect.links_per_device
+    simple_bw = links * t["link_bw"] / 1e6  # busBw in bytes per microsecond
+    bw = {"ll": min(t["ll_max_bw"] / 1e6, 0.5 * simple_bw), "simple": simple_bw,
+          "ll128": NCCL_LL128_FACTOR * simple_bw}
+    n_safe = np.maximum(n, 1.0)
+    cost = [NCCL_BASE_LAT[p] + steps * NCCL_HW_LAT[p] + size * steps / (n_safe * bw[p])
+            for p in ("ll", "ll128", "simple")]
+    if nvls_available(system) and t["nvls_channels"] > 1:
+        ch = t["nvls_channels"]
+        nvls_bus = 2.0 * simple_bw * t["nvls_eff"] * (ch - 1) / ch
+        nvls = NCCL_NVLS_LAT + size * 2.0 * (n - 1) / (n_safe * nvls_bus)
+        cost.append(np.where(ar & (n > 2), nvls, np.inf))
+    else:
+        cost.append(np.full(len(n), np.inf))
+    choice = np.argmin(np.stack(cost), axis=0)
+    if all(isinstance(a, np.ndarray) for a in key[1:3]):
+        _choice_cache[:] = [(*key, choice)] + _choice_cache[:3]
+    return choice
+
+
+def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float]) -> np.ndarray:
+    """Seconds per row for each of PROTOCOLS (rows x 4; inf where a protocol does not apply)."""
+    n, size, ar = _arrays(cols)
+    B = port_bandwidth(system)
+    steps = _steps(ar, n)
+    n_safe = np.maximum(n, 1.0)
+    wire = (steps + p["ring_fill_steps"]) * size / n_safe
+    lo, hi = (b * n_safe for b in LL_RAMP_BYTES_PER_RANK)
+    ramp = np.clip(np.log2(np.maximum(size, 1.0) / lo) / np.log2(hi / lo), 0.0, 1.0)
+    ll = steps * p["ll_step_s"] + ramp * p["ll_ramp_s"] + wire / (B * p["ll_efficiency"])
+    ll128 = (p["ll128_latency_s"] + steps * p["ll_step_s"] + wire / (B * p["ll128_efficiency"])
+             if "ll128_efficiency" in p else np.full(len(n), np.inf))
+    simple = (p["simple_latency_s"] + steps * p["simple_step_s"]
+              + wire / (B * p["simple_efficiency"]))
+    nvls = np.full(len(n), np.inf)
+    if nvls_available(system) and "nvls_efficiency" in p:
+        eff = p["nvls_efficiency"]
+        w = (n_safe + 1) / n_safe * size / (B * eff)
+        chunk = NCCL_TUNER[nccl_arch(system)]["nvls_channels"] * NVLS_CHUNK_BYTES
+        fill = n_safe * chunk / (B * eff)
+        t = p["nvls_peer_s"] * (n_safe - 1) + w + w * fill / (w + fill)
+        nvls = np.where(ar & (n > 2), t, np.inf)
+    return p["floor_s"] + np.stack([ll, ll128, simple, nvls], axis=1)
+
+
+def nccl_wire_bytes(system: System, cols: dict[str, Any]) -> np.ndarray:
+    """Bytes each GPU sends (and receives) per row with the algorithm NCCL picks: ring
+    steps x S / n, NVLS (n + 1) / n x S (`p` is not used: the choice is NCCL's tuner's)."""
+    n, size, ar = _arrays(cols)
+    n_safe = np.maximum(n, 1.0)
+    ring = _steps(ar, n) * size / n_safe
+    nvls = (n_safe + 1) / n_safe * size
+    return np.where(nccl_choice(system, cols) == PROTOCOLS.index("nvls"), nvls, ring)
+
+
+def predict_nccl(system: System, cols: dict[str, Any], p: dict[str, float]) -> np.ndarray:
+    """Seconds per row of `cols` (arrays op, n, bytes) for NCCL on `system`."""
+    n, size, _ = _arrays(cols)
+    times = nccl_protocol_times(system, cols, p)
+    pick = nccl_choice(system, cols)
+    t = np.take_along_axis(times, pick[:, None], axis=1)[:, 0]
+    # a protocol whose constants were not fitted (NVLS on a fabric without it, LL128 where no
+    # measured row ran it): the fastest fitted protocol instead
+    t = np.where(np.isfinite(t), t, times.min(axis=1))
+    return np.where((n <= 1) | (size <= 0), 0.0, t)
+
+
+def legacy_kernels(cols: dict[str, Any], handoff: dict[int, float] | None = None,
+                   oneshot_below: dict[int, float] | None = None) -> np.ndarray:
+    """Kernel codes without a framework route: NCCL above handoff[n] bytes (read off the fit
+    half), one-shot below oneshot_below[n], two-shot above; without `oneshot_below` the faster."""
+    n, size, _ = _arrays(cols)
+    if oneshot_below is None:
+        codes = np.full(len(n), R.FASTER)
+    else:
+        limit = np.array([oneshot_below.get(int(k), math.inf) for k in n], float)
+        codes = np.where(size < limit, R.ONESHOT, R.TWOSHOT)
+    if handoff:
+        codes = np.where(size > np.array([handoff.get(int(k), math.inf) for k in n], float),
+                         R.NCCL, codes)
+    return codes
+
+
+def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float],
+                       kernels: np.ndarray) -> np.ndarray:
+    """Seconds per row of the framework's own kernels (`kernels`: allreduce_routes codes per
+    row; NaN for NCCL rows, which predict_custom times with NCCL's model)."""
+    n, size, _ = _arrays(cols)
+    B = port_bandwidth(system)
+    n_safe = np.maximum(n, 1.0)
+    t = np.full(len(n), np.nan)
+    custom = np.isin(kernels, (R.ONESHOT, R.TWOSHOT, R.FASTER, R.PULL_ONESHOT, R.PULL_TWOSHOT))
+    if custom.any():
+        ramp = np.clip(np.log2(np.maximum(size, 1.0) / 2048.0) / 3.0, 0.0, 1.0)
+        peers = (n_safe - 1) * (p.get("barrier_peer_s", 0.0) + ramp * p.get("blocks_peer_s", 0.0))
+        inf = np.full(len(n), np.inf)
+        one = inf if "oneshot_efficiency" not in p else (
+            p["oneshot_latency_s"] + peers + (n_safe - 1) * size / (B * p["oneshot_efficiency"]))
+        two = inf if "twoshot_efficiency" not in p else (
+            p["twoshot_latency_s"] + 2 * peers
+            + 2 * (n_safe - 1) / n_safe * size / (B * p["twoshot_efficiency"]))
+        t = np.where(np.isin(kernels, (R.ONESHOT, R.PULL_ONESHOT)), one, t)
+        t = np.where(np.isin(kernels, (R.TWOSHOT, R.PULL_TWOSHOT)), two, t)
+        t = np.where(kernels == R.FASTER, np.minimum(one, two), t)
+    symm = np.isin(kernels, SYMM_KERNELS)
+    if symm.any():
+        # copy into the symmetric buffer and back out: 2 x (read S + write S) of device memory
+        copies = 4.0 * size / system.device.memory.bandwidth_bytes_per_s
+        eff = np.where(kernels == R.SYMM_MULTIMEM, p.get("multimem_efficiency", np.nan),
+                       p.get("symm_twoshot_efficiency", np.nan))
+        # NVLink SHARP moves (n+1)/n S through a port (like NCCL's NVLS), two-shot 2(n-1)/n S
+        wire = np.where(kernels == R.SYMM_MULTIMEM, (n_safe + 1) / n_safe * size,
+                        2 * (n_safe - 1) / n_safe * size)
+        t = np.where(symm, p.get("symm_latency_s", np.nan) + copies + wire / (B * eff), t)
+    return t
+
+
+def predict_custom(system: System, cols: dict[str, Any], p: dict[str, float], *,
+                   nccl_params: dict[str, float] | None = None,
+                   route: R.Route | None = None,
+                   handoff: dict[int, float] | None = None,
+                   oneshot_below: dict[int, float] | None = None) -> np.ndarray:
+    """Seconds per row of `cols` (arrays n, bytes and optionally graph) for a framework's
+    all-reduce. `route` (route_for) is the framework's choice of kernel per row; without one,
+    messages above handoff[n] bytes are NCCL's and `oneshot_below` ({n: bytes}) switches one-
+    to two-shot (legacy_kernels). NCCL rows take predict_nccl's time with `nccl_params` (without
+    them the framework's own kernel times them). Rows with graph False add the eager host path:
+    p["eager_host_s"], or p["staged_eager_host_s"] for the kernels that stage their input."""
+    n, size, _ = _arrays(cols)
+    if route is None:
+        kernels = legacy_kernels(cols, handoff if nccl_params is not None else None, oneshot_below)
+    else:
+        kernels = route(n, size)
+        if nccl_params is None:  # no NCCL model: the framework's own kernel stands in
+            kernels = np.where(kernels == R.NCCL, R.FASTER if "twoshot_efficiency" in p
+                               else R.ONESHOT, kernels)
+    to_nccl = kernels == R.NCCL
+    device = custom_device_time(system, cols, p, kernels)
+    if to_nccl.any():
+        sub = {"op": np.full(int(to_nccl.sum()), "all_reduce", object),
+               "n": n[to_nccl], "bytes": size[to_nccl]}
+        device[to_nccl] = predict_nccl(system, sub, nccl_params)
+    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+    t = device
+    if (~graph).any():
+        if "eager_host_s" not in p:
+            raise ValueError("eager rows (graph False) need the eager_host_s constant")
+        mem_bw = system.device.memory.bandwidth_bytes_per_s
+        copy = 2.0 * size / mem_bw  # the collector's eager loop clones the input
+        staged = np.isin(kernels, STAGED_KERNELS)
+        pull = np.isin(kernels, (R.PULL_ONESHOT, R.PULL_TWOSHOT))
+        # SGLang V2's pull kernels copy the input into their workspace and the result out
+        busy = device + copy + np.where(pull, 4.0 * size / mem_bw, 0.0)
+        host = np.where(staged, p.get("staged_eager_host_s", p["eager_host_s"]),
+                        p["eager_host_s"])
+        scale = np.maximum(busy, host)
+        q = EAGER_SMOOTH_P
+        eager = scale * ((busy / scale) ** q + (host / scale) ** q) ** (1.0 / q)
+        t = np.where(graph, device, eager)
+    return np.where((n <= 1) | (size <= 0), 0.0, t)
+
+
+def nccl_mismatch(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarray,
+                  kernels: np.ndarray, mask: np.ndarray, tolerance: float = 0.12
+                  ) -> dict[int, float]:
+    """Per n, the median ratio of the framework's time to NCCL's measured time (`nccl_s`, NaN
+    where not measured) over the graph rows of `mask` its route sends to NCCL, where that ratio
+    is more than `tolerance` off 1 (empty: the route's NCCL is the tables' NCCL)."""
+    n, _, _ = _arrays(cols)
+    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+    ratio = np.asarray(latency_s, float) / np.asarray(nccl_s, float)
+    use = graph & np.asarray(mask, bool) & (np.asarray(kernels) == R.NCCL) & np.isfinite(ratio)
+    out = {}
+    for k in sorted(set(n[use].astype(int))):
+        med = float(np.median(ratio[use & (n == k)]))
+        if abs(med - 1.0) > tolerance:
+            out[k] = med
+    return out
+
+
+def detect_handoff(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarray,
+                   mask: np.ndarray | None = None, tolerance: float = 0.12) -> dict[int, float]:
+    """Per n, the byte size above which a framework's graph rows are NCCL's: the geometric middle
+    between the largest size whose time is not within `tolerance` of NCCL's (`nccl_s`, same rows;
+    NaN where NCCL was not measured, such rows are skipped) and the next measured size, provided
+    every larger size is within it. Only rows in `mask` are looked at. An n whose largest
+    messages are not NCCL's gets no entry."""
+    n, size, _ = _arrays(cols)
+    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+    ratio = np.asarray(latency_s, float) / np.asarray(nccl_s, float)
+    use = graph & np.isfinite(ratio)
+    if mask is not None:
+        use &= np.asarray(mask, bool)
+    out: dict[int, float] = {}
+    for k in sorted(set(n[use].astype(int))):
+        rows = np.flatnonzero(use & (n == k))
+        sizes = np.unique(size[rows])
+        near = np.array([np.median(np.abs(ratio[rows[size[rows] == s]] - 1.0)) <= tolerance
+                         for s in sizes])
+        if not near[-1]:
+            continue
+        far = np.flatnonzero(~near)
+        out[k] = 0.0 if len(far) == 0 else math.sqrt(sizes[far[-1]] * sizes[far[-1] + 1])
+    return out
+
+
+def bus_bandwidth(op: str, n: int, size_bytes: float, seconds: float) -> float:
+    """nccl-tests' bus bandwidth: algorithm bandwidth S / t times 2(n-1)/n (all-reduce) or
+    (n-1)/n (all-gather, reduce-scatter). For NVLS all-reduce it can exceed the port bandwidth
+    (each GPU moves (n+1)/n S, not 2(n-1)/n S)."""
+    factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+    return size_bytes / seconds * factor
+
+
+def nccl_key(cols: dict[str, Any]) -> list[str]:
+    """Split key (op, n, bytes, graph); custom graph rows share it with NCCL all-reduce rows, so
+    a message size held out of one table is held out of the other."""
+    n = np.asarray(cols["n"]).astype(int)
+    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+    return [f"{o},{k},{int(b)},{int(g)}"
+            for o, k, b, g in zip(cols["op"], n, cols["bytes"], graph)]
+
+
+def custom_key(cols: dict[str, Any]) -> list[str]:
+    n = np.asarray(cols["n"]).astype(int)
+    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+    return [f"all_reduce,{k},{int(b)},{int(g)}" for k, b, g in zip(n, cols["bytes"], graph)]

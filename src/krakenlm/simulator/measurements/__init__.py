@@ -1,0 +1,1 @@
+"""The public measurement sets and their readers (kernel tables, layers, whole models), and the one fit/held-out split rule."""

@@ -1,0 +1,137 @@
+"""Public end-to-end measurements (`data/model_measurements.csv`) and the software profile each
+row is simulated with.
+
+Every row is a published serving benchmark: model, GPUs, tensor parallelism, framework and
+version, precision, batch, prompt and output lengths, and a measured TTFT, TPOT or end-to-end
+latency, with its source in data/SOURCES.md. Rows the data's curator flagged `ANOMALY` (runs
+that did not do what their setup says) are marked.
+
+Software per row: TensorRT-LLM (and NVIDIA NIM, which serves these models with TensorRT-LLM
+engines) -> `trtllm`; vLLM before 0.8 -> `vllm-v0`, later -> `vllm`, Splitwise's 2023 engine
+-> `vllm-eager` (SOURCE_SOFTWARE says why); LMDeploy's TurboMind (a C++
+engine with its own kernels, not measured in the kernel tables) -> `lmdeploy`; SGLang ->
+`sglang`; plain PyTorch -> `eager`. A row whose software has no profile is listed as skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import zlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..constants.software import software_names
+
+DATA_PACKAGE = "krakenlm.simulator.measurements"
+
+
+DATA_DIR = "data"
+
+
+# Sources whose engine is known from the source itself rather than a version number. Splitwise's
+# characterisation (2023, "an internal vLLM branch") decodes host-bound: its Llama-2-70B TP 2
+# TPOT on H100 is 37 ms where streaming the weights takes ~10 ms, i.e. kernels issued from
+# Python one by one, as vLLM did before CUDA graphs (0.2.2, Nov 2023).
+SOURCE_SOFTWARE = {"splitwise": "vllm-eager"}
+
+
+HF_TO_PRESET = {
+    "EleutherAI/gpt-j-6b": "gpt-j-6b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b",
+    "tiiuae/falcon-180B": "falcon-180b",
+}
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    source: str
+    model: str
+    system: str
+    tp: int
+    framework: str
+    version: str
+    dtype: str
+    batch: int
+    prompt: int
+    output: int
+    metric: str
+    measured_s: float
+    split: str
+    notes: str
+
+    @property
+    def anomalous(self) -> bool:
+        return "ANOMALY" in self.notes
+
+    @property
+    def setup(self) -> str:
+        """The configuration, without the metric: what the fit/held-out split hashes."""
+        return (f"{self.source}|{self.model}|{self.system}|{self.tp}|{self.dtype}|{self.batch}|"
+                f"{self.prompt}|{self.output}")
+
+
+def stats(rows: list[dict[str, Any]]) -> dict[str, float]:
+    if not rows:
+        return {"n": 0, "mape_pct": float("nan"), "mean_signed_pct": float("nan"),
+                "too_fast": 0}
+    errors = [r["error_pct"] for r in rows]
+    return {"n": len(rows), "mape_pct": sum(abs(e) for e in errors) / len(errors),
+            "mean_signed_pct": sum(errors) / len(errors),
+            "too_fast": sum(1 for e in errors if e < 0)}
+
+
+def data_path(name: str) -> Path:
+    return Path(str(resources.files(DATA_PACKAGE).joinpath(DATA_DIR, name)))
+
+
+def load_rows(path: str | Path | None = None) -> list[ModelRow]:
+    path = Path(path) if path else data_path("model_measurements.csv")
+    rows = []
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            model = r["model"] or HF_TO_PRESET.get(r["hf_model"], "")
+            rows.append(ModelRow(r["source"], model, r["system"], int(r["tp"]), r["framework"],
+                                 r["framework_version"], r["dtype"], int(r["batch"]),
+                                 int(r["prompt_tokens"]), int(r["output_tokens"]), r["metric"],
+                                 float(r["value_ms"]) * 1e-3, r.get("split", "held_out"),
+                                 r.get("notes", "")))
+    return rows
+
+
+def _version(text: str) -> tuple[int, ...]:
+    digits = []
+    for part in text.split(" ")[0].split("."):
+        num = "".join(ch for ch in part if ch.isdigit())
+        digits.append(int(num) if num else 0)
+    return tuple(digits)
+
+
+def row_software(row: ModelRow) -> str | None:
+    return SOURCE_SOFTWARE.get(row.source) or software_for(row.framework, row.version)
+
+
+def software_for(framework: str, version: str) -> str | None:
+    """The profile that models a measured framework (None: not modelled)."""
+    framework = framework.lower()
+    if framework in ("trtllm", "nim"):
+        return "trtllm"
+    if framework == "vllm":
+        return "vllm" if version and _version(version) >= (0, 8) else "vllm-v0"
+    if framework in ("pytorch", "eager", "hf"):
+        return "eager"
+    if framework in software_names():
+        return framework
+    return None
+
+
+def half_of(row: ModelRow) -> str:
+    """A row's declared split, else the half of its setup's CRC-32 (for fitting software)."""
+    if row.split == "fit":
+        return "fit"
+    return "held_out"
+
+
+def fit_half_by_hash(row: ModelRow) -> bool:
+    return zlib.crc32(row.setup.encode()) % 2 == 0

@@ -1,0 +1,1 @@
+"""Scoring: predictions against measurements they were not fitted on."""
