@@ -14,6 +14,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {badhw}      a hardware YAML with a typo'd field
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
+  {binarycorpus} a corpus directory whose one .txt file is random bytes
   {readonly}   a directory nobody may create (under /sys, read-only even for root)
 """
 
@@ -119,6 +120,19 @@ CASES: list[BadInput] = [
     case("bench tp --sizes tiny --prompt-tokens 100000", "exceeds the 256-token context"),
     case("bench tp --sizes tiny --arch nope", "unknown architecture 'nope'"),
     case("bench tp --sizes tiny --prompt-tokens 0", "prompt lengths must be positive"),
+    # output directories, --resume overrides, corpora that are not text
+    BadInput(("train", "--out", "", "--preset", "gpt-tiny"), "--out is empty"),
+    BadInput(("demo", "--out", ""), "--out is empty"),
+    BadInput(("study", "compare", "--out", " ", "--preset", "gpt-tiny"), "--out is empty"),
+    case("demo --out {file}", "is a file; give a directory for the runs and the report"),
+    case("study compare --out {file} --preset gpt-tiny",
+         "is a file; give a directory for the runs and the report"),
+    case("train --out {tmp}/run --preset gpt-tiny --override lr",
+         "--override only applies to --resume"),
+    case("train --out {tmp}/run --preset gpt-tiny --resume --override nope",
+         "--override nope: not an option that --resume checks"),
+    case("train --out {tmp}/run --preset gpt-tiny --data {binarycorpus}",
+         "is not text (it holds control bytes such as NUL: binary data)"),
 ]
 
 
@@ -158,10 +172,13 @@ def fixture_paths(root: Path) -> dict[str, str]:
     (root / "bad.json").write_text("{not json\n")
     (root / "tiny-corpus").mkdir()
     (root / "tiny-corpus" / "a.txt").write_text("To be, or not to be.\n")
+    (root / "binary-corpus").mkdir()
+    (root / "binary-corpus" / "a.txt").write_bytes(bytes(range(256)) * 16)
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
-            "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"), "readonly": "/sys/krakenlm-bad-input"}
+            "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
+            "binarycorpus": str(root / "binary-corpus"), "readonly": "/sys/krakenlm-bad-input"}
 
 
 def filled(bad: BadInput, paths: dict[str, str]) -> list[str]:

@@ -274,3 +274,110 @@ def test_metrics_write_failure_is_one_line(tmp_path, shakespeare, monkeypatch):
     assert str(info.value) == (f"cannot write {tmp_path / 'run' / 'metrics.jsonl'}: No space "
                                "left on device; free disk space or make the --out directory "
                                "writable, then continue with --resume")
+
+
+def _is_dev_full() -> bool:
+    import stat
+
+    try:
+        return stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _is_dev_full(), reason="needs /dev/full (a device that is always full)")
+def test_a_real_full_disk_under_torch_save_is_one_line_and_resume_works(tmp_path, reference,
+                                                                        monkeypatch):
+    """optimizer.pt of step 4 goes to /dev/full: the kernel's ENOSPC reaches torch.save from
+    below, which reports it as a RuntimeError ("unexpected pos ..."), as on a real full disk."""
+    import builtins
+
+    out = tmp_path / "run"
+    real_open = builtins.open
+
+    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
+        if (Path(str(path)).name == checkpoint.OPTIMIZER_FILE
+                and f"step-{KILLED_SAVE:08d}" in str(path)):
+            return real_open("/dev/full", mode, *args, **kwargs)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "open", open_on_a_full_disk, raising=False)
+    with pytest.raises(KrakenError) as info:
+        train(SMALL, run_config(out))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"could not save the checkpoint of step {KILLED_SAVE} in "
+                              f"{out / 'checkpoints'}: No space left on device (")
+    assert f"{checkpoint.OPTIMIZER_FILE}); the previous checkpoint " in message
+    assert message.endswith("is intact; free disk space or make "
+                            f"{out} writable, then continue with --resume")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        checkpoint.step_dir_name(INTERVAL)]
+    monkeypatch.undo()  # the disk has space again
+    train(SMALL, run_config(out), resume=True)
+    assert same_run(out, reference)
+
+
+def test_a_truncated_optimizer_state_is_one_line_on_resume(tmp_path, shakespeare, capsys):
+    from krakenlm.cli import main
+
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, keep_checkpoints=2, max_steps=4))
+    current = checkpoint.resolve(out)
+    state = current / checkpoint.OPTIMIZER_FILE
+    for size in (0, 100, state.stat().st_size // 2):  # EOFError, RuntimeError, OSError
+        state.write_bytes(state.read_bytes()[:size] if size else b"")
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "--out", str(out), "--resume", "--max-steps", "6", "--override",
+                  "max-steps", "--no-progress", "--threads", "1"])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exc.value.code == 2 and len(lines) == 1, lines
+        assert lines[0].startswith(f"error: cannot resume from {current}: optimizer.pt is "
+                                   "unreadable (")
+        assert lines[0].endswith(f"restore it, or move {current.name} out of {current.parent} "
+                                 f"to resume from {checkpoint.step_dir_name(2)}")
+        state.write_bytes(b"x" * 10**6)  # each round truncates a file of some size
+
+
+def _full_disk_cli(tmp_path: Path, size: str, *args: str):
+    """`krakenlm ARGS` with `{disk}` in ARGS a fresh tmpfs of `size` (a real filesystem that
+    fills up), mounted in a private mount namespace; skipped where none can be made."""
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a private tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir(exist_ok=True)  # the mount is gone with its namespace: the directory is empty
+    command = " ".join(f"'{a.format(disk=disk)}'" for a in args)
+    script = (f"mount -t tmpfs -o size={size} tmpfs '{disk}' || exit 99; "
+              f"exec '{sys.executable}' -m krakenlm {command}")
+    user = [] if os.geteuid() == 0 else ["-r"]
+    proc = subprocess.run(["unshare", *user, "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode == 99 or "unshare failed" in proc.stderr or "unshare:" in proc.stderr:
+        pytest.skip(f"cannot mount a private tmpfs here: {proc.stderr.strip()[-300:]}")
+    return proc
+
+
+@pytest.mark.slow
+def test_training_and_export_on_a_really_full_filesystem_are_one_line(tmp_path, reference):
+    """The checkpoint of SMALL (6.6 MB weights + 13 MB optimizer state) on a 16 MB tmpfs: the
+    first save runs out of space inside torch.save; exporting it to a 4 MB tmpfs runs out inside
+    safetensors' own writer."""
+    SMALL.save(tmp_path / "model.json")
+    proc = _full_disk_cli(tmp_path, "16m", "train", "--config", str(tmp_path / "model.json"),
+                          "--out", "{disk}/run", *CLI_ARGS)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(f"error: could not save the checkpoint of step {INTERVAL} in ")
+    assert "No space left on device" in lines[0] and "optimizer.pt" in lines[0]
+    assert lines[0].endswith("no earlier checkpoint exists; free disk space or make "
+                             f"{tmp_path / 'disk' / 'run'} writable, then run the command again")
+    proc = _full_disk_cli(tmp_path, "4m", "export", "hf", "--checkpoint", str(reference),
+                          "--out", "{disk}/hf")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0] == (f"error: writing the Hugging Face model to {tmp_path / 'disk' / 'hf'} "
+                        "failed: No space left on device; nothing was changed (check free space "
+                        "and permissions)")

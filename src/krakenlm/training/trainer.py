@@ -371,7 +371,7 @@ def _claim_out_dir(out: Path, tc: TrainConfig, tokenizer_name: str, state: dict 
 def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
            out: Path, resume: bool, overrides: set[str], stop: StopSignals) -> TrainResult:
     _start_state(model_config, tc, out, resume, None)  # fail before creating anything
-    lock = None
+    lock, created = None, not out.exists()
     if env.is_main:
         _probe_out_dir(out)
         lock = _lock_out_dir(out)
@@ -382,9 +382,24 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
             _warn_about_options(tc, env, device)
         return _train_locked(model_config, tc, env, device, out, state, changes, overrides,
                              stop)
+    except BaseException:
+        if lock is not None and created:
+            _remove_if_unused(out, lock)  # a new run that failed before writing anything
+        raise
     finally:
         if lock is not None:
             lock.release()
+
+
+def _remove_if_unused(out: Path, lock) -> None:
+    """Remove a run directory this process created if it holds nothing but its lock file."""
+    try:
+        if {p.name for p in out.iterdir()} <= {run_dir.LOCK_FILE}:
+            lock.release()
+            (out / run_dir.LOCK_FILE).unlink(missing_ok=True)
+            out.rmdir()
+    except OSError:
+        pass  # a leftover empty directory is harmless
 
 
 def _train_locked(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
