@@ -167,7 +167,8 @@ def test_latin1_text_is_read_as_latin1_with_a_warning(tmp_path, capsys):
     text = "Ma\u00eetre Corbeau, sur un arbre perch\u00e9, tenait en son bec un fromage.\n"
     corpus = _twenty_documents(tmp_path / "fables", {
         "zz-fable.txt": text.encode("latin-1"),
-        "zz-fables.jsonl": (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode("latin-1")})
+        "zz-fables.jsonl": (json.dumps({"text": text}, ensure_ascii=False)
+                            + "\n").encode("latin-1")})
     prepared = prepare_corpus(corpus, cache_dir=tmp_path / "cache", progress=False)
     warnings = capsys.readouterr().err.strip().splitlines()
     assert len(warnings) == 2, warnings

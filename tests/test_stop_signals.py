@@ -5,7 +5,6 @@ whose worker processes stop with it. Real subprocesses and real signals."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess

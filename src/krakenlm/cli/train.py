@@ -70,7 +70,8 @@ def _options_kept_on_resume(ctx: typer.Context, out: Path, given: set[str]) -> d
     saved = run_dir.read_options(out)
     kept = {}
     for field in run_dir.KEPT_ON_RESUME:
-        if field in saved and field not in given and not _given_on_command_line(ctx, _option_of(field)):
+        if (field in saved and field not in given
+                and not _given_on_command_line(ctx, _option_of(field))):
             value = saved[field]
             kept[field] = tuple(value) if isinstance(value, list) else value
     return kept

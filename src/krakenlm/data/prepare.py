@@ -259,7 +259,7 @@ def _lock_preparation(path: Path, spec: CorpusSpec):
     (read-only, no flock) is prepared without one: the rename below still publishes it whole."""
     def waiting(holder: dict) -> None:
         print(f"waiting for {describe_holder(holder)}, which is preparing the corpus "
-              f"{spec.key} in {path.parent}", file=sys.stderr, flush=True)
+              f"{spec.key} in {path.parent.parent}", file=sys.stderr, flush=True)
 
     try:
         return acquire_lock(path, wait=True, on_wait=waiting)

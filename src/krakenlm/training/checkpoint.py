@@ -50,8 +50,9 @@ _STALE_PREFIXES = (".tmp-", ".trash-")
 
 # Test hook for the kill matrix (tests/test_checkpoint_crash.py): with
 # KRAKENLM_TEST_KILL_AT="<point>@<step>" the process SIGKILLs itself at that point of the save of
-# that step, as the OOM killer or a power cut would. Unset, it costs one environment lookup per
-# point. The points, in the order a save passes them:
+# that step, as the OOM killer or a power cut would; "<point>@<step>@SIGTERM" (or another signal's
+# name) sends that signal instead, as `kill`, `timeout` or a scheduler would. Unset, it costs one
+# environment lookup per point. The points, in the order a save passes them:
 KILL_ENV = "KRAKENLM_TEST_KILL_AT"
 SAVED_FILES = (MODEL_FILE, CONFIG_FILE, OPTIMIZER_FILE, STATE_FILE)
 KILL_POINTS = (("start",)
@@ -61,8 +62,14 @@ KILL_POINTS = (("start",)
 
 
 def _kill_point(point: str, step: int) -> None:
-    if os.environ.get(KILL_ENV) == f"{point}@{step}":
+    wanted = os.environ.get(KILL_ENV)
+    if wanted is None or not wanted.startswith(f"{point}@{step}"):
+        return
+    rest = wanted[len(f"{point}@{step}"):]
+    if rest in ("", "@SIGKILL"):
         os.kill(os.getpid(), signal.SIGKILL)
+    elif rest.startswith("@"):
+        os.kill(os.getpid(), signal.Signals[rest[1:]])
 
 
 class CheckpointSaveError(KrakenError):
@@ -225,9 +232,9 @@ def load_optimizer_state(directory: str | Path, optimizer: torch.optim.Optimizer
             raise ValueError("not a krakenlm optimizer state")
     except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise KrakenError(f"cannot resume from {found}: {path.name} is unreadable ({reason[:120]}); "
-                          "it was damaged after the save (cut short by a copy or a disk "
-                          f"error): {_recovery(found)}") from None
+        raise KrakenError(f"cannot resume from {found}: {path.name} is unreadable "
+                          f"({reason[:120]}); it was damaged after the save (cut short by a "
+                          f"copy or a disk error): {_recovery(found)}") from None
     if saved.get("step") != str(step):
         raise KrakenError(f"checkpoint {found} is inconsistent: the optimizer state is from "
                           f"step {saved.get('step')} but {STATE_FILE} says {step} (an "

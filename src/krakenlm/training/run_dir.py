@@ -110,12 +110,14 @@ def _canonical(field: str, value):
 
 def changed_options(saved: dict, current: dict) -> dict[str, tuple]:
     """field -> (saved value, new value) for every run-defining option that differs."""
-    return {field: (saved[field], current[field]) for field in RUN_DEFINING
-            if field in saved and _canonical(field, saved[field]) != _canonical(field, current[field])}
+    return {field: (saved[field], current[field]) for field in RUN_DEFINING if field in saved
+            and _canonical(field, saved[field]) != _canonical(field, current[field])}
 
 
 def _shown(value) -> str:
-    return "default" if value is None else json.dumps(value) if isinstance(value, list) else str(value)
+    if value is None:
+        return "default"
+    return json.dumps(value) if isinstance(value, list) else str(value)
 
 
 def check_resume_options(out: Path, current: dict, overrides: set[str],

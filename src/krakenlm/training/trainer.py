@@ -263,7 +263,8 @@ def _warn_about_options(tc: TrainConfig, env: DistEnv, device: torch.device) -> 
              f"the learning rate never reaches --lr {tc.peak_lr:g} and never decays; lower "
              "--warmup-steps (about a tenth of the steps is usual)")
     cores = usable_cores()
-    if device.type == "cpu" and tc.threads is not None and tc.threads * env.local_world_size > cores:
+    if (device.type == "cpu" and tc.threads is not None
+            and tc.threads * env.local_world_size > cores):
         procs = f" x {env.local_world_size} processes" if env.local_world_size > 1 else ""
         warn(f"--threads {tc.threads}{procs} is more than the {cores} cores this process may "
              f"use: oversubscribed threads make training slower; use --threads "
