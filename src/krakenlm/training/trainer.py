@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -379,8 +380,6 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     try:
         # again under the lock: a writer that just finished may have saved since
         state, changes = _start_state(model_config, tc, out, resume, overrides, env.is_main)
-        if env.is_main:
-            _warn_about_options(tc, env, device)
         return _train_locked(model_config, tc, env, device, out, state, changes, overrides,
                              stop)
     except BaseException:
@@ -525,6 +524,10 @@ def _train_locked(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, devi
                 check_finite(step + 1, step_loss, grad_norm)
                 optimizer.step()
                 completed = step + 1
+                if completed == start_step + 1 and env.is_main:
+                    # once a step ran: a setup error would say it all in its one line
+                    with tqdm.external_write_mode(file=sys.stderr):
+                        _warn_about_options(tc, env, device)
                 optimizer.zero_grad(set_to_none=True)
                 window_tokens += tokens_per_step
                 if completed % tc.log_interval == 0 or completed == tc.max_steps:
