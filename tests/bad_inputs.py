@@ -16,6 +16,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {badhw}      a hardware YAML with a typo'd field
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
+  {binarycorpus} a corpus directory whose one .txt file is random bytes
   {readonly}   a directory nobody may create (under /sys, read-only even for root)
   {binary}     a binary file (a PNG header): not UTF-8 text
   {latin1}     a YAML file saved as Latin-1, not UTF-8
@@ -149,6 +150,19 @@ CASES: list[BadInput] = [
     case("bench tp --sizes tiny --prompt-tokens 100000", "exceeds the 256-token context"),
     case("bench tp --sizes tiny --arch nope", "unknown architecture 'nope'"),
     case("bench tp --sizes tiny --prompt-tokens 0", "prompt lengths must be positive"),
+    # output directories, --resume overrides, corpora that are not text
+    BadInput(("train", "--out", "", "--preset", "gpt-tiny"), "--out is empty"),
+    BadInput(("demo", "--out", ""), "--out is empty"),
+    BadInput(("study", "compare", "--out", " ", "--preset", "gpt-tiny"), "--out is empty"),
+    case("demo --out {file}", "is a file; give a directory for the runs and the report"),
+    case("study compare --out {file} --preset gpt-tiny",
+         "is a file; give a directory for the runs and the report"),
+    case("train --out {tmp}/run --preset gpt-tiny --override lr",
+         "--override only applies to --resume"),
+    case("train --out {tmp}/run --preset gpt-tiny --resume --override nope",
+         "--override nope: not an option that --resume checks"),
+    case("train --out {tmp}/run --preset gpt-tiny --data {binarycorpus}",
+         "is not text (it holds control bytes such as NUL: binary data)"),
 ]
 
 
@@ -203,13 +217,16 @@ def fixture_paths(root: Path) -> dict[str, str]:
         "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}))
     (root / "tiny-corpus").mkdir()
     (root / "tiny-corpus" / "a.txt").write_text("To be, or not to be.\n")
+    (root / "binary-corpus").mkdir()
+    (root / "binary-corpus" / "a.txt").write_bytes(bytes(range(256)) * 16)
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
             "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),
-            "moe": str(root / "moe" / "config.json"), "smallvocab": str(root / "smallvocab")}
+            "moe": str(root / "moe" / "config.json"), "smallvocab": str(root / "smallvocab"),
+            "binarycorpus": str(root / "binary-corpus")}
 
 
 def filled(bad: BadInput, paths: dict[str, str]) -> list[str]:

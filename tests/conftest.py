@@ -48,3 +48,31 @@ def run_cli(*args: str, env_extra: dict | None = None, timeout: float = 300):
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "krakenlm", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
+
+
+def _default_stop_signals() -> None:
+    # A shell running the suite in the background ignores SIGINT, `nohup` ignores SIGHUP, and
+    # children inherit that: give them the default, as a terminal, `kill` or a scheduler finds it.
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def start_cli(*args: str, env_extra: dict | None = None, **popen) -> subprocess.Popen:
+    """Start `python -m krakenlm ARGS` in the background (stderr piped, as text)."""
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "krakenlm", *args], stderr=subprocess.PIPE,
+                            text=True, env=env, preexec_fn=_default_stop_signals, **popen)
+
+
+def wait_for_rows(proc: subprocess.Popen, metrics, rows: int) -> None:
+    """Poll (no timing) until `metrics` (a metrics.jsonl) holds `rows` lines; fail if `proc`
+    ends first."""
+    import time
+
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= rows):
+        if proc.poll() is not None:
+            raise AssertionError(f"the process ended ({proc.returncode}) before {rows} rows in "
+                                 f"{metrics}: {proc.stderr.read()[-3000:]}")
+        time.sleep(0.1)

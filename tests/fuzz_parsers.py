@@ -836,7 +836,7 @@ REGRESSIONS: tuple[Regression, ...] = (
     Regression("design-space", "a range bound that is null",
                lambda: b"cores: {low: null, high: 3}\n", "range bounds must be numbers"),
     Regression("corpus", ".jsonl not UTF-8", lambda: _corpus_with("x.jsonl", b"\xff\xfe{}\n"),
-               "x.jsonl:1 is not UTF-8 text"),
+               "x.jsonl:1 is not a JSON object"),
     Regression("corpus", ".jsonl text that is a number",
                lambda: _corpus_with("x.jsonl", b'{"text": 5}\n'), "the 'text' field is int"),
     Regression("corpus", ".jsonl nesting past the recursion limit",

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -84,14 +85,20 @@ def reference(tmp_path_factory, shakespeare) -> Path:
     return out
 
 
-def kill_case(point: str, work: Path, reference: Path) -> dict:
-    """Train in a subprocess that SIGKILLs itself at `point` of the save of step 4, then resume
-    in this process; returns one row of the matrix."""
+def kill_case(point: str, work: Path, reference: Path, signame: str = "SIGKILL") -> dict:
+    """Train in a subprocess that sends itself `signame` at `point` of the save of step 4, then
+    resume in this process; returns one row of the matrix."""
     SMALL.save(work / "model.json")
     out = work / "run"
     proc = run_cli("train", "--config", str(work / "model.json"), "--out", str(out), *CLI_ARGS,
-                   env_extra={checkpoint.KILL_ENV: f"{point}@{KILLED_SAVE}"})
-    assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-2000:])
+                   env_extra={checkpoint.KILL_ENV: f"{point}@{KILLED_SAVE}@{signame}"})
+    signum = signal.Signals[signame]
+    if signum == signal.SIGKILL:
+        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-2000:])
+        message = ""
+    else:  # held until the save and the step are complete, then a clean stop
+        assert proc.returncode == 128 + signum, (point, proc.returncode, proc.stderr[-2000:])
+        [message] = proc.stderr.strip().splitlines()
     left = left_on_disk(out)
     state = checkpoint.read_train_state(out)
     resumed_from = state["step"]
@@ -100,7 +107,8 @@ def kill_case(point: str, work: Path, reference: Path) -> dict:
     train(SMALL, run_config(out), resume=True)
     leftovers = [p.name for p in (out / checkpoint.CHECKPOINTS_DIR).iterdir()]
     return {"point": point, "left": left, "resumed_from": resumed_from,
-            "identical": same_run(out, reference), "after_resume": sorted(leftovers)}
+            "identical": same_run(out, reference), "after_resume": sorted(leftovers),
+            "message": message}
 
 
 def expected_resume_step(point: str) -> int:
@@ -116,6 +124,22 @@ def test_kill_during_save_then_resume_is_bit_identical(point, tmp_path, referenc
     assert row["identical"], row
     # the resumed run's saves cleaned what the kill left: only the final checkpoint remains
     assert row["after_resume"] == [checkpoint.step_dir_name(MAX_STEPS)]
+
+
+# SIGTERM inside a save: a few points of each kind (the whole matrix: `python
+# tests/test_checkpoint_crash.py sigterm`)
+SIGTERM_POINTS = ("during:optimizer.pt", "during-prune")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", SIGTERM_POINTS)
+def test_sigterm_during_a_save_lets_it_complete_then_stops(point, tmp_path, reference):
+    row = kill_case(point, tmp_path, reference, "SIGTERM")
+    assert row["message"] == (f"interrupted (SIGTERM): checkpoint saved in {tmp_path / 'run'} "
+                              f"at step {KILLED_SAVE}; continue with the same command plus "
+                              "--resume")
+    assert row["left"] == checkpoint.step_dir_name(KILLED_SAVE)  # complete, nothing torn
+    assert row["resumed_from"] == KILLED_SAVE and row["identical"], row
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
@@ -225,8 +249,10 @@ def test_keep_checkpoints_keeps_the_newest_and_any_can_be_loaded(tmp_path, refer
     assert torch.equal(newer.tok_emb.weight, weights(reference)["tok_emb.weight"])
 
 
-def main() -> None:
-    """Print the kill matrix as markdown (docs/robustness.md)."""
+def main(which: str = "sigkill") -> None:
+    """Print a kill matrix as markdown (docs/robustness.md): `sigkill` (the process killed at
+    each point of a save), `sigterm` (sent SIGTERM there instead), or `writers` (two writers on
+    one run directory)."""
     from krakenlm.data.prepare import prepare_corpus
 
     torch.set_num_threads(1)
@@ -236,20 +262,76 @@ def main() -> None:
         prepare_corpus("shakespeare", progress=False)
         ref = tmp / "reference"
         train(SMALL, run_config(ref))
-        print("| kill point (save of step 4) | left in checkpoints/ | resumed from step | "
-              "final weights and loss curve identical | checkpoints/ after the resumed run |")
-        print("|---|---|---:|---|---|")
+        if which == "writers":
+            return _print_writers(tmp, ref)
+        signame = which.upper()
+        killed = signame == "SIGKILL"
+        exit_column = "" if killed else " exit |"
+        print(f"| {'kill point' if killed else signame + ' at'} (save of step 4) | left in "
+              f"checkpoints/ |{exit_column} resumed from step | final weights and loss curve "
+              "identical | checkpoints/ after the resumed run |")
+        print("|---|---|" + ("" if killed else "---:|") + "---:|---|---|")
         for i, point in enumerate(checkpoint.KILL_POINTS):
             work = tmp / f"case{i}"
             work.mkdir()
-            row = kill_case(point, work, ref)
-            print(f"| `{point}` | {row['left']} | {row['resumed_from']} | "
+            row = kill_case(point, work, ref, signame)
+            code = "" if killed else f" {128 + signal.Signals[signame]} |"
+            print(f"| `{point}` | {row['left']} |{code} {row['resumed_from']} | "
                   f"{'yes' if row['identical'] else 'NO'} | {', '.join(row['after_resume'])} |",
                   flush=True)
 
 
+def _print_writers(tmp: Path, ref: Path) -> None:
+    """Two writers on one run directory, as real processes."""
+    from conftest import start_cli, wait_for_rows
+
+    SMALL.save(tmp / "model.json")
+    out = tmp / "writers"
+    long_args = [a if a != str(MAX_STEPS) else "1000" for a in CLI_ARGS]
+    command = ["train", "--config", str(tmp / "model.json"), "--out", str(out), *long_args]
+    print("| case | second writer | what the first one's run directory holds afterwards |")
+    print("|---|---|---|")
+    import time
+
+    pair = [start_cli(*command), start_cli(*command)]  # started together: one gets the lock
+    while all(proc.poll() is None for proc in pair):
+        time.sleep(0.1)
+    second = next(proc for proc in pair if proc.poll() is not None)
+    survivor = next(proc for proc in pair if proc is not second)
+    second_err = second.communicate()[1].strip()
+    wait_for_rows(survivor, out / "metrics.jsonl", 3)
+    resumed = run_cli(*command, "--resume")
+    rows_then = (out / "metrics.jsonl").read_text().count("\n")
+    wait_for_rows(survivor, out / "metrics.jsonl", rows_then + 3)  # it goes on
+    survivor.kill()
+    survivor.communicate()
+    checkpoint.load_model(out)  # its current checkpoint is complete
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    print(f"| two `train` into one new --out, started together | exit {second.returncode}: "
+          f"`{_pid_free(second_err, out)}` | metrics.jsonl steps {steps[0]}..{steps[-1]}, in "
+          f"order and once each: {steps == list(range(steps[0], steps[-1] + 1))} |")
+    print(f"| `train --resume` while it runs | exit {resumed.returncode}: "
+          f"`{_pid_free(resumed.stderr.strip(), out)}` | the first went on training and saving; "
+          f"its current checkpoint ({checkpoint.resolve(out).name} when SIGKILLed) loads |")
+    lock = json.loads((out / ".lock").read_text())
+    state = checkpoint.read_train_state(out)["step"]
+    train(SMALL, run_config(out, max_steps=1000, stop_at=state + 2), resume=True)
+    reference = tmp / "writers-reference"
+    train(SMALL, run_config(reference, max_steps=1000, stop_at=state + 2))
+    print(f"| the first SIGKILLed (its .lock still names pid {'PID' if lock['pid'] else '?'}), "
+          f"then `--resume` | takes the lock over and trains from step {state} to {state + 2} | "
+          f"identical to a run never stopped: {same_run(out, reference)} |")
+
+
+def _pid_free(text: str, out: Path) -> str:
+    text = re.sub(r"pid \d+", "pid PID", text.replace(str(out), "RUN"))
+    text = re.sub(r"kill \d+", "kill PID", text)
+    return re.sub(r"started [0-9: -]+ UTC", "started TIME", text)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(*sys.argv[1:]))
 
 
 def test_metrics_line_torn_by_a_kill_is_dropped_on_resume(tmp_path, reference):
@@ -274,3 +356,110 @@ def test_metrics_write_failure_is_one_line(tmp_path, shakespeare, monkeypatch):
     assert str(info.value) == (f"cannot write {tmp_path / 'run' / 'metrics.jsonl'}: No space "
                                "left on device; free disk space or make the --out directory "
                                "writable, then continue with --resume")
+
+
+def _is_dev_full() -> bool:
+    import stat
+
+    try:
+        return stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _is_dev_full(), reason="needs /dev/full (a device that is always full)")
+def test_a_real_full_disk_under_torch_save_is_one_line_and_resume_works(tmp_path, reference,
+                                                                        monkeypatch):
+    """optimizer.pt of step 4 goes to /dev/full: the kernel's ENOSPC reaches torch.save from
+    below, which reports it as a RuntimeError ("unexpected pos ..."), as on a real full disk."""
+    import builtins
+
+    out = tmp_path / "run"
+    real_open = builtins.open
+
+    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
+        if (Path(str(path)).name == checkpoint.OPTIMIZER_FILE
+                and f"step-{KILLED_SAVE:08d}" in str(path)):
+            return real_open("/dev/full", mode, *args, **kwargs)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "open", open_on_a_full_disk, raising=False)
+    with pytest.raises(KrakenError) as info:
+        train(SMALL, run_config(out))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"could not save the checkpoint of step {KILLED_SAVE} in "
+                              f"{out / 'checkpoints'}: No space left on device (")
+    assert f"{checkpoint.OPTIMIZER_FILE}); the previous checkpoint " in message
+    assert message.endswith("is intact; free disk space or make "
+                            f"{out} writable, then continue with --resume")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        checkpoint.step_dir_name(INTERVAL)]
+    monkeypatch.undo()  # the disk has space again
+    train(SMALL, run_config(out), resume=True)
+    assert same_run(out, reference)
+
+
+def test_a_truncated_optimizer_state_is_one_line_on_resume(tmp_path, shakespeare, capsys):
+    from krakenlm.cli import main
+
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, keep_checkpoints=2, max_steps=4))
+    current = checkpoint.resolve(out)
+    state = current / checkpoint.OPTIMIZER_FILE
+    for size in (0, 100, state.stat().st_size // 2):  # EOFError, RuntimeError, OSError
+        state.write_bytes(state.read_bytes()[:size] if size else b"")
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "--out", str(out), "--resume", "--max-steps", "6", "--override",
+                  "max-steps", "--no-progress", "--threads", "1"])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exc.value.code == 2 and len(lines) == 1, lines
+        assert lines[0].startswith(f"error: cannot resume from {current}: optimizer.pt is "
+                                   "unreadable (")
+        assert lines[0].endswith(f"restore it, or move {current.name} out of {current.parent} "
+                                 f"to resume from {checkpoint.step_dir_name(2)}")
+        state.write_bytes(b"x" * 10**6)  # each round truncates a file of some size
+
+
+def _full_disk_cli(tmp_path: Path, size: str, *args: str):
+    """`krakenlm ARGS` with `{disk}` in ARGS a fresh tmpfs of `size` (a real filesystem that
+    fills up), mounted in a private mount namespace; skipped where none can be made."""
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a private tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir(exist_ok=True)  # the mount is gone with its namespace: the directory is empty
+    command = " ".join(f"'{a.format(disk=disk)}'" for a in args)
+    script = (f"mount -t tmpfs -o size={size} tmpfs '{disk}' || exit 99; "
+              f"exec '{sys.executable}' -m krakenlm {command}")
+    user = [] if os.geteuid() == 0 else ["-r"]
+    proc = subprocess.run(["unshare", *user, "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode == 99 or "unshare failed" in proc.stderr or "unshare:" in proc.stderr:
+        pytest.skip(f"cannot mount a private tmpfs here: {proc.stderr.strip()[-300:]}")
+    return proc
+
+
+@pytest.mark.slow
+def test_training_and_export_on_a_really_full_filesystem_are_one_line(tmp_path, reference):
+    """The checkpoint of SMALL (6.6 MB weights + 13 MB optimizer state) on a 16 MB tmpfs: the
+    first save runs out of space inside torch.save; exporting it to a 4 MB tmpfs runs out inside
+    safetensors' own writer."""
+    SMALL.save(tmp_path / "model.json")
+    proc = _full_disk_cli(tmp_path, "16m", "train", "--config", str(tmp_path / "model.json"),
+                          "--out", "{disk}/run", *CLI_ARGS)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(f"error: could not save the checkpoint of step {INTERVAL} in ")
+    assert "No space left on device" in lines[0] and "optimizer.pt" in lines[0]
+    assert lines[0].endswith("no earlier checkpoint exists; free disk space or make "
+                             f"{tmp_path / 'disk' / 'run'} writable, then run the command again")
+    proc = _full_disk_cli(tmp_path, "4m", "export", "hf", "--checkpoint", str(reference),
+                          "--out", "{disk}/hf")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0] == (f"error: writing the Hugging Face model to {tmp_path / 'disk' / 'hf'} "
+                        "failed: No space left on device; nothing was changed (check free space "
+                        "and permissions)")

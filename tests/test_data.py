@@ -159,3 +159,129 @@ def test_evaluation_batches_tile_the_split():
     assert starts == list(range(0, 90, 10))
     with pytest.raises(KrakenError, match="fewer than one window"):
         list(evaluation_batches(tokens[:5], 2, 10))
+
+
+# ------------------------------------------------------------ text that is not UTF-8, or not text
+def _twenty_documents(directory, texts: dict[str, bytes]):
+    """A corpus directory of 20 small UTF-8 documents plus `texts` (name -> raw bytes)."""
+    directory.mkdir()
+    for i in range(20):
+        (directory / f"doc{i:02d}.txt").write_text(f"Plain document {i}.\n")
+    for name, data in texts.items():
+        (directory / name).write_bytes(data)
+    return str(directory)
+
+
+def test_random_bytes_as_a_corpus_file_are_refused(tmp_path):
+    import random
+
+    noise = random.Random(0).randbytes(4096)
+    corpus = _twenty_documents(tmp_path / "noise", {"zz-noise.txt": noise})
+    with pytest.raises(KrakenError, match=r"corpus file .*zz-noise.txt is not text \(it holds "
+                                          r"control bytes such as NUL: binary data\); remove it"):
+        prepare_corpus(corpus, cache_dir=tmp_path / "cache", progress=False)
+
+
+def test_latin1_text_is_read_as_latin1_with_a_warning(tmp_path, capsys):
+    text = "Ma\u00eetre Corbeau, sur un arbre perch\u00e9, tenait en son bec un fromage.\n"
+    corpus = _twenty_documents(tmp_path / "fables", {
+        "zz-fable.txt": text.encode("latin-1"),
+        "zz-fables.jsonl": (json.dumps({"text": text}, ensure_ascii=False)
+                            + "\n").encode("latin-1")})
+    prepared = prepare_corpus(corpus, cache_dir=tmp_path / "cache", progress=False)
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("warning: corpus file ") and "zz-fable.txt is not UTF-8 (byte " \
+        "0xee at offset 2); reading it as Latin-1 (ISO-8859-1)" in warnings[0]
+    assert "zz-fables.jsonl:1 is not UTF-8" in warnings[1]
+    tokens = np.concatenate([prepared.split("train"), prepared.split("val")])
+    assert Tokenizer().decode(tokens).count(text) == 2  # the accents survived
+
+
+# ------------------------------------------------------------------------------- the cache
+def test_cache_errors_name_krakenlm_cache_not_out(tmp_path, capsys, monkeypatch):
+    from krakenlm.cli import main
+
+    (tmp_path / "file").write_text("not a directory\n")
+    monkeypatch.setenv("KRAKENLM_CACHE", str(tmp_path / "file" / "cache"))
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--checkpoint", str(_random_checkpoint(tmp_path)), "--max-batches", "1"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: cannot write the corpus cache {tmp_path}/file/cache: Not a "
+                               "directory (")
+    assert lines[0].endswith(f"it is $KRAKENLM_CACHE={tmp_path}/file/cache: free space there, or "
+                             "point KRAKENLM_CACHE at a writable directory with space")
+    assert "--out" not in lines[0]
+    monkeypatch.setenv("KRAKENLM_CACHE", " ")
+    with pytest.raises(KrakenError, match="KRAKENLM_CACHE is set but empty"):
+        prepare_corpus("shakespeare", progress=False)
+
+
+def _random_checkpoint(tmp_path):
+    from krakenlm.models import get_preset
+    from krakenlm.models.transformer import Transformer
+    from krakenlm.training.checkpoint import save_checkpoint
+
+    directory = tmp_path / "gpt"
+    save_checkpoint(directory, Transformer(get_preset("gpt-tiny")), None, {"step": 0})
+    return directory
+
+
+def test_a_full_disk_while_tokenizing_names_the_cache(tmp_path, monkeypatch):
+    import errno
+
+    from krakenlm.data import prepare
+
+    def full(directory, *args):
+        with open(directory / "train.bin", "wb"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # what a buffered write gives
+
+    monkeypatch.setattr(prepare, "_tokenize_to", full)
+    monkeypatch.delenv("KRAKENLM_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(KrakenError) as info:
+        prepare_corpus("shakespeare", progress=False)
+    assert str(info.value).startswith(f"cannot write the corpus cache {tmp_path}/.cache/krakenlm: "
+                                      "No space left on device (")
+    assert "it is the default cache (set KRAKENLM_CACHE to move it)" in str(info.value)
+    assert [p.name for p in (tmp_path / ".cache" / "krakenlm" / "corpora").iterdir()] == []
+
+
+def test_two_first_preparations_into_one_cache_take_turns(tmp_path):
+    from krakenlm.fileio import acquire_lock
+
+    corpus = _twenty_documents(tmp_path / "docs", {})
+    cache = tmp_path / "cache"
+    code = ("import sys; from krakenlm.data.prepare import prepare_corpus; "
+            "print(prepare_corpus(sys.argv[1], progress=False).directory)")
+    env = dict(os.environ, KRAKENLM_CACHE=str(cache))
+    key = prepare_module_key(corpus)
+    # hold the corpus's preparation lock, start two first preparations, let them go together
+    with acquire_lock(cache / "locks" / f"corpus-{key}.lock"):
+        procs = [subprocess.Popen([sys.executable, "-c", code, corpus], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(2)]
+        for proc in procs:  # each waits for the holder, and says so
+            assert proc.stderr.readline().startswith(f"waiting for pid {os.getpid()}, ")
+    results = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], results
+    assert results[0][0] == results[1][0] == f"{cache / 'corpora' / key}\n"
+    assert [p.name for p in (cache / "corpora").iterdir()] == [key]  # no temporary left
+
+
+def prepare_module_key(corpus: str) -> str:
+    from krakenlm.data.prepare import resolve_corpus
+
+    return resolve_corpus(corpus).key
+
+
+def test_a_corpus_published_first_by_another_process_is_kept(tmp_path):
+    from krakenlm.data.prepare import _publish
+
+    final, tmp = tmp_path / "corpus", tmp_path / ".corpus-tmp"
+    for directory, text in ((final, "first"), (tmp, "second")):
+        directory.mkdir()
+        (directory / "meta.json").write_text(text)
+    _publish(tmp, final)
+    assert (final / "meta.json").read_text() == "first" and not tmp.exists()

@@ -19,3 +19,25 @@ def test_a_failed_check_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
 def test_csv_is_written_whole(tmp_path):
     target = write_csv_atomically(tmp_path / "rows.csv", ["a", "b"], [{"a": 1, "b": "x,y"}])
     assert target.read_text() == 'a,b\n1,"x,y"\n'
+
+
+def test_the_oserror_behind_a_librarys_own_exception_is_found():
+    import errno
+
+    from safetensors import SafetensorError
+
+    from krakenlm.fileio import os_error_from
+
+    # the message safetensors' writer gives on a full tmpfs (see test_checkpoint_crash.py)
+    found = os_error_from(SafetensorError("Error while serializing: I/O error: No space left on "
+                                          "device (os error 28)"), "/out/model.safetensors")
+    assert (found.errno, found.strerror, found.filename) == (
+        errno.ENOSPC, "No space left on device", "/out/model.safetensors")
+    try:
+        try:
+            raise OSError(errno.EIO, "Input/output error")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704")
+    except RuntimeError as wrapped:
+        assert os_error_from(wrapped).errno == errno.EIO
+    assert os_error_from(ValueError("a bug, not the disk")) is None

@@ -327,3 +327,98 @@ def test_resume_refuses_a_stop_at_not_after_the_checkpoint_and_a_step_dir_as_out
     with pytest.raises(KrakenError, match=f"is one checkpoint of a run; give the run directory "
                                           f"{out}$"):
         train(SMALL, small_run(step_dir), resume=True)
+
+
+# ------------------------------------------------------------ suspicious options: a warning each
+def test_a_warmup_longer_than_the_run_and_threads_beyond_the_cores_are_warnings(
+        tmp_path, shakespeare, capsys, monkeypatch):
+    from krakenlm.training import trainer
+
+    monkeypatch.setattr(trainer, "usable_cores", lambda: 2)
+    monkeypatch.setattr(trainer, "set_cpu_threads", lambda env, threads: None)  # keep 1 here
+    train(SMALL, small_run(tmp_path / "run", max_steps=2, warmup_steps=5, threads=8))
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert warnings == [
+        "warning: --warmup-steps 5 is not shorter than --max-steps 2: the learning rate never "
+        "reaches --lr 0.001 and never decays; lower --warmup-steps (about a tenth of the steps "
+        "is usual)",
+        "warning: --threads 8 is more than the 2 cores this process may use: oversubscribed "
+        "threads make training slower; use --threads 2 or leave it out"]
+    train(SMALL, small_run(tmp_path / "quiet", max_steps=2, warmup_steps=1, threads=2))
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("value, message", [
+    ("tpu", "KRAKENLM_DEVICE=tpu is not a device krakenlm runs on: use cpu, cuda or auto"),
+    ("cuda", "KRAKENLM_DEVICE=cuda but torch"),
+])
+def test_krakenlm_device_that_cannot_be_used_is_one_line(value, message, tmp_path, capsys,
+                                                         monkeypatch):
+    monkeypatch.setenv("KRAKENLM_DEVICE", value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a host without a GPU
+    code, err = cli_in_process(capsys, "train", "--preset", "gpt-tiny", "--out",
+                               str(tmp_path / "run"), "--max-steps", "1")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_krakenlm_device_cpu_and_auto_pick_the_cpu_here(monkeypatch):
+    from krakenlm.training.runtime import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for value in ("cpu", "CPU", "auto", ""):
+        monkeypatch.setenv("KRAKENLM_DEVICE", value)
+        assert pick_device() == torch.device("cpu")
+
+
+def test_eval_json_shows_progress_on_a_terminal(tmp_path, shakespeare):
+    """stdout stays one JSON object for a program; stderr, a terminal here, shows the bar."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    SMALL.save(tmp_path / "model.json")
+    out = tmp_path / "run"
+    train(SMALL, small_run(out, max_steps=1))
+    controller, terminal = pty.openpty()
+    # a fresh pseudo-terminal is 0 columns wide, where tqdm draws nothing: make it 80 x 24
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "krakenlm", "eval", "--checkpoint", str(out),
+                             "--json", "--max-batches", "2"], stdout=subprocess.PIPE,
+                            stderr=terminal, text=True)
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        shown += chunk
+    stdout, _ = proc.communicate(timeout=300)
+    os.close(controller)
+    assert proc.returncode == 0
+    assert set(json.loads(stdout)) >= {"loss", "perplexity", "tokens"}
+    assert b"evaluating" in shown and b"batch" in shown
+
+
+def test_train_help_keeps_every_option_name_whole_at_80_columns(capsys, monkeypatch):
+    from krakenlm.cli import app, main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    for command in (["train"], ["eval"], ["study", "compare"], ["demo"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        shown = capsys.readouterr().out
+        assert "…" not in shown, shown
+        import typer.main
+        click_command = typer.main.get_command(app)
+        for name in command:
+            click_command = click_command.commands[name]
+        for param in click_command.params:
+            for option in (*param.opts, *param.secondary_opts):
+                if option.startswith("--") and option != "--help":
+                    assert option in shown, (command, option)

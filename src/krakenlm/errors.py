@@ -2,11 +2,14 @@
 
 Raise a `KrakenError` (or a subclass) for anything the user can fix: bad input, a config that
 does not match a checkpoint, a model that does not fit. The message must name the problem and
-what to do about it. Bugs stay ordinary exceptions and keep their tracebacks.
+what to do about it. Bugs stay ordinary exceptions and keep their tracebacks. Input that is
+plausible but suspicious gets one `warning: ...` line on stderr (`warn`) and the work goes on.
 """
 
-import sys
+from __future__ import annotations
 
+import signal
+import sys
 
 # Every character str.splitlines() breaks a line at, and how a message shows it.
 _LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in
@@ -24,11 +27,23 @@ class KrakenError(Exception):
 
 
 class Interrupted(Exception):
-    """Raised by a command that handled Ctrl-C itself (e.g. `train` saved a checkpoint); the
-    message says what was kept and how to continue. The CLI prints it and exits with 130."""
+    """Raised by a command that handled Ctrl-C (or SIGTERM, SIGHUP) itself (e.g. `train` saved
+    a checkpoint); the message says what was kept and how to continue. The CLI prints it and
+    exits with 128 + the signal's number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.signum = int(signum)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
 
 
 def warn(message: str) -> None:
-    """One `warning: ...` line on stderr: the input is plausible but suspicious, and the
-    command goes on (the message says what it assumes and how to silence the doubt)."""
+    """One `warning: ...` line on stderr: the input is plausible, but worth a second look."""
     print(f"warning: {message}", file=sys.stderr, flush=True)

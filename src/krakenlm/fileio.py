@@ -1,17 +1,28 @@
-"""Files that matter are written whole and swapped in atomically.
+"""Files that matter are written whole and swapped in atomically; one writer at a time.
 
 A temporary file in the target's directory (same filesystem, so the rename is atomic) is
 written, flushed and fsynced, then renamed over the target: a kill at any instant leaves
 either the old file or the new one, never a torn one, and a failed write removes its
 temporary file.
+
+`acquire_lock` takes an exclusive `flock` on a lock file that records its holder (pid, host,
+start time, command line). The kernel drops the lock when the holder dies, even by SIGKILL, so
+a lock file left by a killed process is simply taken over; a live holder is named.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import io
+import json
 import os
+import re
+import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -60,3 +71,112 @@ def read_user_text(path: str | Path, what: str, error: type[Exception] | None = 
         raise (error or KrakenError)(
             f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
             f"{exc.start}): is it a binary file? Give a text file saved as UTF-8") from None
+
+
+# --------------------------------------------------------------------------------- locks
+class LockBusy(Exception):
+    """The lock is held by a live process; `holder` is what its lock file says (may be {})."""
+
+    def __init__(self, path: Path, holder: dict):
+        super().__init__(f"{path} is locked by {describe_holder(holder)}")
+        self.path, self.holder = path, holder
+
+
+def describe_holder(holder: dict) -> str:
+    """'pid 123 on host h, started 2025-01-01 12:00:00 UTC' from a lock file's record."""
+    if not holder.get("pid"):
+        return "a process its lock file does not name"
+    text = f"pid {holder['pid']}"
+    if holder.get("host") and holder["host"] != socket.gethostname():
+        text += f" on host {holder['host']}"
+    if holder.get("started"):
+        text += f", started {holder['started']}"
+    return text
+
+
+class HeldLock:
+    """An exclusive lock, held until `release` (or the process's end)."""
+
+    def __init__(self, path: Path, fd: int, previous: dict):
+        self.path, self._fd = path, fd
+        # What a holder that died without releasing left in the file ({} after a clean release).
+        self.previous = previous
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)  # empty: released cleanly, nobody holds it
+        except OSError:
+            pass
+        os.close(self._fd)  # closing the last descriptor drops the flock
+        self._fd = None
+
+    def __enter__(self) -> "HeldLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict:
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", errors="replace")
+        holder = json.loads(text) if text.strip() else {}
+    except (OSError, ValueError):
+        return {}  # being written right now, or not ours: nothing to name
+    return holder if isinstance(holder, dict) else {}
+
+
+def acquire_lock(path: str | Path, *, wait: bool = False,
+                 on_wait: Callable[[dict], None] | None = None) -> HeldLock:
+    """Lock `path` (created with its parents if missing) for this process and record who holds
+    it. A lock held by a live process raises `LockBusy`, or with `wait` blocks until it is
+    released (calling `on_wait(holder)` first). OSErrors (unwritable directory, a filesystem
+    without flock) propagate to the caller, which decides whether to go on unlocked."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            holder = _read_holder(fd)
+            if not wait:
+                raise LockBusy(path, holder) from None
+            if on_wait is not None:
+                on_wait(holder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        previous = _read_holder(fd)
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                  "command": " ".join(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return HeldLock(path, fd, previous)
+
+
+# ------------------------------------------------------------------- wrapped I/O errors
+_OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")
+
+
+def os_error_from(exc: BaseException, filename: str | Path | None = None) -> OSError | None:
+    """The OSError a library hid behind its own exception type, or None when there is none:
+    safetensors reports a full disk as `SafetensorError: ... I/O error: No space left on device
+    (os error 28)`; an OSError raised inside a callback may sit in the exception's chain."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError):
+            return exc
+        match = _OS_ERROR_NUMBER.search(str(exc))
+        if match:
+            number = int(match.group(1))
+            return OSError(number, os.strerror(number), None if filename is None else str(filename))
+        exc = exc.__cause__ or exc.__context__
+    return None

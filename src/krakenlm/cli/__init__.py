@@ -73,15 +73,44 @@ def _click_exceptions():
     return exceptions
 
 
+def _keep_option_names_whole() -> None:
+    """typer draws `--help` as a rich table whose columns all shrink on a narrow terminal, so a
+    long option name came out as `--checkpoint-int…` at 80 columns. Every column but the last
+    (the help text, which wraps) is made unbreakable: rich then narrows only the help text,
+    whose longest words are folded onto the next line instead of cut.
+    Applied only when help is asked for (importing typer's rich layer costs 0.2 s)."""
+    try:
+        from typer import rich_utils
+    except ImportError:  # typer without rich: click's plain help never truncates
+        return
+    table = rich_utils.Table
+    if getattr(table, "keeps_names_whole", False):
+        return
+
+    class NamesWholeTable(table):
+        keeps_names_whole = True
+
+        def add_row(self, *renderables, **kwargs):
+            super().add_row(*renderables, **kwargs)
+            for column in self.columns[:-1]:
+                column.no_wrap = True
+            self.columns[-1].overflow = "fold"  # a word longer than the column breaks, not cut
+
+    rich_utils.Table = NamesWholeTable
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every failure the user can fix is one line on stderr and exit code 2, never a
     traceback: `KrakenError`s, usage errors (unknown option, bad value), filesystem errors
     (full, read-only, missing paths) and running out of memory.
 
     Ctrl-C exits with 130 and one line; a command that owns its interruption (`train` saves a
-    checkpoint first) raises `Interrupted` with what it did.
+    checkpoint first, on SIGTERM and SIGHUP too) raises `Interrupted` with what it did, and the
+    exit code is 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP).
     """
     click = _click_exceptions()
+    if "--help" in (sys.argv[1:] if argv is None else argv):
+        _keep_option_names_whole()
     try:
         # standalone_mode=False: usage errors and Ctrl-C come back here instead of being
         # printed by typer (a multi-line panel, or nothing at all for Ctrl-C).
@@ -90,8 +119,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except Interrupted as exc:
-        print(f"interrupted: {exc}", file=sys.stderr)
-        sys.exit(130)
+        how = "" if exc.signal_name == "SIGINT" else f" ({exc.signal_name})"
+        print(f"interrupted{how}: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     except click.NoArgsIsHelpError as exc:
         exc.show()  # a bare `krakenlm sim`: the help is the answer
         sys.exit(exc.exit_code)

@@ -36,7 +36,7 @@ def _parse_lrs(text: str) -> list[float]:
 
 @study_app.command("compare")
 def compare_command(
-    out: Path = typer.Option(..., "--out", help="Directory for the runs and report.md."),
+    out: str = typer.Option(..., "--out", help="Directory for the runs and report.md."),
     presets: list[str] = typer.Option(..., "--preset", help="A model preset; repeat for several."),
     seeds: str = typer.Option("1", "--seeds", help="Comma-separated seeds, each run per preset."),
     max_steps: int = typer.Option(600, "--max-steps", help="Steps per run (same token budget for all)."),
@@ -59,6 +59,9 @@ def compare_command(
     from ..models import get_preset
     from ..studies.compare import RunSpec, run_comparison
     from ..training.trainer import TrainConfig
+    from .train import out_dir
+
+    out = out_dir(out)
 
     for name in presets:
         get_preset(name)  # fail before any training on a typo
@@ -130,7 +133,7 @@ def ttft_command(
 
 @app.command("demo")
 def demo_command(
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="Where the runs and report.md go."),
+    out: str = typer.Option("runs/demo", "--out", help="Where the runs and report.md go."),
     max_steps: int = typer.Option(None, "--max-steps", show_default="400: about 4 minutes of training in all on 2 cores", help="Steps of 8 x 128 tokens per model."),
     seeds: str = typer.Option(None, "--seeds", show_default="1,2,3", help="Comma-separated seeds per model."),
     jobs: int = typer.Option(None, "--jobs", show_default="2", help="Trainings at once, one process (and core) each."),
@@ -140,7 +143,9 @@ def demo_command(
     import dataclasses
 
     from ..studies.demo import DemoPlan, run_demo
+    from .train import out_dir
 
+    out = out_dir(out)
     changes = {}
     if max_steps is not None:
         if max_steps < 1:

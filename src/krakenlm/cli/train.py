@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -26,6 +27,14 @@ def one_value(values: list | tuple | None, flag: str, *, required: bool = False)
     if required and not values:
         raise KrakenError(f"missing option {flag}")
     return values[0] if values else None
+
+
+def out_dir(value: str | None, flag: str = "--out") -> Path:
+    """A directory option: an empty string would silently mean the current directory."""
+    if value is None or not str(value).strip():
+        raise KrakenError(f"{flag} is empty; give a directory path (use {flag} . for the "
+                          "current directory)")
+    return Path(value)
 
 
 def resolve_model_config(preset: str | None, config: Path | None) -> ModelConfig:
@@ -51,13 +60,30 @@ def _option_of(field: str) -> str:
     return _OPTION_FOR_FIELD.get(field, field)
 
 
+def _options_kept_on_resume(ctx: typer.Context, out: Path, given: set[str]) -> dict:
+    """The run's own options (train_config.json) for those not given again: `--resume` alone
+    continues the run as it was made, not with this command's defaults."""
+    from ..training import run_dir
+
+    if not (out / run_dir.OPTIONS_FILE).is_file():
+        return {}
+    saved = run_dir.read_options(out)
+    kept = {}
+    for field in run_dir.KEPT_ON_RESUME:
+        if (field in saved and field not in given
+                and not _given_on_command_line(ctx, _option_of(field))):
+            value = saved[field]
+            kept[field] = tuple(value) if isinstance(value, list) else value
+    return kept
+
+
 @app.command("train")
 def train_command(
     ctx: typer.Context,
-    outs: list[Path] = typer.Option(..., "--out", metavar="DIR", help="Run directory: checkpoints/, metrics.jsonl, configs."),
+    outs: list[str] = typer.Option(..., "--out", metavar="DIR", help="Run directory: checkpoints/, metrics.jsonl, configs."),
     presets: list[str] = typer.Option(None, "--preset", metavar="NAME", help="Model preset name (see `krakenlm models`)."),
     configs: list[Path] = typer.Option(None, "--config", metavar="FILE", help="JSON model config for a custom model (krakenlm's format or a Hugging Face config.json)."),
-    data: str = typer.Option(None, "--data", help="Corpus: shakespeare (default), classics (Shakespeare + the King James Bible), openwebtext, hf:<dataset>, or a directory of .txt/.jsonl/.parquet files."),
+    data: str = typer.Option(None, "--data", help="Corpus: shakespeare (default), classics (Shakespeare + the King James Bible), openwebtext, hf:<dataset>, or a directory of .txt, .jsonl or .parquet files."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="gpt2 (default; on --resume: the checkpoint's), or bpe-4k / bpe-8k: a byte-level BPE trained on the corpus's training split. The model's vocabulary follows it."),
     max_steps: int = typer.Option(1000, "--max-steps", help="Optimizer steps in total (the LR schedule ends here)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Sequences per micro-batch per process."),
@@ -73,11 +99,12 @@ def train_command(
     eval_interval: int = typer.Option(250, "--eval-interval", help="Evaluate every N steps (and at the end)."),
     eval_batches: int = typer.Option(20, "--eval-batches", help="Validation batches per evaluation."),
     log_interval: int = typer.Option(10, "--log-interval", help="Log loss and tokens/s every N steps."),
-    checkpoint_interval: int = typer.Option(250, "--checkpoint-interval", help="Save every N steps (and at the end, and on Ctrl-C)."),
-    keep_checkpoints: int = typer.Option(1, "--keep-checkpoints", help="Keep the newest K checkpoints in --out/checkpoints/ (older ones are deleted once a newer one is complete)."),
+    checkpoint_interval: int = typer.Option(250, "--checkpoint-interval", help="Save every N steps (and at the end, and on Ctrl-C, SIGTERM or SIGHUP)."),
+    keep_checkpoints: int = typer.Option(1, "--keep-checkpoints", help="Keep the newest K checkpoints in the run's checkpoints/ (older ones are deleted once a newer one is complete)."),
     memory_check: bool = typer.Option(True, "--memory-check/--no-memory-check", help="Refuse a model whose estimated training memory exceeds the free memory."),
     threads: int = typer.Option(None, "--threads", help="CPU threads per process (default: cores / local processes)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the checkpoint in --out."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the checkpoint in --out, with the run's own options where none are given."),
+    override: list[str] = typer.Option(None, "--override", metavar="OPT[,OPT]", help="With --resume: options that may differ from the run's (e.g. lr,max-steps); any other change is refused. Recorded with the run's options."),
     stop_at: int = typer.Option(None, "--stop-at", help="Stop after this step with a checkpoint (the schedule still ends at --max-steps); continue later with --resume."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
     log_to: list[str] = typer.Option(None, "--log-to", help="Also log metrics to tensorboard and/or wandb (repeat, or a comma list); metrics.jsonl is always written. W&B runs offline unless WANDB_MODE is set."),
@@ -86,10 +113,15 @@ def train_command(
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
+    from ..training.run_dir import parse_overrides
+    from ..training.signals import signal_of
     from ..training.tracking import parse_log_to
     from ..training.trainer import TrainConfig, train
 
-    out = one_value(outs, "--out", required=True)
+    out = out_dir(one_value(outs, "--out", required=True))
+    overrides = parse_overrides(override)
+    if overrides and not resume:
+        raise KrakenError("--override only applies to --resume (a new run takes any options)")
     preset = one_value(presets, "--preset")
     config = one_value(configs, "--config")
     recipe_options = {}
@@ -123,20 +155,27 @@ def train_command(
                      log_to=parse_log_to(log_to))
     if recipe_options:
         tc = dataclasses.replace(tc, **recipe_options)
+    if resume:
+        tc = dataclasses.replace(tc, **_options_kept_on_resume(ctx, out, set(recipe_options)))
     if dry_run:
         print(json.dumps({"recipe": recipe_name, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
                           "model": model_config.to_dict(), "train": tc.to_json()}, indent=2))
         return
     try:
-        # Ctrl-C during training saves and raises TrainingInterrupted (main exits 130).
-        result = train(model_config, tc, resume=resume)
-    except KeyboardInterrupt:
-        # Before the first step (data, model) or a second Ctrl-C during the save: a save
-        # never leaves half a checkpoint, so whatever is current in --out is complete.
-        state = checkpoint.read_train_state(out)
+        # Ctrl-C, SIGTERM or SIGHUP during training saves and raises TrainingInterrupted (main
+        # exits with 128 + the signal number).
+        result = train(model_config, tc, resume=resume, overrides=overrides)
+    except Interrupted as exc:
+        if os.environ.get("RANK", "0") != "0":
+            raise typer.Exit(exc.exit_code) from None  # under torchrun, rank 0 reports
+        raise
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, SIGTERM or SIGHUP before the first step (data, model): a save never leaves
+        # half a checkpoint, so whatever is current in --out is complete.
+        state = checkpoint.read_train_state(out) if out.is_dir() else None
         kept = (f"{out} keeps its checkpoint of step {state['step']}" if state is not None
                 else "nothing was saved")
-        raise Interrupted(kept) from None
+        raise Interrupted(kept, signal_of(exc)) from None
     if os.environ.get("RANK", "0") != "0":
         return  # under torchrun, rank 0 reports for everyone
     val = "n/a" if result.val_loss is None else f"{result.val_loss:.4f}"
@@ -172,10 +211,13 @@ def eval_command(
                                                     expected_tokenizer=tokenizer)
     if seq_len is not None and not 1 <= seq_len <= model.config.context_len:
         raise KrakenError(f"--seq-len must be between 1 and the model's context {model.config.context_len}")
-    tokens = prepare_corpus(data, tokenizer=run_tokenizer, progress=not as_json).split("val")
+    # Progress bars go to stderr: with --json (stdout for a program) they are still drawn on a
+    # terminal, where a long evaluation would otherwise be minutes of silence.
+    progress = not as_json or sys.stderr.isatty()
+    tokens = prepare_corpus(data, tokenizer=run_tokenizer, progress=progress).split("val")
     result = evaluate(model, tokens, batch_size=batch_size, seq_len=seq_len,
                       max_batches=max_batches, autocast_dtype=resolve_precision(precision, device),
-                      progress=not as_json)
+                      progress=progress)
     if as_json:
         print(json.dumps(result))
     else:

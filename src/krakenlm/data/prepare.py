@@ -8,15 +8,19 @@ The key is the corpus's, with GPT-2 (the default tokenizer), and `<corpus>--<nam
 with a BPE (`-eot<id>` added for an imported tokenizer): a different vocabulary never reads
 another's token ids.
 A corpus is prepared into a temporary directory and renamed into place when complete, so an
-interrupted preparation never leaves a half-written cache behind.
+interrupted preparation never leaves a half-written cache behind. Processes preparing the same
+corpus at once (two first runs, a study's workers) take turns on a lock file in the cache
+(`locks/corpus-<corpus>.lock`): the second waits and then reads what the first wrote.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,6 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import KrakenError, warn
+from ..fileio import acquire_lock, describe_holder
 from .sources import (bible_documents, hub_documents, local_documents, local_files,
                       shakespeare_documents)
 from .vocab import DEFAULT_TOKENIZER, get_tokenizer
@@ -35,9 +40,45 @@ HUB_CORPORA = {"openwebtext": "Skylion007/openwebtext"}
 FORMAT_VERSION = 1
 
 
+CACHE_ENV = "KRAKENLM_CACHE"
+
+
 def cache_root() -> Path:
     """$KRAKENLM_CACHE, else ~/.cache/krakenlm."""
-    return Path(os.environ.get("KRAKENLM_CACHE", Path.home() / ".cache" / "krakenlm"))
+    value = os.environ.get(CACHE_ENV)
+    if value is not None and not value.strip():
+        raise KrakenError(f"{CACHE_ENV} is set but empty; point it at a directory for prepared "
+                          "corpora, or unset it (~/.cache/krakenlm)")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "krakenlm"
+
+
+def _cache_error(root: Path, exc: OSError) -> KrakenError:
+    """A failed write into the cache names the cache and the variable that chose it, not --out."""
+    chosen = (f"${CACHE_ENV}={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV)
+              else f"the default cache (set {CACHE_ENV} to move it)")
+    return KrakenError(f"cannot write the corpus cache {root}: {exc.strerror or exc} "
+                       f"({exc.filename or root}); it is {chosen}: free space there, or point "
+                       f"{CACHE_ENV} at a writable directory with space")
+
+
+def _in(path: str | None, root: Path) -> bool:
+    if not path:
+        return False
+    try:
+        return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
+    except (TypeError, ValueError):
+        return False
+
+
+def canonical_corpus_name(name_or_path: str | None) -> str:
+    """One spelling per corpus, for comparing a resumed run's --data with the run's: the
+    default by name, aliases by their name, a directory by its absolute path."""
+    name = name_or_path or DEFAULT_CORPUS
+    if name == "shakespeare+bible":
+        return "classics"
+    if name in ("shakespeare", "classics") or name in HUB_CORPORA or name.startswith("hf:"):
+        return name
+    return str(Path(name).expanduser().resolve())
 
 
 @dataclass(frozen=True)
@@ -163,29 +204,89 @@ def prepare_corpus(name_or_path: str | None = None, *, tokenizer=DEFAULT_TOKENIZ
     another corpus)."""
     spec = resolve_corpus(name_or_path)
     root_dir = cache_dir or cache_root()
-    if isinstance(tokenizer, str):
-        tokenizer = get_tokenizer(tokenizer, spec, root_dir, progress=progress)
-    key = spec.key
-    if tokenizer.name != DEFAULT_TOKENIZER:
-        key = f"{spec.key}--{tokenizer.corpus_tag}"
-    root = root_dir / "corpora"
-    final = root / key
-    if final.is_dir():
-        meta, damage = _read_prepared(final)
-        if meta is not None:
-            return PreparedCorpus(final, meta, tokenizer)
-        if damage:
-            warn(f"the prepared corpus {final} is damaged ({damage}); preparing it again")
-        shutil.rmtree(final)  # an older layout, or damaged: rebuild
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
     try:
-        meta = _tokenize_to(tmp, spec, key, tokenizer, progress)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return _prepare(spec, tokenizer, root_dir, progress)
+    except OSError as exc:
+        if _in(exc.filename, root_dir) or (exc.filename is None and exc.errno in _DISK_ERRORS):
+            raise _cache_error(root_dir, exc) from None
         raise
-    return PreparedCorpus(final, meta, tokenizer)
+
+
+_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _prepare(spec: CorpusSpec, tokenizer, root_dir: Path, progress: bool) -> PreparedCorpus:
+    if tokenizer == DEFAULT_TOKENIZER:
+        tokenizer = get_tokenizer(tokenizer)  # ships with the package: nothing to train
+    found = _cached(spec, tokenizer, root_dir) if not isinstance(tokenizer, str) else None
+    if found is not None:
+        return found  # the common case: no lock, so a read-only cache works
+    lock = _lock_preparation(root_dir / "locks" / f"corpus-{spec.key}.lock", spec)
+    try:
+        if isinstance(tokenizer, str):
+            # under the lock: a BPE is trained once, by the first process
+            tokenizer = get_tokenizer(tokenizer, spec, root_dir, progress=progress)
+        found = _cached(spec, tokenizer, root_dir)
+        if found is not None:
+            return found
+        key = _key(spec, tokenizer)
+        root = root_dir / "corpora"
+        final = root / key
+        if final.exists():
+            _, damage = _read_prepared(final)
+            if damage:
+                warn(f"the prepared corpus {final} is damaged ({damage}); preparing it again")
+            shutil.rmtree(final)  # an older layout, or damaged: rebuild
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+        try:
+            meta = _tokenize_to(tmp, spec, key, tokenizer, progress)
+            _publish(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return _cached(spec, tokenizer, root_dir) or PreparedCorpus(final, meta, tokenizer)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _key(spec: CorpusSpec, tokenizer) -> str:
+    if tokenizer.name == DEFAULT_TOKENIZER:
+        return spec.key
+    return f"{spec.key}--{tokenizer.corpus_tag}"
+
+
+def _cached(spec: CorpusSpec, tokenizer, root_dir: Path) -> PreparedCorpus | None:
+    final = root_dir / "corpora" / _key(spec, tokenizer)
+    if not final.is_dir():
+        return None  # not prepared yet
+    meta, _ = _read_prepared(final)
+    return PreparedCorpus(final, meta, tokenizer) if meta is not None else None
+
+
+def _lock_preparation(path: Path, spec: CorpusSpec):
+    """Wait for another process preparing this corpus. A cache where no lock file can be made
+    (read-only, no flock) is prepared without one: the rename below still publishes it whole."""
+    def waiting(holder: dict) -> None:
+        print(f"waiting for {describe_holder(holder)}, which is preparing the corpus "
+              f"{spec.key} in {path.parent.parent}", file=sys.stderr, flush=True)
+
+    try:
+        return acquire_lock(path, wait=True, on_wait=waiting)
+    except OSError:
+        return None
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename the finished directory into place; if another process (one without the lock)
+    published the same corpus first, keep its copy."""
+    try:
+        os.replace(tmp, final)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final / "meta.json").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _read_prepared(directory: Path) -> tuple[dict | None, str]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
-from ..errors import KrakenError
+from ..errors import KrakenError, warn
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
@@ -112,7 +112,7 @@ def local_documents(directory: Path, text_field: str = "text") -> Iterator[str]:
     and each row of a .parquet file is one document (its `text_field`)."""
     for path in local_files(directory):
         if path.suffix == ".txt":
-            yield path.read_text(encoding="utf-8", errors="replace")
+            yield read_text_file(path)
         elif path.suffix == ".jsonl":
             yield from _jsonl_documents(path, text_field)
         else:
@@ -120,24 +120,61 @@ def local_documents(directory: Path, text_field: str = "text") -> Iterator[str]:
 
 
 def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
+    for line_number, line in _decoded_lines(path):
+        if not line.strip():
+            continue
+        try:
+            text = json.loads(line)[text_field]
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError):  # ValueError: JSON's
+            raise KrakenError(f"{path}:{line_number} is not a JSON object with a "
+                              f"{text_field!r} field") from None
+        if not isinstance(text, str):
+            raise KrakenError(f"{path}:{line_number}: the {text_field!r} field is "
+                              f"{type(text).__name__}, not text")
+        yield text
+
+
+# Bytes that no text file holds (C0 controls but tab, newline, form feed, carriage return, and
+# DEL): a file with more than BINARY_FRACTION of them, or any NUL, is not text.
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 12, 13)) + b"\x7f"
+BINARY_FRACTION = 0.01
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(number, text) of a JSON-lines file's lines, streamed: UTF-8, or Latin-1 with a warning."""
+    warned = False
     with path.open("rb") as f:
         for line_number, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise KrakenError(f"{path}:{line_number} is not UTF-8 text; save the file as "
-                                  "UTF-8 JSON lines") from None
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line)[text_field]
-            except (ValueError, KeyError, TypeError, RecursionError):  # ValueError: JSON's
-                raise KrakenError(f"{path}:{line_number} is not a JSON object with a "
-                                  f"{text_field!r} field") from None
-            if not isinstance(text, str):
-                raise KrakenError(f"{path}:{line_number}: the {text_field!r} field is "
-                                  f"{type(text).__name__}, not text")
-            yield text
+                yield line_number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if not warned:
+                    warned = True
+                    _warn_latin1(f"{path}:{line_number}", raw, exc)
+                yield line_number, raw.decode("latin-1")
+
+
+def _warn_latin1(where: str, data: bytes, exc: UnicodeDecodeError) -> None:
+    warn(f"corpus file {where} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+         f"{exc.start}); reading it as Latin-1 (ISO-8859-1): convert it to UTF-8 if that is the "
+         "wrong encoding (iconv -f ENCODING -t UTF-8)")
+
+
+def read_text_file(path: Path) -> str:
+    """A corpus file's text: UTF-8; text in another 8-bit encoding is read as Latin-1 with a
+    warning (every byte is a Latin-1 character); binary data is refused. Either way never
+    silently: a wrong guess trains on mojibake."""
+    data = path.read_bytes()
+    sample = data[:1 << 20]
+    if b"\0" in sample or (sample and len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+                           > BINARY_FRACTION * len(sample)):
+        raise KrakenError(f"corpus file {path} is not text (it holds control bytes such as NUL: "
+                          "binary data); remove it from the corpus directory")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _warn_latin1(str(path), data, exc)
+        return data.decode("latin-1")
 
 
 def _parquet_documents(path: Path, text_field: str) -> Iterator[str]:

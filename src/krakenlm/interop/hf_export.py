@@ -18,8 +18,10 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from ..fileio import os_error_from
 from ..models.config import ModelConfig
 from ..training.model_and_tokenizer import load_model_and_tokenizer
 from . import native
@@ -81,7 +83,16 @@ def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
     generation = {**ids, "pad_token_id": ids["eos_token_id"]}
 
     def fill(tmp: Path) -> None:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        path = tmp / "model.safetensors"
+        try:
+            save_file(tensors, str(path), metadata={"format": "pt"})
+        except SafetensorError as exc:
+            # its writer reports a full disk as "I/O error: ... (os error 28)": the OSError it
+            # is lets the caller say so in one line and clean up
+            hidden = os_error_from(exc, path)
+            if hidden is None:
+                raise
+            raise hidden from None
         (tmp / "config.json").write_text(_json(config_dict))
         (tmp / "generation_config.json").write_text(_json(generation))
         for name, content in tokenizer_files(tokenizer, config.context_len).items():

@@ -13,16 +13,19 @@ are paired by seed (same data order) with 95 % t intervals (studies/stats.py).
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import KrakenError
+from ..errors import Interrupted, KrakenError
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
 from ..models import get_preset
 from ..training import checkpoint
-from ..training.trainer import METRICS_FILE, TrainConfig, train
+from ..training.run_dir import ResumeOptionsChanged
+from ..training.signals import signal_of
+from ..training.trainer import METRICS_FILE, TrainConfig, TrainingInterrupted, train
 from .plots import plot_gap_vs_tokens, plot_loss_curves
 from .stats import mean_interval, ratio_interval
 
@@ -69,10 +72,22 @@ def run_comparison(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
     first seed and its other seeds run at its best rate (see the module docstring). `jobs`
     runs that many trainings at once, each on cores / jobs threads (small models use one core
     each better than two cores together)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out_dir)
     outcomes, sweep = train_and_evaluate(specs, template, out_dir, lrs=lrs, jobs=jobs)
     return write_report(outcomes, template, out_dir, title=title, notes=notes,
                         baseline=baseline, sweep=sweep)
+
+
+def make_out_dir(out_dir: Path) -> None:
+    """Create a study's --out directory, or say in one line why it cannot be one."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise KrakenError(f"--out {out_dir} is a file; give a directory for the runs and the "
+                          "report")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KrakenError(f"cannot create --out {out_dir}: {exc.strerror or exc} "
+                          f"({exc.filename or out_dir}); choose a writable directory") from None
 
 
 def train_and_evaluate(specs: list[RunSpec], template: TrainConfig, out_dir: Path, *,
@@ -108,12 +123,19 @@ def _prepare_shared_data(template: TrainConfig) -> None:
 def _run_all(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
              jobs: int) -> list[RunOutcome]:
     if jobs <= 1 or len(specs) <= 1:
-        return [_run(spec, template, out_dir) for spec in specs]
-    import multiprocessing
+        try:
+            return [_run(spec, template, out_dir) for spec in specs]
+        except TrainingInterrupted as exc:
+            raise _interrupted(exc.signum, [exc]) from None
+        except KeyboardInterrupt as exc:  # before a run's first step: nothing new to save
+            raise _interrupted(signal_of(exc), []) from None
     import os
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_EXCEPTION, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     from tqdm import tqdm
+
+    from .run_pool import StoppingPool
 
     jobs = min(jobs, len(specs))
     threads = template.threads or max(1, (os.cpu_count() or 1) // jobs)
@@ -124,8 +146,8 @@ def _run_all(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
     # steps of earlier invocations count as done from the start, so the rate and the time
     # left are those of this invocation's training
     done_before = sum(_steps_done(out_dir / spec.name) for spec in specs)
-    # spawn, not fork: a forked child would inherit this process's torch thread pools.
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool, \
+    failure: BaseException | None = None
+    with StoppingPool(jobs) as pool, \
             tqdm(total=total, initial=done_before, unit="step",
                  desc=f"training {len(specs)} runs, {jobs} at a time",
                  disable=not template.progress, dynamic_ncols=True) as bar:
@@ -134,10 +156,30 @@ def _run_all(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
         while pending:
             finished, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
             for future in finished:
-                future.result()  # a failed run stops the comparison with its own error
+                error = future.exception()
+                if error is not None and not isinstance(error, TrainingInterrupted) \
+                        and failure is None:
+                    failure = error  # a failed run stops the comparison: the others save first
+                    pool.stop()
             bar.n = sum(_steps_done(out_dir / spec.name) for spec in specs)
             bar.refresh()
-        return [future.result() for future in futures]
+    if isinstance(failure, BrokenProcessPool):
+        raise KrakenError("a training worker process died (killed, or out of memory); run the "
+                          "same command again: finished runs are kept, the others resume") from None
+    if failure is not None:
+        raise failure
+    if pool.stopped:
+        saved = [f.exception() for f in futures if isinstance(f.exception(), TrainingInterrupted)]
+        raise _interrupted(pool.signum or signal.SIGTERM, saved)
+    return [future.result() for future in futures]
+
+
+def _interrupted(signum: int, saved: list[TrainingInterrupted]) -> Interrupted:
+    """One line for a stopped study: where each interrupted run saved, and how to go on."""
+    runs = ", ".join(f"{exc.out.name} at step {exc.step}" for exc in saved if exc.out)
+    what = f"checkpoints saved ({runs})" if runs else "no run was in training"
+    return Interrupted(f"{what}; run the same command again to continue (finished runs are "
+                       "kept, interrupted ones resume)", signum)
 
 
 def _steps_done(run_dir: Path) -> int:
@@ -155,13 +197,27 @@ def _steps_done(run_dir: Path) -> int:
     return 0
 
 
-def _run(spec: RunSpec, template: TrainConfig, out_dir: Path) -> RunOutcome:
+def _run(spec: RunSpec, template: TrainConfig, out_dir: Path) -> RunOutcome | None:
+    """Train (or resume, or only evaluate) one run; None when the study stopped before it."""
+    from .run_pool import stop_requested
+
+    if stop_requested():
+        return None
     run_dir = out_dir / spec.name
     tc = replace(template, out_dir=run_dir, seed=spec.seed,
                  peak_lr=template.peak_lr if spec.lr is None else spec.lr)
     state = checkpoint.read_train_state(run_dir)
     if state is None or state["step"] < tc.max_steps:
-        train(get_preset(spec.preset), tc, resume=state is not None)
+        try:
+            train(get_preset(spec.preset), tc, resume=state is not None)
+        except ResumeOptionsChanged as exc:
+            raise KrakenError(f"the run {run_dir} was started with other options ({exc.changes}); "
+                              "repeat the study with its own options, or give a new --out for "
+                              "new ones") from None
+        except KeyboardInterrupt:
+            if stop_requested():
+                return None  # the study stopped before this run's first step
+            raise
     elif tc.threads:
         import torch
         torch.set_num_threads(tc.threads)  # the evaluation below, in a worker

@@ -22,7 +22,8 @@ from pathlib import Path
 from ..errors import KrakenError
 from ..fileio import write_text_atomically
 from ..training.trainer import TrainConfig
-from .compare import RunOutcome, RunSpec, comparison_section, train_and_evaluate
+from .compare import (RunOutcome, RunSpec, comparison_section, make_out_dir,
+                      train_and_evaluate)
 
 BASELINE = "gpt-mini8"
 KRAKEN = "kraken-mini8-2way"
@@ -61,7 +62,7 @@ class DemoPlan:
 def run_demo(out: Path, plan: DemoPlan = DemoPlan()) -> Path:
     if plan.max_steps < 1 or not plan.seeds:
         raise KrakenError("the demo needs at least one step and one seed")
-    out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out)
     started = time.monotonic()
     template = plan.template(out)
     specs = [RunSpec(preset, seed, PEAK_LR[preset]) for seed in plan.seeds

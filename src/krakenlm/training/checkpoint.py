@@ -20,8 +20,10 @@ it to the new layout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -34,6 +36,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from ..errors import KrakenError
+from ..fileio import os_error_from
 from ..models import ConfigError, ModelConfig
 from ..models.transformer import Transformer
 
@@ -47,8 +50,9 @@ _STALE_PREFIXES = (".tmp-", ".trash-")
 
 # Test hook for the kill matrix (tests/test_checkpoint_crash.py): with
 # KRAKENLM_TEST_KILL_AT="<point>@<step>" the process SIGKILLs itself at that point of the save of
-# that step, as the OOM killer or a power cut would. Unset, it costs one environment lookup per
-# point. The points, in the order a save passes them:
+# that step, as the OOM killer or a power cut would; "<point>@<step>@SIGTERM" (or another signal's
+# name) sends that signal instead, as `kill`, `timeout` or a scheduler would. Unset, it costs one
+# environment lookup per point. The points, in the order a save passes them:
 KILL_ENV = "KRAKENLM_TEST_KILL_AT"
 SAVED_FILES = (MODEL_FILE, CONFIG_FILE, OPTIMIZER_FILE, STATE_FILE)
 KILL_POINTS = (("start",)
@@ -58,8 +62,14 @@ KILL_POINTS = (("start",)
 
 
 def _kill_point(point: str, step: int) -> None:
-    if os.environ.get(KILL_ENV) == f"{point}@{step}":
+    wanted = os.environ.get(KILL_ENV)
+    if wanted is None or not wanted.startswith(f"{point}@{step}"):
+        return
+    rest = wanted[len(f"{point}@{step}"):]
+    if rest in ("", "@SIGKILL"):
         os.kill(os.getpid(), signal.SIGKILL)
+    elif rest.startswith("@"):
+        os.kill(os.getpid(), signal.Signals[rest[1:]])
 
 
 class CheckpointSaveError(KrakenError):
@@ -223,33 +233,66 @@ def load_optimizer_state(directory: str | Path, optimizer: torch.optim.Optimizer
     if not path.is_file():
         raise KrakenError(f"cannot resume from {found}: {OPTIMIZER_FILE} is missing (a checkpoint "
                           "saved without optimizer state is for inference only)")
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict):
+            raise ValueError("not a krakenlm optimizer state")
+    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise KrakenError(f"cannot resume from {found}: {path.name} is unreadable "
+                          f"({reason[:120]}); it was damaged after the save (cut short by a "
+                          f"copy or a disk error): {_recovery(found)}") from None
     if saved.get("step") != str(step):
         raise KrakenError(f"checkpoint {found} is inconsistent: the optimizer state is from "
                           f"step {saved.get('step')} but {STATE_FILE} says {step} (an "
                           "interrupted save of an older krakenlm); train again into a new --out "
                           "directory")
-    optimizer.load_state_dict(saved["state"])
+    try:
+        optimizer.load_state_dict(saved["state"])
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise KrakenError(f"cannot resume from {found}: {path.name} does not fit this model's "
+                          f"parameters ({str(exc).splitlines()[0][:120]}); {_recovery(found)}"
+                          ) from None
+
+
+def _recovery(found: Path) -> str:
+    """What to do when the current checkpoint cannot be resumed: an older kept one, if any."""
+    older = [d for _, d in _step_dirs(found.parent) if d != found and d.name < found.name]
+    if older:
+        return (f"restore it, or move {found.name} out of {found.parent} to resume from "
+                f"{older[-1].name}")
+    return ("restore it from a copy of the run, or train again into a new --out directory "
+            "(eval and generate still read the weights)")
 
 
 # -------------------------------------------------------------------------------- saving
 class _HookedFile:
     """A binary file that passes the `during:<file>` kill point once, after its first bytes
-    reached the disk: what a kill in the middle of a write leaves behind."""
+    reached the disk: what a kill in the middle of a write leaves behind. It also keeps the
+    OSError of a failed write: torch.save reports one (a full disk) as a RuntimeError of its
+    own ("unexpected pos ..."), and the save must say what really happened."""
 
     def __init__(self, f: BinaryIO, point: str, step: int):
         self.f, self.point, self.step, self.passed = f, point, step, False
+        self.error: OSError | None = None
 
     def write(self, data) -> int:
-        written = self.f.write(data)
+        written = self._keeping_error(self.f.write, data)
         if not self.passed:
             self.passed = True
-            self.f.flush()
+            self.flush()
             _kill_point(self.point, self.step)
         return written
 
     def flush(self) -> None:
-        self.f.flush()
+        self._keeping_error(self.f.flush)
+
+    def _keeping_error(self, action, *args):
+        try:
+            return action(*args)
+        except OSError as exc:
+            self.error = exc
+            raise
 
 
 def _write_bytes(data: bytes) -> Callable[[BinaryIO], None]:
@@ -262,10 +305,25 @@ def _write_bytes(data: bytes) -> Callable[[BinaryIO], None]:
 
 def _write_file(path: Path, write: Callable[[BinaryIO], None], step: int) -> None:
     _kill_point(f"before:{path.name}", step)
-    with open(path, "wb") as f:
-        write(_HookedFile(f, f"during:{path.name}", step))
-        f.flush()
-        os.fsync(f.fileno())
+    f = open(path, "wb")
+    try:
+        hooked = _HookedFile(f, f"during:{path.name}", step)
+        try:
+            write(hooked)
+            f.flush()
+            os.fsync(f.fileno())
+        except Exception as exc:
+            # torch.save wraps the OSError of its writes (ENOSPC, EIO) in a RuntimeError of its
+            # own; name the real cause and the file
+            hidden = hooked.error or os_error_from(exc)
+            if hidden is None:
+                raise
+            raise OSError(hidden.errno, hidden.strerror, str(path)) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            f.close()  # the buffered rest cannot be written either
+        raise
+    f.close()
     _kill_point(f"after:{path.name}", step)
 
 

@@ -14,11 +14,34 @@ from ..errors import KrakenError
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
+DEVICE_ENV = "KRAKENLM_DEVICE"
+DEVICES = ("auto", "cpu", "cuda")
+
+
 def pick_device(local_rank: int = 0) -> torch.device:
-    if torch.cuda.is_available():
+    """The GPU of this local rank when torch sees one, else the CPU; $KRAKENLM_DEVICE=cpu forces
+    the CPU, =cuda insists on a GPU (an error without one, not a silent CPU run)."""
+    raw = os.environ.get(DEVICE_ENV, "")
+    wanted = raw.strip().lower() or "auto"
+    if wanted not in DEVICES:
+        raise KrakenError(f"{DEVICE_ENV}={raw} is not a device krakenlm runs on: use cpu, cuda "
+                          "or auto (or unset it)")
+    if wanted != "cpu" and torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
+    if wanted == "cuda":
+        raise KrakenError(f"{DEVICE_ENV}=cuda but torch {torch.__version__} sees no GPU (no NVIDIA "
+                          "driver or device, or a CPU-only torch build); unset it to run on the "
+                          "CPU")
     return torch.device("cpu")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or taskset's limit)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _cpu_has_fast_bf16() -> bool:
@@ -96,5 +119,5 @@ def set_cpu_threads(env: DistEnv, threads: int | None) -> None:
     """Give each local process its share of the cores unless told otherwise: oversubscribed
     OpenMP pools make CPU data parallelism slower than one process."""
     if threads is None:
-        threads = max(1, (os.cpu_count() or 1) // env.local_world_size)
+        threads = max(1, usable_cores() // env.local_world_size)
     torch.set_num_threads(threads)

@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,16 +27,17 @@ from ..data.batches import training_batch
 from ..data.prepare import prepare_corpus
 from ..data.vocab import (DEFAULT_TOKENIZER, checkpoint_tokenizer, model_config_for_tokenizer,
                           tokenizer_files, tokenizer_record)
-from ..errors import Interrupted, KrakenError
+from ..errors import Interrupted, KrakenError, warn
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
 from ..models import ModelConfig
 from ..models.transformer import Transformer
 from . import checkpoint as ckpt
-from . import tracking
+from . import run_dir, tracking
 from .optim import build_optimizer, learning_rate
 from .runtime import (DistEnv, autocast, available_memory_bytes, init_distributed, pick_device,
-                      resolve_precision, set_cpu_threads)
+                      resolve_precision, set_cpu_threads, usable_cores)
+from .signals import StopSignals, signal_of
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -107,12 +109,17 @@ class TrainConfig:
         return data
 
 
-def _flag(field_name: str) -> str:
-    return "--lr" if field_name == "peak_lr" else f"--{field_name.replace('_', '-')}"
+_flag = run_dir.flag
 
 
 class TrainingInterrupted(Interrupted):
-    """Ctrl-C during training: a checkpoint was saved, nothing is wrong (the CLI exits 130)."""
+    """Ctrl-C, SIGTERM or SIGHUP during training: a checkpoint of `step` was saved in `out`,
+    nothing is wrong (the CLI exits with 128 + the signal's number)."""
+
+    def __init__(self, message: str, signum: int = 2, out: Path | None = None,
+                 step: int | None = None):  # defaults: unpickled from a study's worker
+        super().__init__(message, signum)
+        self.out, self.step = out, step
 
 
 class TrainingDiverged(KrakenError):
@@ -227,7 +234,11 @@ def check_memory(model_config: ModelConfig, tc: TrainConfig, env: DistEnv,
         "tokens per step) or --seq-len, or free memory; --no-memory-check skips this estimate")
 
 
-def train(model_config: ModelConfig, tc: TrainConfig, *, resume: bool = False) -> TrainResult:
+def train(model_config: ModelConfig, tc: TrainConfig, *, resume: bool = False,
+          overrides: set[str] | frozenset[str] = frozenset()) -> TrainResult:
+    """Train (or with `resume`, continue) the run in `tc.out_dir`. A resumption may change the
+    options that define the run (run_dir.RUN_DEFINING) only where `overrides` names them.
+    Ctrl-C, SIGTERM and SIGHUP save the last completed step and raise TrainingInterrupted."""
     if tc.tokenizer is not None or not resume:
         # The model's vocabulary follows the tokenizer (on resume, the saved config has it).
         model_config = model_config_for_tokenizer(model_config, tc.tokenizer or DEFAULT_TOKENIZER)
@@ -240,10 +251,26 @@ def train(model_config: ModelConfig, tc: TrainConfig, *, resume: bool = False) -
     init_distributed(env, device)
     out = Path(tc.out_dir)
     try:
-        return _train(model_config, tc, env, device, out, resume)
+        with StopSignals() as stop:
+            return _train(model_config, tc, env, device, out, resume, set(overrides), stop)
     finally:
         if env.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _warn_about_options(tc: TrainConfig, env: DistEnv, device: torch.device) -> None:
+    """Plausible but probably unintended settings: one warning line each."""
+    if tc.warmup_steps >= tc.max_steps:
+        warn(f"--warmup-steps {tc.warmup_steps} is not shorter than --max-steps {tc.max_steps}: "
+             f"the learning rate never reaches --lr {tc.peak_lr:g} and never decays; lower "
+             "--warmup-steps (about a tenth of the steps is usual)")
+    cores = usable_cores()
+    if (device.type == "cpu" and tc.threads is not None
+            and tc.threads * env.local_world_size > cores):
+        procs = f" x {env.local_world_size} processes" if env.local_world_size > 1 else ""
+        warn(f"--threads {tc.threads}{procs} is more than the {cores} cores this process may "
+             f"use: oversubscribed threads make training slower; use --threads "
+             f"{max(1, cores // env.local_world_size)} or leave it out")
 
 
 def _prepare_data(tc: TrainConfig, env: DistEnv, tokenizer):
@@ -265,7 +292,12 @@ def _run_tokenizer(tc: TrainConfig, out: Path, state: dict | None):
     return checkpoint_tokenizer(out, expected=tc.tokenizer)
 
 
-def _start_state(model_config: ModelConfig, tc: TrainConfig, out: Path, resume: bool):
+def _start_state(model_config: ModelConfig, tc: TrainConfig, out: Path, resume: bool,
+                 overrides: set[str] | None, warnings: bool = False
+                 ) -> tuple[dict | None, dict[str, tuple]]:
+    """The checkpoint's train state (None for a new run) and the options this resumption
+    changes (all named by `overrides`; None: not checked yet), or a one-line error on what
+    does not fit."""
     if out.parent.name == ckpt.CHECKPOINTS_DIR and ckpt.resolve(out) == out:
         raise KrakenError(f"--out {out} is one checkpoint of a run; give the run directory "
                           f"{out.parent.parent}")
@@ -283,10 +315,19 @@ def _start_state(model_config: ModelConfig, tc: TrainConfig, out: Path, resume: 
             raise KrakenError(f"cannot resume {out}: its config.json describes a different "
                               "model than the one requested; drop --preset/--config to use the "
                               "saved one")
+        if state["step"] >= tc.max_steps:
+            raise KrakenError(f"{out} is already at step {state['step']}; raise --max-steps "
+                              "above it (with --override max-steps: the schedule changes) to "
+                              "train further")
         if tc.stop_at is not None and tc.stop_at <= state["step"]:
             raise KrakenError(f"--stop-at {tc.stop_at} is not after the checkpoint's step "
                               f"{state['step']}; give a later step")
-    return state
+        if overrides is None:
+            return state, {}
+        return state, run_dir.check_resume_options(out, tc.to_json(), overrides, warnings)
+    if overrides:
+        raise KrakenError("--override only applies to --resume (a new run takes any options)")
+    return state, {}
 
 
 def _unwritable(out: Path, exc: OSError) -> KrakenError:
@@ -310,30 +351,73 @@ def _probe_out_dir(out: Path) -> None:
         raise _unwritable(out, exc) from None
 
 
-def _claim_out_dir(out: Path, tc: TrainConfig) -> None:
-    """Create the run directory, clean what a killed save left behind, write
-    train_config.json."""
+def _lock_out_dir(out: Path):
+    """Create the run directory and take its writer lock (run_dir.py)."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        return run_dir.lock_run_dir(out)
+    except OSError as exc:
+        raise _unwritable(out, exc) from None
+
+
+def _claim_out_dir(out: Path, tc: TrainConfig, tokenizer_name: str, state: dict | None,
+                   changes: dict[str, tuple], env: DistEnv) -> None:
+    """Clean what a killed save left behind, write train_config.json (with this resumption)."""
+    options = dict(tc.to_json(), tokenizer=tokenizer_name)
+    try:
         ckpt.clean_stale(out)
-        write_text_atomically(out / "train_config.json", json.dumps(tc.to_json(), indent=2) + "\n")
+        run_dir.write_options(out, options, step=None if state is None else state["step"],
+                              changes=changes, world_size=env.world_size)
     except OSError as exc:
         raise _unwritable(out, exc) from None
 
 
 def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
-           out: Path, resume: bool) -> TrainResult:
-    state = _start_state(model_config, tc, out, resume)
+           out: Path, resume: bool, overrides: set[str], stop: StopSignals) -> TrainResult:
+    _start_state(model_config, tc, out, resume, None)  # fail before creating anything
+    lock, created = None, not out.exists()
     if env.is_main:
         _probe_out_dir(out)
+        lock = _lock_out_dir(out)
+    try:
+        # again under the lock: a writer that just finished may have saved since
+        state, changes = _start_state(model_config, tc, out, resume, overrides, env.is_main)
+        return _train_locked(model_config, tc, env, device, out, state, changes, overrides,
+                             stop)
+    except BaseException:
+        if lock is not None and created:
+            _remove_if_unused(out, lock)  # a new run that failed before writing anything
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _remove_if_unused(out: Path, lock) -> None:
+    """Remove a run directory this process created if it holds nothing but its lock file."""
+    try:
+        if {p.name for p in out.iterdir()} <= {run_dir.LOCK_FILE}:
+            lock.release()
+            (out / run_dir.LOCK_FILE).unlink(missing_ok=True)
+            out.rmdir()
+    except OSError:
+        pass  # a leftover empty directory is harmless
+
+
+def _train_locked(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
+                  out: Path, state: dict | None, changes: dict[str, tuple],
+                  overrides: set[str], stop: StopSignals) -> TrainResult:
     corpus = _prepare_data(tc, env, _run_tokenizer(tc, out, state))
     tokenizer = corpus.tokenizer
     if tokenizer.vocab_size > model_config.vocab_size:
         raise KrakenError(f"the {tokenizer.name} tokenizer has {tokenizer.vocab_size} tokens but "
                           f"the model's vocabulary only {model_config.vocab_size}; raise "
                           "vocab_size in the model config")
-    if env.is_main:
-        _claim_out_dir(out, tc)
+    if state is not None and state.get("corpus") not in (None, corpus.meta["key"]) \
+            and "data" not in overrides:
+        raise KrakenError(f"cannot resume {out}: the corpus changed since its checkpoint "
+                          f"({state['corpus']} -> {corpus.meta['key']}: its files were edited, "
+                          "added or removed); restore them, or pass --override data to go on "
+                          "with the new text")
     train_tokens, val_tokens = corpus.split("train"), corpus.split("val")
     seq_len = tc.seq_len or model_config.context_len
     amp_dtype = resolve_precision(tc.precision, device)
@@ -350,9 +434,8 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     optimizer = build_optimizer(model, lr=tc.peak_lr, weight_decay=tc.weight_decay, betas=tc.betas)
     if state is not None:
         ckpt.load_optimizer_state(out, optimizer, start_step)
-    if start_step >= tc.max_steps:
-        raise KrakenError(f"{out} is already at step {start_step}; raise --max-steps above it "
-                          "to train further")
+    if env.is_main:  # only now, when the run can go on: a failed resumption records nothing
+        _claim_out_dir(out, tc, tokenizer.name, state, changes, env)
     if tc.compile:
         for layer in model.layers:
             layer.compile()
@@ -380,7 +463,9 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
                     "tokenizer": tokenizer_record(tokenizer)},
                     keep=tc.keep_checkpoints, files=tokenizer_files(tokenizer))
             except ckpt.CheckpointSaveError as exc:
-                raise KrakenError(f"{exc}, then continue with --resume") from None
+                then = ("continue with --resume" if saved_step is not None
+                        else "run the command again")
+                raise KrakenError(f"{exc}, then {then}") from None
         saved_step = at_step
 
     def check_finite(at_step: int, loss: float, grad_norm: torch.Tensor) -> None:
@@ -412,61 +497,77 @@ def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: tor
     window_tokens = 0
     postfix: dict[str, str] = {}
     model.train()
+    # A stop signal cuts a step's forward and backward passes short (single process: nothing
+    # has changed yet) and is held everywhere else, until the step is complete (signals.py).
+    interruptible = stop.released if env.world_size == 1 else contextlib.nullcontext
     try:
-        for step in range(start_step, tc.max_steps):
-            lr = learning_rate(step, peak_lr=tc.peak_lr, warmup_steps=tc.warmup_steps,
-                               max_steps=tc.max_steps, min_lr_ratio=tc.min_lr_ratio)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            step_loss = 0.0
-            for micro in range(tc.grad_accum):
-                x, y = training_batch(train_tokens, tc.batch_size, seq_len, seed=tc.seed,
-                                      step=step, slot=micro * env.world_size + env.rank)
-                x, y = x.to(device), y.to(device)
-                # Gradients are synchronised once per optimizer step, on the last micro-batch.
-                sync = micro == tc.grad_accum - 1 or env.world_size == 1
-                with (contextlib.nullcontext() if sync else wrapped.no_sync()):
-                    with autocast(device, amp_dtype):
-                        loss = wrapped(x, y) / tc.grad_accum
-                    loss.backward()
-                step_loss += loss.item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-            check_finite(step + 1, step_loss, grad_norm)
-            optimizer.step()
-            completed = step + 1
-            optimizer.zero_grad(set_to_none=True)
-            window_tokens += tokens_per_step
-            if completed % tc.log_interval == 0 or completed == tc.max_steps:
-                last_loss = _mean_over_ranks(step_loss, env, device)
-                now = time.perf_counter()
-                tokens_per_s = window_tokens / (now - t_window)
-                t_window, window_tokens = now, 0
-                row = {"step": completed, "loss": last_loss, "lr": lr,
-                       "grad_norm": float(grad_norm), "tokens": completed * tokens_per_step,
-                       "tokens_per_s": tokens_per_s, "elapsed_s": now - t_start}
-                log.write(row)
-                history.append(row)
-                postfix.update(loss=f"{last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}", lr=f"{lr:.1e}")
-                bar.set_postfix(postfix)
-            if completed % tc.eval_interval == 0 or completed == tc.max_steps:
-                if env.is_main:
-                    val_loss = run_eval(completed)
-                    postfix["val"] = f"{val_loss:.3f}"
+        with stop.holding():
+            for step in range(start_step, tc.max_steps):
+                lr = learning_rate(step, peak_lr=tc.peak_lr, warmup_steps=tc.warmup_steps,
+                                   max_steps=tc.max_steps, min_lr_ratio=tc.min_lr_ratio)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                step_loss = 0.0
+                with interruptible():
+                    for micro in range(tc.grad_accum):
+                        x, y = training_batch(train_tokens, tc.batch_size, seq_len, seed=tc.seed,
+                                              step=step, slot=micro * env.world_size + env.rank)
+                        x, y = x.to(device), y.to(device)
+                        # Gradients are synchronised once per optimizer step, on the last
+                        # micro-batch.
+                        sync = micro == tc.grad_accum - 1 or env.world_size == 1
+                        with (contextlib.nullcontext() if sync else wrapped.no_sync()):
+                            with autocast(device, amp_dtype):
+                                loss = wrapped(x, y) / tc.grad_accum
+                            loss.backward()
+                        step_loss += loss.item()
+                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+                check_finite(step + 1, step_loss, grad_norm)
+                optimizer.step()
+                completed = step + 1
+                if completed == start_step + 1 and env.is_main:
+                    # once a step ran: a setup error would say it all in its one line
+                    with tqdm.external_write_mode(file=sys.stderr):
+                        _warn_about_options(tc, env, device)
+                optimizer.zero_grad(set_to_none=True)
+                window_tokens += tokens_per_step
+                if completed % tc.log_interval == 0 or completed == tc.max_steps:
+                    last_loss = _mean_over_ranks(step_loss, env, device)
+                    now = time.perf_counter()
+                    tokens_per_s = window_tokens / (now - t_window)
+                    t_window, window_tokens = now, 0
+                    row = {"step": completed, "loss": last_loss, "lr": lr,
+                           "grad_norm": float(grad_norm), "tokens": completed * tokens_per_step,
+                           "tokens_per_s": tokens_per_s, "elapsed_s": now - t_start}
+                    log.write(row)
+                    history.append(row)
+                    postfix.update(loss=f"{last_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}",
+                                   lr=f"{lr:.1e}")
                     bar.set_postfix(postfix)
-                if env.world_size > 1:
-                    dist.barrier()
-            stopping = completed == tc.stop_at
-            if completed % tc.checkpoint_interval == 0 or completed == tc.max_steps or stopping:
-                save(completed)
-            bar.update(1)
-            if stopping:
-                break
-    except KeyboardInterrupt:
+                if completed % tc.eval_interval == 0 or completed == tc.max_steps:
+                    if env.is_main:
+                        val_loss = run_eval(completed)
+                        postfix["val"] = f"{val_loss:.3f}"
+                        bar.set_postfix(postfix)
+                    if env.world_size > 1:
+                        dist.barrier()
+                stopping = completed == tc.stop_at
+                if (completed % tc.checkpoint_interval == 0 or completed == tc.max_steps
+                        or stopping):
+                    save(completed)
+                bar.update(1)
+                if stopping:
+                    break
+                if completed < tc.max_steps:
+                    stop.check(env.world_size, device)  # every rank stops after the same step
+    except KeyboardInterrupt as exc:  # Ctrl-C, or a StopRequested for SIGTERM or SIGHUP
         bar.close()
         log.close()
-        save(completed)  # resuming then repeats nothing and skips nothing
-        raise TrainingInterrupted(f"checkpoint saved in {out} at step {completed}; "
-                                  "continue with the same command plus --resume") from None
+        with stop.holding():
+            save(completed)  # resuming then repeats nothing and skips nothing
+        raise TrainingInterrupted(f"checkpoint saved in {out} at step {completed}; continue "
+                                  "with the same command plus --resume", signal_of(exc), out,
+                                  completed) from None
     except KrakenError:
         bar.close()
         log.close()  # what was logged up to the failure stays readable in the trackers
