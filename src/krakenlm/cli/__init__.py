@@ -47,6 +47,7 @@ _FILESYSTEM_ADVICE = {
     errno.ENOENT: "check the path",
     errno.ENOTDIR: "a part of the path is a file, not a directory; check the path",
     errno.EISDIR: "it is a directory where a file was expected; check the path",
+    errno.EEXIST: "it is in the way of a directory to be created there; check the path",
 }
 
 

@@ -61,6 +61,12 @@ def _device_systems(pairs: list[str] | None) -> dict[str, str] | None:
     return mapping
 
 
+def _check_top(top: int) -> None:
+    """--top N prints the first N rows; a negative N would silently drop rows from the end."""
+    if top < 0:
+        raise KrakenError(f"--top must be >= 0 (rows to print), got {top}")
+
+
 _DEVICE_SYSTEM_HELP = ("Which system a device name in the file names ran on, DEVICE=SYSTEM "
                        "(repeatable; defaults: A100=a100-80gb-x4, MI210=mi210-x4).")
 
@@ -260,6 +266,8 @@ def validate_cmd(
     wanted = levels[level]
     result: dict = {"skipped": []}
     outdir = Path(out) if out else None
+    if outdir:
+        outdir.mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the work
     err = stderr_console()
     console = stdout_console()
 
@@ -280,8 +288,11 @@ def validate_cmd(
         result["llmcompass"] = report.to_json()
         if not as_json:
             _print_llmcompass(console, report)
-    elif csv_path or plot_path:
-        raise KrakenError("--csv and --plot belong to the LLMCompass set: give --measured DIR "
+    elif csv_path or plot_path or calibration_path or device_system:
+        given = [flag for flag, value in (("--csv", csv_path), ("--plot", plot_path),
+                                          ("--calibration", calibration_path),
+                                          ("--device-system", device_system)) if value]
+        raise KrakenError(f"{', '.join(given)} belong to the LLMCompass set: give --measured DIR "
                           "(or use --out DIR for every level)")
 
     if "operators" in wanted:
@@ -289,6 +300,9 @@ def validate_cmd(
 
         with err.status("operators: scoring the kernel tables..."):
             kr = validate_kernels(root=tables)
+        if tables and not kr.groups:  # the user's own tables, unusable: not a silent skip
+            raise KrakenError(f"--tables {tables}: " + ("; ".join(kr.skipped)
+                                                          or "no kernel table could be scored"))
         result["operators"] = kr.to_json()
         result["skipped"] += kr.skipped
         if not as_json and kr.groups:
@@ -645,6 +659,7 @@ def sweep_cmd(
         except ValueError:
             raise KrakenError(f"expected comma-separated numbers, got {text!r}") from None
 
+    _check_top(top)
     mems = tuple(m.strip() for m in memories.split(",") if m.strip())
     unknown = [m for m in mems if m not in MEMORIES]
     if unknown:

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from ._console import stderr_console, stdout_console, table as _table
-from .sim import sim_app
+from .sim import _check_top, sim_app
 
 _KNOB_HELP = ("A knob as name=values (grid: 'cores=32,64,108') or name=low:high[:log] (search "
               "ranges); repeatable. Knobs: see `krakenlm sim knobs`.")
@@ -104,6 +104,7 @@ def explore_cmd(
 
     space = _space(space_file, knobs)
     objective = _objective(kind, model, prompt, gen, batch, metric, slo, max_batch, arch)
+    _check_top(top)
     total = space.size
     result = run_designs(space.grid(), objective, base, knob_names=list(space.knobs), out=out,
                          processes=processes, backend=backend, address=address, resume=resume,
@@ -142,6 +143,9 @@ def search_cmd(
 
     space = _space(space_file, knobs)
     objective = _objective(kind, model, prompt, gen, batch, metric, slo, max_batch, arch)
+    _check_top(top)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the search
     evaluator = Evaluator(base, objective)
     with stderr_console().status(f"NSGA-II over {len(space.knobs)} knobs, {trials} trials..."):
         result = search(space, evaluator, trials, seed=seed, population=population)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import KrakenError
+from ..errors import KrakenError, check_seed
 from . import app
 from ._console import stderr_console
 
@@ -82,8 +82,15 @@ def compare_command(
                            seq_len=seq_len, peak_lr=lr, warmup_steps=warmup_steps,
                            precision=precision, eval_interval=eval_interval,
                            checkpoint_interval=eval_interval, eval_batches=25, threads=threads)
-    for name in presets:
-        template.check(get_preset(name))  # sizes and rates before any training
+    from ..data.vocab import model_config_for_tokenizer
+    from ..training.runtime import DistEnv, pick_device
+    from ..training.trainer import check_memory
+
+    device = pick_device()
+    for name in presets:  # sizes, rates and memory before the corpus or any training
+        config = model_config_for_tokenizer(get_preset(name), tokenizer or "gpt2")
+        template.check(config)
+        check_memory(config, template, DistEnv(), device)
     report = run_comparison(specs, template, out, title="Validation loss at equal token budget",
                             baseline=baseline, lrs=sweep, jobs=jobs)
     stderr_console().print(f"report: {report}")
@@ -175,6 +182,8 @@ def design_space_command(
 
     if trials < 1:
         raise KrakenError(f"--trials must be at least 1, got {trials}")
+    check_seed(seed, bits=32)  # optuna's sampler takes 0 .. 2**32 - 1
+    out.mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the search
     err = stderr_console()
     res = run_experiments(trials, seed, progress=lambda m: err.print(f"[dim]{m}...[/]"))
     report = write_report(res, out, command=f"krakenlm study design-space --trials {trials} "

@@ -114,6 +114,7 @@ def train_command(
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
     from ..training.run_dir import parse_overrides
+    from ..training.runtime import DistEnv
     from ..training.signals import signal_of
     from ..training.tracking import parse_log_to
     from ..training.trainer import TrainConfig, train
@@ -133,7 +134,7 @@ def train_command(
             raise KrakenError(f"--recipe {recipe.name} trains the preset {recipe.preset}; drop "
                               "--preset/--config (or drop --recipe and set every option)")
         preset = recipe.preset
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        world_size = DistEnv.from_environment().world_size
         recipe_options = {field: value for field, value in recipe.train_options(world_size).items()
                           if not _given_on_command_line(ctx, _option_of(field))}
     if resume and preset is None and config is None:
@@ -158,7 +159,8 @@ def train_command(
     if resume:
         tc = dataclasses.replace(tc, **_options_kept_on_resume(ctx, out, set(recipe_options)))
     if dry_run:
-        print(json.dumps({"recipe": recipe_name, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        tc.check(model_config)  # the options a real run would refuse are refused here too
+        print(json.dumps({"recipe": recipe_name, "world_size": DistEnv.from_environment().world_size,
                           "model": model_config.to_dict(), "train": tc.to_json()}, indent=2))
         return
     try:
@@ -207,6 +209,7 @@ def eval_command(
         raise KrakenError(f"--max-batches must be >= 1, got {max_batches} (omit it for the "
                           "whole split)")
     device = pick_device()
+    autocast_dtype = resolve_precision(precision, device)  # before the corpus is tokenized
     model, run_tokenizer = load_model_and_tokenizer(checkpoint_dir, device=device,
                                                     expected_tokenizer=tokenizer)
     if seq_len is not None and not 1 <= seq_len <= model.config.context_len:
@@ -216,7 +219,7 @@ def eval_command(
     progress = not as_json or sys.stderr.isatty()
     tokens = prepare_corpus(data, tokenizer=run_tokenizer, progress=progress).split("val")
     result = evaluate(model, tokens, batch_size=batch_size, seq_len=seq_len,
-                      max_batches=max_batches, autocast_dtype=resolve_precision(precision, device),
+                      max_batches=max_batches, autocast_dtype=autocast_dtype,
                       progress=progress)
     if as_json:
         print(json.dumps(result))

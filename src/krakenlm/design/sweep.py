@@ -116,6 +116,10 @@ def sweep(base: str = "a100-80gb-x8", workload: Workload = Workload(),
                          ("--global-buffers", global_buffers_mib)):
         if not values:
             raise KrakenError(f"{name} needs at least one value")
+    for flag, value in (("--tp", workload.tp), ("--batch", workload.batch),
+                        ("--prompt", workload.prompt_tokens), ("--gen", workload.gen_tokens)):
+        if value < 1:
+            raise KrakenError(f"{flag} must be at least 1, got {value}")
     for c in cores:
         if isinstance(c, bool) or c != int(c) or c < 1:
             raise KrakenError(f"--cores takes whole numbers of at least 1, got {c!r}")
