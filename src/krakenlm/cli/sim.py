@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from ..errors import KrakenError
+from ..errors import KrakenError, warn
 from . import app
 from ._console import stdout_console, table as _table
 
@@ -296,13 +296,16 @@ def validate_cmd(
                           "(or use --out DIR for every level)")
 
     if "operators" in wanted:
+        import os
+
+        from ..simulator.measurements.aiconfigurator import TABLES_ENV
         from ..simulator.validation.kernels import validate_kernels
 
         with err.status("operators: scoring the kernel tables..."):
             kr = validate_kernels(root=tables)
-        if tables and not kr.groups:  # the user's own tables, unusable: not a silent skip
-            raise KrakenError(f"--tables {tables}: " + ("; ".join(kr.skipped)
-                                                          or "no kernel table could be scored"))
+        if (tables or os.environ.get(TABLES_ENV)) and not kr.groups:
+            # the user's own tables, unusable: an error, not a silent skip
+            raise KrakenError("; ".join(kr.skipped) or "no kernel table could be scored")
         result["operators"] = kr.to_json()
         result["skipped"] += kr.skipped
         if not as_json and kr.groups:
@@ -468,9 +471,14 @@ def run(
     per device."""
     from ..hardware import load_system
     from ..simulator.constants.template import load_calibration
-    from ..simulator.run import arch_variant, resolve_model, simulate
+    from ..simulator.run import KRAKEN_RULES, arch_variant, resolve_model, simulate
 
     name, original = resolve_model(model)
+    if kraken_rule not in KRAKEN_RULES:
+        raise KrakenError(f"--kraken-rule {kraken_rule!r} is not one of {KRAKEN_RULES}")
+    if kraken_rule != "engine" and (arch != "kraken" or original.arch == "kraken"):
+        warn(f"--kraken-rule {kraken_rule} only applies to --arch kraken of a GPT or parallel "
+             "model; this run ignores it")
     config = arch_variant(original, arch, tp, kraken_rule)
     label = name if arch in (None, original.arch) else f"{name} as {arch}"
     result = simulate(config, load_system(system), tp, batch, prompt, gen, mode, dtype=dtype,
@@ -537,6 +545,7 @@ def fit_software_cmd(
     from importlib import resources
     from pathlib import Path
 
+    from ..hardware import load_system
     from ..simulator.calibration.software import fit_host, mark_split as mark, write_host
     from ..simulator.constants.software import software_names
     from ..simulator.measurements.models import load_rows, row_software
@@ -545,6 +554,8 @@ def fit_software_cmd(
         raise KrakenError(f"unknown software {software!r}; profiles: {', '.join(software_names())}")
     if install and output:
         raise KrakenError("give either --install or --output, not both")
+    for name in system or []:
+        load_system(name)  # a typo is an unknown system, not "0 fit rows"
     if mark_split:
         print(f"marked {mark()} rows as fit (the rest held out)")
     rows = load_rows()
