@@ -119,7 +119,8 @@ class HeldLock:
         self.release()
 
 
-def _read_holder(fd: int) -> dict:
+def read_holder(fd: int) -> dict:
+    """What a lock file (open as `fd`) says of its holder ({} when empty or unreadable)."""
     try:
         text = os.pread(fd, 4096, 0).decode("utf-8", errors="replace")
         holder = json.loads(text) if text.strip() else {}
@@ -143,13 +144,13 @@ def acquire_lock(path: str | Path, *, wait: bool = False,
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
-            holder = _read_holder(fd)
+            holder = read_holder(fd)
             if not wait:
                 raise LockBusy(path, holder) from None
             if on_wait is not None:
                 on_wait(holder)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        previous = _read_holder(fd)
+        previous = read_holder(fd)
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                   "command": " ".join(sys.argv)}

@@ -113,7 +113,7 @@ def train_command(
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
     from ..training import checkpoint
-    from ..training.run_dir import parse_overrides
+    from ..training.run_dir import check_not_in_use, parse_overrides
     from ..training.signals import signal_of
     from ..training.tracking import parse_log_to
     from ..training.trainer import TrainConfig, train
@@ -136,6 +136,8 @@ def train_command(
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         recipe_options = {field: value for field, value in recipe.train_options(world_size).items()
                           if not _given_on_command_line(ctx, _option_of(field))}
+    if resume:  # before reading the checkpoint a live writer may be replacing
+        check_not_in_use(out)
     if resume and preset is None and config is None:
         model_config = checkpoint.load_config(out)
     else:

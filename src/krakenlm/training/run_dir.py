@@ -15,6 +15,7 @@ names them, so the file always says how the weights were made.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import shlex
@@ -24,7 +25,8 @@ import time
 from pathlib import Path
 
 from ..errors import KrakenError, warn
-from ..fileio import HeldLock, LockBusy, acquire_lock, describe_holder, write_text_atomically
+from ..fileio import (HeldLock, LockBusy, acquire_lock, describe_holder, read_holder,
+                      write_text_atomically)
 
 LOCK_FILE = ".lock"
 OPTIONS_FILE = "train_config.json"
@@ -55,22 +57,42 @@ def flag(field: str) -> str:
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
+def _in_use(out: Path, holder: dict) -> KrakenError:
+    pid = holder.get("pid")
+    stop = f"stop it (kill {pid})" if pid else "stop it"
+    return KrakenError(f"{out} is in use by another krakenlm process writing into it "
+                       f"({describe_holder(holder)}); wait for it to end or {stop}, or "
+                       "choose another --out directory")
+
+
 def lock_run_dir(out: Path) -> HeldLock | None:
     """Take RUN's writer lock (creating RUN), or fail in one line naming its live holder."""
     try:
         return acquire_lock(out / LOCK_FILE)
     except LockBusy as busy:
-        pid = busy.holder.get("pid")
-        stop = f"stop it (kill {pid})" if pid else "stop it"
-        raise KrakenError(f"{out} is in use by another krakenlm process writing into it "
-                          f"({describe_holder(busy.holder)}); wait for it to end or {stop}, or "
-                          "choose another --out directory") from None
+        raise _in_use(out, busy.holder) from None
     except OSError as exc:
         if exc.errno not in _NO_FLOCK:
             raise
         warn(f"cannot lock {out} ({exc.strerror}: this filesystem has no flock); a second "
              "writer into it would not be detected")
         return None
+
+
+def check_not_in_use(out: Path) -> None:
+    """Fail in one line if a live writer holds RUN's lock, without taking it: what a resumption
+    checks before it reads the checkpoint, which that writer may be replacing right now."""
+    try:
+        fd = os.open(out / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file (a new run, or an old one): nobody to wait for
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise _in_use(out, read_holder(fd)) from None
+    finally:
+        os.close(fd)  # closing drops the shared lock, if it was taken
 
 
 # ------------------------------------------------------------------------------ the options

@@ -373,6 +373,8 @@ def _claim_out_dir(out: Path, tc: TrainConfig, tokenizer_name: str, state: dict 
 
 def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
            out: Path, resume: bool, overrides: set[str], stop: StopSignals) -> TrainResult:
+    if resume:  # a live writer may be replacing the checkpoint read below: name it instead
+        run_dir.check_not_in_use(out)
     _start_state(model_config, tc, out, resume, None)  # fail before creating anything
     lock, created = None, not out.exists()
     if env.is_main:
