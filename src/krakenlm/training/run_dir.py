@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from ..errors import KrakenError, warn
-from ..fileio import HeldLock, LockBusy, acquire_lock, describe_holder, write_text_atomically
+from ..fileio import (HeldLock, LockBusy, acquire_lock, describe_holder, lock_holder,
+                      write_text_atomically)
 
 LOCK_FILE = ".lock"
 OPTIONS_FILE = "train_config.json"
@@ -60,17 +61,30 @@ def lock_run_dir(out: Path) -> HeldLock | None:
     try:
         return acquire_lock(out / LOCK_FILE)
     except LockBusy as busy:
-        pid = busy.holder.get("pid")
-        stop = f"stop it (kill {pid})" if pid else "stop it"
-        raise KrakenError(f"{out} is in use by another krakenlm process writing into it "
-                          f"({describe_holder(busy.holder)}); wait for it to end or {stop}, or "
-                          "choose another --out directory") from None
+        raise _in_use(out, busy.holder) from None
     except OSError as exc:
         if exc.errno not in _NO_FLOCK:
             raise
         warn(f"cannot lock {out} ({exc.strerror}: this filesystem has no flock); a second "
              "writer into it would not be detected")
         return None
+
+
+def refuse_a_live_writer(out: Path) -> None:
+    """The one-line error of `lock_run_dir` when another process holds RUN's lock now; nothing
+    when nobody does. Only reads: a check that failed before the lock was taken calls it, as a
+    live writer's saves replace the checkpoints such a check reads."""
+    holder = lock_holder(out / LOCK_FILE)
+    if holder is not None:
+        raise _in_use(out, holder)
+
+
+def _in_use(out: Path, holder: dict) -> KrakenError:
+    pid = holder.get("pid")
+    stop = f"stop it (kill {pid})" if pid else "stop it"
+    return KrakenError(f"{out} is in use by another krakenlm process writing into it "
+                       f"({describe_holder(holder)}); wait for it to end or {stop}, or choose "
+                       "another --out directory")
 
 
 # ------------------------------------------------------------------------------ the options

@@ -375,7 +375,11 @@ def _claim_out_dir(out: Path, tc: TrainConfig, tokenizer_name: str, state: dict 
 
 def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
            out: Path, resume: bool, overrides: set[str], stop: StopSignals) -> TrainResult:
-    _start_state(model_config, tc, out, resume, None)  # fail before creating anything
+    try:
+        _start_state(model_config, tc, out, resume, None)  # fail before creating anything
+    except KrakenError:
+        run_dir.refuse_a_live_writer(out)  # its saves may have replaced what was read
+        raise
     lock, created = None, not out.exists()
     if env.is_main:
         _probe_out_dir(out)
