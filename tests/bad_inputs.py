@@ -173,7 +173,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     from krakenlm.models import get_preset
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import (
+    from krakenlm.runtime.checkpoint import (
         CONFIG_FILE,
         MODEL_FILE,
         current_checkpoint,

@@ -13,7 +13,8 @@ from conftest import run_cli, start_cli, wait_for_rows
 from krakenlm.cli import main
 from krakenlm.errors import KrakenError
 from krakenlm.fileio import LockBusy, acquire_lock
-from krakenlm.training import checkpoint, run_dir
+from krakenlm.runtime import checkpoint
+from krakenlm.training import run_dir
 from krakenlm.training.trainer import train
 from test_checkpoint_crash import CLI_ARGS, SMALL, run_config
 

@@ -129,6 +129,22 @@ def read_holder(fd: int) -> dict:
     return holder if isinstance(holder, dict) else {}
 
 
+def lock_holder(path: str | Path) -> dict | None:
+    """What the live holder of the lock at `path` recorded (may be {}), or None when nobody
+    holds it (or there is no lock file). Reads only: creates and writes nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        return read_holder(fd) if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
+    finally:
+        os.close(fd)  # drops the flock if this probe took it
+    return None
+
+
 def acquire_lock(path: str | Path, *, wait: bool = False,
                  on_wait: Callable[[dict], None] | None = None) -> HeldLock:
     """Lock `path` (created with its parents if missing) for this process and record who holds

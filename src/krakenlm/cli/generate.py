@@ -31,12 +31,12 @@ def generate_command(
     """Continue a prompt with a trained model (KV-cached sampling)."""
     import torch
 
-    from ..data.vocab import checkpoint_tokenizer, prompt_ids
+    from ..data.vocab import prompt_ids
     from ..distributed.engine import generate_sharded
-    from ..distributed.launch import under_torchrun
+    from ..runtime.bootstrap import under_torchrun
     from ..evaluation.generate import SamplingConfig, generate
-    from ..training.model_and_tokenizer import load_model_and_tokenizer
-    from ..training.runtime import pick_device
+    from ..runtime.device import pick_device
+    from ..runtime.model_and_tokenizer import checkpoint_tokenizer, load_model_and_tokenizer
 
     checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
     check_generate_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import KrakenError
 from . import app
-from ._console import stderr_console, stdout_console, table
+from ..console import stderr_console, stdout_console, table
 
 # Resamples for the stderr of metrics without a closed form (f1, bleu, ...); accuracy-like
 # means use the closed form whatever this is. lm-eval's own default (100000) takes minutes.
@@ -39,7 +39,7 @@ def lm_eval_command(
         raise KrakenError("--tasks is empty; give e.g. --tasks shakespeare_next_line")
     if include_path is not None and not include_path.is_dir():
         raise KrakenError(f"--include-path {include_path} is not a directory of task YAMLs")
-    from ..data.vocab import checkpoint_tokenizer
+    from ..runtime.model_and_tokenizer import checkpoint_tokenizer
 
     # a wrong directory or tokenizer fails now, not after the slow imports
     checkpoint_tokenizer(checkpoint_dir)

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import KrakenError
 from . import app
-from ._console import stderr_console
+from ..console import stderr_console
 
 study_app = typer.Typer(help="End-to-end studies that write reports with plots.", no_args_is_help=True)
 app.add_typer(study_app, name="study")

@@ -14,7 +14,7 @@ from ..errors import Interrupted, KrakenError
 from ..models import ModelConfig, get_preset
 from ..models.hf import load_model_config
 from . import app
-from ._console import stderr_console
+from ..console import stderr_console
 
 
 def one_value(values: list | tuple | None, flag: str, *, required: bool = False):
@@ -112,7 +112,7 @@ def train_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved model and training configuration as JSON and exit without training."),
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
-    from ..training import checkpoint
+    from ..runtime import checkpoint
     from ..training.run_dir import check_not_in_use, parse_overrides
     from ..training.signals import signal_of
     from ..training.tracking import parse_log_to
@@ -199,8 +199,9 @@ def eval_command(
     """Validation loss and perplexity of a checkpoint."""
     from ..data.prepare import prepare_corpus
     from ..evaluation.perplexity import evaluate
-    from ..training.model_and_tokenizer import load_model_and_tokenizer
-    from ..training.runtime import pick_device, resolve_precision
+    from ..runtime.device import pick_device
+    from ..runtime.model_and_tokenizer import load_model_and_tokenizer
+    from ..runtime.precision import resolve_precision
 
     checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
     if batch_size < 1:
@@ -232,7 +233,7 @@ def recipes_command(as_json: bool = typer.Option(False, "--json", help="Print JS
     """The paper-scale training recipes (`train --recipe NAME`): the authors' OpenWebText runs for
     every Kraken preset and its GPT-2 baseline, with a GPU-hour estimate."""
     from ..training.recipes import RECIPES
-    from ._console import stdout_console, table
+    from ..console import stdout_console, table
 
     rows = []
     for recipe in RECIPES.values():

@@ -22,7 +22,7 @@ from ..errors import Interrupted, KrakenError
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
 from ..models import get_preset
-from ..training import checkpoint
+from ..runtime import checkpoint
 from ..training.run_dir import ResumeOptionsChanged
 from ..training.signals import signal_of
 from ..training.trainer import METRICS_FILE, TrainConfig, TrainingInterrupted, train
@@ -227,7 +227,7 @@ def _run(spec: RunSpec, template: TrainConfig, out_dir: Path) -> RunOutcome | No
 def _outcome(spec: RunSpec, run_dir: Path, tc: TrainConfig) -> RunOutcome:
     from ..data.prepare import prepare_corpus
 
-    from ..data.vocab import checkpoint_tokenizer
+    from ..runtime.model_and_tokenizer import checkpoint_tokenizer
 
     model = checkpoint.load_model(run_dir)
     # The run's own tokenizer (a BPE run's validation split is in its ids, not GPT-2's).

@@ -15,7 +15,6 @@ names them, so the file always says how the weights were made.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import shlex
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 
 from ..errors import KrakenError, warn
-from ..fileio import (HeldLock, LockBusy, acquire_lock, describe_holder, read_holder,
+from ..fileio import (HeldLock, LockBusy, acquire_lock, describe_holder, lock_holder,
                       write_text_atomically)
 
 LOCK_FILE = ".lock"
@@ -80,19 +79,12 @@ def lock_run_dir(out: Path) -> HeldLock | None:
 
 
 def check_not_in_use(out: Path) -> None:
-    """Fail in one line if a live writer holds RUN's lock, without taking it: what a resumption
-    checks before it reads the checkpoint, which that writer may be replacing right now."""
-    try:
-        fd = os.open(out / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return  # no lock file (a new run, or an old one): nobody to wait for
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise _in_use(out, read_holder(fd)) from None
-    finally:
-        os.close(fd)  # closing drops the shared lock, if it was taken
+    """Fail in one line if a live writer holds RUN's lock, without taking it for long or writing
+    it: what a resumption checks before it reads the checkpoint, which that writer may be
+    replacing right now."""
+    holder = lock_holder(out / LOCK_FILE)
+    if holder is not None:
+        raise _in_use(out, holder)
 
 
 # ------------------------------------------------------------------------------ the options
