@@ -1,7 +1,8 @@
 """How the source tree is built: rooms, the imports between them against the layer contract,
 function sizes and complexity, prose, the structural switches stored as calibration constants
-and the places that decide a device's identity. Reads src/krakenlm as text (AST and tokens;
-krakenlm is never imported); rooms and the contract: docs/architecture.md.
+and the places that decide a device's identity (by a rule of their own, or by reading its
+declared identity: the lookup). Reads src/krakenlm as text (AST and tokens; krakenlm is never
+imported); rooms and the contract: docs/architecture.md.
 
     python benchmarks/architecture.py [--json PATH]
 """
@@ -387,8 +388,9 @@ def markdown(m: dict) -> str:
         ["switch", "stored", "why it is a switch"],
         [[k, n, SWITCHES[k]] for k, n in c["switches_by_name"].items()])
     rules = {s["rule"].replace(" (combined)", "") for s in m["device_identity"]}
-    out += ["### Places that decide a device's identity", "", f"{len(m['device_identity'])} "
-            f"places by {len(rules)} rules:", ""] + table(
+    n = len(m["device_identity"])
+    out += ["### Places that decide a device's identity", "", f"{n} place{'s' * (n != 1)} by "
+            f"{len(rules)} rule{'s' * (len(rules) != 1)}:", ""] + table(
         ["at", "in", "rule"], [[s["at"], s["in"], s["rule"]] for s in m["device_identity"]])
     return "\n".join(out)
 

@@ -89,7 +89,7 @@ def problem(identity: Identity) -> str | None:
     if sm is not None and not 10 <= sm < 1000:
         return f"sm_version is the compute capability x 10 (90 for 9.0), got {sm}"
     if vendor != "nvidia" and sm is not None:
-        return f"sm_version is an NVIDIA compute capability; a {vendor} device has none"
+        return f"sm_version is an NVIDIA compute capability; {vendor} devices have none"
     if family in NVIDIA_SM and sm not in NVIDIA_SM[family]:
         span = NVIDIA_SM[family]
         return (f"sm_version {sm} is not a {family} part ({span.start}..{span.stop - 1}); "
@@ -124,6 +124,7 @@ def calibration_beside(data: Any, yaml_path: str) -> Any:
 class DeviceKinds:
     """What the simulator reads about a device's identity, every field from its declaration."""
 
+    architecture: tuple[str, str, int | None]  # (vendor, family, sm_version) as declared
     kernel_generation: str  # a key of KERNEL_GENERATIONS: the kernel rules its models follow
     calibration: str | None  # a shipped calibration's name or a file path; None: template models
     template_constants: str | None  # a key of the template constants; None: their default
@@ -147,7 +148,8 @@ def _kinds(identity: Identity) -> DeviceKinds:
     calibration = identity.calibration
     if calibration is not None and calibration.lower() in NO_CALIBRATION:
         calibration = None
-    return DeviceKinds(generation, calibration, identity.template_constants
+    return DeviceKinds((identity.vendor, identity.family, identity.sm_version), generation,
+                       calibration, identity.template_constants
                        or TEMPLATE_CONSTANTS_BY_VENDOR.get(identity.vendor))
 
 

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import warn
-from ..hardware import load_system
+from ..hardware import HardwareError, load_system
+from ..hardware.identity import lookup
 from ..hardware.schema import DTYPE_BYTES, Device, System
 from ..models import ModelConfig
 from .constants import gpu_kernels as gpu_store
@@ -153,6 +154,16 @@ class Result:
 
 
 # ----------------------------------------------------------------------------------- helpers
+def _measured_on_another_part(cal: DeviceCalibration, system: System) -> bool:
+    """Whether the system `cal` records it was fitted on declares another vendor, family or
+    sm_version than `system`'s device (False when that system cannot be loaded)."""
+    try:
+        measured = load_system(str(cal.meta.get("system")))
+    except HardwareError:
+        return False
+    return lookup(measured.device).architecture != lookup(system.device).architecture
+
+
 _TOLD_TEMPLATE: set[Device] = set()  # devices already warned about in this process
 
 
@@ -160,15 +171,18 @@ def _kernel_calibration(system: System, explicit: DeviceCalibration | None,
                         mode: str) -> DeviceCalibration | None:
     """The GPU calibration a session uses: `explicit` (--gpu-calibration), else the one the
     device declares (hardware/identity.py), else None. Says so on stderr when it is another
-    device's (a what-if) and, once per device and process (a study simulates one device many
-    times), when the device's kernels are timed by the template models in mode simulate."""
+    device's (a what-if: an explicit file other than the declared one, or a declared one
+    measured on a part of another vendor, family or sm_version) and, once per device and
+    process (a study simulates one device many times), when the device's kernels are timed
+    by the template models in mode simulate."""
     declared = gpu_store.for_device(system.device)
-    if explicit is not None and (declared is None or declared.device_key != explicit.device_key):
-        # plausible for a what-if device modelled on a measured GPU, but usually a mix-up
-        warn(f"GPU calibration {explicit.path or explicit.device_key} holds fits measured on "
-             f"{explicit.device_key}, not on {system.name}'s {system.device.name}: its kernels "
-             "are timed with another GPU's constants")
     gpu = explicit if explicit is not None else declared
+    if gpu is not None and (_measured_on_another_part(gpu, system) if gpu is declared else
+                            declared is None or declared.device_key != gpu.device_key):
+        # plausible for a what-if device modelled on a measured GPU, but usually a mix-up
+        warn(f"GPU calibration {gpu.path or gpu.device_key} holds fits measured on "
+             f"{gpu.device_key}, not on {system.name}'s {system.device.name}: its kernels "
+             "are timed with another GPU's constants")
     if gpu is None and mode == "simulate" and system.device not in _TOLD_TEMPLATE:
         _TOLD_TEMPLATE.add(system.device)
         warn(f"{system.device.name} ({system.name}) has no fitted GPU kernels "
