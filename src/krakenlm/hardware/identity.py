@@ -74,6 +74,12 @@ class Identity:
     template_constants: str | None = field(default=None, metadata=_declared(
         "the template models' constants (a device key of template.yaml)"))
 
+    @functools.cached_property
+    def kinds(self) -> DeviceKinds:
+        """What it means for the simulator (`lookup`), worked out once per identity: kernel
+        models ask for every GEMM and collective they time."""
+        return _kinds(self)
+
 
 def problem(identity: Identity) -> str | None:
     """Why the declared fields contradict each other (a message naming the field), or None."""
@@ -136,10 +142,9 @@ class _Declares(Protocol):
 
 def lookup(device: _Declares) -> DeviceKinds:
     """The one place a device's identity is read (module docstring: the rules)."""
-    return _kinds(device.identity)
+    return device.identity.kinds
 
 
-@functools.cache
 def _kinds(identity: Identity) -> DeviceKinds:
     generation = "ampere"
     for name, lowest in KERNEL_GENERATIONS.items():  # ascending sm_version
