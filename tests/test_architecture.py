@@ -100,3 +100,26 @@ def test_the_check_catches_an_upward_a_sideways_import_and_a_cycle(tmp_path):
         ("src/krakenlm/models/core.py", 1, "module", "krakenlm.cli.run", "upward")]
     assert arch.cycles([(s.src_room, s.dst_room)
                         for s in arch.import_sites(src, contract)]) == [("cli", "models")]
+
+
+def test_one_place_decides_a_devices_identity(tmp_path):
+    """The declared identity's lookup (hardware/identity.py) is the only place; a rule of its
+    own anywhere else (a rate threshold, the device's name, a read of its declared fields
+    around the lookup) would be counted."""
+    found = arch.device_identity_sites(ROOT / "src" / "krakenlm")
+    assert [(s["at"].split(":")[0], s["in"]) for s in found] == [
+        ("src/krakenlm/hardware/identity.py", "lookup")]
+    package = tmp_path / "src" / "pkg"
+    package.mkdir(parents=True)
+    (package / "guess.py").write_text(
+        "HOPPER_FLOP_PER_CLK = 3000\n"
+        "def hopper(dev):\n"
+        "    return dev.rate / dev.core_count >= HOPPER_FLOP_PER_CLK\n"
+        "def h100(device):\n"
+        "    return 'H100' in device.name\n"
+        "def sm90(dev):\n"
+        "    return dev.identity.sm_version == 90\n")
+    rules = {s["in"]: s["rule"] for s in arch.device_identity_sites(package)}
+    assert rules == {"hopper": "FLOP per clock threshold",
+                     "h100": "device name (substring or map)",
+                     "sm90": "declared identity field (lookup)"}
