@@ -367,8 +367,9 @@ def markdown(m: dict) -> str:
             f"{COMPLEX} or {LONG} lines", ""] + table(
         ["function", "at", "lines", f"complexity ({m['complexity_by']})"],
         [[f["function"], f["at"], f["lines"], f["complexity"]] for f in m["functions"]])
-    g, c = m["rooms"]["simulator/gpu"], m["calibration"]
-    out += ["### Prose in the kernel models (simulator/gpu)", "",
+    kernels = next(r for r in ("simulator/kernels/gpu", "simulator/gpu") if r in m["rooms"])
+    g, c = m["rooms"][kernels], m["calibration"]
+    out += [f"### Prose in the kernel models ({kernels})", "",
             f"{g['docstring']} docstring and {g['comment']} comment lines beside {g['code']} "
             f"code lines ({g['blank']} blank): {g['prose_pct']} % of the non-blank lines.", "",
             "### Structural switches stored as floats (calibration YAMLs)", "",

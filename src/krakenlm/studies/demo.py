@@ -99,7 +99,7 @@ def run_demo(out: Path, plan: DemoPlan = DemoPlan()) -> Path:
 
 
 def _say(message: str) -> None:
-    from ..cli._console import stderr_console
+    from ..console import stderr_console
     stderr_console().print(f"[bold]demo[/] {message}")
 
 
