@@ -137,9 +137,9 @@ def from_aiconfigurator(system: str | None, frameworks: list[str] | None, tables
         raise KrakenError(f"{path} holds constants of {base.device_key}, not {key}; choose another "
                           "--output")
     command = "krakenlm sim calibrate --source aiconfigurator --system " + system + "".join(
-        f" --framework {f}" for f in frameworks or []) + "".join(
-        f" --family {f}" for f in families or []) + "".join(
-        f" --variant {v}" for v in variants or [])
+        f" {flag} {value}" for flag, values in (("--framework", frameworks),
+                                                ("--family", families), ("--variant", variants))
+        for value in values or [])
     progress = _fit_progress(f"calibrating {system} ({key}) from aiconfigurator tables; every "
                              "fit on one half of the shapes, scored on the other", console)
     with console.status("fitting...") if console is not None else nullcontext():
