@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from krakenlm.cli import main
-from krakenlm.hardware import HardwareError, load_system, preset_system_names, system_from_dict
+from krakenlm.hardware import load_system, preset_system_names, system_from_dict
 from krakenlm.hardware.identity import Identity, lookup
 from krakenlm.hardware.schema import system_to_dict
 from krakenlm.models import get_preset
