@@ -214,6 +214,7 @@ CASES: list[BadInput] = [
     case("sim search --knob cores=16:160 --population 1", "--population must be at least 2"),
     case("sim sweep --cores 0", "--cores takes whole numbers of at least 1, got 0"),
     case("sim sweep --global-buffers 0", "--global-buffers takes sizes above 0 MiB"),
+    case("sim sweep --memories HBM9-5", "--memories: unknown ['HBM9-5']; write TECHNOLOGY-UNITS"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --seeds a,b", "--seeds"),
@@ -452,7 +453,7 @@ NEW_USER_CASES: list[BadInput] = [
     case("sim calibrate --source aiconfigurator --variant bf16", "give the family too"),
     case("sim calibrate --family gemm", "--family belongs to --source aiconfigurator"),
     case("sim calibrate --source vidur", "--source vidur needs --system"),
-    case("sim calibrate --source vidur --system mi210-x4", "no aiconfigurator tables"),
+    case("sim calibrate --source vidur --system mi210-x4", "no streaming-kernel rows for mi210-x4"),
     case("sim validate --level nope", "--level 'nope'"),
     case("sim validate --level operators --measured {tmp}/missing", "does not exist"),
     case("sim validate --level models --calibration {badjson}",
@@ -537,7 +538,7 @@ NEW_USER_CASES: list[BadInput] = [
     case("sim sweep --batch 0", "--batch must be at least 1, got 0"),
     case("sim sweep --prompt 0", "--prompt must be at least 1, got 0"),
     case("sim sweep --gen -1", "--gen must be at least 1, got -1"),
-    case("sim sweep --model nope", "unknown model preset 'nope'"),
+    case("sim sweep --model nope", "unknown model 'nope'"),
     case("sim sweep --top -1", "--top must be >= 0"),
     # sim explore
     case("sim explore", "give a design space"),
@@ -606,7 +607,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     from krakenlm.models import get_preset
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import (
+    from krakenlm.runtime.checkpoint import (
         CONFIG_FILE,
         MODEL_FILE,
         current_checkpoint,
@@ -671,7 +672,7 @@ def _damaged_checkpoints(checkpoint) -> dict[str, str]:
     """gpt-tiny checkpoints with one file damaged as a crash, a full disk or a hand edit would."""
     import os
 
-    from krakenlm.training.checkpoint import CONFIG_FILE, MODEL_FILE, STATE_FILE, current_checkpoint
+    from krakenlm.runtime.checkpoint import CONFIG_FILE, MODEL_FILE, STATE_FILE, current_checkpoint
 
     paths = {}
     for name in ("truncated", "emptyweights", "noconfig", "badstate"):

@@ -510,7 +510,7 @@ def checkpoint_seed() -> Path:
     from krakenlm.data.vocab import padded_vocab_size, tokenizer_files, tokenizer_record
     from krakenlm.models import ModelConfig
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import save_checkpoint
+    from krakenlm.runtime.checkpoint import save_checkpoint
 
     text = [f"Document {i}: to be, or not to be, that is the question.\n" for i in range(50)]
     tokenizer = BpeTokenizer("bpe-4k", train_bpe_json(iter(text), 300))
@@ -534,7 +534,7 @@ def checkpoint_seed() -> Path:
 
 
 def _checkpoint_dir(run: Path) -> Path:
-    from krakenlm.training.checkpoint import current_checkpoint
+    from krakenlm.runtime.checkpoint import current_checkpoint
     return current_checkpoint(run)
 
 
@@ -574,8 +574,8 @@ def damaged_run(damage: tuple[str, bytes | None]):
 def check_checkpoint_readers(damage: tuple[str, bytes | None]) -> Any:
     """What `eval`, `generate` and `lm-eval` read: the current checkpoint's config, weights,
     train state and tokenizer."""
-    from krakenlm.data.vocab import checkpoint_tokenizer
-    from krakenlm.training.checkpoint import load_model, read_train_state
+    from krakenlm.runtime.checkpoint import load_model, read_train_state
+    from krakenlm.runtime.model_and_tokenizer import checkpoint_tokenizer
 
     with damaged_run(damage) as run:
         def read() -> None:
@@ -590,8 +590,8 @@ def check_checkpoint_resume(damage: tuple[str, bytes | None]) -> Any:
     weights, then the optimizer state of the recorded step."""
     import torch
 
-    from krakenlm.data.vocab import checkpoint_tokenizer
-    from krakenlm.training.checkpoint import load_model, load_optimizer_state, read_train_state
+    from krakenlm.runtime.checkpoint import load_model, load_optimizer_state, read_train_state
+    from krakenlm.runtime.model_and_tokenizer import checkpoint_tokenizer
 
     with damaged_run(damage) as run:
         def resume() -> None:
@@ -611,7 +611,7 @@ def check_checkpoint_cli(damage: tuple[str, bytes | None]) -> Any:
 
 # ------------------------------------------------------------------------------- registry
 _TRAIN_STATE = "train_state.json"
-_TRAIN = "training helper (training/checkpoint.py, trainer.py, data/prepare.py)"
+_TRAIN = "training helper (runtime/checkpoint.py, trainer.py, data/prepare.py)"
 
 
 def _yaml_inputs(seeds: Callable[[], list[str]]) -> Callable[[], st.SearchStrategy]:
@@ -688,8 +688,8 @@ TARGETS: tuple[Target, ...] = (
                              fm.mutated_bytes([metrics_seed().encode()])),
            check_metrics_resume),
     Target("checkpoint", "checkpoint (config.json, model.safetensors, train_state.json, "
-           "tokenizer.json)", "training.checkpoint.load_model, read_train_state; "
-           "data.vocab.checkpoint_tokenizer (eval, generate, lm-eval)",
+           "tokenizer.json)", "runtime.checkpoint.load_model, read_train_state; "
+           "runtime.model_and_tokenizer.checkpoint_tokenizer (eval, generate, lm-eval)",
            lambda: checkpoint_inputs(tuple(f for f in CHECKPOINT_FILES if f != "optimizer.pt")),
            check_checkpoint_readers, cost=2),
     Target("checkpoint-optimizer", "checkpoint optimizer.pt", "train --resume's readers",

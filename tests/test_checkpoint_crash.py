@@ -22,7 +22,7 @@ from conftest import run_cli
 
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
-from krakenlm.training import checkpoint
+from krakenlm.runtime import checkpoint
 from krakenlm.training.trainer import TrainConfig, train
 
 SMALL = ModelConfig(arch="kraken", n_layers=2, d_model=32, n_heads=2, ffn_dim=64, degree=2,

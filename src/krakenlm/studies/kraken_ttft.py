@@ -196,3 +196,59 @@ def write_report(rows: list[TTFTRow], out: Path, *, system: str, batch: int,
                    "attention": r.attention, "layer_s": r.layer_s} for r in rows]},
         indent=2) + "\n")
     return report
+
+
+@dataclass
+class StudyReport:
+    """`krakenlm study ttft`: the report written and the grid's rows per system."""
+    report: Path
+    rows: list[TTFTRow]
+    systems: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"report": str(self.report),
+                "geomean_reduction_pct": {name: 100 * geomean_reduction(self._of(name))
+                                          for name in self.systems}}
+
+    def to_table(self) -> list[Any]:
+        from ..console import Plain
+
+        return [Plain(f"{name}: geometric-mean TTFT reduction of Kraken over the standard block "
+                      f"{100 * geomean_reduction(rs):.1f} % ({len(rs)} configurations)")
+                for name, rs in ((n, self._of(n)) for n in self.systems)]
+
+    def _of(self, system: str) -> list[TTFTRow]:
+        return [r for r in self.rows if r.system == system]
+
+
+def run_study(out: Path, systems: list[str] | None = None, batch: int = 1,
+              software: str = "trtllm", kraken_rule: str = "engine",
+              with_sensitivity: bool = False, command: str | None = None,
+              console=None) -> StudyReport:
+    """The grid on every system (`["all"]`: SYSTEMS; default a100-80gb-x8), optionally its
+    sensitivity, and the report in `out`. `console` (a rich Console on stderr) shows a status
+    line per system."""
+    from contextlib import nullcontext
+
+    from ..errors import KrakenError
+    from ..simulator.run import KRAKEN_RULES
+
+    if batch < 1:
+        raise KrakenError(f"--batch must be at least 1, got {batch}")
+    if kraken_rule not in KRAKEN_RULES:
+        raise KrakenError(f"--kraken-rule {kraken_rule!r}: use one of {', '.join(KRAKEN_RULES)}")
+    systems = list(SYSTEMS) if systems == ["all"] else (systems or ["a100-80gb-x8"])
+    status = console.status if console is not None else (lambda _: nullcontext())
+    rows = []
+    for name in systems:
+        with status(f"simulating the grid on {name}..."):
+            rows += run_grid(name, batch, software=software, kraken_rule=kraken_rule)
+    sens = None
+    if with_sensitivity:
+        sens = {}
+        for name in systems:
+            with status(f"sensitivity on {name}..."):
+                sens[name] = sensitivity(name, batch, software)
+    report = write_report(rows, out, system=systems[0], batch=batch, software=software,
+                          kraken_rule=kraken_rule, sensitivity_rows=sens, command=command)
+    return StudyReport(report, rows, systems)
