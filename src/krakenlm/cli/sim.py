@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from ..errors import KrakenError
+from ..errors import KrakenError, warn
 from . import app
 from ._console import stdout_console, table as _table
 
@@ -244,6 +244,7 @@ def validate_cmd(
     calibration_path: str = typer.Option(None, "--calibration", help="Template constants file (default: the package's)."),
     tables: str = typer.Option(None, "--tables", help="Operators: kernel tables in the layout of aiconfigurator_core/systems instead of the installed package."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
+    loso: bool = typer.Option(False, "--loso", help="Models: also score each public source with the whole-model constants refitted without it (leave-one-source-out), per source, TP, batch band, device and phase, and the coverage of the 80 % intervals on unseen sources."),
 ) -> None:
     """Compare the simulator with measurements it was not fitted on, at three levels:
     operators (per family, device and framework, fit half vs held-out half), layers (the
@@ -258,6 +259,9 @@ def validate_cmd(
     if level not in levels:
         raise KrakenError(f"--level {level!r}: use operators, layers, models or all")
     wanted = levels[level]
+    if loso and "models" not in wanted:
+        raise KrakenError(f"--loso scores whole models: use it with --level models or all, "
+                          f"not --level {level}")
     result: dict = {"skipped": []}
     outdir = Path(out) if out else None
     err = stderr_console()
@@ -329,6 +333,18 @@ def validate_cmd(
             scatter(lr.rows, outdir / "layers.png", "Layers: Llama-2-70B operators (Vidur)",
                     "op", "system")
 
+    if loso:
+        from ..simulator.calibration.loso import coverage, validate_loso
+
+        with err.status("models: leave-one-source-out refits..."):
+            lr = validate_loso()
+        cov = coverage(lr)
+        result["models_loso"] = {**lr.to_json(), "coverage": cov}
+        if not as_json:
+            _print_loso(console, lr, cov)
+        if outdir:
+            _write_rows(outdir / "models_loso.csv", lr.rows)
+
     if "models" in wanted:
         from ..simulator.validation.models import validate_models
 
@@ -377,6 +393,35 @@ def validate_cmd(
             console.print(f"skipped: {note}")
         if outdir:
             console.print(f"CSV and plots in {outdir}/")
+
+
+def _print_loso(console, report, cov: dict) -> None:
+    """The leave-one-source-out tables: per source, then per slice, then interval coverage."""
+    from ..simulator.calibration.loso import SLICES
+
+    for key in SLICES:
+        t = _table(title=f"Models, leave-one-source-out: per {key.replace('_', ' ')} (each source "
+                         "scored by constants fitted without it; MAPE %, signed %)")
+        for col in (key.replace("_", " "), "n", "MAPE", "mean signed", "shipped MAPE",
+                    "shipped signed", "80 % interval covers"):
+            t.add_column(col, justify="left" if col == key.replace("_", " ") else "right")
+        shipped = {g[key]: g for g in report.by((key,), "shipped_error_pct")}
+        covered = {g[key]: g for g in cov[key]}
+        for g in report.by((key,)):
+            s, c = shipped[g[key]], covered.get(g[key], {"coverage_pct": float("nan")})
+            t.add_row(str(g[key]), str(g["n"]), f"{g['mape_pct']:.1f}",
+                      f"{g['mean_signed_pct']:+.1f}", f"{s['mape_pct']:.1f}",
+                      f"{s['mean_signed_pct']:+.1f}", f"{c['coverage_pct']:.0f} %")
+        o, s = report.overall(), report.overall("shipped_error_pct")
+        t.add_row("all", str(o["n"]), f"{o['mape_pct']:.1f}", f"{o['mean_signed_pct']:+.1f}",
+                  f"{s['mape_pct']:.1f}", f"{s['mean_signed_pct']:+.1f}",
+                  f"{cov['overall']['coverage_pct']:.0f} %", style="bold")
+        console.print(t)
+    for fold in report.folds:
+        for c in fold.constants:
+            what = c["constants"] if isinstance(c["constants"], str) else "refitted on " + \
+                ", ".join(c["sources_fitted"])
+            console.print(f"{fold.source} left out: {c['software']} on {c['system']}: {what}")
 
 
 def _write_rows(path, rows: list[dict]) -> None:
@@ -496,10 +541,33 @@ def run(
         console.print(f"  {family}: {how}")
     console.print(f"TTFT {result.ttft_s * 1e3:,.2f} ms | mean TPOT {result.tpot_s * 1e3:,.3f} ms | "
                   f"end-to-end {result.e2e_s:,.3f} s")
+    _print_interval(console, result)
     console.print(f"memory per device: weights {m.weights_bytes / 1e9:.2f} GB + KV cache "
                   f"{m.kv_cache_bytes / 1e9:.2f} GB + activations {m.activation_bytes / 1e9:.2f} GB"
                   f" + reserve {m.reserve_bytes / 1e9:.2f} GB = {m.total_bytes / 1e9:.2f} GB of "
                   f"{m.capacity_bytes / 1e9:.2f} GB" + ("" if m.fits else "  [DOES NOT FIT]"))
+
+
+def _sig3(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _print_interval(console, result) -> None:
+    """The nominal 80 % interval of the times, from the leave-one-source-out residuals of
+    comparable public measurements; what the query extrapolates beyond goes to stderr."""
+    iv = result.interval
+    if not iv:
+        return
+    parts = []
+    for name, label, scale, unit in (("ttft_s", "TTFT", 1e3, "ms"), ("tpot_s", "TPOT", 1e3, "ms"),
+                                     ("e2e_s", "end-to-end", 1, "s")):
+        if name in iv and getattr(result, name) > 0:
+            lo, hi = iv[name]
+            parts.append(f"{label} {_sig3(lo * scale)}-{_sig3(hi * scale)} {unit}")
+    console.print(f"{iv['level']:.0%} interval (leave-one-source-out residuals of comparable "
+                  f"public measurements): " + " | ".join(parts))
+    if iv.get("extrapolation"):
+        warn(f"this query extrapolates beyond the validated cases: {iv['extrapolation']}")
 
 
 def _gpu_calibration(path: str | None):
