@@ -123,3 +123,38 @@ def test_loso_needs_the_models_level(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --loso scores whole models")
+
+
+def _validate_models_csv(tmp_path, capsys, text):
+    path = tmp_path / "rows.csv"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "models", "--loso", "--models-csv", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1
+    return err[0]
+
+
+HEADER = ("source,model,hf_model,system,gpus,tp,framework,framework_version,dtype,batch,"
+          "prompt_tokens,output_tokens,metric,{value},repeats,notes,split\n")
+
+
+def test_a_measurement_file_in_seconds_names_the_unit(tmp_path, capsys):
+    err = _validate_models_csv(tmp_path, capsys, HEADER.format(value="value_s") +
+                               "x,llama2-7b,,a100-80gb-x8,1,1,trtllm,0.9,fp16,1,128,1,ttft,0.01,,,\n")
+    assert err.startswith("error: ") and "missing column(s) value_ms" in err
+    assert "found value_s: give the value in ms as value_ms" in err
+
+
+def test_a_bad_row_in_a_measurement_file_names_its_line(tmp_path, capsys):
+    err = _validate_models_csv(tmp_path, capsys, HEADER.format(value="value_ms") +
+                               "x,llama2-7b,,a100-80gb-x8,1,1,trtllm,0.9,fp16,1,128,1,ttft,12,,,\n"
+                               "x,llama2-7b,,a100-80gb-x8,1,1,trtllm,0.9,fp16,1,128,1,ttft,fast,,,\n")
+    assert err.startswith("error: ") and "line 3" in err and "fast" in err
+
+
+def test_a_missing_measurement_file_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "models", "--models-csv", str(tmp_path / "no.csv")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == f"error: --models-csv {tmp_path / 'no.csv'}: no such file"

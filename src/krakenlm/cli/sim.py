@@ -244,6 +244,7 @@ def validate_cmd(
     calibration_path: str = typer.Option(None, "--calibration", help="Template constants file (default: the package's)."),
     tables: str = typer.Option(None, "--tables", help="Operators: kernel tables in the layout of aiconfigurator_core/systems instead of the installed package."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
+    models_csv: str = typer.Option(None, "--models-csv", help="Models: score this whole-model measurement file (the columns of the shipped measurements/data/model_measurements.csv, values in ms) instead of the shipped one; with --loso a new source is scored before anything is fitted on it."),
     loso: bool = typer.Option(False, "--loso", help="Models: also score each public source with the whole-model constants refitted without it (leave-one-source-out), per source, TP, batch band, device and phase, and the coverage of the 80 % intervals on unseen sources."),
 ) -> None:
     """Compare the simulator with measurements it was not fitted on, at three levels:
@@ -259,9 +260,17 @@ def validate_cmd(
     if level not in levels:
         raise KrakenError(f"--level {level!r}: use operators, layers, models or all")
     wanted = levels[level]
-    if loso and "models" not in wanted:
-        raise KrakenError(f"--loso scores whole models: use it with --level models or all, "
+    if (loso or models_csv) and "models" not in wanted:
+        flag = "--loso" if loso else "--models-csv"
+        raise KrakenError(f"{flag} scores whole models: use it with --level models or all, "
                           f"not --level {level}")
+    model_rows = None
+    if models_csv:
+        from ..simulator.measurements.models import load_rows
+
+        if not Path(models_csv).is_file():
+            raise KrakenError(f"--models-csv {models_csv}: no such file")
+        model_rows = load_rows(models_csv)
     result: dict = {"skipped": []}
     outdir = Path(out) if out else None
     err = stderr_console()
@@ -337,7 +346,7 @@ def validate_cmd(
         from ..simulator.calibration.loso import coverage, validate_loso
 
         with err.status("models: leave-one-source-out refits..."):
-            lr = validate_loso()
+            lr = validate_loso(model_rows)
         cov = coverage(lr)
         result["models_loso"] = {**lr.to_json(), "coverage": cov}
         if not as_json:
@@ -349,7 +358,7 @@ def validate_cmd(
         from ..simulator.validation.models import validate_models
 
         with err.status("models: simulating the published setups..."):
-            mr = validate_models()
+            mr = validate_models(model_rows)
         result["models"] = mr.to_json()
         result["skipped"] += mr.skipped
         if not as_json:
