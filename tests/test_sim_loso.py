@@ -108,13 +108,13 @@ def test_every_result_carries_its_interval():
 
 def test_sim_run_warns_when_it_extrapolates(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["sim", "run", "--system", "mi300x-x8", "--model", "llama2-7b", "--tp", "1",
+        main(["sim", "run", "--system", "b200-x8", "--model", "llama2-7b", "--tp", "1",
               "--batch", "1", "--prompt", "128", "--gen", "4"])
     assert exc.value.code == 0
     captured = capsys.readouterr()
     assert "80% interval" in captured.out
     assert captured.err.count("warning: this query extrapolates") == 1
-    assert "no validated case on MI300X" in captured.err
+    assert "no validated case on B200" in captured.err
 
 
 def test_loso_needs_the_models_level(capsys):
