@@ -130,7 +130,7 @@ class Bands:
                     continue
                 bias = np.array([np.mean(v) for v in by_source.values()])
                 spread = np.concatenate([np.asarray(v) - np.mean(v) for v in by_source.values()])
-                q = np.quantile((bias[:, None] + spread[None, :]).ravel(), [lo_q, hi_q])
+                q = _quantiles((bias[:, None] + spread[None, :]).ravel(), (lo_q, hi_q))
                 bands.groups[k] = (float(q[0]), float(q[1]), len(values))
         for case, _, _ in rows:
             bands.tps.setdefault(case.device, set()).add(case.tp)
@@ -165,6 +165,19 @@ class Bands:
             beyond.append(f"prompt {case.prompt} (longest validated on {d}: "
                           f"{self.max_prompt[d]})")
         return "; ".join(beyond)
+
+
+def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """Quantiles with linear interpolation between order statistics (numpy's default method;
+    written out because np.quantile's first call imports enough to cost a cold query ~0.1 s)."""
+    v = np.sort(values)
+    out = []
+    for q in qs:
+        x = q * (len(v) - 1)
+        i = int(math.floor(x))
+        j = min(i + 1, len(v) - 1)
+        out.append(float(v[i] + (v[j] - v[i]) * (x - i)))
+    return out
 
 
 def _describe(key: str, value: Any) -> str:
