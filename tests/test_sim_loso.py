@@ -158,3 +158,29 @@ def test_a_missing_measurement_file_is_one_line(tmp_path, capsys):
         main(["sim", "validate", "--level", "models", "--models-csv", str(tmp_path / "no.csv")])
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip() == f"error: --models-csv {tmp_path / 'no.csv'}: no such file"
+
+
+def test_validate_loso_json_on_a_small_measurement_file(tmp_path, capsys):
+    import csv
+    import json
+
+    from krakenlm.simulator.measurements.models import data_path
+
+    with open(data_path("model_measurements.csv"), newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = reader.fieldnames
+        keep = [r for r in reader if r["system"] == "h100-80gb-x8"
+                and r["source"] in ("nim_llm_180", "trtllm_v05")]
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(keep)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "models", "--loso", "--models-csv", str(path),
+              "--json"])
+    assert exc.value.code == 0
+    loso = json.loads(capsys.readouterr().out)["models_loso"]
+    assert {g["source"] for g in loso["slices"]["source"]} == {"nim_llm_180", "trtllm_v05"}
+    assert loso["overall"]["n"] == len(keep) and loso["coverage"]["level"] == 0.8
+    assert {f["source"] for f in loso["folds"]} == {"nim_llm_180", "trtllm_v05"}
