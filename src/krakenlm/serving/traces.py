@@ -31,7 +31,7 @@ import io
 import json
 import math
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -115,7 +115,7 @@ def _azure_time(text: str, where: str) -> float:
                          "'2023-11-16 18:15:46.6805900'") from None
     if frac and not frac.isdigit():
         raise TraceError(f"{where}: TIMESTAMP {text[:40]!r} has a bad fraction of a second")
-    return stamp.replace(tzinfo=timezone.utc).timestamp() + fraction
+    return stamp.replace(tzinfo=UTC).timestamp() + fraction
 
 
 def _finish(name: str, rows: list[tuple[float, int, int, tuple[int, ...]]],
