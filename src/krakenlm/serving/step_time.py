@@ -20,7 +20,8 @@ number of sequences that sample; attention on each sequence's query and KV lengt
   the residual is interpolated linearly in A, then linearly in T; the standard and parallel
   blocks' residual is constant in A (attention cannot overlap a collective), so only T
   interpolates there.
-* prefill attention of a chunk: F(context + c) - F(context), at least F(c), where F(n) is the
+* prefill attention of a chunk: F(1) + F(context + c) - F(context) (the kernel's fixed cost,
+  a one-token prompt's time, plus the extra causal work), at least F(c), where F(n) is the
   causal attention time of an n-token prompt (the extra queries of a causal pass), F tabulated
   on `token_grid` (the kernels' query blocks are 64-128 rows) and interpolated linearly;
   chunks of one step add up (one kernel launch each: vLLM's varlen kernel runs them as one,
@@ -207,7 +208,10 @@ class StepTimer:
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         """Attention time (one layer) of `chunk` new prompt tokens after `context` cached ones."""
         f = self._prefill_attention
-        return max(f(context + chunk) - f(context), f(chunk))
+        if context <= 0:
+            return f(chunk)
+        # the kernel's fixed cost (a one-token prompt's time) plus the extra causal work
+        return max(f(chunk), f(1) + f(context + chunk) - f(context))
 
     def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
         """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
