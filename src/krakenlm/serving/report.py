@@ -1,0 +1,193 @@
+"""What a replay reports: one row per request, the summary (percentiles, throughput, SLO
+attainment and goodput, KV cache use, preemptions, cost) and the engine timeline.
+
+Metrics (the definitions vLLM's `benchmarks/benchmark_serving.py` and BLIS use): queueing
+delay = first scheduled - arrival; TTFT = first token - arrival; TPOT = (finish - first token)
+/ (output tokens - 1) per request with more than one output token; ITL = every gap between two
+tokens of a request (a preemption's recompute included); E2E = finish - arrival. Goodput =
+requests per second meeting both SLOs (DistServe's definition). Cost: the cost model's price
+of the devices used (`hardware.cost.system_cost`, per device x TP x replicas) written off over
+`AMORTISATION_YEARS`, for the simulated time, per million tokens.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..fileio import write_bytes_atomically, write_csv_atomically, write_text_atomically
+
+AMORTISATION_YEARS = 3.0  # an assumption: a typical depreciation period for servers
+PERCENTILES = (50, 90, 95, 99)
+TIMELINE_BINS = 200
+REQUEST_COLUMNS = ("id", "replica", "arrival_s", "queue_s", "first_token_s", "finish_s",
+                   "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens",
+                   "cached_tokens", "preemptions")
+
+
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    if len(values) == 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    pct = np.percentile(values, PERCENTILES)
+    return {"mean": float(values.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}}
+
+
+@dataclass
+class ServeReport:
+    """The outcome of one replay (`serving.replay.serve`)."""
+    setup: dict[str, Any]
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    timeline: dict[str, list[float]]
+    itl_s: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    wall_s: float = 0.0  # wall-clock time of the replay (not deterministic)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setup": self.setup, "summary": self.summary,
+                "simulated_requests_per_wall_s": (len(self.rows) / self.wall_s
+                                                  if self.wall_s else None),
+                "wall_s": self.wall_s}
+
+    def write(self, out: str | Path) -> list[Path]:
+        """requests.csv, timeline.csv, summary.json (without wall-clock fields: byte-identical
+        for a seed) and serve.png, each written atomically."""
+        out = Path(out)
+        paths = [write_csv_atomically(out / "requests.csv", REQUEST_COLUMNS,
+                                      [{k: _cell(r[k]) for k in REQUEST_COLUMNS}
+                                       for r in self.rows])]
+        names = list(self.timeline)
+        paths.append(write_csv_atomically(out / "timeline.csv", names, [
+            {k: _cell(self.timeline[k][i]) for k in names}
+            for i in range(len(self.timeline[names[0]]))]))
+        paths.append(write_text_atomically(out / "summary.json", json.dumps(
+            {"setup": self.setup, "summary": self.summary}, indent=2, sort_keys=True) + "\n"))
+        paths.append(write_bytes_atomically(out / "serve.png", self.figure_png()))
+        return paths
+
+    def figure_png(self) -> bytes:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+        ttft = np.sort([r["ttft_s"] for r in self.rows])
+        tpot = np.sort([r["tpot_s"] for r in self.rows if r["tpot_s"] is not None])
+        for ax, values, what in ((axes[0, 0], ttft, "TTFT (s)"), (axes[0, 1], tpot, "TPOT (s)")):
+            if len(values):
+                ax.plot(values, np.arange(1, len(values) + 1) / len(values))
+            ax.set_xlabel(what)
+            ax.set_ylabel("fraction of requests")
+            ax.grid(alpha=0.3)
+        tl = self.timeline
+        axes[1, 0].plot(tl["t_s"], tl["kv_used"], label="KV blocks in use (mean over replicas)")
+        axes[1, 0].set_ylim(0, 1.05)
+        axes[1, 0].set_xlabel("time (s)")
+        axes[1, 0].set_ylabel("fraction of KV blocks")
+        twin = axes[1, 0].twinx()
+        twin.plot(tl["t_s"], tl["preemptions"], color="C3", label="preemptions per bin")
+        twin.set_ylabel("preemptions")
+        axes[1, 0].legend(loc="upper left", fontsize=8)
+        axes[1, 1].plot(tl["t_s"], tl["running"], label="running")
+        axes[1, 1].plot(tl["t_s"], tl["waiting"], label="waiting")
+        axes[1, 1].set_xlabel("time (s)")
+        axes[1, 1].set_ylabel("requests (all replicas)")
+        axes[1, 1].legend(fontsize=8)
+        s = self.setup
+        fig.suptitle(f"{s['model']} on {s['system']} ({s['software']}, TP {s['tp']} x "
+                     f"{s['replicas']}), trace {s['trace']}")
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+        plt.close(fig)
+        return buffer.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return "" if value is None else value
+
+
+def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, *, duration_s: float,
+              makespan_s: float, slo_ttft_s: float | None, slo_tpot_s: float | None,
+              preemptions: int, kv_used: np.ndarray, usd_per_s: float) -> dict[str, Any]:
+    n = len(rows)
+    ttft = np.array([r["ttft_s"] for r in rows])
+    e2e = np.array([r["e2e_s"] for r in rows])
+    queue = np.array([r["queue_s"] for r in rows])
+    tpot = np.array([r["tpot_s"] for r in rows if r["tpot_s"] is not None])
+    out_tokens = sum(r["output_tokens"] for r in rows)
+    all_tokens = out_tokens + sum(r["prompt_tokens"] for r in rows)
+    ok = np.ones(n, bool)
+    if slo_ttft_s is not None:
+        ok &= ttft <= slo_ttft_s
+    if slo_tpot_s is not None:
+        ok &= np.array([r["tpot_s"] is None or r["tpot_s"] <= slo_tpot_s for r in rows])
+    offered = (n - 1) / duration_s if n > 1 and duration_s > 0 else None
+    served = n / makespan_s if makespan_s > 0 else None
+    overloaded = bool(n >= 50 and offered and served and served < 0.9 * offered)
+    cost = usd_per_s * makespan_s
+    return {
+        "requests": n,
+        "duration_s": duration_s, "makespan_s": makespan_s,
+        "offered_rate_per_s": offered,
+        "throughput": {"requests_per_s": served,
+                       "output_tokens_per_s": out_tokens / makespan_s if makespan_s else None,
+                       "tokens_per_s": all_tokens / makespan_s if makespan_s else None},
+        "ttft_s": _stats(ttft), "tpot_s": _stats(tpot), "itl_s": _stats(itl_s),
+        "e2e_s": _stats(e2e), "queue_s": _stats(queue),
+        "slo": {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s,
+                "attainment": float(ok.mean()) if n else None,
+                "goodput_requests_per_s": float(ok.sum()) / makespan_s if makespan_s else None},
+        "kv_cache": {"mean_used": float(kv_used.mean()) if len(kv_used) else 0.0,
+                     "max_used": float(kv_used.max()) if len(kv_used) else 0.0,
+                     "preemptions": preemptions,
+                     "prefix_hit_tokens": int(sum(r["cached_tokens"] for r in rows))},
+        "cost": {"usd": cost,
+                 "usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
+                 "usd_per_million_tokens": cost / all_tokens * 1e6 if all_tokens else None,
+                 "amortisation_years": AMORTISATION_YEARS},
+        "overloaded": overloaded,
+    }
+
+
+def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str, list[float]]:
+    """The engines' per-step records in `bins` equal time bins: KV blocks in use (mean over
+    steps and replicas), running and waiting requests (summed over replicas, last step in the
+    bin), preemptions in the bin."""
+    edges = np.linspace(0.0, makespan_s, bins + 1) if makespan_s > 0 else np.zeros(bins + 1)
+    kv = np.zeros(bins)
+    kv_n = np.zeros(bins)
+    running = np.zeros(bins)
+    waiting = np.zeros(bins)
+    preempt = np.zeros(bins)
+    for e in engines:
+        tl = e.timeline
+        t = np.frombuffer(tl.t_s, dtype=float) if len(tl.t_s) else np.zeros(0)
+        if not len(t):
+            continue
+        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        np.add.at(kv, idx, np.frombuffer(tl.kv_used, dtype=float))
+        np.add.at(kv_n, idx, 1)
+        last = np.full(bins, -1)
+        np.maximum.at(last, idx, np.arange(len(t)))
+        seen = last >= 0
+        fill = np.maximum.accumulate(np.where(seen, last, -1))
+        has = fill >= 0
+        run = np.frombuffer(tl.running, dtype=float)
+        wait = np.frombuffer(tl.waiting, dtype=float)
+        running[has] += run[fill[has]]
+        waiting[has] += wait[fill[has]]
+        cum = np.frombuffer(tl.preemptions, dtype=float)
+        end = np.where(has, cum[np.maximum(fill, 0)], 0.0)
+        preempt += np.diff(np.r_[0.0, end])
+    centre = (edges[:-1] + edges[1:]) / 2
+    kv_mean = np.divide(kv, kv_n, out=np.zeros(bins), where=kv_n > 0)
+    return {"t_s": centre.tolist(), "kv_used": kv_mean.tolist(), "running": running.tolist(),
+            "waiting": waiting.tolist(), "preemptions": preempt.tolist()}
