@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -157,10 +157,13 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     gpus = tp * replicas
     usd_per_s = system_cost(system).system_usd / system.device_count * gpus / \
         (AMORTISATION_YEARS * SECONDS_PER_YEAR)
-    itl = np.concatenate([np.frombuffer(e.itl_s, dtype=float) for e in engines]) \
-        if any(len(e.itl_s) for e in engines) else np.zeros(0)
-    kv_used = np.concatenate([np.frombuffer(e.timeline.kv_used, dtype=float) for e in engines])
-    summary = summarise(rows, itl, duration_s=trace.duration_s, makespan_s=makespan,
+    itl_parts, weight_parts = [], []
+    for e in engines:
+        itl_parts += [np.array(e.itl_s), np.array(e.itl_window_s)]
+        weight_parts += [np.ones(len(e.itl_s)), np.array(e.itl_weight)]
+    itl, weights = np.concatenate(itl_parts), np.concatenate(weight_parts)
+    kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
+    summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan,
                         slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
                         preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
                         usd_per_s=usd_per_s)

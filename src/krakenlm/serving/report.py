@@ -4,7 +4,8 @@ attainment and goodput, KV cache use, preemptions, cost) and the engine timeline
 Metrics (the definitions vLLM's `benchmarks/benchmark_serving.py` and BLIS use): queueing
 delay = first scheduled - arrival; TTFT = first token - arrival; TPOT = (finish - first token)
 / (output tokens - 1) per request with more than one output token; ITL = every gap between two
-tokens of a request (a preemption's recompute included); E2E = finish - arrival. Goodput =
+tokens of a request (a preemption's recompute included; percentiles of the inverted CDF, since
+a decode window records one gap for all its requests); E2E = finish - arrival. Goodput =
 requests per second meeting both SLOs (DistServe's definition). Cost: the cost model's price
 of the devices used (`hardware.cost.system_cost`, per device x TP x replicas) written off over
 `AMORTISATION_YEARS`, for the simulated time, per million tokens.
@@ -36,6 +37,21 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     pct = np.percentile(values, PERCENTILES)
     return {"mean": float(values.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}}
+
+
+def weighted_stats(values: np.ndarray, weights: np.ndarray) -> dict[str, float | None]:
+    """Mean and percentiles of values that stand for `weights` samples each (the inverted
+    CDF: the smallest value with at least p % of the weight at or below it)."""
+    if len(values) == 0 or weights.sum() <= 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w)
+    total = cum[-1]
+    out = {"mean": float((v * w).sum() / total)}
+    for p in PERCENTILES:
+        out[f"p{p}"] = float(v[min(len(v) - 1, int(np.searchsorted(cum, total * p / 100)))])
+    return out
 
 
 @dataclass
@@ -114,7 +130,8 @@ def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
-def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, *, duration_s: float,
+def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.ndarray, *,
+              duration_s: float,
               makespan_s: float, slo_ttft_s: float | None, slo_tpot_s: float | None,
               preemptions: int, kv_used: np.ndarray, usd_per_s: float) -> dict[str, Any]:
     n = len(rows)
@@ -140,7 +157,7 @@ def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, *, duration_s: floa
         "throughput": {"requests_per_s": served,
                        "output_tokens_per_s": out_tokens / makespan_s if makespan_s else None,
                        "tokens_per_s": all_tokens / makespan_s if makespan_s else None},
-        "ttft_s": _stats(ttft), "tpot_s": _stats(tpot), "itl_s": _stats(itl_s),
+        "ttft_s": _stats(ttft), "tpot_s": _stats(tpot), "itl_s": weighted_stats(itl_s, itl_weights),
         "e2e_s": _stats(e2e), "queue_s": _stats(queue),
         "slo": {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s,
                 "attainment": float(ok.mean()) if n else None,
@@ -169,22 +186,22 @@ def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str,
     preempt = np.zeros(bins)
     for e in engines:
         tl = e.timeline
-        t = np.frombuffer(tl.t_s, dtype=float) if len(tl.t_s) else np.zeros(0)
+        t = np.array(tl.t_s)
         if not len(t):
             continue
         idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
-        np.add.at(kv, idx, np.frombuffer(tl.kv_used, dtype=float))
+        np.add.at(kv, idx, np.array(tl.kv_used))
         np.add.at(kv_n, idx, 1)
         last = np.full(bins, -1)
         np.maximum.at(last, idx, np.arange(len(t)))
         seen = last >= 0
         fill = np.maximum.accumulate(np.where(seen, last, -1))
         has = fill >= 0
-        run = np.frombuffer(tl.running, dtype=float)
-        wait = np.frombuffer(tl.waiting, dtype=float)
+        run = np.array(tl.running)
+        wait = np.array(tl.waiting)
         running[has] += run[fill[has]]
         waiting[has] += wait[fill[has]]
-        cum = np.frombuffer(tl.preemptions, dtype=float)
+        cum = np.array(tl.preemptions)
         end = np.where(has, cum[np.maximum(fill, 0)], 0.0)
         preempt += np.diff(np.r_[0.0, end])
     centre = (edges[:-1] + edges[1:]) / 2

@@ -27,9 +27,10 @@ number of sequences that sample; attention on each sequence's query and KV lengt
   chunks of one step add up (one kernel launch each: vLLM's varlen kernel runs them as one,
   so this overstates a step of many short chunks by their floors).
 * decode attention: the decode kernel's time for D sequences at their mean KV length,
-  tabulated at every D up to `max_sequences` (the kernels' split heuristics jump with the
-  batch) and on a geometric grid of KV lengths (ratio 1.05), linear in the KV length.
-* LM head + its all-gather: the head graph for the sequences that sample, at every count.
+  tabulated at every D up to 128 and at multiples of 8 / 16 and one past each above
+  (`sequence_grid`: the kernels' split heuristics step with the batch) and on a geometric grid
+  of KV lengths (ratio 1.05), bilinear.
+* LM head + its all-gather: the head graph for the sequences that sample, on the same grid.
 
 Host: a step with any prefill token is timed like `Simulator.run`'s prefill (the profile's
 prefill CUDA-graph flag, `prefill_gpu_time_scale`, per-step and per-sequence work), a pure
@@ -69,6 +70,15 @@ def token_grid(high: int) -> list[int]:
     return points
 
 
+def sequence_grid(high: int) -> list[int]:
+    """Decode batch sizes tabulated: every size up to 128, then each multiple m of 8 to 512 and
+    of 16 beyond, and m + 1 (the decode kernels' split heuristics step with the batch),
+    `high` included."""
+    aligned = [d for d in range(1, high + 1) if d <= 128 or (d <= 512 and d % 8 == 0)
+               or d % 16 == 0]
+    return sorted({p for d in aligned for p in (d, d + 1) if p <= high} | {high})
+
+
 def int_grid(high: int, exact_up_to: int = EXACT_UP_TO, ratio: float = GRID_RATIO) -> list[int]:
     """Every integer up to `exact_up_to`, then a geometric grid to `high` (included)."""
     points = list(range(1, min(high, exact_up_to) + 1))
@@ -81,12 +91,16 @@ def int_grid(high: int, exact_up_to: int = EXACT_UP_TO, ratio: float = GRID_RATI
 
 class Linear1D:
     """Piecewise-linear interpolation of tabulated y(x), scalar and fast (bisect); flat beyond
-    the ends."""
-    __slots__ = ("x", "y")
+    the ends. `many(xs)` is the same for an array (numpy.interp)."""
+    __slots__ = ("x", "xa", "y", "ya")
 
     def __init__(self, x, y):
         self.x = [float(v) for v in x]
         self.y = [float(v) for v in y]
+        self.xa, self.ya = np.array(self.x), np.array(self.y)
+
+    def many(self, x: np.ndarray) -> np.ndarray:
+        return np.interp(x, self.xa, self.ya)
 
     def __call__(self, x: float) -> float:
         xs = self.x
@@ -135,7 +149,7 @@ class StepTimer:
         self.bytes_per_value = DTYPE_BYTES[sim.precision("all_reduce")]
         self.max_context = int(max_context or config.context_len)
         self.tokens_grid = token_grid(max(max_tokens, max_sequences))
-        self.seq_grid = list(range(1, max_sequences + 1))  # exact: decode kernels split by batch
+        self.seq_grid = sequence_grid(max_sequences)
         self._tables = self._layer_tables()
         self._head_kernels = len(head_graph(config, tp, 1, self.bytes_per_value,
                                             sim.options).ops)
@@ -165,18 +179,22 @@ class StepTimer:
                     per_graph.append(_GraphTable(len(g.ops), g.count, bool(att),
                                                  {"compute": [], "memory": []}))
                 for bound in ("compute", "memory"):
-                    res = []
-                    for a in grid:
-                        ops = list(timed)
-                        for i in att:
-                            o = ops[i]
-                            ops[i] = TimedOp(o.name, o.category, o.stream, a, bound, o.deps,
-                                             o.memory_share)
-                        res.append(self.sim.scheduler(ops).total_s - (a if att else 0.0))
-                    xs = grid if len(grid) > 1 else [0.0, 1.0]
-                    ys = res if len(res) > 1 else [res[0], res[0]]
+                    ends = [self._schedule_with(timed, att, a, bound) for a in (grid[0], grid[-1])]
+                    if abs(ends[1] - ends[0]) > 1e-12 * max(ends[0], 1e-9):
+                        xs, ys = grid, [self._schedule_with(timed, att, a, bound) for a in grid]
+                    else:  # no collective overlaps attention (or none at all): constant
+                        xs, ys = [0.0, 1.0], [ends[0], ends[0]]
                     per_graph[j].residual[bound].append(Linear1D(xs, ys))
         return per_graph
+
+    def _schedule_with(self, timed: list[TimedOp], att: list[int], a: float,
+                       bound: str) -> float:
+        """Residual (total - a) of a graph whose attention operators take `a` seconds."""
+        ops = list(timed)
+        for i in att:
+            o = ops[i]
+            ops[i] = TimedOp(o.name, o.category, o.stream, a, bound, o.deps, o.memory_share)
+        return self.sim.scheduler(ops).total_s - (a if att else 0.0)
 
     def _head_s(self, sequences: int) -> float:
         g = head_graph(self.config, self.tp, sequences, self.bytes_per_value, self.sim.options)
@@ -217,10 +235,12 @@ class StepTimer:
         """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
         if sequences <= 0:
             return 0.0
-        rows = self._decode_attention
-        if sequences > len(rows):  # beyond the table: proportional to the sequences
-            return rows[-1](mean_kv) * sequences / len(rows)
-        return rows[sequences - 1](mean_kv)
+        rows, grid = self._decode_attention, self.seq_grid
+        if sequences > grid[-1]:  # beyond the table: proportional to the sequences
+            return rows[-1](mean_kv) * sequences / grid[-1]
+        i, j, w = _bracket(grid, sequences)
+        a = rows[i](mean_kv)
+        return a if w == 0.0 else a * (1 - w) + rows[j](mean_kv) * w
 
     def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
                prefill: bool, attention_bound: str | None = None) -> float:
@@ -249,6 +269,38 @@ class StepTimer:
         gpu += head
         overhead = step_overhead(host, sw, "prefill" if prefill else "decode", sequences)
         return max(gpu, overhead) if host.step_overlaps_gpu else gpu + overhead
+
+    def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
+        """Wall times of `steps` consecutive pure-decode steps of `sequences` sequences whose
+        mean KV length starts at `mean_kv` and grows by one per step: `step_s` vectorised
+        (the engine's decode windows)."""
+        kv = mean_kv + np.arange(steps)
+        rows, grid = self._decode_attention, self.seq_grid
+        if sequences > grid[-1]:
+            att = rows[-1].many(kv) * sequences / grid[-1]
+        else:
+            i, j, w = _bracket(grid, sequences)
+            att = rows[i].many(kv) if w == 0.0 else \
+                rows[i].many(kv) * (1 - w) + rows[j].many(kv) * w
+        host, sw = self.profile.host, self.profile
+        captured, per_kernel = sw.graphs.decode, host.per_kernel_s
+        i, j, w = _bracket(self.tokens_grid, sequences)
+        gpu = np.zeros(steps)
+        for table in self._tables:
+            rows_t = table.residual["memory"]
+            r = rows_t[i].many(att)
+            if w:
+                r = r * (1 - w) + rows_t[j].many(att) * w
+            t = r + (att if table.attention else 0.0)
+            if not captured and per_kernel > 0:
+                t = np.maximum(t, table.kernels * per_kernel)
+            gpu += t * table.count
+        head = self._head(sequences)
+        if not captured and per_kernel > 0:
+            head = max(head, self._head_kernels * per_kernel)
+        gpu += head
+        overhead = step_overhead(host, sw, "decode", sequences)
+        return np.maximum(gpu, overhead) if host.step_overlaps_gpu else gpu + overhead
 
     def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
                 logits: int | None = None) -> float:

@@ -32,11 +32,14 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from .kv_cache import BlockPool
 from .step_time import StepTimer
 from .traces import Request
 
 GIB = 2**30
+WINDOW_MAX_STEPS = 4096  # the longest decode window run at once
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,24 @@ class V1Options:
 
 class Seq:
     """A request inside the engine."""
-    __slots__ = ("req", "prompt", "output", "ids", "computed", "generated", "private", "shared",
-                 "next_id", "first_scheduled_s", "first_token_s", "last_token_s", "finish_s",
-                 "preemptions", "cached_tokens", "replica")
+    __slots__ = (
+        "cached_tokens",
+        "computed",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "generated",
+        "ids",
+        "last_token_s",
+        "next_id",
+        "output",
+        "preemptions",
+        "private",
+        "prompt",
+        "replica",
+        "req",
+        "shared",
+    )
 
     def __init__(self, req: Request, replica: int = 0):
         self.req = req
@@ -93,7 +111,9 @@ class V1Engine:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.preemptions = 0
-        self.itl_s = array("d")  # every inter-token gap
+        self.itl_s = array("d")  # inter-token gaps, one per token
+        self.itl_window_s = array("d")  # gaps of decode windows, each for `itl_weight` tokens
+        self.itl_weight = array("d")
         self.timeline = Timeline()
         self.steps = 0
 
@@ -108,6 +128,8 @@ class V1Engine:
         """Run steps while the engine has work and its clock is before `until`; an idle engine
         waits until then."""
         while self.now < until:
+            if self.running and not self.waiting and self._decode_window(until):
+                continue
             if not (self.running or self.waiting) or not self.step():
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
                 return
@@ -119,6 +141,84 @@ class V1Engine:
         s.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(s)
+
+    def _decode_window(self, until: float) -> bool:
+        """Run k pure-decode steps at once when the schedule cannot change during them: every
+        running request decodes, none waits (arrivals come only between `advance` calls, and
+        the window ends with the last step starting before `until`), the budget covers them,
+        no request finishes before the last step and the KV blocks they will need are free
+        (so nothing is preempted). Exactly what k calls of `step` would do, at the cost of
+        one: the step times come vectorised from `StepTimer.decode_steps_s`."""
+        running = self.running
+        d = len(running)
+        if d > self.opt.max_num_batched_tokens:
+            return False
+        k = WINDOW_MAX_STEPS
+        kv = 0
+        for s in running:
+            total = s.prompt + s.generated
+            if not s.generated or s.computed != total - 1:
+                return False
+            k = min(k, s.output - s.generated)
+            kv += total
+        if k < 2:
+            return False
+        if math.isfinite(until):  # steps only lengthen as the KV grows: the first bounds them
+            first = self.timer.decode_steps_s(d, kv / d, 1)[0]
+            k = min(k, int((until - self.now) / first) + 2)
+        durations = self.timer.decode_steps_s(d, kv / d, k)
+        ends = self.now + np.cumsum(durations)
+        k = min(k, int(np.searchsorted(ends - durations, until, side="left")))
+        if k < 2:
+            return False
+        bs, pool = self.opt.block_size, self.pool
+        per = pool.per_id
+        held = np.array([s.private + per * len(s.shared) for s in running])
+        computed = np.array([s.computed for s in running])
+        need = -(-(computed + k) // bs) - held
+        total_need = int(need.sum())
+        if total_need > pool.available:
+            return False
+        before = pool.used
+        pool.take(total_need)
+        durations, ends = durations[:k], ends[:k]
+        # blocks taken at each step: a request crosses into a new block every bs tokens
+        first = held * bs - computed
+        delta = np.zeros(k)
+        for m in range(0, k, bs):
+            at = first + m
+            np.add.at(delta, at[at < k], 1)
+        itl, end = self.itl_s, float(ends[-1])
+        first_end = float(ends[0])
+        finished = False
+        for s, n in zip(running, need.tolist()):
+            s.private += n
+            s.computed += k
+            s.generated += k
+            itl.append(first_end - s.last_token_s)
+            s.last_token_s = end
+            if s.generated >= s.output:
+                s.finish_s = end
+                pool.release(s.private, s.shared)
+                s.private, s.shared = 0, []
+                finished = True
+        if k > 1:
+            self.itl_window_s.extend(durations[1:].tolist())
+            self.itl_weight.extend([float(d)] * (k - 1))
+        if finished:
+            self.running = [s for s in running if s.finish_s != s.finish_s]
+        self.now = end
+        self.steps += k
+        tl = self.timeline
+        used = (before + np.cumsum(delta)) / pool.total
+        used[-1] = pool.used / pool.total
+        tl.t_s.extend(ends.tolist())
+        tl.kv_used.extend(used.tolist())
+        tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
+        tl.waiting.extend([0.0] * k)
+        tl.preemptions.extend([float(self.preemptions)] * k)
+        tl.tokens.extend([float(d)] * k)
+        return True
 
     def step(self) -> bool:
         opt, pool, bs = self.opt, self.pool, self.opt.block_size
@@ -200,7 +300,8 @@ class V1Engine:
         for s, new in sched:
             s.computed += new
             if hash_tokens and s.next_id < len(s.ids):
-                while s.next_id < len(s.ids) and (s.next_id + 1) * hash_tokens <= s.computed:
+                full = min(s.computed, s.prompt)  # a block of prompt tokens only
+                while s.next_id < len(s.ids) and (s.next_id + 1) * hash_tokens <= full:
                     if pool.publish(s.ids[s.next_id]):
                         s.private -= pool.per_id
                         s.shared.append(s.ids[s.next_id])
