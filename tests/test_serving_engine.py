@@ -1,0 +1,159 @@
+"""The vLLM V1 engine replay on hand-computed cases: one request's TTFT is one prefill step,
+a long prompt is chunked by the token budget, requests queue when the engine is full, a tiny
+KV cache preempts (recompute), prefix-cache hits cut the prefill, windows of decode steps
+equal single steps, the KV cache is sized like vLLM's worker, the output is byte-identical for
+a seed."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from krakenlm.models import get_preset
+from krakenlm.serving import vllm_v1
+from krakenlm.serving.kv_cache import size_kv_cache
+from krakenlm.serving.replay import ServeError, serve
+from krakenlm.serving.step_time import StepTimer
+from krakenlm.serving.traces import Request, Trace, synthetic_trace
+from krakenlm.serving.vllm_v1 import Seq, V1Engine, V1Options
+from krakenlm.simulator import Simulator
+
+MODEL = "gpt3-1.3b"
+
+
+@functools.cache
+def timer() -> StepTimer:
+    sim = Simulator("h100-80gb-x8", "vllm")
+    return StepTimer(sim, get_preset(MODEL), 1, max_tokens=1024, max_sequences=16)
+
+
+def run(requests, blocks=100_000, block_tokens=0, **options):
+    opt = V1Options(**{"max_num_batched_tokens": 1024, "max_num_seqs": 16, **options})
+    engine = V1Engine(timer(), opt, blocks, block_tokens)
+    seqs = []
+    for req in requests:
+        engine.advance(req.arrival_s)
+        seq = Seq(req)
+        engine.add(seq)
+        seqs.append(seq)
+    engine.advance(float("inf"))
+    return engine, seqs
+
+
+def test_a_single_request_takes_one_prefill_step_then_one_decode_step_per_token():
+    st = timer()
+    _, (s,) = run([Request(0, 0.0, 512, 4)])
+    prefill = st.batch_s([(512, 0)], [])
+    assert s.first_token_s == pytest.approx(prefill, rel=1e-12)
+    # and that step is the simulator's prefill of a 512-token prompt
+    direct = st.sim.run(get_preset(MODEL), 1, 1, 512, 2).prefill.time_s
+    assert s.first_token_s == pytest.approx(direct, rel=1e-9)
+    decodes = sum(st.batch_s([], [512 + i]) for i in (1, 2, 3))
+    assert s.finish_s == pytest.approx(prefill + decodes, rel=1e-12)
+    assert s.first_scheduled_s == 0.0 and s.preemptions == 0
+
+
+def test_a_long_prompt_is_chunked_by_the_token_budget():
+    st = timer()
+    _, (s,) = run([Request(0, 0.0, 2000, 1)], max_num_batched_tokens=768)
+    chunks = [(768, 0), (768, 768), (464, 1536)]
+    assert s.first_token_s == pytest.approx(sum(st.batch_s([c], []) for c in chunks), rel=1e-12)
+    assert s.finish_s == s.first_token_s  # one output token: done at the first
+
+
+def test_requests_queue_behind_a_full_engine():
+    """max_num_seqs 1: each request starts when the one before it finishes."""
+    reqs = [Request(i, 0.0, 100, 5) for i in range(4)]
+    _, seqs = run(reqs, max_num_seqs=1)
+    assert seqs[0].first_scheduled_s == 0.0
+    for before, after in zip(seqs, seqs[1:]):
+        assert after.first_scheduled_s == pytest.approx(before.finish_s, rel=1e-12)
+    queue = [s.first_scheduled_s - s.req.arrival_s for s in seqs]
+    assert queue == sorted(queue) and queue[-1] > 0
+
+
+def test_a_tiny_kv_cache_preempts_the_last_request_and_recomputes_it():
+    # 12 blocks of 16 tokens; each request grows to 60 + 60 = 120 tokens = 8 blocks
+    reqs = [Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)]
+    engine, (a, b) = run(reqs, blocks=12, block_size=16)
+    assert engine.preemptions >= 1
+    assert a.preemptions == 0 and b.preemptions >= 1  # the later one (running.pop())
+    assert np.isfinite(a.finish_s) and np.isfinite(b.finish_s)
+    assert b.finish_s > a.finish_s
+    assert engine.pool.available == engine.pool.total  # everything freed at the end
+    # without the squeeze nobody is preempted
+    engine, _ = run(reqs, blocks=100, block_size=16)
+    assert engine.preemptions == 0
+
+
+def test_prefix_cache_hits_cut_the_prefill():
+    st = timer()
+    first = Request(0, 0.0, 1600, 2, (1, 2, 3, 4))
+    second = Request(1, 10.0, 1600, 2, (1, 2, 3, 9))  # arrives after the first has finished
+    _, (a, b) = run([first, second], block_tokens=512)
+    assert a.cached_tokens == 0 and b.cached_tokens == 3 * 512
+    ttft_b = b.first_token_s - b.req.arrival_s
+    assert ttft_b == pytest.approx(st.batch_s([(1600 - 1536, 1536)], []), rel=1e-12)
+    assert ttft_b < a.first_token_s
+    # prefix caching off: no hit
+    _, (_, b_off) = run([first, second], block_tokens=512, enable_prefix_caching=False)
+    assert b_off.cached_tokens == 0
+    assert b_off.first_token_s - 10.0 == pytest.approx(a.first_token_s, rel=1e-12)
+
+
+def test_decode_windows_equal_single_steps(monkeypatch):
+    trace = synthetic_trace(np.random.default_rng(3), 60, 20.0, "lognormal:300,80,0.8")
+    windowed = run(trace.requests, blocks=600)
+    monkeypatch.setattr(vllm_v1.V1Engine, "_decode_window", lambda self, until: False)
+    single = run(trace.requests, blocks=600)
+    assert windowed[0].steps == single[0].steps
+    assert windowed[0].preemptions == single[0].preemptions
+    for w, s in zip(windowed[1], single[1]):
+        assert w.first_token_s == pytest.approx(s.first_token_s, rel=1e-9)
+        assert w.finish_s == pytest.approx(s.finish_s, rel=1e-9)
+
+
+def test_kv_blocks_are_sized_like_the_vllm_worker():
+    sim = Simulator("h100-80gb-x8", "vllm")
+    sizing = size_kv_cache(sim, get_preset("llama2-70b"), 4, max_num_batched_tokens=8192)
+    # 16 tokens x (K and V) x 80 layers x 2 KV heads per shard (8 / TP 4) x 128 x 2 bytes
+    assert sizing.bytes_per_block == 16 * 2 * 80 * 2 * 128 * 2
+    free = 85899345920 * 0.9 - sizing.weights_bytes - sizing.activation_bytes - 2 * 2**30
+    assert sizing.blocks == int(free // sizing.bytes_per_block)
+    assert 30_000 < sizing.blocks < 31_000
+
+
+def test_the_replay_is_byte_identical_for_a_seed(tmp_path):
+    def once(seed, out):
+        trace = synthetic_trace(np.random.default_rng(seed), 40, 8.0, "fixed:200,20")
+        report = serve(trace, get_preset(MODEL), "h100-80gb-x8", tp=1, replicas=2,
+                       router="least-loaded", model_name=MODEL, slo_ttft_s=0.5,
+                       slo_tpot_s=0.05, options=V1Options(1024, 16))
+        report.write(out)
+        return report
+    a, b = once(1, tmp_path / "a"), once(1, tmp_path / "b")
+    once(2, tmp_path / "c")
+    for name in ("requests.csv", "timeline.csv", "summary.json", "serve.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert (tmp_path / "a" / "requests.csv").read_bytes() != \
+        (tmp_path / "c" / "requests.csv").read_bytes()
+    assert {r["replica"] for r in a.rows} == {0, 1}
+    assert a.summary["requests"] == 40 and 0 <= a.summary["slo"]["attainment"] <= 1
+
+
+def test_bad_setups_are_one_line_errors():
+    trace = Trace("t", (Request(0, 0.0, 3000, 100),))
+    with pytest.raises(ServeError, match="exceed gpt3-1.3b's context of 2048 tokens"):
+        serve(trace, get_preset(MODEL), "h100-80gb-x8", model_name=MODEL)
+    ok = Trace("t", (Request(0, 0.0, 30, 3),))
+    with pytest.raises(ServeError, match="no scheduler model for software 'trtllm'"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", software="trtllm")
+    with pytest.raises(ServeError, match="--router 'random' is not one of"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", router="random")
+    with pytest.raises(ServeError, match="--slo-ttft-s must be a positive"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", slo_ttft_s=0.0)
+    from krakenlm.serving.kv_cache import KVCacheError
+    with pytest.raises(KVCacheError, match="leaves no KV cache"):
+        serve(ok, get_preset("llama2-70b"), "h100-80gb-x8", tp=1)
