@@ -7,6 +7,7 @@ a seed."""
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ def test_requests_queue_behind_a_full_engine():
     reqs = [Request(i, 0.0, 100, 5) for i in range(4)]
     _, seqs = run(reqs, max_num_seqs=1)
     assert seqs[0].first_scheduled_s == 0.0
-    for before, after in zip(seqs, seqs[1:]):
+    for before, after in itertools.pairwise(seqs):
         assert after.first_scheduled_s == pytest.approx(before.finish_s, rel=1e-12)
     queue = [s.first_scheduled_s - s.req.arrival_s for s in seqs]
     assert queue == sorted(queue) and queue[-1] > 0
@@ -133,7 +134,8 @@ def test_the_replay_is_byte_identical_for_a_seed(tmp_path):
                        slo_tpot_s=0.05, options=V1Options(1024, 16))
         report.write(out)
         return report
-    a, b = once(1, tmp_path / "a"), once(1, tmp_path / "b")
+    a = once(1, tmp_path / "a")
+    once(1, tmp_path / "b")
     once(2, tmp_path / "c")
     for name in ("requests.csv", "timeline.csv", "summary.json", "serve.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
