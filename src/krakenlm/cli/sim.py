@@ -683,3 +683,4 @@ def sweep_cmd(
 
 
 from . import sim_design as _sim_design  # noqa: E402,F401  (registers `sim knobs/explore/search`)
+from . import sim_serve as _sim_serve  # noqa: E402,F401  (registers `sim serve`)

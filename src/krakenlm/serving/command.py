@@ -1,0 +1,80 @@
+"""`serve_command`: what `krakenlm sim serve` asks for, from its option values (strings and
+numbers) to a `ServeReport`: the trace (a file, or a synthetic workload from a seeded RNG),
+the rate scale, the model (a preset or a config.json, as another architecture if asked), then
+`replay.serve`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware import load_system
+from ..simulator import arch_variant, resolve_model
+from .replay import serve
+from .report import ServeReport
+from .traces import read_trace, scale_rate, synthetic_trace
+from .vllm_v1 import V1Options
+
+SYNTHETIC = "synthetic"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    trace: str
+    model: str
+    system: str
+    software: str = "vllm"
+    scheduler: str | None = None
+    arch: str | None = None
+    kraken_rule: str = "engine"
+    tp: int = 1
+    replicas: int = 1
+    router: str = "round-robin"
+    rate_scale: float = 1.0
+    seed: int = 0
+    # synthetic workloads (--trace synthetic)
+    arrival: str = "poisson"
+    rate: float | None = None
+    cv: float = 1.0
+    requests: int = 1000
+    lengths: str = "fixed:512,128"
+    # engine knobs (None: vLLM's defaults for the device)
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    prefix_caching: bool = True
+    dtype: str = "fp16"
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    skip_long: bool = False
+
+
+def serve_command(o: ServeOptions,
+                  progress: Callable[[int, int], None] | None = None) -> ServeReport:
+    from .replay import ServeError
+
+    rng = np.random.default_rng(o.seed)
+    if o.trace == SYNTHETIC:
+        if o.rate is None:
+            raise ServeError("--trace synthetic needs --rate (requests per second)")
+        trace = synthetic_trace(rng, o.requests, o.rate, o.lengths, o.arrival, o.cv)
+    else:
+        trace = read_trace(o.trace)
+    trace = scale_rate(trace, o.rate_scale)
+    name, original = resolve_model(o.model)
+    config = arch_variant(original, o.arch, o.tp, o.kraken_rule)
+    label = name if o.arch in (None, original.arch) else f"{name} as {o.arch}"
+    system = load_system(o.system)
+    defaults = V1Options.defaults_for(system.device.name, system.device.memory.capacity_bytes)
+    options = V1Options(o.max_num_batched_tokens or defaults.max_num_batched_tokens,
+                        o.max_num_seqs or defaults.max_num_seqs, o.block_size,
+                        o.gpu_memory_utilization, o.prefix_caching)
+    report = serve(trace, config, system, software=o.software, tp=o.tp, replicas=o.replicas,
+                   router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
+                   model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
+                   skip_long=o.skip_long, progress=progress)
+    report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
+    return report
