@@ -123,9 +123,11 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                            model_name=model_name)
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
     longest = max(r.prompt_tokens + r.output_tokens for r in trace.requests)
+    built = time.perf_counter()
     timer = StepTimer(sim, config, tp, max_tokens=opt.max_num_batched_tokens,
                       max_sequences=opt.max_num_seqs,
                       max_context=max(longest, opt.max_num_batched_tokens))
+    built = time.perf_counter() - built
     engines = [V1Engine(timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
     seqs = []
@@ -174,7 +176,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
              "options": dict(opt.__dict__), "kv_cache": sizing.to_dict(),
              "devices": gpus}
     return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,
-                       wall_s=time.perf_counter() - started)
+                       wall_s=time.perf_counter() - started, build_s=built)
 
 
 def _row(s: Seq) -> dict:

@@ -63,12 +63,13 @@ class ServeReport:
     timeline: dict[str, list[float]]
     itl_s: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     wall_s: float = 0.0  # wall-clock time of the replay (not deterministic)
+    build_s: float = 0.0  # of which: tabulating the step-time oracle
 
     def to_json(self) -> dict[str, Any]:
         return {"setup": self.setup, "summary": self.summary,
                 "simulated_requests_per_wall_s": (len(self.rows) / self.wall_s
                                                   if self.wall_s else None),
-                "wall_s": self.wall_s}
+                "wall_s": self.wall_s, "oracle_build_s": self.build_s}
 
     def write(self, out: str | Path) -> list[Path]:
         """requests.csv, timeline.csv, summary.json (without wall-clock fields: byte-identical
