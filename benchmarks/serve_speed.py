@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     conv = Path(args.traces) / "azure2023_conv.csv"
     if not conv.exists():
         sys.exit(f"error: {conv} not found; pass --traces DIR (the shared request traces)")
