@@ -124,9 +124,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
     longest = max(r.prompt_tokens + r.output_tokens for r in trace.requests)
     built = time.perf_counter()
-    timer = StepTimer(sim, config, tp, max_tokens=opt.max_num_batched_tokens,
-                      max_sequences=opt.max_num_seqs,
-                      max_context=max(longest, opt.max_num_batched_tokens))
+    timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
+                        max(longest, opt.max_num_batched_tokens))
     built = time.perf_counter() - built
     engines = [V1Engine(timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
@@ -177,6 +176,25 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
              "devices": gpus}
     return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,
                        wall_s=time.perf_counter() - started, build_s=built)
+
+
+_TIMERS: dict[tuple, StepTimer] = {}
+TIMER_CACHE_SIZE = 8
+
+
+def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
+                max_sequences: int, max_context: int) -> StepTimer:
+    """The step-time oracle of a setup, kept for the process (a sweep over rates or seeds
+    tabulates it once): keyed by everything its tables depend on."""
+    key = (repr(sim.system), repr(sim.profile), sim.dtype, repr(config), tp, max_tokens,
+           max_sequences, max_context)
+    timer = _TIMERS.get(key)
+    if timer is None:
+        if len(_TIMERS) >= TIMER_CACHE_SIZE:
+            del _TIMERS[next(iter(_TIMERS))]
+        timer = _TIMERS[key] = StepTimer(sim, config, tp, max_tokens=max_tokens,
+                                         max_sequences=max_sequences, max_context=max_context)
+    return timer
 
 
 def _row(s: Seq) -> dict:

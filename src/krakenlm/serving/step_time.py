@@ -92,15 +92,17 @@ def int_grid(high: int, exact_up_to: int = EXACT_UP_TO, ratio: float = GRID_RATI
 class Linear1D:
     """Piecewise-linear interpolation of tabulated y(x), scalar and fast (bisect); flat beyond
     the ends. `many(xs)` is the same for an array (numpy.interp)."""
-    __slots__ = ("x", "xa", "y", "ya")
+    __slots__ = ("constant", "x", "xa", "y", "ya")
 
     def __init__(self, x, y):
         self.x = [float(v) for v in x]
         self.y = [float(v) for v in y]
         self.xa, self.ya = np.array(self.x), np.array(self.y)
+        self.constant = all(v == self.y[0] for v in self.y)
 
-    def many(self, x: np.ndarray) -> np.ndarray:
-        return np.interp(x, self.xa, self.ya)
+    def many(self, x: np.ndarray) -> np.ndarray | float:
+        """y at every x (a scalar when y is constant: numpy broadcasts it)."""
+        return self.y[0] if self.constant else np.interp(x, self.xa, self.ya)
 
     def __call__(self, x: float) -> float:
         xs = self.x

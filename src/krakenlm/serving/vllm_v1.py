@@ -156,43 +156,47 @@ class V1Engine:
         k = WINDOW_MAX_STEPS
         kv = 0
         for s in running:
-            total = s.prompt + s.generated
-            if not s.generated or s.computed != total - 1:
+            g = s.generated
+            if not g or s.computed != s.prompt + g - 1:
                 return False
-            k = min(k, s.output - s.generated)
-            kv += total
+            k = min(k, s.output - g)
+            kv += s.computed + 1
         if k < 2:
             return False
-        if math.isfinite(until):  # steps only lengthen as the KV grows: the first bounds them
-            first = self.timer.decode_steps_s(d, kv / d, 1)[0]
-            k = min(k, int((until - self.now) / first) + 2)
-        durations = self.timer.decode_steps_s(d, kv / d, k)
-        ends = self.now + np.cumsum(durations)
+        timer, now = self.timer, self.now
+        mean_kv = kv / d
+        if until != math.inf:  # steps only lengthen as the KV grows: the first bounds them
+            first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
+            if now + first >= until:
+                return False
+            k = min(k, int((until - now) / first) + 1)
+        durations = timer.decode_steps_s(d, mean_kv, k)
+        ends = now + np.cumsum(durations)
         k = min(k, int(np.searchsorted(ends - durations, until, side="left")))
         if k < 2:
             return False
         bs, pool = self.opt.block_size, self.pool
         per = pool.per_id
-        held = np.array([s.private + per * len(s.shared) for s in running])
-        computed = np.array([s.computed for s in running])
-        need = -(-(computed + k) // bs) - held
-        total_need = int(need.sum())
+        needs = []
+        total_need = 0
+        for s in running:
+            n = -(-(s.computed + k) // bs) - s.private - per * len(s.shared)
+            needs.append(n)
+            total_need += n
         if total_need > pool.available:
             return False
-        before = pool.used
+        used = pool.used
         pool.take(total_need)
-        durations, ends = durations[:k], ends[:k]
-        # blocks taken at each step: a request crosses into a new block every bs tokens
-        first = held * bs - computed
-        delta = np.zeros(k)
-        for m in range(0, k, bs):
-            at = first + m
-            np.add.at(delta, at[at < k], 1)
-        itl, end = self.itl_s, float(ends[-1])
-        first_end = float(ends[0])
+        delta = [0] * k  # blocks taken at each step: a request crosses into a new one every bs
+        itl, end, first_end = self.itl_s, float(ends[k - 1]), float(ends[0])
         finished = False
-        for s, n in zip(running, need.tolist()):
-            s.private += n
+        for s, n in zip(running, needs):
+            if n:
+                j = (s.private + per * len(s.shared)) * bs - s.computed
+                while j < k:
+                    delta[j] += 1
+                    j += bs
+                s.private += n
             s.computed += k
             s.generated += k
             itl.append(first_end - s.last_token_s)
@@ -202,18 +206,20 @@ class V1Engine:
                 pool.release(s.private, s.shared)
                 s.private, s.shared = 0, []
                 finished = True
-        if k > 1:
-            self.itl_window_s.extend(durations[1:].tolist())
-            self.itl_weight.extend([float(d)] * (k - 1))
+        self.itl_window_s.extend(durations[1:k].tolist())
+        self.itl_weight.extend([float(d)] * (k - 1))
         if finished:
             self.running = [s for s in running if s.finish_s != s.finish_s]
         self.now = end
         self.steps += k
-        tl = self.timeline
-        used = (before + np.cumsum(delta)) / pool.total
-        used[-1] = pool.used / pool.total
-        tl.t_s.extend(ends.tolist())
-        tl.kv_used.extend(used.tolist())
+        tl, total = self.timeline, pool.total
+        levels = []
+        for j in range(k - 1):
+            used += delta[j]
+            levels.append(used / total)
+        levels.append(pool.used / total)
+        tl.t_s.extend(ends[:k].tolist())
+        tl.kv_used.extend(levels)
         tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
         tl.waiting.extend([0.0] * k)
         tl.preemptions.extend([float(self.preemptions)] * k)
