@@ -18,6 +18,7 @@ from krakenlm.serving.kv_cache import size_kv_cache
 from krakenlm.serving.replay import ServeError, serve
 from krakenlm.serving.step_time import StepTimer
 from krakenlm.serving.traces import Request, Trace, synthetic_trace
+from krakenlm.serving.vllm_v0 import V0Engine
 from krakenlm.serving.vllm_v1 import Seq, V1Engine, V1Options
 from krakenlm.simulator import Simulator
 
@@ -30,9 +31,9 @@ def timer() -> StepTimer:
     return StepTimer(sim, get_preset(MODEL), 1, max_tokens=1024, max_sequences=16)
 
 
-def run(requests, blocks=100_000, block_tokens=0, **options):
+def run(requests, blocks=100_000, block_tokens=0, engine_class=V1Engine, **options):
     opt = V1Options(**{"max_num_batched_tokens": 1024, "max_num_seqs": 16, **options})
-    engine = V1Engine(timer(), opt, blocks, block_tokens)
+    engine = engine_class(timer(), opt, blocks, block_tokens)
     seqs = []
     for req in requests:
         engine.advance(req.arrival_s)
@@ -159,3 +160,27 @@ def test_bad_setups_are_one_line_errors():
     from krakenlm.serving.kv_cache import KVCacheError
     with pytest.raises(KVCacheError, match="leaves no KV cache"):
         serve(ok, get_preset("llama2-70b"), "h100-80gb-x8", tp=1)
+
+
+def test_vllm_v0_runs_a_new_prompt_alone_while_v1_mixes_it_with_the_decodes():
+    st = timer()
+    reqs = [Request(0, 0.0, 100, 40), Request(1, 0.05, 1000, 2)]
+    _, (a0, b0) = run(reqs, engine_class=V0Engine)
+    _, (a1, b1) = run(reqs)
+    alone = st.batch_s([(1000, 0)], [])
+    assert b0.first_token_s - b0.first_scheduled_s == pytest.approx(alone, rel=1e-12)
+    # V1: the same prompt shares its step with A's decode, which costs a little more
+    assert b1.first_token_s - b1.first_scheduled_s > alone * (1 + 1e-9)
+    # V0 stalls A's decodes for that step: A finishes later than under V1
+    assert a0.finish_s > a1.finish_s
+
+
+def test_engine_defaults_follow_vllm():
+    from krakenlm.hardware import load_system
+    from krakenlm.serving.replay import default_options
+
+    h100, a100 = load_system("h100-80gb-x8"), load_system("a100-80gb-x8")
+    llama = get_preset("llama2-70b")
+    assert default_options("vllm-v1", h100, llama) == V1Options(8192, 1024, 16, 0.9, True)
+    assert default_options("vllm-v1", a100, llama) == V1Options(2048, 256, 16, 0.9, True)
+    assert default_options("vllm-v0", h100, llama) == V1Options(4096, 256, 16, 0.9, False)

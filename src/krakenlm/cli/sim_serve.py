@@ -9,7 +9,8 @@ import sys
 
 import typer
 
-from ._console import stdout_console, table as _table
+from ._console import stdout_console
+from ._console import table as _table
 from .sim import sim_app
 
 
@@ -18,8 +19,8 @@ def serve_cmd(
     trace: str = typer.Option(..., "--trace", help="Request trace: an Azure 2023 CSV, a Mooncake JSONL (with prefix-block hash_ids), a Vidur-style CSV, or 'synthetic' (with --rate, --arrival, --cv, --requests, --lengths)."),
     model: str = typer.Option(..., "--model", help="Model preset (see `krakenlm models`) or a path to a config.json (Hugging Face or krakenlm)."),
     system: str = typer.Option(..., "--system", help="Hardware preset (see `krakenlm sim systems`) or a YAML file."),
-    software: str = typer.Option("vllm", "--software", help="Serving software profile; its engine's scheduler is replayed (vllm: vLLM V1)."),
-    scheduler: str = typer.Option(None, "--scheduler", help="Replay this scheduler instead of the profile's own (vllm-v1)."),
+    software: str = typer.Option("vllm", "--software", help="Serving software profile; its engine's scheduler is replayed (vllm: vLLM V1, vllm-v0: vLLM V0)."),
+    scheduler: str = typer.Option(None, "--scheduler", help="Replay this scheduler instead of the profile's own (vllm-v1, vllm-v0)."),
     arch: str = typer.Option(None, "--arch", help="gpt | parallel | kraken: serve the model as this architecture (kraken: the parameter-matched Kraken with degree = tp)."),
     kraken_rule: str = typer.Option("engine", "--kraken-rule", help="With --arch kraken: engine or head-count (see `sim run`)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree per replica."),
@@ -32,11 +33,11 @@ def serve_cmd(
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival times."),
     requests: int = typer.Option(1000, "--requests", help="Synthetic requests."),
     lengths: str = typer.Option("fixed:512,128", "--lengths", help="Synthetic lengths: fixed:PROMPT,OUTPUT, trace:PATH (resampled) or lognormal:PROMPT_MEAN,OUTPUT_MEAN[,CV]."),
-    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens", help="Token budget per step (default: vLLM's for the device, 8192 or 2048)."),
-    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Most running requests (default: vLLM's for the device, 1024 or 256)."),
+    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens", help="Token budget per step (default: the engine's; V1: 8192 or 2048 by device, V0: max(context, 2048))."),
+    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Most running requests (default: the engine's; V1: 1024 or 256 by device, V0: 256)."),
     block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="Share of device memory the engine may use (weights, activations, KV cache)."),
-    no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="Disable prefix caching (on by default in vLLM V1)."),
+    prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default: the engine's: on in vLLM V1, off in V0)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),
     slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),
     slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
@@ -55,7 +56,7 @@ def serve_cmd(
         rate_scale=rate_scale, seed=seed, arrival=arrival, rate=rate, cv=cv,
         requests=requests, lengths=lengths, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs, block_size=block_size,
-        gpu_memory_utilization=gpu_memory_utilization, prefix_caching=not no_prefix_caching,
+        gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
         dtype=dtype, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, skip_long=skip_long)
     report = serve_command(options, progress=_progress if sys.stderr.isatty() else None)
     if out:

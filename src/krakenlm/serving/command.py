@@ -6,16 +6,16 @@ the rate scale, the model (a preset or a config.json, as another architecture if
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..hardware import load_system
 from ..simulator import arch_variant, resolve_model
-from .replay import serve
+from ..simulator.constants.software import load_software
+from .replay import SCHEDULERS, default_options, serve
 from .report import ServeReport
 from .traces import read_trace, scale_rate, synthetic_trace
-from .vllm_v1 import V1Options
 
 SYNTHETIC = "synthetic"
 
@@ -45,7 +45,7 @@ class ServeOptions:
     max_num_seqs: int | None = None
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
-    prefix_caching: bool = True
+    prefix_caching: bool | None = None  # None: the engine's default
     dtype: str = "fp16"
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -68,10 +68,16 @@ def serve_command(o: ServeOptions,
     config = arch_variant(original, o.arch, o.tp, o.kraken_rule)
     label = name if o.arch in (None, original.arch) else f"{name} as {o.arch}"
     system = load_system(o.system)
-    defaults = V1Options.defaults_for(system.device.name, system.device.memory.capacity_bytes)
-    options = V1Options(o.max_num_batched_tokens or defaults.max_num_batched_tokens,
-                        o.max_num_seqs or defaults.max_num_seqs, o.block_size,
-                        o.gpu_memory_utilization, o.prefix_caching)
+    # the engine whose defaults apply (`serve` checks the choice and says what is wrong)
+    kind = o.scheduler or SCHEDULERS.get(load_software(o.software).name, "vllm-v1")
+    defaults = default_options(kind, system, config)
+    options = replace(defaults,
+                      max_num_batched_tokens=o.max_num_batched_tokens
+                      or defaults.max_num_batched_tokens,
+                      max_num_seqs=o.max_num_seqs or defaults.max_num_seqs,
+                      block_size=o.block_size, gpu_memory_utilization=o.gpu_memory_utilization,
+                      enable_prefix_caching=defaults.enable_prefix_caching
+                      if o.prefix_caching is None else o.prefix_caching)
     report = serve(trace, config, system, software=o.software, tp=o.tp, replicas=o.replicas,
                    router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
                    model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,

@@ -34,10 +34,12 @@ from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
 from .step_time import StepTimer
 from .traces import Trace
+from .vllm_v0 import V0Engine
 from .vllm_v1 import Seq, V1Engine, V1Options
 
 ROUTERS = ("round-robin", "least-loaded")
-SCHEDULERS = {"vllm": "vllm-v1"}  # software profile -> the scheduler its engine runs
+SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0"}  # software profile -> its scheduler
+ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine}
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
 
 
@@ -46,11 +48,11 @@ class ServeError(KrakenError, ValueError):
 
 
 def scheduler_for(profile_name: str, scheduler: str | None) -> str:
-    """The scheduler a software profile's engine runs (only vLLM V1 so far)."""
+    """The scheduler a software profile's engine runs (vLLM V1 and V0 so far)."""
     if scheduler is not None:
-        if scheduler not in SCHEDULERS.values():
+        if scheduler not in ENGINES:
             raise ServeError(f"--scheduler {scheduler!r} is not one of "
-                             f"{', '.join(sorted(set(SCHEDULERS.values())))}")
+                             f"{', '.join(ENGINES)}")
         if SCHEDULERS.get(profile_name) != scheduler:
             warn(f"software {profile_name} runs its own scheduler; replaying it with "
                  f"{scheduler}'s policy on {profile_name}'s kernels and host costs")
@@ -58,8 +60,15 @@ def scheduler_for(profile_name: str, scheduler: str | None) -> str:
     if profile_name not in SCHEDULERS:
         raise ServeError(f"no scheduler model for software {profile_name!r} yet (modelled: "
                          f"{', '.join(SCHEDULERS)}); use --software vllm, or --scheduler "
-                         "vllm-v1 to replay it with vLLM V1's policy")
+                         "vllm-v1 to replay it with vLLM V1's policy on its kernels")
     return SCHEDULERS[profile_name]
+
+
+def default_options(scheduler: str, system: System, config: ModelConfig) -> V1Options:
+    """The engine's own defaults on this device (vllm_v1 / vllm_v0 give the sources)."""
+    if scheduler == "vllm-v0":
+        return V1Options(max(config.context_len, 2048), 256, enable_prefix_caching=False)
+    return V1Options.defaults_for(system.device.name, system.device.memory.capacity_bytes)
 
 
 def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: int,
@@ -111,8 +120,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         raise ServeError(f"trace {trace.name} holds no requests")
     sim = Simulator(system, software, dtype=dtype)
     kind = scheduler_for(sim.profile.name, scheduler)
-    opt = options or V1Options.defaults_for(system.device.name,
-                                            system.device.memory.capacity_bytes)
+    opt = options or default_options(kind, system, config)
     for name, value in (("--max-num-batched-tokens", opt.max_num_batched_tokens),
                         ("--max-num-seqs", opt.max_num_seqs)):
         if value < 1:
@@ -127,7 +135,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens))
     built = time.perf_counter() - built
-    engines = [V1Engine(timer, opt, sizing.blocks, trace.hash_block_tokens, i)
+    engines = [ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
     seqs = []
     total = len(trace.requests)
