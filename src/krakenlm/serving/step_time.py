@@ -28,8 +28,9 @@ number of sequences that sample; attention on each sequence's query and KV lengt
   so this overstates a step of many short chunks by their floors).
 * decode attention: the decode kernel's time for D sequences at their mean KV length,
   tabulated at every D up to 128 and at multiples of 8 / 16 and one past each above
-  (`sequence_grid`: the kernels' split heuristics step with the batch) and on a geometric grid
-  of KV lengths (ratio 1.05), bilinear.
+  (`sequence_grid`: the kernels' split heuristics step with the batch) and on `token_grid`
+  in the KV length (the kernels split the cache in blocks of 64-256: a step falls between m
+  and m + 1), bilinear.
 * LM head + its all-gather: the head graph for the sequences that sample, on the same grid.
 
 Host: a step with any prefill token is timed like `Simulator.run`'s prefill (the profile's
@@ -53,8 +54,6 @@ from ..simulator.graph import OpSpec, SimulationError, head_graph, model_graphs
 from ..simulator.run import step_overhead
 from ..simulator.schedule import TimedOp
 
-EXACT_UP_TO = 64       # every integer grid point up to here
-GRID_RATIO = 1.05      # geometric grid above
 ATTENTION_FRACTIONS = (0.0, 0.0625, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0, 1.25,
                        1.5, 2.0, 3.0, 4.0)
 
@@ -77,16 +76,6 @@ def sequence_grid(high: int) -> list[int]:
     aligned = [d for d in range(1, high + 1) if d <= 128 or (d <= 512 and d % 8 == 0)
                or d % 16 == 0]
     return sorted({p for d in aligned for p in (d, d + 1) if p <= high} | {high})
-
-
-def int_grid(high: int, exact_up_to: int = EXACT_UP_TO, ratio: float = GRID_RATIO) -> list[int]:
-    """Every integer up to `exact_up_to`, then a geometric grid to `high` (included)."""
-    points = list(range(1, min(high, exact_up_to) + 1))
-    x = float(points[-1])
-    while points[-1] < high:
-        x *= ratio
-        points.append(min(high, max(points[-1] + 1, round(x))))
-    return points
 
 
 class Linear1D:
@@ -215,7 +204,7 @@ class StepTimer:
         return Linear1D(lengths, times)
 
     def _decode_attention_table(self) -> list[Linear1D]:
-        kv = np.array(int_grid(self.max_context, exact_up_to=16, ratio=1.05))
+        kv = np.array(token_grid(self.max_context))  # the kernels split the KV in 64-256 blocks
         rows = []
         for d in self.seq_grid:
             first, second = (self._attention_spec(model_graphs(
