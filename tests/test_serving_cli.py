@@ -57,7 +57,10 @@ def test_an_overloaded_system_is_named(capsys):
     code, _, err = _run(BASE + ["--trace", "synthetic", "--rate", "2000", "--requests", "200",
                                 "--lengths", "fixed:1000,50", "--json"], capsys)
     assert code == 0
-    assert "warning: overloaded: requests arrive at" in err
+    assert "warning: overloaded: the queue grows (mean wait" in err
+    code, _, err = _run(BASE + ["--trace", "synthetic", "--rate", "2", "--requests", "60",
+                                "--lengths", "fixed:100,10", "--json"], capsys)
+    assert code == 0 and "overloaded" not in err
 
 
 @pytest.mark.parametrize("extra,message", [

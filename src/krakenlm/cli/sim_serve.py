@@ -64,9 +64,10 @@ def serve_cmd(
     if report.summary["overloaded"]:
         from ..errors import warn
         s = report.summary
-        warn(f"overloaded: requests arrive at {s['offered_rate_per_s']:.2f}/s but are served at "
-             f"{s['throughput']['requests_per_s']:.2f}/s; the queue grows with the trace, so its "
-             "tails say how long the trace is, not how the system serves")
+        warn(f"overloaded: the queue grows (mean wait {s['queue_first_fifth_mean_s']:.2f} s for the "
+             f"first fifth of the requests, {s['queue_last_fifth_mean_s']:.2f} s for the last); "
+             f"requests arrive at {s['offered_rate_per_s']:.2f}/s, {s['throughput']['requests_per_s']:.2f}/s"
+             " are served, so the tails say how long the trace is, not how the system serves")
     if as_json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

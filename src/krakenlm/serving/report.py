@@ -26,6 +26,7 @@ from ..fileio import write_bytes_atomically, write_csv_atomically, write_text_at
 
 AMORTISATION_YEARS = 3.0  # an assumption: a typical depreciation period for servers
 PERCENTILES = (50, 90, 95, 99)
+OVERLOAD_QUEUE_S = 1.0  # mean queueing delay of the last fifth of the requests, at least
 TIMELINE_BINS = 200
 REQUEST_COLUMNS = ("id", "replica", "arrival_s", "queue_s", "first_token_s", "finish_s",
                    "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens",
@@ -149,11 +150,16 @@ def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.nda
         ok &= np.array([r["tpot_s"] is None or r["tpot_s"] <= slo_tpot_s for r in rows])
     offered = (n - 1) / duration_s if n > 1 and duration_s > 0 else None
     served = n / makespan_s if makespan_s > 0 else None
-    # overloaded: over the arrival window, requests finish markedly slower than they arrive
+    # overloaded: the queue keeps growing. A stable system's queueing delays are stationary; an
+    # overloaded one's grow with the time: the last fifth of the requests (by arrival) waits
+    # over a second on average and five times longer than the first fifth.
+    by_arrival = np.argsort([r["arrival_s"] for r in rows], kind="stable")
+    fifth = max(1, n // 5)
+    q_first = float(queue[by_arrival[:fifth]].mean()) if n else 0.0
+    q_last = float(queue[by_arrival[-fifth:]].mean()) if n else 0.0
+    overloaded = bool(n >= 50 and q_last > OVERLOAD_QUEUE_S and q_last > 5 * q_first)
     last_arrival = max(r["arrival_s"] for r in rows)
     done = sum(r["finish_s"] <= last_arrival for r in rows)
-    kept_up = (done / duration_s) / offered if offered else 1.0
-    overloaded = bool(n >= 50 and kept_up < 0.9)
     cost = usd_per_s * makespan_s
     return {
         "requests": n,
@@ -176,6 +182,7 @@ def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.nda
                  "usd_per_million_tokens": cost / all_tokens * 1e6 if all_tokens else None,
                  "amortisation_years": AMORTISATION_YEARS},
         "overloaded": overloaded,
+        "queue_first_fifth_mean_s": q_first, "queue_last_fifth_mean_s": q_last,
         "finished_by_last_arrival": done,
     }
 
