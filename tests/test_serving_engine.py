@@ -18,6 +18,7 @@ from krakenlm.serving.kv_cache import size_kv_cache
 from krakenlm.serving.replay import ServeError, serve
 from krakenlm.serving.step_time import StepTimer
 from krakenlm.serving.traces import Request, Trace, synthetic_trace
+from krakenlm.serving.trtllm import TRTEngine
 from krakenlm.serving.vllm_v0 import V0Engine
 from krakenlm.serving.vllm_v1 import Seq, V1Engine, V1Options
 from krakenlm.simulator import Simulator
@@ -151,8 +152,8 @@ def test_bad_setups_are_one_line_errors():
     with pytest.raises(ServeError, match="exceed gpt3-1.3b's context of 2048 tokens"):
         serve(trace, get_preset(MODEL), "h100-80gb-x8", model_name=MODEL)
     ok = Trace("t", (Request(0, 0.0, 30, 3),))
-    with pytest.raises(ServeError, match="no scheduler model for software 'trtllm'"):
-        serve(ok, get_preset(MODEL), "h100-80gb-x8", software="trtllm")
+    with pytest.raises(ServeError, match="no scheduler model for software 'sglang'"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", software="sglang")
     with pytest.raises(ServeError, match="--router 'random' is not one of"):
         serve(ok, get_preset(MODEL), "h100-80gb-x8", router="random")
     with pytest.raises(ServeError, match="--slo-ttft-s must be a positive"):
@@ -183,4 +184,35 @@ def test_engine_defaults_follow_vllm():
     llama = get_preset("llama2-70b")
     assert default_options("vllm-v1", h100, llama) == V1Options(8192, 1024, 16, 0.9, True)
     assert default_options("vllm-v1", a100, llama) == V1Options(2048, 256, 16, 0.9, True)
-    assert default_options("vllm-v0", h100, llama) == V1Options(4096, 256, 16, 0.9, False)
+    assert default_options("vllm-v0", h100, llama) == V1Options(4096, 256, 16, 0.9, False,
+                                                                 chunked_prefill=False)
+    assert default_options("trtllm", h100, llama) == V1Options(
+        8192, 2048, 32, 0.9, False, chunked_prefill=False, capacity_policy="guaranteed-no-evict")
+
+
+def test_trtllm_guaranteed_no_evict_admits_only_what_can_finish():
+    """12 blocks of 16 tokens; each request needs 8 for its prompt and output: the second
+    waits for the first to finish instead of being preempted (vLLM V1 preempts it)."""
+    reqs = [Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)]
+    engine, (a, b) = run(reqs, blocks=12, block_size=16, engine_class=TRTEngine,
+                         chunked_prefill=False)
+    assert engine.preemptions == 0
+    assert b.first_scheduled_s == pytest.approx(a.finish_s, rel=1e-12)
+    engine, (a, b) = run(reqs, blocks=12, block_size=16, engine_class=TRTEngine,
+                         chunked_prefill=False, capacity_policy="max-utilization")
+    assert engine.preemptions >= 1 and b.first_scheduled_s == 0.0
+
+
+def test_trtllm_without_chunking_runs_a_context_whole_or_not_at_all():
+    st = timer()
+    reqs = [Request(0, 0.0, 700, 3), Request(1, 0.0, 500, 3)]
+    # 1024 tokens: the first context (700) fits, the second (500) does not: it waits a step
+    _, (a, b) = run(reqs, engine_class=TRTEngine, chunked_prefill=False)
+    assert a.first_token_s == pytest.approx(st.batch_s([(700, 0)], []), rel=1e-12)
+    assert b.first_scheduled_s == pytest.approx(a.first_token_s, rel=1e-12)
+    # chunked: the second takes the 324 tokens left, rounded down to whole blocks (320); only
+    # the first samples a token in that step
+    _, (a, b) = run(reqs, engine_class=TRTEngine, chunked_prefill=True)
+    assert a.first_token_s == pytest.approx(st.batch_s([(700, 0), (320, 0)], [], logits=1),
+                                            rel=1e-12)
+    assert b.first_scheduled_s == 0.0

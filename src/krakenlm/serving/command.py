@@ -43,9 +43,11 @@ class ServeOptions:
     # engine knobs (None: vLLM's defaults for the device)
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
-    block_size: int = 16
+    block_size: int | None = None  # None: the engine's (vLLM 16, TensorRT-LLM 32)
     gpu_memory_utilization: float = 0.9
     prefix_caching: bool | None = None  # None: the engine's default
+    chunked_prefill: bool | None = None  # TensorRT-LLM only (None: its default, off)
+    capacity_policy: str = "guaranteed-no-evict"  # TensorRT-LLM only
     dtype: str = "fp16"
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -75,9 +77,13 @@ def serve_command(o: ServeOptions,
                       max_num_batched_tokens=o.max_num_batched_tokens
                       or defaults.max_num_batched_tokens,
                       max_num_seqs=o.max_num_seqs or defaults.max_num_seqs,
-                      block_size=o.block_size, gpu_memory_utilization=o.gpu_memory_utilization,
+                      block_size=o.block_size or defaults.block_size,
+                      gpu_memory_utilization=o.gpu_memory_utilization,
                       enable_prefix_caching=defaults.enable_prefix_caching
-                      if o.prefix_caching is None else o.prefix_caching)
+                      if o.prefix_caching is None else o.prefix_caching,
+                      chunked_prefill=defaults.chunked_prefill
+                      if o.chunked_prefill is None or kind != "trtllm" else o.chunked_prefill,
+                      capacity_policy=o.capacity_policy)
     report = serve(trace, config, system, software=o.software, tp=o.tp, replicas=o.replicas,
                    router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
                    model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,

@@ -52,8 +52,11 @@ class KVSizing:
 
 def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: int = 16,
                   gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
-                  model_name: str = "model") -> KVSizing:
-    """Blocks of the KV cache per replica (every TP shard holds the same number)."""
+                  model_name: str = "model", of_free_memory: bool = False) -> KVSizing:
+    """Blocks of the KV cache per replica (every TP shard holds the same number).
+    `of_free_memory`: the fraction applies to what the weights, activations and reserve leave
+    (TensorRT-LLM's `free_gpu_memory_fraction`), not to the whole device (vLLM's
+    `gpu_memory_utilization`)."""
     if not 0 < gpu_memory_utilization <= 1:
         raise KVCacheError(f"--gpu-memory-utilization must be in (0, 1], got "
                            f"{gpu_memory_utilization}")
@@ -64,7 +67,9 @@ def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: i
                            True)
     per_block = kv_cache_bytes(config, tp, 1, block_size, sim.precision("kv_cache"))
     capacity = int(sim.system.device.memory.capacity_bytes)
-    free = capacity * gpu_memory_utilization - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
+    left = capacity - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
+    free = left * gpu_memory_utilization if of_free_memory else \
+        capacity * gpu_memory_utilization - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
     blocks = int(free // per_block) if free > 0 else 0
     if blocks < 1:
         gb = 1e9

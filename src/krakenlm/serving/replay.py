@@ -34,12 +34,14 @@ from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
 from .step_time import StepTimer
 from .traces import Trace
+from .trtllm import POLICIES, TRTEngine
 from .vllm_v0 import V0Engine
 from .vllm_v1 import Seq, V1Engine, V1Options
 
 ROUTERS = ("round-robin", "least-loaded")
-SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0"}  # software profile -> its scheduler
-ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine}
+# software profile -> the scheduler its engine runs
+SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0", "trtllm": "trtllm"}
+ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine, "trtllm": TRTEngine}
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
 
 
@@ -48,7 +50,7 @@ class ServeError(KrakenError, ValueError):
 
 
 def scheduler_for(profile_name: str, scheduler: str | None) -> str:
-    """The scheduler a software profile's engine runs (vLLM V1 and V0 so far)."""
+    """The scheduler a software profile's engine runs (vLLM V1 and V0, TensorRT-LLM)."""
     if scheduler is not None:
         if scheduler not in ENGINES:
             raise ServeError(f"--scheduler {scheduler!r} is not one of "
@@ -67,7 +69,11 @@ def scheduler_for(profile_name: str, scheduler: str | None) -> str:
 def default_options(scheduler: str, system: System, config: ModelConfig) -> V1Options:
     """The engine's own defaults on this device (vllm_v1 / vllm_v0 give the sources)."""
     if scheduler == "vllm-v0":
-        return V1Options(max(config.context_len, 2048), 256, enable_prefix_caching=False)
+        return V1Options(max(config.context_len, 2048), 256, enable_prefix_caching=False,
+                         chunked_prefill=False)
+    if scheduler == "trtllm":
+        return V1Options(8192, 2048, 32, 0.9, enable_prefix_caching=False,
+                         chunked_prefill=False)
     return V1Options.defaults_for(system.device.name, system.device.memory.capacity_bytes)
 
 
@@ -125,11 +131,22 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                         ("--max-num-seqs", opt.max_num_seqs)):
         if value < 1:
             raise ServeError(f"{name} must be at least 1, got {value}")
+    if opt.capacity_policy not in POLICIES:
+        raise ServeError(f"--capacity-policy {opt.capacity_policy!r} is not one of "
+                         f"{', '.join(POLICIES)}")
     sizing = size_kv_cache(sim, config, tp, block_size=opt.block_size,
                            gpu_memory_utilization=opt.gpu_memory_utilization,
                            max_num_batched_tokens=opt.max_num_batched_tokens,
-                           model_name=model_name)
+                           model_name=model_name, of_free_memory=kind == "trtllm")
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
+    chunks = kind == "vllm-v1" or (kind == "trtllm" and opt.chunked_prefill)
+    longest_pass = max(r.prompt_tokens + r.output_tokens - 1 for r in trace.requests)
+    if not chunks and longest_pass > opt.max_num_batched_tokens:
+        raise ServeError(
+            f"{kind} without chunked prefill runs a prompt in one step, and a request of "
+            f"{longest_pass} tokens (with its recomputed output) exceeds "
+            f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
+            + (" or pass --chunked-prefill" if kind == "trtllm" else ""))
     longest = max(r.prompt_tokens + r.output_tokens for r in trace.requests)
     built = time.perf_counter()
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,

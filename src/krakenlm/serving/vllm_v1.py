@@ -44,12 +44,16 @@ WINDOW_MAX_STEPS = 4096  # the longest decode window run at once
 
 @dataclass(frozen=True)
 class V1Options:
-    """The vLLM V1 knobs the scheduler reads (vLLM's names)."""
+    """The engine knobs the schedulers read (vLLM's names; TensorRT-LLM's max_num_tokens,
+    max_batch_size, tokens_per_block and free_gpu_memory_fraction map onto the first four).
+    `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only."""
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
+    chunked_prefill: bool = True
+    capacity_policy: str = "guaranteed-no-evict"
 
     @staticmethod
     def defaults_for(device_name: str, memory_bytes: float) -> V1Options:
@@ -180,7 +184,7 @@ class V1Engine:
         needs = []
         total_need = 0
         for s in running:
-            n = -(-(s.computed + k) // bs) - s.private - per * len(s.shared)
+            n = max(0, -(-(s.computed + k) // bs) - s.private - per * len(s.shared))
             needs.append(n)
             total_need += n
         if total_need > pool.available:
