@@ -93,3 +93,23 @@ def test_weights_that_do_not_fit_are_one_error_line(tmp_path):
                                    "h100-80gb-x8", "--tp", "1", "--trace",
                                    str(TRACES / "vidur_style.csv")])
     assert "leaves no KV cache on h100-80gb-x8 with --tp 1" in err
+
+
+def test_any_architecture_and_a_hugging_face_config(tmp_path, capsys):
+    """--arch kraken serves the parameter-matched Kraken of the model; --model takes a
+    config.json (here a Hugging Face GPT-2 config written by hand)."""
+    argv = ["sim", "serve", "--system", "h100-80gb-x8", "--trace", "synthetic", "--rate", "5",
+            "--requests", "20", "--lengths", "fixed:128,8", "--max-num-batched-tokens", "512",
+            "--max-num-seqs", "16", "--json"]
+    code, out, err = _run(argv + ["--model", "gpt3-1.3b", "--arch", "kraken", "--tp", "2"],
+                          capsys)
+    assert code == 0, err
+    setup = json.loads(out)["setup"]
+    assert setup["arch"] == "kraken" and setup["model"] == "gpt3-1.3b as kraken"
+    config = tmp_path / "gpt2" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"model_type": "gpt2", "n_layer": 4, "n_embd": 256,
+                                  "n_head": 4, "n_positions": 1024, "vocab_size": 50257}))
+    code, out, err = _run(argv + ["--model", str(config)], capsys)
+    assert code == 0, err
+    assert json.loads(out)["setup"]["model"] == "gpt2"
