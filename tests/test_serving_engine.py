@@ -216,3 +216,24 @@ def test_trtllm_without_chunking_runs_a_context_whole_or_not_at_all():
     assert a.first_token_s == pytest.approx(st.batch_s([(700, 0), (320, 0)], [], logits=1),
                                             rel=1e-12)
     assert b.first_scheduled_s == 0.0
+
+
+def test_one_at_a_time_with_a_fixed_service_time_the_waits_are_lindleys():
+    """Batching off (max_num_seqs 1), every request one 512-token prefill (one output token):
+    a single server with deterministic service S. Each request's queueing delay must equal
+    Lindley's recursion W' = max(0, W + S - gap) on the same arrivals (exact, no sampling
+    error), and their mean the M/D/1 mean wait rho S / (2 (1 - rho)) within sampling error."""
+    st = StepTimer(Simulator("h100-80gb-x8", "vllm"), get_preset(MODEL), 1, max_tokens=1024,
+                   max_sequences=1)
+    service = st.batch_s([(512, 0)], [])
+    rho = 0.6
+    trace = synthetic_trace(np.random.default_rng(1), 5000, rho / service, "fixed:512,1")
+    report = serve(trace, get_preset(MODEL), "h100-80gb-x8", options=V1Options(1024, 1))
+    waits = np.array([r["queue_s"] for r in report.rows])
+    arrivals = np.array([r.arrival_s for r in trace.requests])
+    lindley = np.zeros(len(arrivals))
+    for i in range(1, len(arrivals)):
+        lindley[i] = max(0.0, lindley[i - 1] + service - (arrivals[i] - arrivals[i - 1]))
+    assert np.max(np.abs(waits - lindley)) < 1e-9
+    md1 = rho * service / (2 * (1 - rho))
+    assert waits.mean() == pytest.approx(md1, rel=0.1)
