@@ -113,3 +113,28 @@ def test_any_architecture_and_a_hugging_face_config(tmp_path, capsys):
     code, out, err = _run(argv + ["--model", str(config)], capsys)
     assert code == 0, err
     assert json.loads(out)["setup"]["model"] == "gpt2"
+
+
+def test_capacity_search_brackets_the_largest_rate_meeting_the_slos(capsys):
+    argv = BASE + ["--trace", "synthetic", "--rate", "4", "--requests", "120", "--lengths",
+                   "fixed:512,32", "--capacity", "--slo-ttft-s", "0.05", "--slo-tpot-s",
+                   "0.02", "--slo-percentile", "90", "--json"]
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    found = json.loads(out)
+    evaluations = found["evaluations"]
+    passing = [e for e in evaluations if e["meets"]]
+    failing = [e for e in evaluations if not e["meets"]]
+    best = max(e["rate_scale"] for e in passing)
+    assert found["rate_scale"] == best
+    assert min(e["rate_scale"] for e in failing if e["rate_scale"] > best) / best - 1 <= 0.01
+    at = found["at_capacity"]["summary"]
+    assert at["ttft_s"]["p90"] <= 0.05 and at["tpot_s"]["p90"] <= 0.02
+
+
+def test_capacity_search_needs_a_reachable_slo(tmp_path):
+    argv = BASE + ["--trace", "synthetic", "--rate", "4", "--requests", "40", "--lengths",
+                   "fixed:512,8", "--capacity"]
+    assert "a capacity search needs an SLO" in cli_one_line_or_success(argv)
+    err = cli_one_line_or_success(argv + ["--slo-ttft-s", "0.0001"])
+    assert "no request rate meets the SLOs: at 0.000976562x the trace's rate the p99 TTFT is" in err

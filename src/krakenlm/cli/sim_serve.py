@@ -44,6 +44,8 @@ def serve_cmd(
     slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),
     slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
     skip_long: bool = typer.Option(False, "--skip-long", help="Drop requests longer than the model's context (default: an error)."),
+    capacity: bool = typer.Option(False, "--capacity", help="Search the largest request rate (a scale of the trace's) whose --slo-percentile TTFT and TPOT meet the SLOs, to 1 %; report the replay at that rate."),
+    slo_percentile: int = typer.Option(99, "--slo-percentile", help="With --capacity: the percentile the SLOs bound (50, 90, 95 or 99)."),
     out: str = typer.Option(None, "--out", help="Directory for requests.csv, timeline.csv, summary.json and serve.png."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
@@ -61,6 +63,9 @@ def serve_cmd(
         capacity_policy=capacity_policy,
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
         dtype=dtype, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, skip_long=skip_long)
+    if capacity:
+        _capacity(options, slo_percentile, out, as_json)
+        return
     report = serve_command(options, progress=_progress if sys.stderr.isatty() else None)
     if out:
         report.write(out)
@@ -75,6 +80,37 @@ def serve_cmd(
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
     _print(report, out)
+
+
+def _capacity(options, percentile: int, out: str | None, as_json: bool) -> None:
+    from ..serving.command import capacity_command
+
+    def progress(row: dict) -> None:
+        if sys.stderr.isatty():
+            print(f"rate {row['rate_per_s']:.3f}/s: {'meets' if row['meets'] else 'misses'} the "
+                  "SLOs", file=sys.stderr, flush=True)
+
+    found = capacity_command(options, percentile, progress=progress)
+    if out:
+        found.report.write(out)
+    if as_json:
+        print(json.dumps(found.to_json(), indent=2, sort_keys=True))
+        return
+    console = stdout_console()
+    t = _table(title=f"Capacity search: p{percentile} TTFT <= {found.slo_ttft_s} s, TPOT <= "
+                     f"{found.slo_tpot_s} s")
+    for col in ("rate /s", "scale", f"TTFT p{percentile} ms", f"TPOT p{percentile} ms",
+                "overloaded", "meets"):
+        t.add_column(col, justify="right")
+    for row in sorted(found.evaluations, key=lambda r: r["rate_scale"]):
+        t.add_row(f"{row['rate_per_s']:.3f}", f"{row['rate_scale']:.4g}",
+                  _fmt(row[f"ttft_p{percentile}_s"]), _fmt(row[f"tpot_p{percentile}_s"]),
+                  "yes" if row["overloaded"] else "", "yes" if row["meets"] else "no")
+    console.print(t)
+    console.print(f"capacity: {found.rate_per_s:.3f} requests/s ({found.rate_scale:.4g}x the "
+                  f"trace's rate), goodput "
+                  f"{found.report.summary['slo']['goodput_requests_per_s']:.3f} requests/s")
+    _print(found.report, out)
 
 
 def _progress(done: int, total: int) -> None:

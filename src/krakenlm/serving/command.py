@@ -13,9 +13,10 @@ import numpy as np
 from ..hardware import load_system
 from ..simulator import arch_variant, resolve_model
 from ..simulator.constants.software import load_software
+from .capacity import Capacity, find_capacity
 from .replay import SCHEDULERS, default_options, serve
 from .report import ServeReport
-from .traces import read_trace, scale_rate, synthetic_trace
+from .traces import Trace, read_trace, scale_rate, synthetic_trace
 
 SYNTHETIC = "synthetic"
 
@@ -56,6 +57,47 @@ class ServeOptions:
 
 def serve_command(o: ServeOptions,
                   progress: Callable[[int, int], None] | None = None) -> ServeReport:
+    trace, config, label, system, options = _setup(o)
+    report = serve(trace, config, system, software=o.software, tp=o.tp, replicas=o.replicas,
+                   router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
+                   model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
+                   skip_long=o.skip_long, progress=progress)
+    report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
+    return report
+
+
+def capacity_command(o: ServeOptions, percentile: int = 99,
+                     progress: Callable[[dict], None] | None = None) -> Capacity:
+    """The largest rate scale of the trace (times `o.rate_scale`) meeting the SLOs."""
+    trace, config, label, system, options = _setup(o)
+
+    def replay(scale: float) -> ServeReport:
+        report = serve(scale_rate(trace, scale), config, system, software=o.software, tp=o.tp,
+                       replicas=o.replicas, router=o.router, options=options,
+                       scheduler=o.scheduler, dtype=o.dtype, model_name=label,
+                       slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
+                       skip_long=False)
+        report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale * scale})
+        return report
+
+    if o.skip_long:  # drop once, warn once
+        trace = _without_long(trace, config)
+    return find_capacity(replay, trace.rate_per_s(), slo_ttft_s=o.slo_ttft_s,
+                         slo_tpot_s=o.slo_tpot_s, percentile=percentile, progress=progress)
+
+
+def _without_long(trace: Trace, config) -> Trace:
+    from ..errors import warn
+
+    keep = tuple(r for r in trace.requests
+                 if r.prompt_tokens + r.output_tokens - 1 <= config.context_len)
+    if len(keep) < len(trace.requests):
+        warn(f"dropped {len(trace.requests) - len(keep)} of {len(trace.requests)} requests "
+             f"longer than the model's context of {config.context_len} tokens")
+    return Trace(trace.name, keep, trace.hash_block_tokens) if keep else trace
+
+
+def _setup(o: ServeOptions):
     from .replay import ServeError
 
     rng = np.random.default_rng(o.seed)
@@ -84,9 +126,4 @@ def serve_command(o: ServeOptions,
                       chunked_prefill=defaults.chunked_prefill
                       if o.chunked_prefill is None or kind != "trtllm" else o.chunked_prefill,
                       capacity_policy=o.capacity_policy)
-    report = serve(trace, config, system, software=o.software, tp=o.tp, replicas=o.replicas,
-                   router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
-                   model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
-                   skip_long=o.skip_long, progress=progress)
-    report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
-    return report
+    return trace, config, label, system, options
