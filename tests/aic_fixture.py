@@ -34,12 +34,13 @@ def gemm_shapes() -> list[tuple[int, int, int]]:
 
 def write_tables(root: Path, device_name: str = "NVIDIA H100 80GB HBM3", system: str = "h100_sxm",
                  frameworks: tuple[str, ...] = ("trtllm",), with_extra_kernel: bool = True,
-                 gemm_params: dict | None = None) -> Path:
-    """Write GEMM and quantisation tables for `system`; return `root`."""
+                 gemm_params: dict | None = None, hardware: str = "h100-80gb-x8") -> Path:
+    """Write GEMM and quantisation tables for `system` as measured on `hardware`'s device (a
+    preset or a YAML path); return `root`."""
     from krakenlm.hardware import load_system
     from krakenlm.simulator.kernels.gpu import elementwise, gemm
 
-    dev = load_system("h100-80gb-x8").device
+    dev = load_system(hardware).device
     p = gemm_params or GEMM_PARAMS
     shapes = gemm_shapes()
     m, n, k = (np.array(c) for c in zip(*shapes))

@@ -31,6 +31,24 @@ class Capacity:
     report: ServeReport  # the replay at the capacity
     evaluations: list[dict] = field(default_factory=list)
 
+    def to_table(self) -> list:
+        """The replays of the search, the capacity and the report at it (console.Report)."""
+        from ..console import table_of
+
+        p = self.percentile
+        t = table_of(f"Capacity search: p{p} TTFT <= {self.slo_ttft_s} s, TPOT <= "
+                     f"{self.slo_tpot_s} s", ("rate /s", "scale", f"TTFT p{p} ms",
+                                              f"TPOT p{p} ms", "overloaded", "meets"))
+        for row in sorted(self.evaluations, key=lambda r: r["rate_scale"]):
+            ttft, tpot = row[f"ttft_p{p}_s"], row[f"tpot_p{p}_s"]
+            t.add_row(f"{row['rate_per_s']:.3f}", f"{row['rate_scale']:.4g}",
+                      f"{ttft * 1e3:,.1f}", "-" if tpot is None else f"{tpot * 1e3:,.1f}",
+                      "yes" if row["overloaded"] else "", "yes" if row["meets"] else "no")
+        goodput = self.report.summary["slo"]["goodput_requests_per_s"]
+        line = (f"capacity: {self.rate_per_s:.3f} requests/s ({self.rate_scale:.4g}x the "
+                f"trace's rate), goodput {goodput:.3f} requests/s")
+        return [t, line, *self.report.to_table()]
+
     def to_json(self) -> dict:
         return {"capacity_rate_per_s": self.rate_per_s, "rate_scale": self.rate_scale,
                 "percentile": self.percentile, "slo_ttft_s": self.slo_ttft_s,

@@ -65,12 +65,51 @@ class ServeReport:
     itl_s: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     wall_s: float = 0.0  # wall-clock time of the replay (not deterministic)
     build_s: float = 0.0  # of which: tabulating the step-time oracle
+    written: list[Path] = field(default_factory=list)  # files `write` wrote
 
     def to_json(self) -> dict[str, Any]:
         return {"setup": self.setup, "summary": self.summary,
                 "simulated_requests_per_wall_s": (len(self.rows) / self.wall_s
                                                   if self.wall_s else None),
                 "wall_s": self.wall_s, "oracle_build_s": self.build_s}
+
+    def to_table(self) -> list[Any]:
+        """The latency table and summary lines `sim serve` prints (krakenlm.console.Report)."""
+        from ..console import table_of
+
+        s, setup = self.summary, self.setup
+        t = table_of(f"{setup['model']} ({setup['arch']}) on {setup['system']}, "
+                     f"{setup['software']} ({setup['scheduler']}), TP {setup['tp']} x "
+                     f"{setup['replicas']} replicas, trace {setup['trace']}: latency (ms)",
+                     ("metric", "mean", "p50", "p90", "p95", "p99"), left=("metric",))
+        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                           ("e2e_s", "E2E"), ("queue_s", "queueing delay")):
+            t.add_row(label, *(_ms(s[key][k]) for k in ("mean", "p50", "p90", "p95", "p99")))
+        tp = s["throughput"]
+        items: list[Any] = [t, (
+            f"{s['requests']:,} requests in {s['makespan_s']:,.1f} s: "
+            f"{tp['requests_per_s']:.2f} requests/s, {tp['output_tokens_per_s']:,.0f} output "
+            f"tokens/s, {tp['tokens_per_s']:,.0f} tokens/s ({s['steps']:,} engine steps)")]
+        slo = s["slo"]
+        if slo["ttft_s"] is not None or slo["tpot_s"] is not None:
+            items.append(f"SLO (TTFT <= {slo['ttft_s']} s, TPOT <= {slo['tpot_s']} s): "
+                         f"{slo['attainment']:.1%} of requests, goodput "
+                         f"{slo['goodput_requests_per_s']:.2f} requests/s")
+        kv, blocks = s["kv_cache"], setup["kv_cache"]
+        items.append(f"KV cache: {blocks['blocks']:,} blocks of {blocks['block_size']} tokens per "
+                     f"replica, mean use {kv['mean_used']:.1%}, peak {kv['max_used']:.1%}, "
+                     f"{kv['preemptions']:,} preemptions, {kv['prefix_hit_tokens']:,} prompt "
+                     "tokens from the prefix cache")
+        c = s["cost"]
+        if c["usd_per_million_output_tokens"] is not None:
+            items.append(f"cost: ${c['usd_per_million_output_tokens']:.3f} per million output "
+                         f"tokens (${c['usd_per_million_tokens']:.3f} per million tokens; "
+                         f"devices written off over {c['amortisation_years']:g} years)")
+        items.append(f"replayed in {self.wall_s:.1f} s")
+        if self.written:
+            from ..console import Plain
+            items.append(Plain("wrote " + ", ".join(str(p) for p in self.written)))
+        return items
 
     def write(self, out: str | Path) -> list[Path]:
         """requests.csv, timeline.csv, summary.json (without wall-clock fields: byte-identical
@@ -86,6 +125,7 @@ class ServeReport:
         paths.append(write_text_atomically(out / "summary.json", json.dumps(
             {"setup": self.setup, "summary": self.summary}, indent=2, sort_keys=True) + "\n"))
         paths.append(write_bytes_atomically(out / "serve.png", self.figure_png()))
+        self.written = paths
         return paths
 
     def figure_png(self) -> bytes:
@@ -124,6 +164,10 @@ class ServeReport:
         fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
         plt.close(fig)
         return buffer.getvalue()
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.1f}"
 
 
 def _cell(value: Any) -> Any:

@@ -78,6 +78,31 @@ def run_comparison(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
                         baseline=baseline, sweep=sweep)
 
 
+def compare_presets(presets: list[str], seeds: list[int], template: TrainConfig, out_dir: Path,
+                    *, baseline: str | None = None, lrs: list[float] | None = None,
+                    jobs: int = 1) -> Path:
+    """`krakenlm study compare`: every preset trained with every seed (see run_comparison).
+    The presets, the baseline, the tokenizer and the options against each model are checked
+    before any training. Returns the report."""
+    for name in presets:
+        get_preset(name)  # fail before any training on a typo
+    if len(set(presets)) < len(presets):
+        raise KrakenError(f"--preset names a model twice ({', '.join(presets)}); give each once")
+    if baseline is not None and baseline not in presets:
+        raise KrakenError(f"--baseline {baseline} is not one of the --preset models "
+                          f"({', '.join(presets)})")
+    if template.tokenizer is not None:
+        from ..data.vocab import check_tokenizer_name
+        check_tokenizer_name(template.tokenizer)
+    if jobs < 1:
+        raise KrakenError(f"--jobs must be >= 1, got {jobs}")
+    for name in presets:
+        template.check(get_preset(name))  # sizes and rates before any training
+    return run_comparison([RunSpec(p, s) for s in seeds for p in presets], template, out_dir,
+                          title="Validation loss at equal token budget", baseline=baseline,
+                          lrs=lrs, jobs=jobs)
+
+
 def make_out_dir(out_dir: Path) -> None:
     """Create a study's --out directory, or say in one line why it cannot be one."""
     if out_dir.exists() and not out_dir.is_dir():

@@ -84,13 +84,13 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
     for ds, result in results:
         cal.put(ds.framework, ds.version, ds.family, ds.variant,
                 Entry(result.params, result.summary(), ds.notes + result.notes))
-    device = aic.read_gemm(system_name, next(d.framework for d in sets if d.framework != "nccl"),
+    device = aic.read_gemm(system.name, next(d.framework for d in sets if d.framework != "nccl"),
                            root=root).device
     cal.meta.update({
         "system": system_name,
         "device_measured": device,
         "source": f"aiconfigurator-core {aic.package_version()} (NVIDIA, Apache-2.0): "
-                  f"systems/data/{aic.aic_system(system_name)}",
+                  f"systems/data/{aic.aic_system(system.name, root)}",
         "command": command,
         "created": today(),
         **({"excluded": f"{', '.join(excluded_families)}: {why}"} if excluded_families else {}),

@@ -227,7 +227,6 @@ from ..params import BOOST_MARGIN, Param, l2_over_dram, sm_load_bytes_per_s, wit
 from . import fa3_decode, trtllm_decode
 from . import prefill_tiles as tiles
 from .gemm import hopper_class
-from .gemm_cutlass import blackwell_class
 
 BLOCK_M = tiles.BLOCK_M  # default query rows per prefill CTA (menus: prefill_tiles.py)
 BLOCK_N = tiles.BLOCK_N  # default keys per step of a prefill CTA's inner loop
@@ -489,8 +488,9 @@ def generation_variants_for(framework: str, dev: Device | None = None,
 
 
 def sm90(dev: Device) -> bool:
-    """Hopper: the Hopper-class tensor-core rate per SM and clock, below Blackwell's."""
-    return hopper_class(dev) and not blackwell_class(dev)
+    """Hopper: a device that declares sm_version 90-99 (hardware/identity.py)."""
+    from ....hardware.identity import lookup
+    return lookup(dev).kernel_generation == "hopper"
 
 
 def splitkv_count(slots: float, tiles, kv_len) -> np.ndarray:
