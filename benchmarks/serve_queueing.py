@@ -7,7 +7,7 @@ service is its prompt's prefill step(s) and the engine is a single FIFO server. 
 arrivals at utilisation rho = lambda E[S]:
 
 * M/D/1: every prompt 512 tokens (one step of S seconds): mean wait rho S / (2 (1 - rho));
-* M/G/1: prompts log-normal (mean 512 tokens, CV 1; those beyond the 2,048-token context
+* M/G/1: prompts log-normal (mean 512 tokens, CV 1; the output forced to one token; those beyond the 2,048-token context
   dropped, which thins the Poisson arrivals): Pollaczek-Khinchine lambda E[S^2] / (2 (1 - rho)),
   with S the oracle's prefill step of each request's prompt.
 
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import numpy as np
 
 from krakenlm.models import get_preset
 from krakenlm.serving.replay import serve
 from krakenlm.serving.step_time import StepTimer
-from krakenlm.serving.traces import synthetic_trace
+from krakenlm.serving.traces import Trace, synthetic_trace
 from krakenlm.serving.vllm_v1 import V1Options
 from krakenlm.simulator import Simulator
 
@@ -41,8 +42,12 @@ def main() -> None:
     config = get_preset(MODEL)
     oracle = StepTimer(Simulator(SYSTEM, "vllm"), config, 1, max_tokens=BUDGET, max_sequences=1)
     rows = []
+    def one_token(trace: Trace) -> Trace:  # every request a single output token
+        return replace(trace, requests=tuple(replace(r, output_tokens=1) for r in trace.requests))
+
     for kind, lengths in (("M/D/1", "fixed:512,1"), ("M/G/1", "lognormal:512,1,1.0")):
-        probe = synthetic_trace(np.random.default_rng(args.seed), args.requests, 1.0, lengths)
+        probe = one_token(synthetic_trace(np.random.default_rng(args.seed), args.requests, 1.0,
+                                          lengths))
         # prompts beyond the context are dropped: the rest still arrive as a Poisson process,
         # at the rate times the share kept
         prompts = np.array([r.prompt_tokens for r in probe.requests])
@@ -52,8 +57,8 @@ def main() -> None:
         share = len(kept) / len(prompts)
         for rho in (0.3, 0.6, 0.9):
             rate = rho / s.mean() / share
-            trace = synthetic_trace(np.random.default_rng(args.seed), args.requests, rate,
-                                    lengths)
+            trace = one_token(synthetic_trace(np.random.default_rng(args.seed), args.requests,
+                                              rate, lengths))
             report = serve(trace, config, SYSTEM, options=V1Options(BUDGET, 1), skip_long=True)
             wait = float(np.mean([r["queue_s"] for r in report.rows]))
             theory = rate * share * float((s ** 2).mean()) / (2 * (1 - rho))
