@@ -237,3 +237,22 @@ def test_one_at_a_time_with_a_fixed_service_time_the_waits_are_lindleys():
     assert np.max(np.abs(waits - lindley)) < 1e-9
     md1 = rho * service / (2 * (1 - rho))
     assert waits.mean() == pytest.approx(md1, rel=0.1)
+
+
+def test_prefix_affinity_routes_a_shared_prefix_to_the_replica_that_caches_it():
+    """Two replicas. Request 0 (prefix blocks 1, 2, 3, 4) decodes for a while on replica 0;
+    request 1 (unrelated) finishes at once on replica 1. Request 2 shares blocks 1-3 with
+    request 0: least-loaded sends it to the idle replica 1 (no hit), prefix-affinity to
+    replica 0, where 3 x 512 of its prompt tokens are cached."""
+    trace = Trace("t", (Request(0, 0.0, 1600, 400, (1, 2, 3, 4)),
+                        Request(1, 0.01, 600, 2, (7, 8)),
+                        Request(2, 0.5, 1600, 2, (1, 2, 3, 5))), 512)
+    rows = {}
+    for router in ("least-loaded", "prefix-affinity"):
+        report = serve(trace, get_preset(MODEL), "h100-80gb-x8", replicas=2, router=router,
+                       options=V1Options(1024, 16))
+        rows[router] = {r["id"]: r for r in report.rows}
+    assert rows["least-loaded"][0]["finish_s"] > 0.5  # replica 0 is still busy at 0.5 s
+    assert (rows["least-loaded"][2]["replica"], rows["least-loaded"][2]["cached_tokens"]) == (1, 0)
+    assert rows["prefix-affinity"][2]["replica"] == 0
+    assert rows["prefix-affinity"][2]["cached_tokens"] == 3 * 512

@@ -24,7 +24,7 @@ def serve_cmd(
     kraken_rule: str = typer.Option("engine", "--kraken-rule", help="With --arch kraken: engine or head-count (see `sim run`)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree per replica."),
     replicas: int = typer.Option(1, "--replicas", help="Engine replicas (each with --tp devices)."),
-    router: str = typer.Option("round-robin", "--router", help="round-robin or least-loaded (fewest running + waiting requests)."),
+    router: str = typer.Option("round-robin", "--router", help="round-robin, least-loaded (fewest running + waiting requests) or prefix-affinity (longest cached prefix of the request's blocks, then least-loaded)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the trace's request rate (arrival times divided by it)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload's RNG (the output is identical for a seed)."),
     arrival: str = typer.Option("poisson", "--arrival", help="Synthetic arrivals: poisson or gamma (with --cv)."),

@@ -11,8 +11,10 @@ calls).
     report.summary["ttft_s"]["p99"], report.summary["slo"]["goodput_requests_per_s"]
     report.write("runs/serve")      # requests.csv, timeline.csv, summary.json, serve.png
 
-Routing: round-robin, or least-loaded (the replica with the fewest outstanding requests,
-running + waiting, when the request arrives; ties to the lowest index). The replay is
+Routing: round-robin; least-loaded (the replica with the fewest outstanding requests, running
++ waiting, when the request arrives; ties to the lowest index); prefix-affinity (the replica
+whose prefix cache holds the longest run of the request's prefix blocks, then least-loaded;
+least-loaded for a request without block ids). The replay is
 deterministic: no randomness beyond the trace's own (synthetic traces take a seeded RNG).
 """
 
@@ -38,7 +40,7 @@ from .trtllm import POLICIES, TRTEngine
 from .vllm_v0 import V0Engine
 from .vllm_v1 import Seq, V1Engine, V1Options
 
-ROUTERS = ("round-robin", "least-loaded")
+ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
 # software profile -> the scheduler its engine runs
 SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0", "trtllm": "trtllm"}
 ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine, "trtllm": TRTEngine}
@@ -163,7 +165,11 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         else:
             for e in engines:
                 e.advance(req.arrival_s)
-            engine = min(engines, key=lambda e: (e.outstanding, e.index))
+            if router == "prefix-affinity" and req.hash_ids:
+                engine = min(engines, key=lambda e: (
+                    -e.pool.hit_ids(req.hash_ids, req.prompt_tokens), e.outstanding, e.index))
+            else:
+                engine = min(engines, key=lambda e: (e.outstanding, e.index))
         seq = Seq(req, engine.index)
         engine.add(seq)
         seqs.append(seq)
