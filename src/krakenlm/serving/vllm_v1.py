@@ -163,7 +163,9 @@ class V1Engine:
             g = s.generated
             if not g or s.computed != s.prompt + g - 1:
                 return False
-            k = min(k, s.output - g)
+            left = s.output - g
+            if left < k:  # noqa: PLR1730 (a conditional: this loop runs for every request)
+                k = left
             kv += s.computed + 1
         if k < 2:
             return False
@@ -184,7 +186,9 @@ class V1Engine:
         needs = []
         total_need = 0
         for s in running:
-            n = max(0, -(-(s.computed + k) // bs) - s.private - per * len(s.shared))
+            n = -(-(s.computed + k) // bs) - s.private - (per * len(s.shared) if per else 0)
+            if n < 0:  # noqa: PLR1730 (reserved ahead: TensorRT-LLM no-evict admission)
+                n = 0
             needs.append(n)
             total_need += n
         if total_need > pool.available:
