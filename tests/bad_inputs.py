@@ -526,7 +526,7 @@ NEW_USER_CASES: list[BadInput] = [
          "expected a mapping, got NoneType"),
     BadInput(("sim", "run", "--system", "", "--model", "llama3-8b", "--prompt", "8", "--gen",
               "2"), "unknown system ''"),
-    warning("sim run --system mi210-x4 --model llama3-8b --tp 4 --prompt 8 --gen 2 "
+    warning("sim run --system a100-80gb-x8 --model llama3-8b --tp 4 --prompt 8 --gen 2 "
             "--gpu-calibration {h100calibration}", "holds fits measured on H100"),
     # sim sweep
     case("sim sweep --cores abc", "expected comma-separated numbers, got 'abc'"),

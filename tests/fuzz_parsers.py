@@ -699,11 +699,58 @@ TARGETS: tuple[Target, ...] = (
            checkpoint_inputs, check_checkpoint_cli, cost=3),
 )
 
-# Serving traces (the serving simulator's request traces, /work/shared/data/traces: Azure
-# CSVs, Mooncake JSONL) have no reader in krakenlm yet. When the serving simulator's readers
-# land, add their Target here (seeds: the shipped traces; strategy: fm.any_file_inputs over
-# CSV/JSONL text; check: the reader the `sim serve` command uses).
-TRACE_TARGETS: tuple[Target, ...] = ()
+# Serving traces (the serving simulator's request traces: Azure and Vidur-style CSVs, Mooncake
+# JSONL). Seeds: the excerpts of the real traces under tests/data/traces (the shared full files
+# may be absent); checked through serving.traces.read_trace, the reader `sim serve --trace` uses.
+TRACE_SEEDS = Path(__file__).parent / "data" / "traces"
+
+
+@functools.cache
+def csv_trace_seeds() -> list[str]:
+    return [(TRACE_SEEDS / n).read_text() for n in ("azure_conv_head.csv", "vidur_style.csv")]
+
+
+@functools.cache
+def jsonl_trace_seeds() -> list[str]:
+    return [(TRACE_SEEDS / "mooncake_conv_head.jsonl").read_text()]
+
+
+def _csv_table(text: str) -> list:
+    import csv
+    return list(csv.reader(io.StringIO(text)))
+
+
+def _dump_csv_table(tree: Any) -> str:
+    rows = tree if isinstance(tree, list) else [[tree]]
+    return "\n".join(",".join(str(c) for c in (r if isinstance(r, list) else [r])) for r in rows) + "\n"
+
+
+def _jsonl_tree(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _dump_jsonl(tree: Any) -> str:
+    items = tree if isinstance(tree, list) else [tree]
+    return "".join(fm.dump_json(item).replace("\n", " ") + "\n" for item in items)
+
+
+def check_trace(suffix: str) -> Callable[[bytes], Any]:
+    def check(data: bytes) -> Any:
+        from krakenlm.serving.traces import read_trace
+        return _write_and_call(data, suffix, read_trace)
+    return check
+
+
+TRACE_TARGETS: tuple[Target, ...] = (
+    Target("trace-csv", "request trace CSV (Azure 2023, Vidur-style)",
+           "serving.traces.read_trace (sim serve --trace FILE.csv)",
+           lambda: fm.any_file_inputs(csv_trace_seeds(), _dump_csv_table, _csv_table),
+           check_trace(".csv")),
+    Target("trace-jsonl", "request trace JSONL (Mooncake, with hash_ids)",
+           "serving.traces.read_trace (sim serve --trace FILE.jsonl)",
+           lambda: fm.any_file_inputs(jsonl_trace_seeds(), _dump_jsonl, _jsonl_tree),
+           check_trace(".jsonl")),
+)
 
 
 # ---------------------------------------------------------------------------- regressions

@@ -47,6 +47,23 @@ def write_text_atomically(path: str | Path, text: str,
     return path
 
 
+def write_bytes_atomically(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically (a figure, any binary file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_csv_atomically(path: str | Path, fieldnames: Iterable[str],
                          rows: Iterable[dict]) -> Path:
     buffer = io.StringIO(newline="")

@@ -63,6 +63,8 @@ def validate_cmd(
     calibration_path: str = typer.Option(None, "--calibration", help="Template constants file (default: the package's)."),
     tables: str = typer.Option(None, "--tables", help="Operators: kernel tables in the layout of aiconfigurator_core/systems instead of the installed package."),
     device_system: list[str] = typer.Option(None, "--device-system", help=_DEVICE_SYSTEM_HELP),
+    models_csv: str = typer.Option(None, "--models-csv", help="Models: score this whole-model measurement file (the columns of the shipped measurements/data/model_measurements.csv, values in ms) instead of the shipped one; with --loso a new source is scored before anything is fitted on it."),
+    loso: bool = typer.Option(False, "--loso", help="Models: also score each public source with the whole-model constants refitted without it (leave-one-source-out), per source, TP, batch band, device and phase, and the coverage of the 80 % intervals on unseen sources."),
 ) -> None:
     """Compare the simulator with measurements it was not fitted on, at three levels:
     operators (per family, device and framework, fit half vs held-out half), layers (the
@@ -80,7 +82,11 @@ def validate_cmd(
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the work
     report = validate(level, measured, calibration_path, tables, device_systems(device_system),
-                      console=stderr_console())
+                      console=stderr_console(), models_csv=models_csv, loso=loso)
+    if loso:
+        from ..simulator.calibration.loso import loso_report
+
+        report.models_loso = loso_report(report.model_rows, console=stderr_console())
     if measured:
         report.write_llmcompass(csv_path, plot_path)
     if out:

@@ -42,7 +42,7 @@ class RunReport:
         return [ops, cats, f"software {r.software}; attention {r.attention_path}",
                 *(f"  {family}: {how}" for family, how in r.kernel_sources.items()),
                 f"TTFT {r.ttft_s * 1e3:,.2f} ms | mean TPOT {r.tpot_s * 1e3:,.3f} ms | "
-                f"end-to-end {r.e2e_s:,.3f} s",
+                f"end-to-end {r.e2e_s:,.3f} s", *_interval_lines(r),
                 f"memory per device: weights {m.weights_bytes / 1e9:.2f} GB + KV cache "
                 f"{m.kv_cache_bytes / 1e9:.2f} GB + activations {m.activation_bytes / 1e9:.2f} GB"
                 f" + reserve {m.reserve_bytes / 1e9:.2f} GB = {m.total_bytes / 1e9:.2f} GB of "
@@ -70,12 +70,36 @@ def run_report(system: str, model: str, tp: int, batch: int, prompt: int, gen: i
              "model; this run ignores it")
     config = arch_variant(original, arch, tp, kraken_rule)
     label = name if arch in (None, original.arch) else f"{name} as {arch}"
-    return RunReport(simulate(
+    report = RunReport(simulate(
         config, load_system(system), tp, batch, prompt, gen, mode, dtype=dtype,
         attention=attention, calibration=load_calibration(calibration_path),
         gpu_calibration=None if gpu_calibration_path is None else load_file(gpu_calibration_path),
         software=software, check_memory=check_memory, check_context=check_context,
         model_name=label))
+    interval = report.result.interval
+    if interval and interval.get("extrapolation"):
+        warn(f"this query extrapolates beyond the validated cases: {interval['extrapolation']}")
+    return report
+
+
+def _sig3(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _interval_lines(r: Result) -> list[str]:
+    """The nominal 80 % interval of the times, from the leave-one-source-out residuals of
+    comparable public measurements (simulator/uncertainty.py)."""
+    iv = r.interval
+    if not iv:
+        return []
+    parts = []
+    for name, label, scale, unit in (("ttft_s", "TTFT", 1e3, "ms"), ("tpot_s", "TPOT", 1e3, "ms"),
+                                     ("e2e_s", "end-to-end", 1, "s")):
+        if name in iv and getattr(r, name) > 0:
+            lo, hi = iv[name]
+            parts.append(f"{label} {_sig3(lo * scale)}-{_sig3(hi * scale)} {unit}")
+    return [f"{iv['level']:.0%} interval (leave-one-source-out residuals of comparable public "
+            "measurements): " + " | ".join(parts)]
 
 
 @dataclass

@@ -45,6 +45,7 @@ from .graph import Graph, GraphOptions, OpSpec, SimulationError, model_graphs
 from .memory import MemoryUse, check_fits, memory_use
 from .schedule import COMM_CORE_SHARE, Schedule, TimedOp, schedule
 from .timing import OpTimer
+from .uncertainty import prediction_interval
 
 MODES = ("simulate", "tile", "roofline")
 DECODE_SAMPLE_STRIDE = 32
@@ -108,6 +109,9 @@ class Result:
     decode_method: str = ""
     simulated_in_s: float = 0.0
     profile: SoftwareProfile | None = field(default=None, repr=False, compare=False)
+    # nominal 80 % interval of ttft_s / tpot_s / e2e_s from the leave-one-source-out residuals
+    # of comparable public measurements, and what the query extrapolates beyond (uncertainty.py)
+    interval: dict[str, Any] | None = None
 
     def retimed(self, host: Host) -> tuple[float, float]:
         """(TTFT, mean TPOT) under other host constants, from the per-graph GPU times kept in
@@ -150,7 +154,7 @@ class Result:
                 "layer_categories": self.layer_categories,
                 "kernel_sources": self.kernel_sources,
                 "kernel_calibration": self.kernel_calibration, "decode_method": self.decode_method,
-                "simulated_in_s": self.simulated_in_s}
+                "interval": self.interval, "simulated_in_s": self.simulated_in_s}
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -506,16 +510,21 @@ class Simulator:
         layer_cats = {"prefill": prefill_layer}
         if steps:
             layer_cats["decode"] = decode_layer
+        e2e = ttft + decode.time_s - first_s
+        interval = prediction_interval(system.device.name, tp, batch, prompt_tokens,
+                                       {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}) \
+            if self.mode == "simulate" else None
         return Result(model=model_name, system=system.name, arch=config.arch, tp=tp,
                       batch=batch, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens,
                       mode=self.mode, dtype=self.dtype, ttft_s=ttft, tpot_s=tpot,
-                      e2e_s=ttft + decode.time_s - first_s, memory=use, prefill=prefill, decode=decode,
+                      e2e_s=e2e, memory=use, prefill=prefill, decode=decode,
                       layer_categories=layer_cats, software=profile.name,
                       attention_path=opts.attention_path(config.head_dim),
                       kernel_sources=dict(self.timer.sources),
                       kernel_calibration=None if self.timer.gpu is None else
                       self.timer.gpu.device_key, decode_method=method,
-                      simulated_in_s=time.perf_counter() - started, profile=profile)
+                      simulated_in_s=time.perf_counter() - started, profile=profile,
+                      interval=interval)
 
 
 def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,

@@ -30,12 +30,14 @@ class ValidationReport:
     operators: Any = None     # kernels.KernelReport
     layers: Any = None        # layers.LayerReport
     models: Any = None        # models.ModelReport
+    models_loso: Any = None   # calibration/loso.LosoReport (set by the caller: fitting is not ours)
+    model_rows: Any = None    # the whole-model rows scored (None: the shipped set)
     skipped: list[str] = field(default_factory=list)
     written_to: Path | None = None  # the directory of write(), printed with the tables
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"skipped": self.skipped}
-        for name in ("llmcompass", "operators", "layers", "models"):
+        for name in ("llmcompass", "operators", "layers", "models", "models_loso"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name).to_json()
         return out
@@ -48,6 +50,8 @@ class ValidationReport:
             out.append(_operators_table(self.operators))
         if self.layers is not None:
             out.append(_layers_table(self.layers))
+        if self.models_loso is not None:
+            out += self.models_loso.to_table()
         if self.models is not None:
             out += _models_tables(self.models)
         out += [f"skipped: {note}" for note in self.skipped]
@@ -76,6 +80,8 @@ class ValidationReport:
             _write_rows(outdir / "models.csv", self.models.rows)
             scatter([r for r in self.models.rows if not r["anomalous"]], outdir / "models.png",
                     "Whole models: published TTFT / TPOT / end-to-end", "source", "metric")
+        if self.models_loso is not None:
+            _write_rows(outdir / "models_loso.csv", self.models_loso.rows)
 
     def write_llmcompass(self, csv_path: str | Path | None = None,
                          plot_path: str | Path | None = None) -> None:
@@ -90,17 +96,30 @@ class ValidationReport:
 
 def validate(level: str = "all", measured: str | Path | None = None,
              calibration_path: str | Path | None = None, tables: str | None = None,
-             device_systems: dict[str, str] | None = None, console=None) -> ValidationReport:
+             device_systems: dict[str, str] | None = None, console=None,
+             models_csv: str | Path | None = None, loso: bool = False) -> ValidationReport:
     """Score the simulator at `level` (operators, layers, models or all), and the LLMCompass
     set in `measured` when given. `tables`: kernel tables in the layout of
     aiconfigurator_core/systems instead of the installed package; `device_systems`: which
     system each device name of the LLMCompass set ran on. `console` (a rich Console on stderr)
-    shows a status line while a slow level runs."""
+    shows a status line while a slow level runs. `models_csv`: a whole-model measurement file
+    scored instead of the shipped one (kept in `model_rows`). `loso`: only checked here (it needs
+    the models level); the caller adds the leave-one-source-out report, which refits."""
     if level not in LEVELS:
         raise KrakenError(f"--level {level!r}: use operators, layers, models or all")
     wanted = LEVELS[level]
+    if (loso or models_csv) and "models" not in wanted:
+        flag = "--loso" if loso else "--models-csv"
+        raise KrakenError(f"{flag} scores whole models: use it with --level models or all, "
+                          f"not --level {level}")
     status = console.status if console is not None else (lambda _: nullcontext())
     report = ValidationReport()
+    if models_csv:
+        from ..measurements.models import load_rows
+
+        if not Path(models_csv).is_file():
+            raise KrakenError(f"--models-csv {models_csv}: no such file")
+        report.model_rows = load_rows(models_csv)
     if measured:
         from ..constants.template import load_calibration
         from .template import validate as validate_template
@@ -125,7 +144,7 @@ def validate(level: str = "all", measured: str | Path | None = None,
         from .models import validate_models
 
         with status("models: simulating the published setups..."):
-            report.models = validate_models()
+            report.models = validate_models(report.model_rows)
         report.skipped += report.models.skipped
     return report
 
