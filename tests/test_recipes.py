@@ -62,7 +62,8 @@ def _dry_run(argv, capsys, monkeypatch, world_size="8"):
 
     from krakenlm.cli import main
 
-    monkeypatch.setenv("WORLD_SIZE", world_size)
+    monkeypatch.setenv("WORLD_SIZE", world_size)  # as torchrun sets them: rank 0 of N
+    monkeypatch.setenv("RANK", "0")
     with pytest.raises(SystemExit) as exc:
         main(["train", "--dry-run", *argv])
     out, err = capsys.readouterr()

@@ -47,3 +47,12 @@ class Interrupted(Exception):
 def warn(message: str) -> None:
     """One `warning: ...` line on stderr: the input is plausible, but worth a second look."""
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_seed(seed: int, bits: int = 64, flag: str = "--seed") -> int:
+    """`seed` if the random number generator behind `flag` takes it: torch's and numpy's
+    generators take 0 .. 2**64 - 1 (`bits=64`), optuna's samplers (numpy's legacy RandomState)
+    0 .. 2**32 - 1 (`bits=32`). Anything else would be a ValueError deep in the library."""
+    if not 0 <= seed < 2**bits:
+        raise KrakenError(f"{flag} must be a whole number from 0 to 2**{bits} - 1, got {seed}")
+    return seed

@@ -49,6 +49,7 @@ _FILESYSTEM_ADVICE = {
     errno.ENOENT: "check the path",
     errno.ENOTDIR: "a part of the path is a file, not a directory; check the path",
     errno.EISDIR: "it is a directory where a file was expected; check the path",
+    errno.EEXIST: "it is in the way of a directory to be created there; check the path",
 }
 
 
@@ -101,6 +102,34 @@ def _keep_option_names_whole() -> None:
     rich_utils.Table = NamesWholeTable
 
 
+def _refuse_repeated_options() -> None:
+    """click keeps the last value of an option given twice (`--tp 8 ... --tp 4`) without a word;
+    here the second value is a usage error naming both. Options declared repeatable (list
+    options, click's "append" action) are not affected; the ones declared repeatable only to
+    catch a repetition say so through `train.one_value`. Installed once, on click's option
+    parser (typer vendors click as `typer._click`; older ones use click itself)."""
+    try:
+        from typer._click import parser
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context, parser
+    option = getattr(parser, "_Option", None) or getattr(parser, "Option", None)
+    if option is None or getattr(option, "refuses_repeats", False):
+        return
+    store = option.process
+
+    def process(self, value, state) -> None:
+        if self.action == "store" and self.dest in state.opts:
+            flag = (self._long_opts or self._short_opts)[0]
+            raise _click_exceptions().UsageError(
+                f"{flag} was given 2 times ({state.opts[self.dest]}, {value}); give it once",
+                ctx=get_current_context(silent=True))  # parsing runs inside the command's context
+        store(self, value, state)
+
+    option.process = process
+    option.refuses_repeats = True
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every failure the user can fix is one line on stderr and exit code 2, never a
     traceback: `KrakenError`s, usage errors (unknown option, bad value), filesystem errors
@@ -111,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     exit code is 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP).
     """
     click = _click_exceptions()
+    _refuse_repeated_options()
     if "--help" in (sys.argv[1:] if argv is None else argv):
         _keep_option_names_whole()
     try:

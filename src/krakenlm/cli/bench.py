@@ -55,12 +55,12 @@ def bench_tp(
                      warmup=warmup, repeats=repeats, comm=comm, seed=seed,
                      comm_backends=_csv(comm_backend), vocab_parallel_head=vocab_parallel_head)
     plan.validate()
+    out.mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the runs
     results = run_ranks(bench_rank, (plan,), world_size=plan.world_size, timeout_s=timeout_s,
                         comm_backend=plan.launch_backend)
     if 0 not in results:
         return  # another torchrun rank: rank 0 reports
     rows = results[0]
-    out.mkdir(parents=True, exist_ok=True)
     (out / "rows.json").write_text(json.dumps(rows, indent=2) + "\n")
     save_ttft_plot(rows, out / "ttft.png")
     stderr_console().print(f"wrote {out / 'rows.json'} and {out / 'ttft.png'}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import KrakenError
+from ..errors import KrakenError, check_seed, warn
 from . import app
 from .train import one_value
 
@@ -29,11 +29,22 @@ def generate_command(
     vocab_parallel_head: bool = typer.Option(False, "--vocab-parallel-head", help="With --world-size or torchrun: each rank computes 1/N of the vocabulary's logits (one more collective per token, less LM-head work per rank)."),
 ) -> None:
     """Continue a prompt with a trained model (KV-cached sampling)."""
+    from ..distributed.comm_backend import check_comm_backend
     from ..evaluation.generate import SamplingConfig
+    from ..runtime.bootstrap import under_torchrun
 
     checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
     check_generate_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                           greedy=greedy, world_size=world_size, timeout_s=timeout_s)
+                           greedy=greedy, world_size=world_size, timeout_s=timeout_s, seed=seed)
+    check_comm_backend(comm_backend)
+    sharded = world_size is not None or under_torchrun()
+    unused = [flag for flag, given in (("--vocab-parallel-head", vocab_parallel_head),
+                                       (f"--comm-backend {comm_backend}", comm_backend != "auto"))
+              if given]
+    if unused and not sharded:
+        warn(f"{' and '.join(unused)} only apply to sharded generation (--world-size N or "
+             "torchrun); this run is on one device and ignores them")
+    prompt = readable_prompt(prompt)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k or None, greedy=greedy, seed=seed)
     text = continuation(checkpoint_dir, prompt, tokenizer_name, sampling, world_size, timeout_s,
@@ -77,8 +88,12 @@ def continuation(checkpoint_dir: Path, prompt: str, tokenizer_name: str | None, 
 
 
 def check_generate_options(*, max_new_tokens: int, temperature: float, top_k: int, greedy: bool,
-                           world_size: int | None, timeout_s: float) -> None:
+                           world_size: int | None, timeout_s: float, seed: int | None) -> None:
     """Ranges of the options, named as the command line spells them."""
+    from ..distributed.launch import check_timeout
+
+    if seed is not None:
+        check_seed(seed)
     if max_new_tokens < 1:
         raise KrakenError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     if not greedy and not (math.isfinite(temperature) and temperature > 0):
@@ -88,5 +103,19 @@ def check_generate_options(*, max_new_tokens: int, temperature: float, top_k: in
         raise KrakenError(f"--top-k must be >= 0 (0: all tokens), got {top_k}")
     if world_size is not None and world_size < 1:
         raise KrakenError(f"--world-size must be >= 1, got {world_size}")
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise KrakenError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")
+    check_timeout(timeout_s)
+
+
+def readable_prompt(prompt: str) -> str:
+    """The prompt as text. Bytes of the command line that are not UTF-8 (a Latin-1 terminal's
+    "caf\xe9") reach Python as lone surrogates, which the tokenizer would silently turn into
+    U+FFFD: the same happens here, with a warning naming the first such byte."""
+    try:
+        prompt.encode("utf-8")
+        return prompt
+    except UnicodeEncodeError as exc:
+        raw = prompt.encode("utf-8", "surrogateescape")
+        byte = ord(prompt[exc.start]) - 0xDC00
+        warn(f"the prompt is not UTF-8 text (byte 0x{byte:02x} at character {exc.start}; is the "
+             "terminal set to another encoding?); undecodable bytes are read as U+FFFD")
+        return raw.decode("utf-8", "replace")

@@ -18,14 +18,17 @@ app.add_typer(import_app, name="import")
 
 @export_app.command("hf")
 def export_hf_command(
-    checkpoint_dir: Path = typer.Option(..., "--checkpoint", help="A checkpoint directory (a `train --out` DIR)."),
-    out: Path = typer.Option(..., "--out", help="The Hugging Face model directory to write (must not exist or be empty)."),
+    checkpoint_dirs: list[Path] = typer.Option(..., "--checkpoint", metavar="DIR", help="A checkpoint directory (a `train --out` DIR)."),
+    outs: list[str] = typer.Option(..., "--out", metavar="DIR", help="The Hugging Face model directory to write (must not exist or be empty)."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
     remote_code: bool = typer.Option(False, "--remote-code", help="Write krakenlm's own modelling code even when a native transformers class (GPT-2, Llama) fits."),
 ) -> None:
     """A checkpoint as a Hugging Face model: AutoModelForCausalLM.from_pretrained(OUT) and AutoTokenizer work offline."""
     from ..interop.hf_export import export_hf
+    from .train import one_value, out_dir
 
+    checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
+    out = out_dir(one_value(outs, "--out", required=True))  # "": not the current directory
     console = stderr_console()
     with console.status(f"exporting {checkpoint_dir} ..."):
         result = export_hf(checkpoint_dir, out, force=force, remote_code=remote_code)
@@ -40,12 +43,14 @@ def export_hf_command(
 @import_app.command("hf")
 def import_hf_command(
     hf_dir: Path = typer.Argument(..., help="A local Hugging Face model directory (config.json + model.safetensors or pytorch_model.bin)."),
-    out: Path = typer.Option(..., "--out", help="The krakenlm run directory to write (must not exist or be empty)."),
+    outs: list[str] = typer.Option(..., "--out", metavar="DIR", help="The krakenlm run directory to write (must not exist or be empty)."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
 ) -> None:
     """A GPT-2, Llama or Mistral model (or a krakenlm export) as a krakenlm run for eval/generate."""
     from ..interop.hf_import import import_hf
+    from .train import one_value, out_dir
 
+    out = out_dir(one_value(outs, "--out", required=True))  # "": not the current directory
     console = stderr_console()
     with console.status(f"importing {hf_dir} ..."):
         result = import_hf(hf_dir, out, force=force)

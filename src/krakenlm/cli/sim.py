@@ -4,6 +4,8 @@ are in cli/sim_design.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from ..errors import KrakenError
@@ -71,9 +73,14 @@ def validate_cmd(
     from ..simulator.measurements.llmcompass import device_systems
     from ..simulator.validation.report import validate
 
-    if (csv_path or plot_path) and not measured:
-        raise KrakenError("--csv and --plot belong to the LLMCompass set: give --measured DIR "
+    given = [flag for flag, value in (("--csv", csv_path), ("--plot", plot_path),
+                                      ("--calibration", calibration_path),
+                                      ("--device-system", device_system)) if value]
+    if given and not measured:
+        raise KrakenError(f"{', '.join(given)} belong to the LLMCompass set: give --measured DIR "
                           "(or use --out DIR for every level)")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the work
     report = validate(level, measured, calibration_path, tables, device_systems(device_system),
                       console=stderr_console(), models_csv=models_csv, loso=loso)
     if loso:

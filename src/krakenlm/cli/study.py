@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import KrakenError
+from ..errors import KrakenError, check_seed
 from . import app
 from ._console import print_report, stderr_console
 
@@ -137,6 +137,8 @@ def design_space_command(
 
     if trials < 1:
         raise KrakenError(f"--trials must be at least 1, got {trials}")
+    check_seed(seed, bits=32)  # optuna's sampler takes 0 .. 2**32 - 1
+    out.mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the search
     err = stderr_console()
     res = run_experiments(trials, seed, progress=lambda m: err.print(f"[dim]{m}...[/]"))
     report = write_report(res, out, command=f"krakenlm study design-space --trials {trials} "

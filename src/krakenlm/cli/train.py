@@ -115,6 +115,7 @@ def train_command(
     out = out_dir(one_value(outs, "--out", required=True))
     model_config, tc, overrides = _model_and_train_config(ctx, out)
     if dry_run:
+        tc.check(model_config)  # the options a real run would refuse are refused here too
         print(json.dumps({"recipe": recipe_name, "world_size": _world_size(),
                           "model": model_config.to_dict(), "train": tc.to_json()}, indent=2))
         return
@@ -130,8 +131,11 @@ def _trained(result, out: Path) -> str:
 
 
 def _world_size() -> int:
-    """The processes launched (torchrun's WORLD_SIZE; 1 without torchrun)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """The processes launched (torchrun's WORLD_SIZE; 1 without torchrun). A WORLD_SIZE that
+    torchrun did not set (not a whole number, or without RANK) is one line, not a ValueError."""
+    from ..runtime.bootstrap import DistEnv
+
+    return DistEnv.from_environment().world_size
 
 
 def _model_and_train_config(ctx: typer.Context, out: Path):
@@ -235,6 +239,7 @@ def eval_command(
         raise KrakenError(f"--max-batches must be >= 1, got {max_batches} (omit it for the "
                           "whole split)")
     device = pick_device()
+    autocast_dtype = resolve_precision(precision, device)  # before the corpus is tokenized
     model, run_tokenizer = load_model_and_tokenizer(checkpoint_dir, device=device,
                                                     expected_tokenizer=tokenizer)
     if seq_len is not None and not 1 <= seq_len <= model.config.context_len:
@@ -244,7 +249,7 @@ def eval_command(
     progress = not as_json or sys.stderr.isatty()
     tokens = prepare_corpus(data, tokenizer=run_tokenizer, progress=progress).split("val")
     result = evaluate(model, tokens, batch_size=batch_size, seq_len=seq_len,
-                      max_batches=max_batches, autocast_dtype=resolve_precision(precision, device),
+                      max_batches=max_batches, autocast_dtype=autocast_dtype,
                       progress=progress)
     if as_json:
         print(json.dumps(result))

@@ -227,6 +227,9 @@ def space_from_strings(items: list[str]) -> DesignSpace:
             raise DesignSpaceError(f"--knob {item!r}: write name=values (e.g. cores=64,108 or "
                                    "memory_units=4:16)")
         name, spec = item.split("=", 1)
+        if name.strip() in data:  # the last one would silently replace the first
+            raise DesignSpaceError(f"--knob {name.strip()} is given twice; give all its values "
+                                   f"in one --knob (e.g. {name.strip()}=64,108)")
         data[name.strip()] = spec.strip()
     return space_from_dict(data)
 

@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from ..console import table_of
+from ..errors import KrakenError
 from .build import knob_docs
 from .knobs import DesignSpace
 from .objectives import Objective
 from .runner import RunSummary, run_designs
+
+
+def check_top(top: int) -> None:
+    """--top N prints the first N rows; a negative N would silently drop rows from the end."""
+    if top < 0:
+        raise KrakenError(f"--top must be >= 0 (rows to print), got {top}")
 
 
 def rows_tables(rows: list[dict[str, Any]], top: int, title: str) -> list[Any]:
@@ -87,6 +94,7 @@ def explore(space: DesignSpace, objective: Objective, base: str = "a100-80gb-x8"
             out: str | Path | None = None, processes: int = 1, backend: str = "local",
             address: str | None = None, resume: bool = True, top: int = 15) -> ExploreReport:
     """Every design of a grid space on `objective`, streamed to the resumable table `out`."""
+    check_top(top)
     summary = run_designs(space.grid(), objective, base, knob_names=list(space.knobs), out=out,
                           processes=processes, backend=backend, address=address, resume=resume,
                           total=space.size)
@@ -124,6 +132,9 @@ def search_designs(space: DesignSpace, objective: Objective, base: str = "a100-8
     from .evaluate import Evaluator
     from .search import search
 
+    check_top(top)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)  # a bad --out fails now, not after the search
     evaluator = Evaluator(base, objective)
     status = console.status(f"NSGA-II over {len(space.knobs)} knobs, {trials} trials...") \
         if console is not None else nullcontext()

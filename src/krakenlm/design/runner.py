@@ -272,6 +272,12 @@ def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100
         raise KrakenError(f"--backend {backend!r} is not one of {BACKENDS}")
     if processes < 1:
         raise KrakenError(f"--processes must be at least 1, got {processes}")
+    if address is not None and backend != "dask":
+        raise KrakenError(f"--address {address} names a Dask scheduler: add --backend dask (the "
+                          f"{backend} backend would ignore it)")
+    if out is not None and Path(out).is_dir():
+        raise KrakenError(f"--out {out} is a directory; give the CSV file to stream the table "
+                          "to (e.g. designs.csv)")
     started = time.perf_counter()
     # fails early on an impossible objective
     baseline = Evaluator(base, objective, reference=reference).baseline

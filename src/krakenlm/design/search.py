@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import KrakenError
+from ..errors import KrakenError, check_seed
 from .evaluate import Evaluator
 from .knobs import KNOBS, DesignSpace, Range
 
@@ -58,6 +58,7 @@ def search(space: DesignSpace, evaluator: Evaluator, trials: int, seed: int = 0,
     if population < 2:  # NSGA-II breeds each child from two parents
         raise KrakenError(f"--population must be at least 2 (NSGA-II crosses two parents), "
                           f"got {population}")
+    check_seed(seed, bits=32)  # the sampler seeds numpy's RandomState
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows: list[dict[str, Any]] = []
     sampler = optuna.samplers.NSGAIISampler(population_size=population, seed=seed)

@@ -30,6 +30,7 @@ from ..hardware.schema import System
 from .build import build_system, infeasible_reason
 from .knobs import MEMORY_TECHNOLOGIES, check_design, design_key
 from .objectives import Objective
+from .report import check_top
 from .runner import run_designs
 
 DEFAULT_CORES = (32, 64, 96, 108, 128)
@@ -122,13 +123,18 @@ class SweepReport:
         return out
 
 
-def _check(cores, memories, global_buffers_mib) -> None:
+def _check(cores, memories, global_buffers_mib, workload: Workload, top: int) -> None:
+    check_top(top)
     for name, values in (("--cores", cores), ("--memories", memories),
                          ("--global-buffers", global_buffers_mib)):
         if not values:
             raise KrakenError(f"{name} needs at least one value")
     for m in memories:
         memory_knobs(m)
+    for flag, value in (("--tp", workload.tp), ("--batch", workload.batch),
+                        ("--prompt", workload.prompt_tokens), ("--gen", workload.gen_tokens)):
+        if value < 1:
+            raise KrakenError(f"{flag} must be at least 1, got {value}")
     for c in cores:
         if isinstance(c, bool) or c != int(c) or c < 1:
             raise KrakenError(f"--cores takes whole numbers of at least 1, got {c!r}")
@@ -164,7 +170,7 @@ def sweep(base: str = "a100-80gb-x8", workload: Workload = Workload(),
           cores=DEFAULT_CORES, memories=DEFAULT_MEMORIES,
           global_buffers_mib=DEFAULT_GLOBAL_BUFFER_MIB, top: int = 15) -> SweepReport:
     """Every design of cores x memories x global_buffers_mib on `workload`, with the base."""
-    _check(cores, memories, global_buffers_mib)
+    _check(cores, memories, global_buffers_mib, workload, top)
     started = time.perf_counter()
     base_system = load_system(base)
     grid = [(f"{base_system.name}:{c}c-{m}-{g:g}M",

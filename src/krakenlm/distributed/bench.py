@@ -100,6 +100,9 @@ class BenchPlan:
                               f"{','.join(self.comm_backends)!r}")
         for backend in self.comm_backends:
             check_comm_backend(backend)
+        if not self.sizes or not self.archs:
+            raise KrakenError(f"--sizes and --arch need at least one name each, got "
+                              f"{','.join(self.sizes)!r} and {','.join(self.archs)!r}")
         for arch in self.archs:
             if arch not in ARCHS:
                 raise KrakenError(f"unknown architecture {arch!r}; use some of {', '.join(ARCHS)}")

@@ -14,11 +14,11 @@ from typing import Any
 import torch
 
 from ..errors import KrakenError
-from ..evaluation.generate import SamplingConfig
-from ..models.transformer import Transformer
-from .engine import Weights, build_local_model, median, timed_generate
+from ..evaluation.generate import SamplingConfig, check_prompt_fits
+from ..models.transformer import Shard, Transformer, local_sizes
 from ..runtime.bootstrap import under_torchrun
-from .launch import RankContext, run_ranks
+from .engine import Weights, build_local_model, median, timed_generate
+from .launch import RankContext, resolve_world_size, run_ranks
 
 DEFAULT_PRESETS = {"kraken": "kraken-tiny-2way", "gpt": "gpt-tiny"}
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
@@ -123,6 +123,14 @@ def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int =
              for arch, preset in DEFAULT_PRESETS.items()]
     if sampling is None:
         sampling = SamplingConfig(max_new_tokens=new_tokens, greedy=True)
+    # Every case must shard and fit before the single-device runs, not in a rank minutes later.
+    world_size = resolve_world_size(world_size)
+    if sampling.max_new_tokens < 1:
+        raise KrakenError(f"--new-tokens must be >= 1, got {sampling.max_new_tokens}")
+    for case in cases:
+        config = case.weights.model_config()
+        check_prompt_fits(case.prompt_ids.shape[1], sampling.max_new_tokens, config.context_len)
+        local_sizes(config, Shard(0, world_size))
     how = ("Greedy generation" if sampling.greedy else
            f"Sampled generation (seed {sampling.seed}, temperature {sampling.temperature:g}"
            f"{f', top-{sampling.top_k}' if sampling.top_k else ''})")

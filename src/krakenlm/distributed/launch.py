@@ -23,6 +23,7 @@ or stops answering gives a clear error, not a hang.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -152,6 +153,13 @@ def resolve_world_size(requested: int | None, default: int = 1) -> int:
     return requested or default
 
 
+def check_timeout(timeout_s: float) -> None:
+    """--timeout as torch.distributed takes it: a zero, negative or NaN one fails every
+    rendezvous with pages of C++ messages."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise KrakenError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")
+
+
 def run_ranks(fn: Callable[..., Any], args: tuple = (), *, world_size: int | None = None,
               timeout_s: float = DEFAULT_TIMEOUT_S, comm_backend: str = "auto") -> dict[int, Any]:
     """Run `fn(ctx, *args)` on every rank; the results this process can see, by rank.
@@ -159,6 +167,7 @@ def run_ranks(fn: Callable[..., Any], args: tuple = (), *, world_size: int | Non
     `fn` must be a module-level function (it is pickled to spawned ranks), and its result is
     pickled back, so return plain data or CPU tensors.
     """
+    check_timeout(timeout_s)
     world_size = resolve_world_size(world_size)
     check_comm_backend(comm_backend)
     if under_torchrun():

@@ -207,6 +207,10 @@ class ModelConfig:
 def read_json_object(path: str | Path) -> dict[str, Any]:
     """A JSON file holding one object, or a ConfigError saying what is wrong with it."""
     path = Path(path)
+    if path.is_dir():
+        inside = ("; give the config.json in it" if (path / "config.json").is_file()
+                  else " with no config.json; give the path of the model's config file")
+        raise ConfigError(f"model config file {path} is a directory{inside}")
     if not path.is_file():
         raise ConfigError(f"model config file {path} does not exist")
     text = read_user_text(path, "model config file", ConfigError)

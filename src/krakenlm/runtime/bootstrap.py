@@ -12,6 +12,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..errors import KrakenError
 from .device import usable_cores
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -35,8 +36,16 @@ class DistEnv:
         env = os.environ
         if "WORLD_SIZE" not in env:
             return cls()
-        return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
-                   int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])))
+        try:
+            return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
+                       int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])))
+        except (KeyError, ValueError):  # set by hand or by another tool, not by torchrun
+            given = ", ".join(f"{name}={env[name]}" for name in
+                              ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE") if name in env)
+            raise KrakenError(f"the environment says {given}, which is not a torchrun launch "
+                              "(RANK and WORLD_SIZE are whole numbers set together); start data "
+                              "parallel runs with `torchrun --nproc-per-node N -m krakenlm train "
+                              "...`, or unset WORLD_SIZE") from None
 
 
 def under_torchrun() -> bool:

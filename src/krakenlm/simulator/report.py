@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..console import table_of
-from ..errors import warn
+from ..errors import KrakenError, warn
 from .run import Result
 
 
@@ -60,9 +60,14 @@ def run_report(system: str, model: str, tp: int, batch: int, prompt: int, gen: i
     from ..hardware import load_system
     from .constants.gpu_kernels import load_file
     from .constants.template import load_calibration
-    from .run import arch_variant, resolve_model, simulate
+    from .run import KRAKEN_RULES, arch_variant, resolve_model, simulate
 
     name, original = resolve_model(model)
+    if kraken_rule not in KRAKEN_RULES:
+        raise KrakenError(f"--kraken-rule {kraken_rule!r} is not one of {KRAKEN_RULES}")
+    if kraken_rule != "engine" and (arch != "kraken" or original.arch == "kraken"):
+        warn(f"--kraken-rule {kraken_rule} only applies to --arch kraken of a GPT or parallel "
+             "model; this run ignores it")
     config = arch_variant(original, arch, tp, kraken_rule)
     label = name if arch in (None, original.arch) else f"{name} as {arch}"
     report = RunReport(simulate(

@@ -96,8 +96,17 @@ def compare_presets(presets: list[str], seeds: list[int], template: TrainConfig,
         check_tokenizer_name(template.tokenizer)
     if jobs < 1:
         raise KrakenError(f"--jobs must be >= 1, got {jobs}")
-    for name in presets:
-        template.check(get_preset(name))  # sizes and rates before any training
+    from ..data.vocab import DEFAULT_TOKENIZER, model_config_for_tokenizer
+    from ..runtime.bootstrap import DistEnv
+    from ..runtime.device import pick_device
+    from ..training.trainer import check_memory
+
+    device = pick_device()
+    for name in presets:  # sizes, rates and memory before the corpus or any training
+        config = model_config_for_tokenizer(get_preset(name), template.tokenizer or DEFAULT_TOKENIZER)
+        template.check(config)
+        if template.memory_check:
+            check_memory(config, template, DistEnv(), device)
     return run_comparison([RunSpec(p, s) for s in seeds for p in presets], template, out_dir,
                           title="Validation loss at equal token budget", baseline=baseline,
                           lrs=lrs, jobs=jobs)

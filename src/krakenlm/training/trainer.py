@@ -27,7 +27,7 @@ from ..data.batches import training_batch
 from ..data.prepare import prepare_corpus
 from ..data.vocab import (DEFAULT_TOKENIZER, model_config_for_tokenizer, tokenizer_files,
                           tokenizer_record)
-from ..errors import Interrupted, KrakenError, warn
+from ..errors import Interrupted, KrakenError, check_seed, warn
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
 from ..models import ModelConfig
@@ -36,7 +36,7 @@ from ..runtime import checkpoint as ckpt
 from ..runtime.bootstrap import DistEnv, init_distributed, set_cpu_threads
 from ..runtime.device import available_memory_bytes, pick_device, usable_cores
 from ..runtime.model_and_tokenizer import checkpoint_tokenizer
-from ..runtime.precision import autocast, resolve_precision
+from ..runtime.precision import PRECISIONS, autocast, resolve_precision
 from . import run_dir, tracking
 from .optim import build_optimizer, learning_rate
 from .signals import StopSignals, signal_of
@@ -84,6 +84,9 @@ class TrainConfig:
                 raise KrakenError(f"{_flag(name)} must be >= 1, got {value}")
         if self.threads is not None and self.threads < 1:
             raise KrakenError(f"--threads must be >= 1, got {self.threads}")
+        if self.precision not in PRECISIONS:  # before the corpus is tokenized, not after
+            raise KrakenError(f"unknown precision {self.precision!r}; use one of {PRECISIONS}")
+        check_seed(self.seed)
         if self.warmup_steps < 0:
             raise KrakenError(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
         if self.seq_len is not None and not 1 <= self.seq_len <= model_config.context_len:

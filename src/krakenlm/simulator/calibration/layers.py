@@ -70,6 +70,15 @@ def streamed_bytes(op: str, rows: int, cols: int, bytes_per_value: int = 2) -> f
     return rows * cols * bytes_per_value * (TENSORS_READ[op] + TENSORS_WRITTEN.get(op, 1))
 
 
+def layer_systems(path: str | Path | None = None) -> list[str]:
+    """The systems the layer measurements have streaming-kernel rows for (what `calibrate_layers`
+    can fit)."""
+    path = Path(path) if path else data_path("layer_measurements.csv")
+    with open(path, newline="") as fh:
+        return sorted({r["system"] for r in csv.DictReader(fh)
+                       if r["op"] in KINDS and r["model"] in PRESETS})
+
+
 def calibrate_layers(system_name: str, cal: DeviceCalibration,
                      path: str | Path | None = None) -> list[tuple[str, FitResult]]:
     """Fit each streaming kind of `system_name` and store it in `cal` (framework vllm)."""

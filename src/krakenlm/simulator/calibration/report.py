@@ -88,11 +88,16 @@ def from_vidur(system: str | None, output: str | None, install: bool,
     merged into the device's GPU calibration file."""
     from ..constants import gpu_kernels as store
     from ..measurements.kernel_tables import device_key
-    from .layers import calibrate_layers
+    from .layers import calibrate_layers, layer_systems
 
     if not system:
         raise KrakenError("--source vidur needs --system (a100-80gb-x8 or h100-80gb-x8: the GPUs "
                           "Vidur's layer profiles were measured on)")
+    measured_on = layer_systems()
+    if system not in measured_on:  # before the GPU file: no kernel tables would help
+        raise KrakenError(f"the layer measurements have no streaming-kernel rows for {system}; "
+                          f"use --system {' or '.join(measured_on)} (the GPUs Vidur's layer "
+                          "profiles were measured on)")
     key = device_key(system)
     path = calibration_target(output, install, Path(f"calibration-{key}.yaml"),
                               store.shipped_dir() / f"{key}.yaml", console=console)
@@ -239,6 +244,7 @@ def fit_software(software: str, systems: list[str] | None = None, install: bool 
     import shutil
     from importlib import resources
 
+    from ...hardware import load_system
     from ..constants.software import software_names
     from ..measurements.models import load_rows, row_software
     from .software import fit_host, write_host
@@ -248,6 +254,8 @@ def fit_software(software: str, systems: list[str] | None = None, install: bool 
         raise KrakenError(f"unknown software {software!r}; profiles: {', '.join(software_names())}")
     if install and output:
         raise KrakenError("give either --install or --output, not both")
+    for name in systems or []:
+        load_system(name)  # a typo is an unknown system, not "0 fit rows"
     marked = mark() if mark_split else None
     rows = load_rows()
     systems = systems or sorted({r.system for r in rows if row_software(r) == software

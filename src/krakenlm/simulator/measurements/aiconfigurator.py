@@ -123,16 +123,20 @@ def package_root() -> Path:
     return root
 
 
+TABLES_ENV = "KRAKENLM_AIC_TABLES"  # the --tables of every command, where it is not given
+
+
 def tables_root(root: str | Path | None = None) -> Path:
     """A directory holding `data/<system>/...` (and optionally `query_versions.yaml`)."""
-    root = root or os.environ.get("KRAKENLM_AIC_TABLES")
+    fix = "check --tables" if root else f"it is ${TABLES_ENV}: fix the path or unset it"
+    root = root or os.environ.get(TABLES_ENV)
     if root is None:
         return package_root()
     root = Path(root)
     if (root / "data").is_dir():
         return root
     raise CalibrationSourceError(f"{root} holds no data/<system>/... tables (the layout of "
-                                 "aiconfigurator_core/systems); check --tables")
+                                 f"aiconfigurator_core/systems); {fix}")
 
 
 def package_version() -> str:

@@ -89,7 +89,8 @@ def _num(text: str, path: Path, strip: str = "") -> float:
 def load_measured(directory: str | Path) -> MeasuredSet:
     root = Path(directory)
     if not root.is_dir():
-        raise MeasurementError(f"measurement directory {root} does not exist; point --measured "
+        what = "is a file, not a directory" if root.exists() else "does not exist"
+        raise MeasurementError(f"measurement directory {root} {what}; point --measured "
                                "at the LLMCompass measurement set (docs/simulator.md says how "
                                "to get it)")
     out = MeasuredSet()

@@ -8,6 +8,7 @@ not installed, rows without a profile) adds a line to `skipped` instead of faili
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from ...console import table_of
 from ...errors import KrakenError
 from ...fileio import write_csv_atomically
+from ..measurements.aiconfigurator import TABLES_ENV
 
 LEVELS = {"all": ("operators", "layers", "models"), "operators": ("operators",),
           "layers": ("layers",), "models": ("models",)}
@@ -129,6 +131,10 @@ def validate(level: str = "all", measured: str | Path | None = None,
 
         with status("operators: scoring the kernel tables..."):
             report.operators = validate_kernels(root=tables)
+        if (tables or os.environ.get(TABLES_ENV)) and not report.operators.groups:
+            # the user's own tables, unusable: an error, not a silent skip
+            raise KrakenError("; ".join(report.operators.skipped)
+                              or "no kernel table could be scored")
         report.skipped += report.operators.skipped
     if "layers" in wanted:
         from .layers import validate_layers
