@@ -27,8 +27,13 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 demo: $(CORE_STAMP)
 	$(BIN)/krakenlm demo
 
+# Two worker processes (CI has two cores; tests run one torch thread each); a module's tests
+# stay on one worker, so a module's fixtures are built once (tests/conftest.py groups them).
+# `make test TEST_WORKERS=0` runs everything in this process.
+TEST_WORKERS ?= 2
+
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

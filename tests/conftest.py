@@ -24,6 +24,21 @@ settings.register_profile("long", max_examples=1000, deadline=None, derandomize=
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# `make test` runs on two pytest-xdist workers with `--dist loadgroup`: each module is one group
+# (its tests and module fixtures stay on one worker), and the modules that launch ranks over
+# shared memory share the group "ranks", so no test that counts the /dev/shm files ranks leave
+# behind (test_dist_failures.py) runs beside another test's ranks.
+RANK_MODULES = ("test_dist_", "test_demo.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        name = module.rsplit("/", 1)[-1]
+        group = "ranks" if name.startswith(RANK_MODULES) else module
+        item.add_marker(pytest.mark.xdist_group(name=group))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
     """Prepared corpora go to a per-session cache, never the user's ~/.cache."""
