@@ -256,3 +256,13 @@ def test_prefix_affinity_routes_a_shared_prefix_to_the_replica_that_caches_it():
     assert (rows["least-loaded"][2]["replica"], rows["least-loaded"][2]["cached_tokens"]) == (1, 0)
     assert rows["prefix-affinity"][2]["replica"] == 0
     assert rows["prefix-affinity"][2]["cached_tokens"] == 3 * 512
+
+
+def test_the_decode_window_bound_is_below_every_decode_step():
+    """A window sizes itself by `min_decode_step_s`; a bound above a real step would cut a
+    window short of the steps that start before the next arrival."""
+    st = timer()
+    for d in (1, 3, 16):
+        steps = st.decode_steps_s(d, 2.0, 3000)
+        assert st.min_decode_step_s(d) <= steps.min()
+        assert st.min_decode_step_s(d) == pytest.approx(float(steps[0]), rel=0.05)

@@ -152,80 +152,83 @@ class V1Engine:
         the window ends with the last step starting before `until`), the budget covers them,
         no request finishes before the last step and the KV blocks they will need are free
         (so nothing is preempted). Exactly what k calls of `step` would do, at the cost of
-        one: the step times come vectorised from `StepTimer.decode_steps_s`."""
+        one: the step times come vectorised from `StepTimer.decode_steps_s`, the per-request
+        bookkeeping is one pass that reads and one that writes each request."""
         running = self.running
         d = len(running)
         if d > self.opt.max_num_batched_tokens:
             return False
         k = WINDOW_MAX_STEPS
         kv = 0
+        bs, pool = self.opt.block_size, self.pool
+        per = pool.per_id
+        slack = []  # tokens each request can still write into the blocks it holds
         for s in running:
             g = s.generated
-            if not g or s.computed != s.prompt + g - 1:
+            c = s.computed
+            if not g or c != s.prompt + g - 1:
                 return False
             left = s.output - g
             if left < k:  # noqa: PLR1730 (a conditional: this loop runs for every request)
                 k = left
-            kv += s.computed + 1
+            kv += c
+            slack.append((s.private + per * len(s.shared)) * bs - c if per else
+                         s.private * bs - c)
         if k < 2:
             return False
+        kv += d
         timer, now = self.timer, self.now
         mean_kv = kv / d
-        if until != math.inf:  # steps only lengthen as the KV grows: the first bounds them
-            first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
-            if now + first >= until:
-                return False
-            k = min(k, int((until - now) / first) + 1)
+        if until != math.inf:  # no decode step of d sequences is shorter than at KV length 1
+            k = min(k, int((until - now) / timer.min_decode_step_s(d)) + 1)
         durations = timer.decode_steps_s(d, mean_kv, k)
         ends = now + np.cumsum(durations)
         k = min(k, int(np.searchsorted(ends - durations, until, side="left")))
         if k < 2:
             return False
-        bs, pool = self.opt.block_size, self.pool
-        per = pool.per_id
-        needs = []
-        total_need = 0
-        for s in running:
-            n = -(-(s.computed + k) // bs) - s.private - (per * len(s.shared) if per else 0)
-            if n < 0:  # noqa: PLR1730 (reserved ahead: TensorRT-LLM no-evict admission)
-                n = 0
-            needs.append(n)
-            total_need += n
+        # a request whose held blocks leave j < k free tokens needs ceil((k - j) / bs) more
+        needs = [(bs - 1 + k - j) // bs if j < k else 0 for j in slack]
+        total_need = sum(needs)
         if total_need > pool.available:
             return False
         used = pool.used
         pool.take(total_need)
-        delta = [0] * k  # blocks taken at each step: a request crosses into a new one every bs
-        itl, end, first_end = self.itl_s, float(ends[k - 1]), float(ends[0])
-        finished = False
-        for s, n in zip(running, needs):
-            if n:
-                j = (s.private + per * len(s.shared)) * bs - s.computed
+        end, first_end = float(ends[k - 1]), float(ends[0])
+        if total_need:  # blocks taken at each step: a request crosses into a new one every bs
+            delta = [0] * k
+            for j, n in zip(slack, needs):
                 while j < k:
                     delta[j] += 1
                     j += bs
+            levels = []
+            for j in range(k - 1):
+                used += delta[j]
+                levels.append(used / pool.total)
+        else:
+            levels = [used / pool.total] * (k - 1)
+        gaps = []
+        finished = False
+        for s, n in zip(running, needs):
+            if n:
                 s.private += n
             s.computed += k
-            s.generated += k
-            itl.append(first_end - s.last_token_s)
+            g = s.generated = s.generated + k
+            gaps.append(first_end - s.last_token_s)
             s.last_token_s = end
-            if s.generated >= s.output:
+            if g >= s.output:
                 s.finish_s = end
                 pool.release(s.private, s.shared)
                 s.private, s.shared = 0, []
                 finished = True
+        self.itl_s.extend(gaps)
         self.itl_window_s.extend(durations[1:k].tolist())
         self.itl_weight.extend([float(d)] * (k - 1))
         if finished:
             self.running = [s for s in running if s.finish_s != s.finish_s]
         self.now = end
         self.steps += k
-        tl, total = self.timeline, pool.total
-        levels = []
-        for j in range(k - 1):
-            used += delta[j]
-            levels.append(used / total)
-        levels.append(pool.used / total)
+        tl = self.timeline
+        levels.append(pool.used / pool.total)
         tl.t_s.extend(ends[:k].tolist())
         tl.kv_used.extend(levels)
         tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
