@@ -247,8 +247,11 @@ class V1Engine:
         i = 0
         while i < len(running) and budget > 0:
             s = running[i]
-            new = min(s.prompt + s.generated - s.computed, budget)
-            need = -(-(s.computed + new) // bs) - s.private - per * len(s.shared)
+            c = s.computed
+            new = s.prompt + s.generated - c
+            if new > budget:  # noqa: PLR1730 (a conditional: this loop runs for every request)
+                new = budget
+            need = -(-(c + new) // bs) - s.private - (per * len(s.shared) if per else 0)
             if need > 0:
                 fits = True
                 while not pool.take(need):
@@ -298,14 +301,16 @@ class V1Engine:
         prefill = False
         for s, new in sched:
             tokens += new
-            total = s.prompt + s.generated
-            if new == 1 and s.generated and s.computed == total - 1:
+            c, g = s.computed, s.generated
+            total = s.prompt + g
+            if new == 1 and g and c == total - 1:
                 decodes += 1
                 kv_sum += total
-            else:
-                prefill = True
-                attention_p += timer.prefill_attention_s(new, s.computed)
-            if s.computed + new == total:
+                logits += 1
+                continue
+            prefill = True
+            attention_p += timer.prefill_attention_s(new, c)
+            if c + new == total:
                 logits += 1
         attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
@@ -315,22 +320,23 @@ class V1Engine:
         hash_tokens = pool.hash_tokens
         finished = False
         for s, new in sched:
-            s.computed += new
+            c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
-                full = min(s.computed, s.prompt)  # a block of prompt tokens only
+                full = min(c, s.prompt)  # a block of prompt tokens only
                 while s.next_id < len(s.ids) and (s.next_id + 1) * hash_tokens <= full:
                     if pool.publish(s.ids[s.next_id]):
                         s.private -= pool.per_id
                         s.shared.append(s.ids[s.next_id])
                     s.next_id += 1
-            if s.computed == s.prompt + s.generated:
-                s.generated += 1
-                if s.generated == 1:
+            g = s.generated
+            if c == s.prompt + g:
+                g = s.generated = g + 1
+                if g == 1:
                     s.first_token_s = now
                 else:
                     itl.append(now - s.last_token_s)
                 s.last_token_s = now
-                if s.generated >= s.output:
+                if g >= s.output:
                     s.finish_s = now
                     pool.release(s.private, s.shared)
                     s.private, s.shared = 0, []
