@@ -148,7 +148,6 @@ class StepTimer:
         self.build_s = 0.0
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
-        self._min_decode: dict[int, float] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -293,15 +292,6 @@ class StepTimer:
         gpu += head
         overhead = step_overhead(host, sw, "decode", sequences)
         return np.maximum(gpu, overhead) if host.step_overlaps_gpu else gpu + overhead
-
-    def min_decode_step_s(self, sequences: int) -> float:
-        """A lower bound on any pure-decode step of `sequences` sequences: the step at KV
-        length 0 (a step only lengthens as its KV grows). Bounds a decode window before its
-        step times are computed; kept per batch size."""
-        t = self._min_decode.get(sequences)
-        if t is None:
-            t = self._min_decode[sequences] = float(self.decode_steps_s(sequences, 0.0, 1)[0])
-        return t
 
     def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
                 logits: int | None = None) -> float:

@@ -46,7 +46,9 @@ WINDOW_MAX_STEPS = 4096  # the longest decode window run at once
 class V1Options:
     """The engine knobs the schedulers read (vLLM's names; TensorRT-LLM's max_num_tokens,
     max_batch_size, tokens_per_block and free_gpu_memory_fraction map onto the first four).
-    `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only."""
+    `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only,
+    `schedule_policy` by SGLang's (whose chunked_prefill_size, max_running_requests,
+    mem_fraction_static and page_size are the first four)."""
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
     block_size: int = 16
@@ -54,6 +56,7 @@ class V1Options:
     enable_prefix_caching: bool = True
     chunked_prefill: bool = True
     capacity_policy: str = "guaranteed-no-evict"
+    schedule_policy: str = "lpm"  # SGLang only: lpm or fcfs
 
     @staticmethod
     def defaults_for(device_name: str, memory_bytes: float) -> V1Options:
@@ -179,8 +182,11 @@ class V1Engine:
         kv += d
         timer, now = self.timer, self.now
         mean_kv = kv / d
-        if until != math.inf:  # no decode step of d sequences is shorter than at KV length 1
-            k = min(k, int((until - now) / timer.min_decode_step_s(d)) + 1)
+        if until != math.inf:  # bounded by the first step's length (as many as start in time)
+            first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
+            if now + first >= until:
+                return False
+            k = min(k, int((until - now) / first) + 1)
         durations = timer.decode_steps_s(d, mean_kv, k)
         ends = now + np.cumsum(durations)
         k = min(k, int(np.searchsorted(ends - durations, until, side="left")))
