@@ -34,9 +34,9 @@ from ..models import ModelConfig
 from ..simulator import Simulator
 from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
-from .step_time import StepTimer
 from .sglang import POLICIES as SGLANG_POLICIES
 from .sglang import SGLangEngine
+from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
 from .vllm_v0 import V0Engine
