@@ -217,6 +217,8 @@ CASES: list[BadInput] = [
     case("sim sweep --memories HBM9-5", "--memories: unknown ['HBM9-5']; write TECHNOLOGY-UNITS"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
+    case("study serving --seeds 3 --out {tmp}/serving", "--seeds needs at least two seeds"),
+    case("study serving --rates 0 --out {tmp}/serving", "--rates must be positive"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --seeds a,b", "--seeds"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --jobs 0", "--jobs must be >= 1"),
     case("demo --out {tmp}/demo --max-steps 0", "--max-steps must be >= 1"),

@@ -152,8 +152,8 @@ def test_bad_setups_are_one_line_errors():
     with pytest.raises(ServeError, match="exceed gpt3-1.3b's context of 2048 tokens"):
         serve(trace, get_preset(MODEL), "h100-80gb-x8", model_name=MODEL)
     ok = Trace("t", (Request(0, 0.0, 30, 3),))
-    with pytest.raises(ServeError, match="no scheduler model for software 'sglang'"):
-        serve(ok, get_preset(MODEL), "h100-80gb-x8", software="sglang")
+    with pytest.raises(ServeError, match="no scheduler model for software 'lmdeploy'"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", software="lmdeploy")
     with pytest.raises(ServeError, match="--router 'random' is not one of"):
         serve(ok, get_preset(MODEL), "h100-80gb-x8", router="random")
     with pytest.raises(ServeError, match="--slo-ttft-s must be a positive"):
@@ -256,3 +256,4 @@ def test_prefix_affinity_routes_a_shared_prefix_to_the_replica_that_caches_it():
     assert (rows["least-loaded"][2]["replica"], rows["least-loaded"][2]["cached_tokens"]) == (1, 0)
     assert rows["prefix-affinity"][2]["replica"] == 0
     assert rows["prefix-affinity"][2]["cached_tokens"] == 3 * 512
+

@@ -38,6 +38,7 @@ def serve_cmd(
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM: share of device memory the engine may use (weights, activations, KV cache); TensorRT-LLM: its free_gpu_memory_fraction (share of what the model leaves)."),
     chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help="TensorRT-LLM: chunked context (default off; vLLM V1 always chunks, V0 never)."),
     capacity_policy: str = typer.Option("guaranteed-no-evict", "--capacity-policy", help="TensorRT-LLM: guaranteed-no-evict (default) or max-utilization."),
+    schedule_policy: str = typer.Option("lpm", "--schedule-policy", help="SGLang: lpm (longest prefix match first, the default) or fcfs."),
     prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default: the engine's: on in vLLM V1, off in V0 and TensorRT-LLM)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),
     slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),

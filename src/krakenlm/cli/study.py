@@ -149,3 +149,43 @@ def design_space_command(
         best = _best(res[f"search_{key}"])
         print(f"{key}-oriented: best performance per $ {best['perf_per_usd_vs_base']:.2f}x the "
               f"A100 (template model)")
+
+
+def _parse_rates(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise KrakenError(f"--rates must be comma-separated request rates, got {text!r}") from None
+    return values
+
+
+@study_app.command("serving")
+def serving_command(
+    out: Path = typer.Option(Path("runs/serving-study"), "--out", help="Directory for report.md, serving.png and serving.json."),
+    model: str = typer.Option("gpt3-6.7b", "--model", help="Model preset (the TTFT study's GPT-3 shapes, or any preset such as llama2-70b)."),
+    system: str = typer.Option("h100-80gb-x8", "--system", help="Hardware preset or YAML."),
+    software: str = typer.Option("vllm", "--software", help="Engine: vllm, vllm-v0, trtllm or sglang."),
+    tp: int = typer.Option(4, "--tp", help="Tensor-parallel degree of the one replica (= the Kraken degree)."),
+    rates: str = typer.Option("4,8,16,24", "--rates", help="Request rates (per second) of the p99 TTFT curve."),
+    seeds: str = typer.Option("0,1,2,3,4", "--seeds", help="Arrival seeds (intervals over them)."),
+    requests: int = typer.Option(300, "--requests", help="Requests per replay."),
+    slo_ttft_s: float = typer.Option(1.0, "--slo-ttft-s", help="p99 TTFT SLO of the capacity (seconds)."),
+    slo_tpot_s: float = typer.Option(0.05, "--slo-tpot-s", help="p99 TPOT SLO of the capacity (seconds)."),
+    trace: str = typer.Option(None, "--trace", help="Trace whose lengths are resampled (default ../shared/data/traces/azure2023_conv.csv)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Kraken vs GPT vs the parallel block under load: p99 TTFT against rate and capacity under
+    SLOs, over arrival seeds. docs/serving.md."""
+    from ..studies.serving_load import ServingPlan, run_serving_study
+
+    plan = ServingPlan(model=model, system=system, software=software, tp=tp,
+                       rates=_parse_rates(rates), seeds=tuple(_parse_seeds(seeds)),
+                       requests=requests, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
+                       **({"trace": trace} if trace else {}))
+    command = (f"krakenlm study serving --model {model} --system {system} --software {software} "
+               f"--tp {tp} --rates {rates} --seeds {seeds} --requests {requests} "
+               f"--slo-ttft-s {slo_ttft_s:g} --slo-tpot-s {slo_tpot_s:g} --out {out}")
+    err = stderr_console()
+    study = run_serving_study(out, plan, command, progress=err.print)
+    err.print(f"report: {study.report}")
+    print_report(study, as_json)

@@ -49,6 +49,7 @@ class ServeOptions:
     prefix_caching: bool | None = None  # None: the engine's default
     chunked_prefill: bool | None = None  # TensorRT-LLM only (None: its default, off)
     capacity_policy: str = "guaranteed-no-evict"  # TensorRT-LLM only
+    schedule_policy: str = "lpm"  # SGLang only
     dtype: str = "fp16"
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -125,5 +126,6 @@ def _setup(o: ServeOptions):
                       if o.prefix_caching is None else o.prefix_caching,
                       chunked_prefill=defaults.chunked_prefill
                       if o.chunked_prefill is None or kind != "trtllm" else o.chunked_prefill,
-                      capacity_policy=o.capacity_policy)
+                      capacity_policy=o.capacity_policy,
+                      schedule_policy=o.schedule_policy)
     return trace, config, label, system, options

@@ -34,6 +34,8 @@ from ..models import ModelConfig
 from ..simulator import Simulator
 from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
+from .sglang import POLICIES as SGLANG_POLICIES
+from .sglang import SGLangEngine
 from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
@@ -42,8 +44,9 @@ from .vllm_v1 import Seq, V1Engine, V1Options
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
 # software profile -> the scheduler its engine runs
-SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0", "trtllm": "trtllm"}
-ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine, "trtllm": TRTEngine}
+SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0", "trtllm": "trtllm", "sglang": "sglang"}
+ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine, "trtllm": TRTEngine,
+           "sglang": SGLangEngine}
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
 
 
@@ -52,7 +55,7 @@ class ServeError(KrakenError, ValueError):
 
 
 def scheduler_for(profile_name: str, scheduler: str | None) -> str:
-    """The scheduler a software profile's engine runs (vLLM V1 and V0, TensorRT-LLM)."""
+    """The scheduler a software profile's engine runs (vLLM V1 and V0, TensorRT-LLM, SGLang)."""
     if scheduler is not None:
         if scheduler not in ENGINES:
             raise ServeError(f"--scheduler {scheduler!r} is not one of "
@@ -76,6 +79,10 @@ def default_options(scheduler: str, system: System, config: ModelConfig) -> V1Op
     if scheduler == "trtllm":
         return V1Options(8192, 2048, 32, 0.9, enable_prefix_caching=False,
                          chunked_prefill=False)
+    if scheduler == "sglang":  # chunked_prefill_size by device memory (serving/sglang.py)
+        gib = system.device.memory.capacity_bytes / 2**30
+        chunk = 2048 if gib < 35 else 8192 if gib < 160 else 16384
+        return V1Options(chunk, 1024, 16, 0.9)
     return V1Options.defaults_for(system.device.name, system.device.memory.capacity_bytes)
 
 
@@ -133,6 +140,9 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                         ("--max-num-seqs", opt.max_num_seqs)):
         if value < 1:
             raise ServeError(f"{name} must be at least 1, got {value}")
+    if opt.schedule_policy not in SGLANG_POLICIES:
+        raise ServeError(f"--schedule-policy {opt.schedule_policy!r} is not one of "
+                         f"{', '.join(SGLANG_POLICIES)}")
     if opt.capacity_policy not in POLICIES:
         raise ServeError(f"--capacity-policy {opt.capacity_policy!r} is not one of "
                          f"{', '.join(POLICIES)}")
@@ -141,7 +151,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                            max_num_batched_tokens=opt.max_num_batched_tokens,
                            model_name=model_name, of_free_memory=kind == "trtllm")
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
-    chunks = kind == "vllm-v1" or (kind == "trtllm" and opt.chunked_prefill)
+    chunks = kind in ("vllm-v1", "sglang") or (kind == "trtllm" and opt.chunked_prefill)
     longest_pass = max(r.prompt_tokens + r.output_tokens - 1 for r in trace.requests)
     if not chunks and longest_pass > opt.max_num_batched_tokens:
         raise ServeError(

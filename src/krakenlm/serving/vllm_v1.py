@@ -46,7 +46,9 @@ WINDOW_MAX_STEPS = 4096  # the longest decode window run at once
 class V1Options:
     """The engine knobs the schedulers read (vLLM's names; TensorRT-LLM's max_num_tokens,
     max_batch_size, tokens_per_block and free_gpu_memory_fraction map onto the first four).
-    `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only."""
+    `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only,
+    `schedule_policy` by SGLang's (whose chunked_prefill_size, max_running_requests,
+    mem_fraction_static and page_size are the first four)."""
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
     block_size: int = 16
@@ -54,6 +56,7 @@ class V1Options:
     enable_prefix_caching: bool = True
     chunked_prefill: bool = True
     capacity_policy: str = "guaranteed-no-evict"
+    schedule_policy: str = "lpm"  # SGLang only: lpm or fcfs
 
     @staticmethod
     def defaults_for(device_name: str, memory_bytes: float) -> V1Options:
@@ -152,26 +155,34 @@ class V1Engine:
         the window ends with the last step starting before `until`), the budget covers them,
         no request finishes before the last step and the KV blocks they will need are free
         (so nothing is preempted). Exactly what k calls of `step` would do, at the cost of
-        one: the step times come vectorised from `StepTimer.decode_steps_s`."""
+        one: the step times come vectorised from `StepTimer.decode_steps_s`, the per-request
+        bookkeeping is one pass that reads and one that writes each request."""
         running = self.running
         d = len(running)
         if d > self.opt.max_num_batched_tokens:
             return False
         k = WINDOW_MAX_STEPS
         kv = 0
+        bs, pool = self.opt.block_size, self.pool
+        per = pool.per_id
+        slack = []  # tokens each request can still write into the blocks it holds
         for s in running:
             g = s.generated
-            if not g or s.computed != s.prompt + g - 1:
+            c = s.computed
+            if not g or c != s.prompt + g - 1:
                 return False
             left = s.output - g
             if left < k:  # noqa: PLR1730 (a conditional: this loop runs for every request)
                 k = left
-            kv += s.computed + 1
+            kv += c
+            slack.append((s.private + per * len(s.shared)) * bs - c if per else
+                         s.private * bs - c)
         if k < 2:
             return False
+        kv += d
         timer, now = self.timer, self.now
         mean_kv = kv / d
-        if until != math.inf:  # steps only lengthen as the KV grows: the first bounds them
+        if until != math.inf:  # bounded by the first step's length (as many as start in time)
             first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
             if now + first >= until:
                 return False
@@ -181,51 +192,49 @@ class V1Engine:
         k = min(k, int(np.searchsorted(ends - durations, until, side="left")))
         if k < 2:
             return False
-        bs, pool = self.opt.block_size, self.pool
-        per = pool.per_id
-        needs = []
-        total_need = 0
-        for s in running:
-            n = -(-(s.computed + k) // bs) - s.private - (per * len(s.shared) if per else 0)
-            if n < 0:  # noqa: PLR1730 (reserved ahead: TensorRT-LLM no-evict admission)
-                n = 0
-            needs.append(n)
-            total_need += n
+        # a request whose held blocks leave j < k free tokens needs ceil((k - j) / bs) more
+        needs = [(bs - 1 + k - j) // bs if j < k else 0 for j in slack]
+        total_need = sum(needs)
         if total_need > pool.available:
             return False
         used = pool.used
         pool.take(total_need)
-        delta = [0] * k  # blocks taken at each step: a request crosses into a new one every bs
-        itl, end, first_end = self.itl_s, float(ends[k - 1]), float(ends[0])
-        finished = False
-        for s, n in zip(running, needs):
-            if n:
-                j = (s.private + per * len(s.shared)) * bs - s.computed
+        end, first_end = float(ends[k - 1]), float(ends[0])
+        if total_need:  # blocks taken at each step: a request crosses into a new one every bs
+            delta = [0] * k
+            for j, n in zip(slack, needs):
                 while j < k:
                     delta[j] += 1
                     j += bs
+            levels = []
+            for j in range(k - 1):
+                used += delta[j]
+                levels.append(used / pool.total)
+        else:
+            levels = [used / pool.total] * (k - 1)
+        gaps = []
+        finished = False
+        for s, n in zip(running, needs):
+            if n:
                 s.private += n
             s.computed += k
-            s.generated += k
-            itl.append(first_end - s.last_token_s)
+            g = s.generated = s.generated + k
+            gaps.append(first_end - s.last_token_s)
             s.last_token_s = end
-            if s.generated >= s.output:
+            if g >= s.output:
                 s.finish_s = end
                 pool.release(s.private, s.shared)
                 s.private, s.shared = 0, []
                 finished = True
+        self.itl_s.extend(gaps)
         self.itl_window_s.extend(durations[1:k].tolist())
         self.itl_weight.extend([float(d)] * (k - 1))
         if finished:
             self.running = [s for s in running if s.finish_s != s.finish_s]
         self.now = end
         self.steps += k
-        tl, total = self.timeline, pool.total
-        levels = []
-        for j in range(k - 1):
-            used += delta[j]
-            levels.append(used / total)
-        levels.append(pool.used / total)
+        tl = self.timeline
+        levels.append(pool.used / pool.total)
         tl.t_s.extend(ends[:k].tolist())
         tl.kv_used.extend(levels)
         tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
@@ -244,8 +253,11 @@ class V1Engine:
         i = 0
         while i < len(running) and budget > 0:
             s = running[i]
-            new = min(s.prompt + s.generated - s.computed, budget)
-            need = -(-(s.computed + new) // bs) - s.private - per * len(s.shared)
+            c = s.computed
+            new = s.prompt + s.generated - c
+            if new > budget:  # noqa: PLR1730 (a conditional: this loop runs for every request)
+                new = budget
+            need = -(-(c + new) // bs) - s.private - (per * len(s.shared) if per else 0)
             if need > 0:
                 fits = True
                 while not pool.take(need):
@@ -295,14 +307,16 @@ class V1Engine:
         prefill = False
         for s, new in sched:
             tokens += new
-            total = s.prompt + s.generated
-            if new == 1 and s.generated and s.computed == total - 1:
+            c, g = s.computed, s.generated
+            total = s.prompt + g
+            if new == 1 and g and c == total - 1:
                 decodes += 1
                 kv_sum += total
-            else:
-                prefill = True
-                attention_p += timer.prefill_attention_s(new, s.computed)
-            if s.computed + new == total:
+                logits += 1
+                continue
+            prefill = True
+            attention_p += timer.prefill_attention_s(new, c)
+            if c + new == total:
                 logits += 1
         attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
@@ -312,22 +326,23 @@ class V1Engine:
         hash_tokens = pool.hash_tokens
         finished = False
         for s, new in sched:
-            s.computed += new
+            c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
-                full = min(s.computed, s.prompt)  # a block of prompt tokens only
+                full = min(c, s.prompt)  # a block of prompt tokens only
                 while s.next_id < len(s.ids) and (s.next_id + 1) * hash_tokens <= full:
                     if pool.publish(s.ids[s.next_id]):
                         s.private -= pool.per_id
                         s.shared.append(s.ids[s.next_id])
                     s.next_id += 1
-            if s.computed == s.prompt + s.generated:
-                s.generated += 1
-                if s.generated == 1:
+            g = s.generated
+            if c == s.prompt + g:
+                g = s.generated = g + 1
+                if g == 1:
                     s.first_token_s = now
                 else:
                     itl.append(now - s.last_token_s)
                 s.last_token_s = now
-                if s.generated >= s.output:
+                if g >= s.output:
                     s.finish_s = now
                     pool.release(s.private, s.shared)
                     s.private, s.shared = 0, []
