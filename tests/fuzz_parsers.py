@@ -611,7 +611,6 @@ def check_checkpoint_cli(damage: tuple[str, bytes | None]) -> Any:
 
 # ------------------------------------------------------------------------------- registry
 _TRAIN_STATE = "train_state.json"
-_TRAIN = "training helper (runtime/checkpoint.py, trainer.py, data/prepare.py)"
 
 
 def _yaml_inputs(seeds: Callable[[], list[str]]) -> Callable[[], st.SearchStrategy]:
@@ -693,8 +692,7 @@ TARGETS: tuple[Target, ...] = (
            lambda: checkpoint_inputs(tuple(f for f in CHECKPOINT_FILES if f != "optimizer.pt")),
            check_checkpoint_readers, cost=2),
     Target("checkpoint-optimizer", "checkpoint optimizer.pt", "train --resume's readers",
-           lambda: checkpoint_inputs(("optimizer.pt",)), check_checkpoint_resume, cost=2,
-           known_failure=f"a truncated optimizer state on --resume: issue 24 item 8, {_TRAIN}"),
+           lambda: checkpoint_inputs(("optimizer.pt",)), check_checkpoint_resume, cost=2),
     Target("checkpoint-cli", "checkpoint (every file)", "krakenlm generate --checkpoint RUN",
            checkpoint_inputs, check_checkpoint_cli, cost=3),
 )

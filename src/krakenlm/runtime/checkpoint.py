@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pickle
 import re
 import shutil
 import signal
@@ -237,7 +236,9 @@ def load_optimizer_state(directory: str | Path, optimizer: torch.optim.Optimizer
         saved = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict):
             raise ValueError("not a krakenlm optimizer state")
-    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+    except Exception as exc:  # noqa: BLE001 - damaged bytes reach torch.load's unpickler, which
+        # fails with whatever its reading hits (UnpicklingError, RuntimeError, EOFError,
+        # IndexError, KeyError, struct.error, ...): every one is "this file is damaged"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise KrakenError(f"cannot resume from {found}: {path.name} is unreadable "
                           f"({reason[:120]}); it was damaged after the save (cut short by a "
