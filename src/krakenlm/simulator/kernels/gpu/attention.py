@@ -223,6 +223,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....hardware.schema import DTYPE_BYTES, Device
+from ..numerics import smooth_max
 from ..params import BOOST_MARGIN, Param, l2_over_dram, sm_load_bytes_per_s, with_ceilings
 from . import fa3_decode, trtllm_decode
 from . import prefill_tiles as tiles
@@ -538,11 +539,6 @@ def _kv_len(cols: dict) -> np.ndarray:
     return _col(cols, "isl") + (_col(cols, "step") if "step" in cols else 0.0)
 
 
-def _pnorm(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
-    scale = np.maximum(np.maximum(a, b), 1e-30)  # scale before the power: q may be large
-    return scale * ((a / scale) ** q + (b / scale) ** q) ** (1.0 / q)
-
-
 # ---------------------------------------------------------------------------------- context
 def predict_context(dev: Device, cols: dict, p: dict, dtype: str = "bf16", *,
                     cache_write: bool = True) -> np.ndarray:
@@ -573,7 +569,7 @@ def predict_context(dev: Device, cols: dict, p: dict, dtype: str = "bf16", *,
                              dev.global_buffer_bandwidth_bytes_per_s, bandwidth)
     memory = b * s * d * nbytes * (2 * h + 2 * kvh * p["kv_passes"]) / (
         bandwidth * p["memory_efficiency"])
-    time = p["floor_s"] + _pnorm(compute, memory, p["overlap_exponent"])
+    time = p["floor_s"] + smooth_max(compute, memory, p["overlap_exponent"])
     if cache_write and "cache_write_thread_s" in p:  # vLLM: its own kernel, one CTA per token
         time = time + b * s * tiles.cache_write_threads(kvh, d) * p["cache_write_thread_s"] / sms
     return time
@@ -657,7 +653,7 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
         # FA3 runs Q, K and V in the cache's dtype: its MMAs at that dtype's tensor peak
         mma_flops_per_sm_s = dev.matrix_flops_per_s.get("fp8" if kv_dtype == "fp8" else "bf16") / sms
         return fa3_decode.predict(sms, b, h, kvh, d, L, nbytes, kv_dtype == "fp8", p,
-                                  bandwidth, _pnorm, mma_flops_per_sm_s)
+                                  bandwidth, smooth_max, mma_flops_per_sm_s)
     group = h / kvh
     pairs = b * kvh
     mha = group == 1
@@ -694,7 +690,7 @@ def predict_generation(dev: Device, cols: dict, p: dict, kv_dtype: str = "bf16",
                              hbm)
     else:
         bandwidth = hbm
-    t = floor_s + _pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
+    t = floor_s + smooth_max(exec_s, kv / bandwidth, p["overlap_exponent"])
     if splitkv and p.get("fa2_swap", 0.0) > 0.5:  # q and the output transposed by copies
         t = t + np.where((group > 1) & (b >= 2) & (kvh >= 2), p["swap_copy_s"], 0.0)
     return t

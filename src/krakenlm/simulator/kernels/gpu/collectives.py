@@ -125,6 +125,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ....hardware.schema import System
+from ..numerics import smooth_max
 from ..params import Param
 from . import allreduce_routes as R
 
@@ -479,9 +480,7 @@ def predict_custom(system: System, cols: dict[str, Any], p: dict[str, float], *,
         busy = device + copy + np.where(pull, 4.0 * size / mem_bw, 0.0)
         host = np.where(staged, p.get("staged_eager_host_s", p["eager_host_s"]),
                         p["eager_host_s"])
-        scale = np.maximum(busy, host)
-        q = EAGER_SMOOTH_P
-        eager = scale * ((busy / scale) ** q + (host / scale) ** q) ** (1.0 / q)
+        eager = smooth_max(busy, host, EAGER_SMOOTH_P)
         t = np.where(graph, device, eager)
     return np.where((n <= 1) | (size <= 0), 0.0, t)
 

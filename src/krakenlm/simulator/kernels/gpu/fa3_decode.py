@@ -142,7 +142,7 @@ def splits(sms: int, batch, kv_heads, head_dim, group, kv_len, fp8: bool, graph_
 def predict(sms: int, b, h, kvh, d, kv_len, kv_bytes: float, fp8: bool, p: dict,
             bandwidth, pnorm, mma_flops_per_sm_s: float | None = None) -> np.ndarray:
     """Seconds per row; `bandwidth` is the KV cache's (HBM or warm L2, attention.py), `pnorm`
-    the smooth maximum attention.py uses, `mma_flops_per_sm_s` one SM's tensor peak in the
+    the smooth maximum (numerics.smooth_max), `mma_flops_per_sm_s` one SM's tensor peak in the
     kernel's dtype (needed by the fa3_mma form only)."""
     group = h / kvh
     s = splits(sms, b, kvh, d, group, kv_len, fp8, p.get("fa3_graph_splits", 0.0),

@@ -127,6 +127,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....hardware.schema import DTYPE_BYTES, Device
+from ..numerics import smooth_max
 from ..params import Param
 from . import gemm_cutlass
 
@@ -309,9 +310,7 @@ def _build_geometry(dev: Device, cols: dict[str, np.ndarray], dtype: str,
 
 
 def _smooth_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    hi = np.maximum(a, b)
-    r = np.minimum(a, b) / np.where(hi > 0, hi, 1.0)
-    return hi * (1.0 + r * r * np.sqrt(r)) ** (1.0 / OVERLAP_EXPONENT)  # p = 2.5
+    return smooth_max(a, b, OVERLAP_EXPONENT)
 
 
 def predict(dev: Device, cols: dict[str, np.ndarray], p: dict[str, float],

@@ -78,6 +78,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics import smooth_max
+
 XQA_MIN_HISTORY = 128  # kMinHistoryTokensPerBlock (decoderXQAConstants.h)
 XQA_ENABLE_FACTOR = 4.0  # kEnableMinBlockFactor: XQA only with >= SMs / 4 CTAs
 XQA_TARGET_WAVES = 8  # kTargetWaveFactor: blocks are cut back beyond 8 waves
@@ -134,18 +136,13 @@ def mmha_tiles(sms: int, batch, heads, kv_len, d_pad) -> np.ndarray:
     return np.maximum(np.minimum(by_sms, by_len), 1.0)
 
 
-def _smooth_max(a, b, q: float) -> np.ndarray:
-    scale = np.maximum(np.maximum(a, b), 1e-30)
-    return scale * ((a / scale) ** q + (b / scale) ** q) ** (1.0 / q)
-
-
 def waves_time(items, slots, cta_s, cta_bytes, bandwidth, q: float) -> np.ndarray:
     """Full waves of `slots` CTAs, then the partial last one; each the smooth maximum of one
     CTA's latency and the wave's bytes at `bandwidth`."""
     full = np.floor(items / slots)
     tail = items - full * slots
-    t_full = _smooth_max(cta_s, slots * cta_bytes / bandwidth, q)
-    t_tail = np.where(tail > 0, _smooth_max(cta_s, tail * cta_bytes / bandwidth, q), 0.0)
+    t_full = smooth_max(cta_s, slots * cta_bytes / bandwidth, q)
+    t_tail = np.where(tail > 0, smooth_max(cta_s, tail * cta_bytes / bandwidth, q), 0.0)
     return full * t_full + t_tail
 
 
