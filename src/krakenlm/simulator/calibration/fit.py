@@ -11,6 +11,11 @@ Several starting points (a model whose objective has several basins, gemm.FIT_ST
 screened first: a short Nelder-Mead from each on a seeded sample of at most `SCREEN_ROWS` fit
 rows, and only the `POLISH` best are minimised on the whole fit sample. Screening uses the fit
 half only, like everything else here.
+
+A dataset (measurements/kernel_tables.py) is fitted with every registered kernel form offered
+for it (kernels/base.py), every structure of each, under every measurement condition its
+source's harness may have had (measurements/harness.py), in that order; the lowest fit-half
+error wins (`fit_dataset`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ...errors import KrakenError
+from ..kernels.base import Measured
 from ..kernels.params import Param, pack, unpack
+from ..measurements import harness
 from ..measurements.split import fit_half, mape
 
 if TYPE_CHECKING:
@@ -52,6 +59,9 @@ class FitResult:
     mape_fit: float
     mape_held_out: float
     notes: list[str] = field(default_factory=list)
+    form: str = ""  # with fit_dataset: the winning kernel form, its structure, its harness
+    structure: Any = None
+    harness: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {"n_fit": self.n_fit, "n_held_out": self.n_held_out,
@@ -154,18 +164,34 @@ def fit_model(name: str, predict: Callable[[dict[str, np.ndarray], dict[str, flo
 
 
 def fit_dataset(ds: "Dataset", system_name: str) -> FitResult:
-    """Fit every structure of `ds` in turn; the lowest fit-half error wins (stored with its
-    constants)."""
+    """Fit every (form, structure, harness condition) of `ds` in turn; the lowest fit-half
+    error wins. Its kernel constants are `params`, the harness's choice and fitted constants
+    `harness`."""
+    fit_mask = fit_half(ds.keys) if ds.split is None else np.asarray(ds.split, bool)
+    measured = Measured(ds.cols, ds.latency_s, fit_mask)
+    extra = harness.params(ds.source, ds.family, ds.framework)
+    names = {q.name for q in extra}
     best: FitResult | None = None
-    for structure in ds.structures:
-        # constants a structure fixes are not fitted (no flat directions for the simplex)
-        free = tuple(p for p in ds.params if p.name not in structure)
-        r = fit_model(f"{ds.family} {ds.variant} ({ds.framework}, {system_name})",
-                      lambda c, p, s=structure: ds.predict(c, {**p, **s}), free,
-                      ds.cols, ds.latency_s, ds.keys,
-                      starts=[{}, *ds.starts] if ds.starts else None, split=ds.split)
-        if best is None or r.mape_fit < best.mape_fit:
-            r.params.update(structure)
-            best = r
-    assert best is not None
+    for form in ds.forms():
+        for structure in form.structures(ds.setting, measured):
+            starts = form.starts(ds.setting, structure)
+            params = form.params(ds.setting, structure, measured) + extra
+            for choice in harness.choices(ds.source, ds.family, ds.framework):
+                def predict(c, values, form=form, structure=structure, choice=choice):
+                    kernel = {k: v for k, v in values.items() if k not in names}
+                    stored = {**choice, **{k: values[k] for k in names}}
+                    return form.predict(ds.setting, c, kernel, structure,
+                                        harness.conditions(ds.source, ds.family, stored))
+
+                r = fit_model(f"{ds.family} {ds.variant} ({ds.framework}, {system_name})",
+                              predict, params, ds.cols, ds.latency_s, ds.keys,
+                              starts=[{}, *starts] if starts else None, split=ds.split)
+                if best is None or r.mape_fit < best.mape_fit:
+                    r.form, r.structure = form.name, structure
+                    r.harness = {**choice, **{k: r.params.pop(k) for k in names}}
+                    r.notes = form.notes(ds.setting, structure, measured) + r.notes
+                    best = r
+    if best is None:
+        raise FitError(f"{ds.family} {ds.variant} ({ds.framework}, {system_name}): no kernel "
+                       "form is offered for it")
     return best
