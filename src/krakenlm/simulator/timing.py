@@ -31,7 +31,7 @@ from .constants.gpu_kernels import DeviceCalibration, Entry
 from .constants.software import SoftwareProfile
 from .constants.template import Calibration
 from .graph import OpSpec
-from .kernels.base import SERVING, BurstHeat, Conditions, Setting
+from .kernels.base import SERVING, Setting
 from .kernels.gpu.attention import context_kernel_dtype
 from .kernels.gpu.collectives import nccl_timer
 from .kernels.gpu.elementwise import kind_of
@@ -109,11 +109,12 @@ class OpTimer:
                 nccl_timer(self.system, nccl.params, nccl.structure) if nccl else None)
         return self._settings[key]
 
-    def _predict(self, found: tuple[Entry, str], variant: str, cols: dict,
-                 conditions: Conditions = SERVING) -> np.ndarray:
+    def _predict(self, found: tuple[Entry, str], variant: str, cols: dict) -> np.ndarray:
+        """The entry's form on `cols` as a served model runs it: SERVING conditions always (a
+        source's harness conditions belong to fits and validation, measurements/harness.py)."""
         e, fw = found
         return np.asarray(e.kernel.predict(self._setting(fw, variant), cols, e.params,
-                                           e.structure, conditions), float)
+                                           e.structure, SERVING), float)
 
     # ------------------------------------------------------------------------------- timing
     def __call__(self, spec: OpSpec) -> TimedOp:
@@ -182,8 +183,7 @@ class OpTimer:
         self._note("gemm", found, dtype)
         if found is not None:
             variant = dtype if dtype in ("bf16", "fp8") else "bf16"
-            t = self._predict(found, variant, {"m": M, "n": N, "k": K, "batch": batch},
-                              _query_conditions(found[0]))
+            t = self._predict(found, variant, {"m": M, "n": N, "k": K, "batch": batch})
             m, n, k, b = (x[0].item() for x in (M, N, K, batch))
             bound = "compute" if 2.0 * b * m * n * k / dev.matrix_rate(variant) > \
                 b * (m * k + k * n + m * n) * DTYPE_BYTES[variant] / \
@@ -250,8 +250,7 @@ class OpTimer:
                 cols = {"batch": batch, "isl": q_len, "heads": heads, "kv_heads": kv_heads,
                         "head_dim": hd, "cache_write": np.full(
                             len(batch), bool(self.software.fusions.rope_in_attention))}
-                return self._predict(found, variant, cols, _query_conditions(found[0])), \
-                    "compute"
+                return self._predict(found, variant, cols), "compute"
             cols = {"batch": batch, "kv_len": kv_len, "heads": heads, "kv_heads": kv_heads,
                     "head_dim": hd}
             # in a model the other layers evict the cache from L2: it comes from HBM
@@ -315,10 +314,3 @@ def _collective_cols(kind: str, size: np.ndarray, n: np.ndarray) -> dict[str, An
     return {"op": np.full(len(size), kind, dtype=object), "n": n, "bytes": size,
             "graph": np.ones(len(size), bool)}
 
-
-def _query_conditions(entry: Entry) -> Conditions:
-    """The conditions a query has run a GEMM or context entry under so far: its harness's
-    burst heating and warm replays (the harness step takes them out of queries)."""
-    h = entry.harness
-    heat = BurstHeat(h["heat_s"], h["heat_gain"]) if "heat_s" in h else None
-    return Conditions(warm_replay=bool(h.get("warm_replay", False)), burst_heat=heat)

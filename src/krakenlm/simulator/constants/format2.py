@@ -120,9 +120,11 @@ def convert(data: dict[str, Any], source: str) -> tuple[DeviceCalibration, int]:
                 kept = {k: v for k, v in p.items() if k in reads}
                 dropped += len([k for k in p if k not in reads and k not in HARNESS_KEYS
                                 and k not in SWITCHES and not k.startswith("handoff_")])
+                notes = [str(n).replace("(kernel_route 1)", "(route framework)")
+                         for n in e.get("notes") or []]
                 cal.put(fw, str(info.get("version", "")), family, str(variant),
                         Entry(name, structure, FileParams(kept, where), harness,
-                              dict(e.get("fit") or {}), list(e.get("notes") or [])))
+                              dict(e.get("fit") or {}), notes))
     return cal, dropped
 
 

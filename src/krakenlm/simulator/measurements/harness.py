@@ -128,8 +128,7 @@ def predict_point(dev: Device, system: System | None, point: Point, c: OpConstan
 # (H100, measured / modelled GPU time: TP 8 1.4 up to 2048 tokens, 2.1-2.4 from 4096; TP 4
 # 1.4 -> 1.7; TP 2 1.4 throughout), by no mechanism found in vLLM 0.1-0.2 or the harness (not
 # attention: 16 x 512 tokens behave like one 8192-token prompt), and a batched prefill exposes
-# that growth: host fit on the fit half 10.5 / 11.4 % (A100 / H100) batched against 6.1 /
-# 8.3 % sequential (held-out 12.4 / 12.5 against 9.9 / 9.7 %).
+# that growth: the host fit on the fit half is better sequential on both A100 and H100.
 SEQUENTIAL_PREFILL = {"splitwise"}
 
 

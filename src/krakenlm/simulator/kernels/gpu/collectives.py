@@ -36,11 +36,11 @@ shard back):
 the reduce-scatter and all-gather halves overlap only once each of NCCL's NVLS channels has
 several chunks in flight: below C = channels x 128 KiB per rank (16 channels on Hopper, 32 on
 Blackwell: 2 / 4 MiB) the halves run back to back (2W), above it the un-overlapped part is one
-pipeline fill F. C is NCCL's default, not fitted. The latency grows with the group: ~2.4 us per
-GPU on H100 and H200 (a constant latency leaves 8-GPU NVLS 15-30 % slow at 2-16 MiB while
-4-GPU fits). The conventional bus bandwidth 2 (n-1)/n S / t of NVLS can exceed B (by up to
-2 (n-1)/(n+1) x nvls_efficiency: 1.02 B at n = 8 on H100); the bytes a GPU moves cannot
-(`nccl_wire_bytes` / t <= B).
+pipeline fill F. C is NCCL's default, not fitted. The latency grows with the group
+(`nvls_peer` per GPU: with a constant latency the 8-GPU tables at 2-16 MiB take longer than
+the 4-GPU ones allow). The conventional bus bandwidth 2 (n-1)/n S / t of NVLS can exceed B
+(by up to 2 (n-1)/(n+1) x nvls_efficiency: 1.02 B at n = 8 on H100); the bytes a GPU moves
+cannot (`nccl_wire_bytes` / t <= B).
 
 Which (algorithm, protocol) runs is NCCL's choice, made by its own cost model (tuning.cc:
 latency = baseLat + steps x hwLat, bandwidth = channels x per-link NVLink bandwidth x protocol
@@ -187,9 +187,8 @@ CUSTOM_PARAMS = (
 )
 
 # Extra starting points of a custom all-reduce fit (screened on the fit half, fit.py): the
-# objective is kinked where a kernel's time crosses the eager host time, and Nelder-Mead from
-# the initial values stopped in a worse basin (H100 SGLang 0.5.14: 6.7 % on the fit half with a
-# one-shot efficiency of 0.50, 5.4 % at 0.70).
+# objective is kinked where a kernel's time crosses the eager host time, so Nelder-Mead from the
+# initial values alone can stop in a worse basin (one-shot efficiency 0.50 instead of 0.70).
 CUSTOM_FIT_STARTS = tuple({"oneshot_efficiency": one, "twoshot_efficiency": two,
                            "multimem_efficiency": two, "symm_twoshot_efficiency": two}
                           for one in (0.45, 0.75) for two in (0.45, 0.75))
