@@ -7,8 +7,9 @@ sarathi-serve kernels, validation_data/layer_measurements.csv) show vLLM's RMSNo
 TB/s on an H100 with a 6 us floor, SiLU-and-mul at ~1.9 TB/s, rotary at ~1.5 TB/s; vLLM's
 own kernel benchmark (vllm-project/vllm#11241, H100) has its RMSNorm at ~0.7 TB/s. So each
 kind gets its own constants of an elementwise form (kernels/gpu/elementwise.py), fitted on the rows
-of `layer_measurements.csv` whose split is `fit` (even CRC-32 of system, op, TP and tokens;
-`mark_layer_split`) and scored on the `held_out` ones. They are stored under the `vllm`
+of `layer_measurements.csv` whose `split` column says `fit` (the data declare their split:
+within each system and op, sorted by TP and tokens, every other row, an exact half of so few
+rows) and scored on the `held_out` ones; GEMM and all-reduce rows only validate. They are stored under the `vllm`
 framework of the device (families `elementwise`, variants `norm`, `activation`, `rope`,
 `residual`): the profiles whose kernels are vLLM's use them; the others keep the constants
 fitted on their own quantisation kernel.
@@ -21,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ...fileio import write_csv_atomically
 from ...hardware import load_system
 from ...models import PRESETS
 from ..constants.gpu_kernels import DeviceCalibration, Entry
@@ -39,32 +39,6 @@ KINDS = {"rmsnorm": "norm", "mlp_act": "activation", "rope": "rope", "residual_a
 
 def layer_key(row: dict[str, str]) -> str:
     return f"{row['system']}|{row['op']}|{row['tp']}|{row['tokens']}"
-
-
-def mark_layer_split(path: str | Path | None = None) -> int:
-    """Mark the streaming-op rows fit / held_out: within each (system, op), sorted by TP and
-    tokens, every other row is fitted (an exact half of 32 points, where a hash split of so few
-    rows is lopsided). GEMM and all-reduce rows stay held out: they validate, never calibrate.
-    Returns the number of fit rows."""
-    path = Path(path) if path else data_path("layer_measurements.csv")
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        fields, rows = reader.fieldnames, list(reader)
-    for r in rows:
-        r["split"] = "held_out"
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        if r["op"] in KINDS:
-            groups.setdefault((r["system"], r["op"]), []).append(r)
-    n = 0
-    for group in groups.values():
-        group.sort(key=lambda r: (int(r["tp"]), int(r["tokens"])))
-        for i, r in enumerate(group):
-            if i % 2 == 0:
-                r["split"] = "fit"
-                n += 1
-    write_csv_atomically(path, fields, rows)
-    return n
 
 
 def streamed_bytes(op: str, rows: int, cols: int, bytes_per_value: int = 2) -> float:

@@ -66,13 +66,10 @@ ones 256-deep), so their main loop runs ceil(K / 128) whole tiles: K = 32 or 64 
 K = 128 does.
 
 `oob_row_s` (SGLang): the rows of the last token tile past the last token are loaded as zeros
-(the TMA box crosses the tensor's edge) and multiplied like the others. On the fit half
-SGLang's FP8 rows just past a tile boundary (M = 129, 257, 513 ...) were 6 % too fast on H100
-(mean signed error) with the tile work alone; each wave that holds such a tile is charged a
-cost per zero-filled row and K step. The fitted cost is 3-4e-10 s per row and K step on
-H100/H200 (a 127-row pad then costs about a third of a 128 x 128 x 64 FP8 step at the per-SM
-peak) and ten times less on B200/GB200. Which waves hold such a tile follows CUTLASS's raster
-order.
+(the TMA box crosses the tensor's edge) and multiplied like the others: SGLang's FP8 rows just
+past a tile boundary (M = 129, 257, 513 ...) take longer than the tile work alone gives, so
+each wave that holds such a tile is charged a cost per zero-filled row and K step. Which waves
+hold such a tile follows CUTLASS's raster order.
 
 Padded bytes (SGLang on sm90): the zero-filled token rows also cost like rows moved through
 L2, once per weight tile column: weight tile columns x padded rows x K bytes. On the fit half

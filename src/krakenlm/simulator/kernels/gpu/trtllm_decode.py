@@ -22,7 +22,7 @@ runs its trtllm-gen kernels instead of XQA: xqaDispatcher.cpp, mUseTllmGen = isS
                 (exec, kv, bandwidth as in attention.py)
 
 MULTIBLOCK_MIN_TOKENS and MULTIBLOCK_WAVES are fixed (of 256/512/1024 tokens and 1/2/4/8
-waves, 256 and 4 fit the H100 fit half best); the query-tile rows `q_tile_rows` (8 or 16) are
+waves, the H100 fit half picks 256 and 4); the query-tile rows `q_tile_rows` (8 or 16) are
 the structure.
 
 Dispatch form (`generation/trtllm-xqa`): TensorRT-LLM's own launch decisions, read in its
@@ -59,19 +59,16 @@ semaphore counts them) merges the mb partial outputs and row sums itself, one bl
 another: a few IO warps keep a handful of loads in flight and the math warps rescale and add
 each block in turn (mha_sm90.cu, the `isLastCta` loop; the HMMA kernel's 16-bit tables show the
 same shortfall, so both kernels carry the term). The merge is a serial chain of one L2 round
-trip per block, after the waves. Without it the H200 fit half (both KV dtypes) is 20-55 % too
-fast at batch 1 and 8k-128k cached tokens, where mb reaches 23-91 (e.g. 1 x 8 heads / 1 KV
-head, head_dim 64, 131072 tokens: 31.6 us measured, 14.1 us modelled); ~0.2 us per block closes
-it (fitted merge_s 0.14-0.20 us on Hopper, 0.33 us on A100, 0.09 us on L40S).
+trip per block, after the waves; it matters at batch 1 with 8k-128k cached tokens, where mb
+reaches 23-91.
 
 QGMMA residency (structure `large_tile_residency`): mha_sm90.cu's launch bound gives 3
 resident CTAs per SM while ctaNbQHeads x headElems <= 128 x 16 and 2 beyond, i.e. a large
 tile's CTA holds 3/2 of what a small one does; with the rule the large tiles' waves count
-SMs x 2/3 slots. The H200 FP8 fit half shows exactly that split: tiles of up to 2048 rows x
-elements within +-3 % of the model at every batch, larger ones (32 x 128, 16 x 256, 32 x 256)
-6-37 % slower than it, worst at batch 512-2048 where throughput sets the time. Still left:
-large tiles at batch 1024-2048 remain 16-20 % too fast and at batch 64-128 7-10 % too slow
-(fit half), so the residency is not the whole story there.
+SMs x 2/3 slots. The H200 FP8 tables split the same way: tiles of up to 2048 rows x elements
+behave as the small-tile model at every batch, larger ones (32 x 128, 16 x 256, 32 x 256) run
+slower, most at batch 512-2048 where throughput sets the time. The residency does not explain
+all of the large tiles' behaviour at batch 64-128 and 1024-2048 (docs/results-simulator.md).
 
 MMHA: one CTA per (sequence, query head, tile) -- a GQA group reads its K/V once per query
 head. The launcher sizes the block by occupancy (mmha_launch_kernel_ex): 256 threads when the
