@@ -1,7 +1,8 @@
 """How the source tree is built: rooms, the imports between them against the layer contract,
 function sizes and complexity, prose, the structural switches stored as calibration constants
-and the places that decide a device's identity. Reads src/krakenlm as text (AST and tokens;
-krakenlm is never imported); rooms and the contract: docs/architecture.md.
+and the places that decide a device's identity (by a rule of their own, or by reading its
+declared identity: the lookup). Reads src/krakenlm as text (AST and tokens; krakenlm is never
+imported); rooms and the contract: docs/architecture.md.
 
     python benchmarks/architecture.py [--json PATH]
 """
@@ -27,6 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "krakenlm"
 TOP_FUNCTIONS, COMPLEX, LONG = 15, 20, 80  # the largest, then any other over either is listed
+KERNEL_MODELS = "simulator/kernels/gpu"  # the GPU kernel models' room
 LINE_KINDS = ("code", "docstring", "comment", "blank")
 
 # Calibration keys that say which kernel form a parameter set means, not a fitted constant
@@ -249,7 +251,7 @@ def calibration_constants(src: Path) -> dict:
     structural choices stored apart (format 3 `structure:`), and the stored names that are
     neither a switch nor a `Param(...)` of a GPU kernel form or harness, or both (none)."""
     sim = src / "simulator"
-    declared = {node.args[0].value for path in [*(sim / "kernels" / "gpu").glob("*.py"),
+    declared = {node.args[0].value for path in [*(src / KERNEL_MODELS).glob("*.py"),
                                                 sim / "measurements" / "harness.py"]
                 for node in ast.walk(parse(path)[1])
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Param"
@@ -273,7 +275,11 @@ def calibration_constants(src: Path) -> dict:
 
 
 def device_rule(node: ast.AST) -> str | None:
-    """The rule by which `node` tells a device's kind without a declared field, if it does."""
+    """The rule by which `node` tells a device's kind, if it does: without a declared field
+    (thresholds on its rates or links, its name, a vendor guess), or by reading the declared
+    `identity` off a device (the lookup; consumers call it and are not counted)."""
+    if isinstance(node, ast.Attribute) and node.attr == "identity":
+        return "declared identity field (lookup)"
     if isinstance(node, ast.Compare):
         sides = [node.left, *node.comparators]
         names = {getattr(n, "id", None) or getattr(n, "attr", None)
@@ -283,6 +289,9 @@ def device_rule(node: ast.AST) -> str | None:
         if "link_bandwidth_bytes_per_s" in names and any(isinstance(c, ast.Constant)
                                                          for c in sides):
             return "link bandwidth threshold"
+        if any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and any(
+                re.search(r"\bdev(ice)?\.name\b", ast.unparse(side)) for side in sides):
+            return "device name (substring or map)"
     if (isinstance(node, ast.Call) and re.search(r"\bdev(ice)?\.name\.lower$",
                                                  ast.unparse(node.func))) or (
             isinstance(node, ast.Assign) and "DEVICE_KEYS" in ast.unparse(node.targets[0])):
@@ -293,10 +302,10 @@ def device_rule(node: ast.AST) -> str | None:
 
 
 def device_identity_sites(src: Path) -> list[dict]:
-    """One row per (function or module constant, rule) in simulator/ and hardware/; a
-    function that only combines such functions (`return a(dev) and not b(dev)`) is one too."""
+    """One row per (function or module constant, rule) anywhere in the package; a function
+    that only combines such functions (`return a(dev) and not b(dev)`) is one too."""
     sites, deciders, trees = [], {}, {}
-    for path in sorted(p for room in ("simulator", "hardware") for p in (src / room).rglob("*.py")):
+    for path in sorted(src.rglob("*.py")):
         trees[path] = tree = parse(path)[1]
         owner = {id(n): f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
                  for n in ast.walk(f)}
@@ -374,8 +383,8 @@ def markdown(m: dict) -> str:
             f"{COMPLEX} or {LONG} lines", ""] + table(
         ["function", "at", "lines", f"complexity ({m['complexity_by']})"],
         [[f["function"], f["at"], f["lines"], f["complexity"]] for f in m["functions"]])
-    g, c = m["rooms"]["simulator/kernels/gpu"], m["calibration"]
-    out += ["### Prose in the kernel models (simulator/kernels/gpu)", "",
+    g, c = m["rooms"][KERNEL_MODELS], m["calibration"]
+    out += [f"### Prose in the kernel models ({KERNEL_MODELS})", "",
             f"{g['docstring']} docstring and {g['comment']} comment lines beside {g['code']} "
             f"code lines ({g['blank']} blank): {g['prose_pct']} % of the non-blank lines.", "",
             "### Structural switches stored as floats (calibration YAMLs)", "",
@@ -387,8 +396,9 @@ def markdown(m: dict) -> str:
         ["switch", "stored", "why it is a switch"],
         [[k, n, SWITCHES[k]] for k, n in c["switches_by_name"].items()])
     rules = {s["rule"].replace(" (combined)", "") for s in m["device_identity"]}
-    out += ["### Places that decide a device's identity", "", f"{len(m['device_identity'])} "
-            f"places by {len(rules)} rules:", ""] + table(
+    n = len(m["device_identity"])
+    out += ["### Places that decide a device's identity", "", f"{n} place{'s' * (n != 1)} by "
+            f"{len(rules)} rule{'s' * (len(rules) != 1)}:", ""] + table(
         ["at", "in", "rule"], [[s["at"], s["in"], s["rule"]] for s in m["device_identity"]])
     return "\n".join(out)
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from hypothesis import HealthCheck, Phase, given, seed as hypothesis_seed, settings  # noqa: E402
 
-from fuzz_parsers import TARGETS, PropertyViolation, Target  # noqa: E402
+from fuzz_parsers import TARGETS, TRACE_TARGETS, PropertyViolation, Target  # noqa: E402
 
 
 def _kind(exc: BaseException) -> str:
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="target ids (default: all)")
     parser.add_argument("--out", help="also write the Markdown table here")
     args = parser.parse_args()
-    targets = [t for t in TARGETS if not args.only or t.id in args.only]
+    targets = [t for t in TARGETS + TRACE_TARGETS if not args.only or t.id in args.only]
     lines = ["| target | examples run | failures | failure kinds | seconds |",
              "|---|---:|---:|---|---:|"]
     total_run = total_failed = 0

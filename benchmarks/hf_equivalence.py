@@ -22,7 +22,7 @@ from krakenlm.evaluation.generate import SamplingConfig, generate
 from krakenlm.interop.hf_export import export_hf
 from krakenlm.models import get_preset
 from krakenlm.models.transformer import Transformer
-from krakenlm.training.checkpoint import save_checkpoint
+from krakenlm.runtime.checkpoint import save_checkpoint
 
 MODELS = {
     "gpt-tiny": get_preset("gpt-tiny"),

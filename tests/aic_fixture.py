@@ -34,17 +34,18 @@ def gemm_shapes() -> list[tuple[int, int, int]]:
 
 def write_tables(root: Path, device_name: str = "NVIDIA H100 80GB HBM3", system: str = "h100_sxm",
                  frameworks: tuple[str, ...] = ("trtllm",), with_extra_kernel: bool = True,
-                 gemm_params: dict | None = None) -> Path:
-    """Write GEMM and quantisation tables for `system`; return `root`."""
+                 gemm_params: dict | None = None, hardware: str = "h100-80gb-x8") -> Path:
+    """Write GEMM and quantisation tables for `system` as measured on `hardware`'s device (a
+    preset or a YAML path); return `root`."""
     from krakenlm.hardware import load_system
     from krakenlm.simulator.kernels.base import NoStructure, Setting
     from krakenlm.simulator.kernels.gpu import elementwise, gemm
 
-    h100 = load_system("h100-80gb-x8")
+    measured_on = load_system(hardware)
     p = gemm_params or GEMM_PARAMS
     shapes = gemm_shapes()
     m, n, k = (np.array(c) for c in zip(*shapes))
-    lat = gemm.CUBLAS.predict(Setting(h100, "trtllm", "bf16"), {"m": m, "n": n, "k": k}, p,
+    lat = gemm.CUBLAS.predict(Setting(measured_on, "trtllm", "bf16"), {"m": m, "n": n, "k": k}, p,
                               gemm.CublasStructure()) * 1e3
     for fw in frameworks:
         rows = {"framework": [fw.upper()] * len(shapes), "version": ["1.0"] * len(shapes),
@@ -61,7 +62,7 @@ def write_tables(root: Path, device_name: str = "NVIDIA H100 80GB HBM3", system:
         qm = np.array([1, 4, 16, 64, 256, 1024, 4096, 16384] * 4)
         qk = np.repeat([512, 2048, 8192, 16384], 8)
         moved = qm * qk * 3
-        qlat = elementwise.ROW.predict(Setting(h100, fw, "any"), {"bytes": moved, "rows": qm},
+        qlat = elementwise.ROW.predict(Setting(measured_on, fw, "any"), {"bytes": moved, "rows": qm},
                                        ELEMENTWISE_PARAMS, NoStructure()) * 1e3
         _write(root / "data" / system / "quantize" / fw / "1.0" / "scale_matrix_perf.parquet",
                {"framework": [fw] * len(qm), "version": ["1.0"] * len(qm),

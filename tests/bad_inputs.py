@@ -137,6 +137,7 @@ CASES: list[BadInput] = [
     case("sim search --knob cores=16:160 --population 1", "--population must be at least 2"),
     case("sim sweep --cores 0", "--cores takes whole numbers of at least 1, got 0"),
     case("sim sweep --global-buffers 0", "--global-buffers takes sizes above 0 MiB"),
+    case("sim sweep --memories HBM9-5", "--memories: unknown ['HBM9-5']; write TECHNOLOGY-UNITS"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --seeds a,b", "--seeds"),
@@ -173,7 +174,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     from krakenlm.models import get_preset
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import (
+    from krakenlm.runtime.checkpoint import (
         CONFIG_FILE,
         MODEL_FILE,
         current_checkpoint,

@@ -510,7 +510,7 @@ def checkpoint_seed() -> Path:
     from krakenlm.data.vocab import padded_vocab_size, tokenizer_files, tokenizer_record
     from krakenlm.models import ModelConfig
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import save_checkpoint
+    from krakenlm.runtime.checkpoint import save_checkpoint
 
     text = [f"Document {i}: to be, or not to be, that is the question.\n" for i in range(50)]
     tokenizer = BpeTokenizer("bpe-4k", train_bpe_json(iter(text), 300))
@@ -534,7 +534,7 @@ def checkpoint_seed() -> Path:
 
 
 def _checkpoint_dir(run: Path) -> Path:
-    from krakenlm.training.checkpoint import current_checkpoint
+    from krakenlm.runtime.checkpoint import current_checkpoint
     return current_checkpoint(run)
 
 
@@ -574,8 +574,8 @@ def damaged_run(damage: tuple[str, bytes | None]):
 def check_checkpoint_readers(damage: tuple[str, bytes | None]) -> Any:
     """What `eval`, `generate` and `lm-eval` read: the current checkpoint's config, weights,
     train state and tokenizer."""
-    from krakenlm.data.vocab import checkpoint_tokenizer
-    from krakenlm.training.checkpoint import load_model, read_train_state
+    from krakenlm.runtime.checkpoint import load_model, read_train_state
+    from krakenlm.runtime.model_and_tokenizer import checkpoint_tokenizer
 
     with damaged_run(damage) as run:
         def read() -> None:
@@ -590,8 +590,8 @@ def check_checkpoint_resume(damage: tuple[str, bytes | None]) -> Any:
     weights, then the optimizer state of the recorded step."""
     import torch
 
-    from krakenlm.data.vocab import checkpoint_tokenizer
-    from krakenlm.training.checkpoint import load_model, load_optimizer_state, read_train_state
+    from krakenlm.runtime.checkpoint import load_model, load_optimizer_state, read_train_state
+    from krakenlm.runtime.model_and_tokenizer import checkpoint_tokenizer
 
     with damaged_run(damage) as run:
         def resume() -> None:
@@ -611,7 +611,7 @@ def check_checkpoint_cli(damage: tuple[str, bytes | None]) -> Any:
 
 # ------------------------------------------------------------------------------- registry
 _TRAIN_STATE = "train_state.json"
-_TRAIN = "training helper (training/checkpoint.py, trainer.py, data/prepare.py)"
+_TRAIN = "training helper (runtime/checkpoint.py, trainer.py, data/prepare.py)"
 
 
 def _yaml_inputs(seeds: Callable[[], list[str]]) -> Callable[[], st.SearchStrategy]:
@@ -688,8 +688,8 @@ TARGETS: tuple[Target, ...] = (
                              fm.mutated_bytes([metrics_seed().encode()])),
            check_metrics_resume),
     Target("checkpoint", "checkpoint (config.json, model.safetensors, train_state.json, "
-           "tokenizer.json)", "training.checkpoint.load_model, read_train_state; "
-           "data.vocab.checkpoint_tokenizer (eval, generate, lm-eval)",
+           "tokenizer.json)", "runtime.checkpoint.load_model, read_train_state; "
+           "runtime.model_and_tokenizer.checkpoint_tokenizer (eval, generate, lm-eval)",
            lambda: checkpoint_inputs(tuple(f for f in CHECKPOINT_FILES if f != "optimizer.pt")),
            check_checkpoint_readers, cost=2),
     Target("checkpoint-optimizer", "checkpoint optimizer.pt", "train --resume's readers",
@@ -699,11 +699,58 @@ TARGETS: tuple[Target, ...] = (
            checkpoint_inputs, check_checkpoint_cli, cost=3),
 )
 
-# Serving traces (the serving simulator's request traces, /work/shared/data/traces: Azure
-# CSVs, Mooncake JSONL) have no reader in krakenlm yet. When the serving simulator's readers
-# land, add their Target here (seeds: the shipped traces; strategy: fm.any_file_inputs over
-# CSV/JSONL text; check: the reader the `sim serve` command uses).
-TRACE_TARGETS: tuple[Target, ...] = ()
+# Serving traces (the serving simulator's request traces: Azure and Vidur-style CSVs, Mooncake
+# JSONL). Seeds: the excerpts of the real traces under tests/data/traces (the shared full files
+# may be absent); checked through serving.traces.read_trace, the reader `sim serve --trace` uses.
+TRACE_SEEDS = Path(__file__).parent / "data" / "traces"
+
+
+@functools.cache
+def csv_trace_seeds() -> list[str]:
+    return [(TRACE_SEEDS / n).read_text() for n in ("azure_conv_head.csv", "vidur_style.csv")]
+
+
+@functools.cache
+def jsonl_trace_seeds() -> list[str]:
+    return [(TRACE_SEEDS / "mooncake_conv_head.jsonl").read_text()]
+
+
+def _csv_table(text: str) -> list:
+    import csv
+    return list(csv.reader(io.StringIO(text)))
+
+
+def _dump_csv_table(tree: Any) -> str:
+    rows = tree if isinstance(tree, list) else [[tree]]
+    return "\n".join(",".join(str(c) for c in (r if isinstance(r, list) else [r])) for r in rows) + "\n"
+
+
+def _jsonl_tree(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _dump_jsonl(tree: Any) -> str:
+    items = tree if isinstance(tree, list) else [tree]
+    return "".join(fm.dump_json(item).replace("\n", " ") + "\n" for item in items)
+
+
+def check_trace(suffix: str) -> Callable[[bytes], Any]:
+    def check(data: bytes) -> Any:
+        from krakenlm.serving.traces import read_trace
+        return _write_and_call(data, suffix, read_trace)
+    return check
+
+
+TRACE_TARGETS: tuple[Target, ...] = (
+    Target("trace-csv", "request trace CSV (Azure 2023, Vidur-style)",
+           "serving.traces.read_trace (sim serve --trace FILE.csv)",
+           lambda: fm.any_file_inputs(csv_trace_seeds(), _dump_csv_table, _csv_table),
+           check_trace(".csv")),
+    Target("trace-jsonl", "request trace JSONL (Mooncake, with hash_ids)",
+           "serving.traces.read_trace (sim serve --trace FILE.jsonl)",
+           lambda: fm.any_file_inputs(jsonl_trace_seeds(), _dump_jsonl, _jsonl_tree),
+           check_trace(".jsonl")),
+)
 
 
 # ---------------------------------------------------------------------------- regressions

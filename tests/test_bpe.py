@@ -13,10 +13,11 @@ from krakenlm.cli import main
 from krakenlm.data import bpe
 from krakenlm.data.prepare import prepare_corpus, resolve_corpus
 from krakenlm.data.tokenizer import END_OF_TEXT
-from krakenlm.data.vocab import TOKENIZER_FILE, checkpoint_tokenizer
+from krakenlm.data.vocab import TOKENIZER_FILE
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
 from krakenlm.models.presets import PRESETS
+from krakenlm.runtime.model_and_tokenizer import checkpoint_tokenizer
 
 SECRET = "Zqxvwerty"  # only in the validation document: must never shape the vocabulary
 
@@ -113,7 +114,7 @@ def test_checkpoint_records_the_tokenizer_and_eval_generate_use_it(corpus_dir, t
 
     # generate decodes with the checkpoint's BPE: greedy output equals decoding by hand
     from krakenlm.evaluation.generate import SamplingConfig, generate
-    from krakenlm.training.checkpoint import load_model
+    from krakenlm.runtime.checkpoint import load_model
     model = load_model(out)
     prompt = "KING:"
     new = generate(model, torch.tensor([tok.encode(prompt)]),
@@ -139,7 +140,7 @@ def test_checkpoint_records_the_tokenizer_and_eval_generate_use_it(corpus_dir, t
 
 
 def test_edited_tokenizer_file_is_refused(tmp_path):
-    from krakenlm.training import checkpoint as ckpt
+    from krakenlm.runtime import checkpoint as ckpt
     model_config = ModelConfig(arch="gpt", n_layers=1, d_model=16, n_heads=2, ffn_dim=32,
                                vocab_size=512, context_len=8)
     from krakenlm.models.transformer import Transformer

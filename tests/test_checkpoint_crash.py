@@ -22,7 +22,7 @@ from conftest import run_cli
 
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
-from krakenlm.training import checkpoint
+from krakenlm.runtime import checkpoint
 from krakenlm.training.trainer import TrainConfig, train
 
 SMALL = ModelConfig(arch="kraken", n_layers=2, d_model=32, n_heads=2, ffn_dim=64, degree=2,
@@ -116,8 +116,23 @@ def expected_resume_step(point: str) -> int:
     return KILLED_SAVE if checkpoint.KILL_POINTS.index(point) >= made_current else INTERVAL
 
 
+# `make test` kills one point of each kind (before any file, inside the first and the last file
+# of the save, just before and just after the rename that makes it current, inside the prune);
+# the whole matrix, every point of checkpoint.KILL_POINTS: KRAKENLM_FULL_KILL_MATRIX=1 pytest
+# tests/test_checkpoint_crash.py, or `python tests/test_checkpoint_crash.py` (docs/robustness.md).
+KILL_POINTS_IN_MAKE_TEST = ("start", f"during:{checkpoint.MODEL_FILE}",
+                            f"during:{checkpoint.STATE_FILE}", "before-rename", "after-rename",
+                            "during-prune")
+KILL_POINTS_RUN = (checkpoint.KILL_POINTS if os.environ.get("KRAKENLM_FULL_KILL_MATRIX")
+                   else KILL_POINTS_IN_MAKE_TEST)
+
+
+def test_the_kill_points_of_make_test_are_real_points():
+    assert set(KILL_POINTS_IN_MAKE_TEST) <= set(checkpoint.KILL_POINTS)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("point", checkpoint.KILL_POINTS)
+@pytest.mark.parametrize("point", KILL_POINTS_RUN)
 def test_kill_during_save_then_resume_is_bit_identical(point, tmp_path, reference):
     row = kill_case(point, tmp_path, reference)
     assert row["resumed_from"] == expected_resume_step(point)

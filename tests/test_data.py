@@ -221,7 +221,7 @@ def test_cache_errors_name_krakenlm_cache_not_out(tmp_path, capsys, monkeypatch)
 def _random_checkpoint(tmp_path):
     from krakenlm.models import get_preset
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import save_checkpoint
+    from krakenlm.runtime.checkpoint import save_checkpoint
 
     directory = tmp_path / "gpt"
     save_checkpoint(directory, Transformer(get_preset("gpt-tiny")), None, {"step": 0})

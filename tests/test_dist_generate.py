@@ -6,7 +6,7 @@ from krakenlm.cli import main
 from krakenlm.distributed.engine import random_state_dict
 from krakenlm.models import ModelConfig
 from krakenlm.models.transformer import Transformer
-from krakenlm.training.checkpoint import save_checkpoint
+from krakenlm.runtime.checkpoint import save_checkpoint
 
 CONFIG = ModelConfig(arch="kraken", degree=2, n_layers=2, d_model=32, n_heads=2, ffn_dim=64,
                      vocab_size=50304, context_len=24)

@@ -1,6 +1,8 @@
+import os
+
 import pytest
 
-from krakenlm.fileio import write_csv_atomically, write_text_atomically
+from krakenlm.fileio import acquire_lock, lock_holder, write_csv_atomically, write_text_atomically
 
 
 def test_a_failed_check_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -41,3 +43,18 @@ def test_the_oserror_behind_a_librarys_own_exception_is_found():
     except RuntimeError as wrapped:
         assert os_error_from(wrapped).errno == errno.EIO
     assert os_error_from(ValueError("a bug, not the disk")) is None
+
+
+def test_lock_holder_names_a_live_holder_and_changes_nothing(tmp_path):
+    path = tmp_path / "run" / ".lock"
+    assert lock_holder(path) is None and not path.parent.exists()  # no lock file: created nothing
+    with acquire_lock(path) as held:
+        record = path.read_text()
+        assert lock_holder(path)["pid"] == os.getpid()
+        assert path.read_text() == record
+    stale = '{"pid": 1, "host": "elsewhere"}\n'  # what a killed writer leaves behind
+    path.write_text(stale)
+    assert lock_holder(path) is None and path.read_text() == stale
+    with acquire_lock(path) as again:  # the probe left the lock free
+        assert again.previous == {"pid": 1, "host": "elsewhere"}
+    assert held.previous == {}

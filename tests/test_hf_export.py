@@ -19,7 +19,7 @@ from krakenlm.interop.hf_export import export_hf  # noqa: E402
 from krakenlm.interop.native import native_family  # noqa: E402
 from krakenlm.models.config import ModelConfig  # noqa: E402
 from krakenlm.models.transformer import Transformer  # noqa: E402
-from krakenlm.training.checkpoint import save_checkpoint  # noqa: E402
+from krakenlm.runtime.checkpoint import save_checkpoint  # noqa: E402
 
 VOCAB = 50304  # holds GPT-2's tokenizer, which the checkpoints record (none: GPT-2)
 LLAMA_LIKE = dict(norm="rmsnorm", activation="swiglu", position="rope")
@@ -257,6 +257,6 @@ def test_cli_export_errors_are_one_line(case, message, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
     assert re.search(message, err), err
     if case == "out-is-the-checkpoint":
-        from krakenlm.training.checkpoint import is_checkpoint
+        from krakenlm.runtime.checkpoint import is_checkpoint
 
         assert is_checkpoint(ckpt) and not (ckpt / "vocab.json").exists()

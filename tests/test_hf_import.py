@@ -13,13 +13,14 @@ transformers = pytest.importorskip("transformers")
 
 from krakenlm.cli import main  # noqa: E402
 from krakenlm.data.bpe import BpeTokenizer, train_bpe_json  # noqa: E402
-from krakenlm.data.vocab import checkpoint_tokenizer, prompt_ids, tokenizer_files, tokenizer_record  # noqa: E402
+from krakenlm.data.vocab import prompt_ids, tokenizer_files, tokenizer_record  # noqa: E402
 from krakenlm.evaluation.generate import SamplingConfig, generate  # noqa: E402
 from krakenlm.interop.hf_export import export_hf  # noqa: E402
 from krakenlm.interop.hf_import import import_hf  # noqa: E402
 from krakenlm.models.config import ModelConfig  # noqa: E402
 from krakenlm.models.transformer import Transformer  # noqa: E402
-from krakenlm.training.checkpoint import load_model, read_train_state, save_checkpoint  # noqa: E402
+from krakenlm.runtime.checkpoint import load_model, read_train_state, save_checkpoint  # noqa: E402
+from krakenlm.runtime.model_and_tokenizer import checkpoint_tokenizer  # noqa: E402
 
 VOCAB = 50304  # covers GPT-2's tokenizer, so `krakenlm generate` can decode
 SENTENCES = ["To be, or not to be, that is the question:",

@@ -66,7 +66,7 @@ def test_design_rescales_peaks_and_memory():
 
 def test_sweep_reports_perf_per_dollar_against_the_base():
     result = sweep("a100-80gb-x8", Workload("gpt3-13b", 8, 4, 256, 4), cores=(54, 108),
-                   memories=("HBM2e-5", "DDR5-16"), global_buffers_mib=(40,))
+                   memories=("HBM2e-5", "DDR5-16"), global_buffers_mib=(40,)).to_json()
     assert result["configurations"] == 4
     same = [r for r in result["designs"] if r["cores"] == 108 and r["memory"] == "HBM2e"][0]
     assert same["perf_per_usd_vs_base"] == pytest.approx(1.0, rel=0.02)

@@ -93,7 +93,7 @@ from pathlib import Path  # noqa: E402
 from conftest import run_cli  # noqa: E402
 
 from krakenlm.errors import KrakenError  # noqa: E402
-from krakenlm.training import checkpoint  # noqa: E402
+from krakenlm.runtime import checkpoint  # noqa: E402
 
 TOY_DOCS = [{"context": "One, two,", "choices": [" three", " banana"], "label": 0},
             {"context": "Red, green,", "choices": [" blue", " seven", " up"], "label": 0},

@@ -1,5 +1,5 @@
-"""The Blackwell and Ada presets: they load, reproduce their datasheet figures, and carry the
-device-name substring the calibration lookup matches on.
+"""The Blackwell and Ada presets: they load, reproduce their datasheet figures, and declare the
+GPU calibration they use.
 
 Known values (per GPU, dense, i.e. the datasheets' 2:4-sparse tensor figures halved):
 * B200 on HGX B200 (NVIDIA Blackwell datasheet; aiconfigurator-core systems/b200_sxm.yaml):
@@ -15,12 +15,13 @@ Known values (per GPU, dense, i.e. the datasheets' 2:4-sparse tensor figures hal
 import pytest
 
 from krakenlm.hardware import load_system, preset_system_names
+from krakenlm.hardware.identity import lookup
 from krakenlm.simulator.constants.template import default_calibration
 
 GiB = 2**30
 
 KNOWN = {
-    # name: (bf16 dense FLOP/s, fp8 dense FLOP/s, memory bytes, memory B/s, name substring,
+    # name: (bf16 dense FLOP/s, fp8 dense FLOP/s, memory bytes, memory B/s, declared calibration,
     #        devices, links, link B/s per direction, in-switch reduction, memory technology)
     "b200-x8": (2.25e15, 4.5e15, 180 * GiB, 7.7e12, "B200", 8, 18, 50e9, True, "HBM3e"),
     "gb200-nvl72": (2.5e15, 5.0e15, 186 * GiB, 8.0e12, "GB200", 72, 18, 50e9, True, "HBM3e"),
@@ -69,9 +70,9 @@ def test_blackwell_sm_count_and_l2():
 
 
 @pytest.mark.parametrize("name", sorted(KNOWN))
-def test_device_name_carries_the_calibration_key(name):
+def test_device_declares_its_calibration(name):
     key = KNOWN[name][4]
     device = load_system(name).device
-    assert key in device.name
+    assert lookup(device).calibration == key
     # Until these devices have measurements they borrow the A100's constants (same vendor).
     assert default_calibration().device_key(device) is not None

@@ -13,7 +13,8 @@ from conftest import run_cli, start_cli, wait_for_rows
 from krakenlm.cli import main
 from krakenlm.errors import KrakenError
 from krakenlm.fileio import LockBusy, acquire_lock
-from krakenlm.training import checkpoint, run_dir
+from krakenlm.runtime import checkpoint
+from krakenlm.training import run_dir
 from krakenlm.training.trainer import train
 from test_checkpoint_crash import CLI_ARGS, SMALL, run_config
 
@@ -56,6 +57,23 @@ def test_training_into_a_locked_run_directory_is_one_line_naming_the_holder(tmp_
                               f"(pid {os.getpid()}, started ")
     assert message.endswith(f"stop it (kill {os.getpid()}), or choose another --out directory")
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing else was written
+
+
+def test_a_resumption_names_the_live_writer_before_reading_its_checkpoint(tmp_path, capsys,
+                                                                          shakespeare):
+    """The writer holding the lock may be replacing the checkpoint (a save renames the new one
+    in and deletes the old): a resumption must report the writer, not the checkpoint it could
+    not read. Here the checkpoint is gone entirely while the lock is held."""
+    SMALL.save(tmp_path / "model.json")
+    out = tmp_path / "run"
+    train(SMALL, run_config(out, max_steps=LONG, stop_at=2))
+    with run_dir.lock_run_dir(out):
+        for step in (out / checkpoint.CHECKPOINTS_DIR).iterdir():
+            step.rename(tmp_path / step.name)  # as if the writer's rotation were under way
+        code, lines = cli(capsys, "train", "--out", out, "--resume")
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: {out} is in use by another krakenlm process writing into it (pid {os.getpid()}"), lines
 
 
 def test_a_second_writer_is_refused_and_a_killed_writers_lock_is_taken_over(tmp_path,

@@ -121,7 +121,7 @@ def test_sweep_does_not_rank_dies_beyond_the_reticle(capsys, monkeypatch):
     from krakenlm.design.sweep import Workload, sweep
 
     result = sweep("a100-80gb-x8", Workload("gpt3-13b", 8, 4, 256, 4), cores=(108, 128),
-                   memories=("HBM3-5",), global_buffers_mib=(10, 160))
+                   memories=("HBM3-5",), global_buffers_mib=(10, 160)).to_json()
     big = [r for r in result["designs"] if r["die_area_mm2"] > 858]
     assert [(r["cores"], r["global_buffer_bytes"] / 2**20) for r in big] == [(108, 160),
                                                                             (128, 160)]

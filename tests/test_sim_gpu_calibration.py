@@ -1,6 +1,7 @@
 """Calibration from measured kernel tables: the adapter, the fit/held-out split, the stored
 constants, and the CLI's errors. Synthetic tables in aiconfigurator's layout (aic_fixture)."""
 
+import dataclasses
 import json
 import math
 
@@ -10,6 +11,7 @@ from aic_fixture import ELEMENTWISE_PARAMS, GEMM_PARAMS, gemm_shapes, write_tabl
 
 from krakenlm.cli import main
 from krakenlm.hardware import load_system
+from krakenlm.hardware.identity import Identity
 from krakenlm.simulator.calibration.fit import FitError, fit_model
 from krakenlm.simulator.calibration.gpu import calibrate
 from krakenlm.simulator.constants import gpu_kernels as store
@@ -129,11 +131,13 @@ def test_calibration_file_round_trip_and_device_lookup(tables, tmp_path):
         cal.entry("trtllm", "gemm", "bf16").params, rel=1e-5)
     assert again.entry("trtllm", "gemm", "bf16").structure == g.structure
     assert "structure: {power_limit: false}" in path.read_text()
-    # the longest device key that is part of the name wins: GB200 is not B200
-    b200 = store.DeviceCalibration("B200")
-    gb200 = store.DeviceCalibration("GB200")
-    assert store.for_device(load_system("gb200-nvl72").device, (b200, gb200)) is gb200
-    assert store.for_device(load_system("b200-x8").device, (b200, gb200)) is b200
+    # the calibration a device declares, never one whose key is part of its name
+    assert store.for_device(load_system("gb200-nvl72").device).device_key == "GB200"
+    assert store.for_device(load_system("b200-x8").device).device_key == "B200"
+    assert store.for_device(load_system("a100-40gb-x8").device).device_key == "A100"
+    undeclared = dataclasses.replace(load_system("h100-80gb-x8").device,
+                                     name="NVIDIA H100 PCIe 80GB", identity=Identity())
+    assert store.for_device(undeclared) is None
 
 
 def test_malformed_calibration_file_is_a_clear_error(tmp_path):

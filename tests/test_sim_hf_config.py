@@ -84,7 +84,7 @@ def test_krakenlms_own_export_is_a_model_config(tmp_path, capsys, preset):
     from krakenlm.cli.train import resolve_model_config
     from krakenlm.interop.hf_export import export_hf
     from krakenlm.models.transformer import Transformer
-    from krakenlm.training.checkpoint import save_checkpoint
+    from krakenlm.runtime.checkpoint import save_checkpoint
 
     torch.manual_seed(0)
     save_checkpoint(tmp_path / "ckpt", Transformer(get_preset(preset)), None, {"step": 0})

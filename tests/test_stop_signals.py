@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import _default_stop_signals, start_cli, wait_for_rows
-from krakenlm.training import checkpoint
+from krakenlm.runtime import checkpoint
 from krakenlm.training.trainer import train
 from test_checkpoint_crash import CLI_ARGS, SMALL, run_config, same_run
 

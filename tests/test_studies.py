@@ -18,6 +18,18 @@ def test_kraken_ttft_study_on_a_small_grid(tmp_path):
     assert (tmp_path / "layer_breakdown.png").stat().st_size > 10_000
 
 
+def test_kraken_ttft_rows_carry_the_interval_of_each_ttft(tmp_path):
+    import json
+
+    rows = run_grid("a100-80gb-x8", 1, shapes=("gpt3-1.3b",), prompts=(128,), degrees=(8,))
+    low, high = rows[0].ttft_interval_s["kraken"]
+    assert low < high and high > rows[0].ttft_s["kraken"] * 1.01
+    write_report(rows, tmp_path, system="a100-80gb-x8", batch=1)
+    assert f"({low * 1e3:.1f}-{high * 1e3:.1f})" in (tmp_path / "report.md").read_text()
+    saved = json.loads((tmp_path / "rows.json").read_text())["rows"][0]
+    assert saved["ttft_interval_s"]["kraken"] == [low, high]
+
+
 def test_kraken_ttft_sensitivity_changes_one_assumption_at_a_time(tmp_path):
     from krakenlm.studies.kraken_ttft import sensitivity
 

@@ -10,7 +10,7 @@ from conftest import run_cli
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
 from krakenlm.models.transformer import Transformer
-from krakenlm.training import checkpoint
+from krakenlm.runtime import checkpoint
 from krakenlm.training.optim import build_optimizer, learning_rate
 from krakenlm.training.trainer import TrainConfig, train
 
@@ -214,7 +214,7 @@ def test_bad_sizes_and_repeated_options_are_one_line_errors(args, message, tmp_p
 
 def test_memory_estimate_refuses_only_what_does_not_fit(monkeypatch):
     from krakenlm.training import trainer
-    from krakenlm.training.runtime import DistEnv
+    from krakenlm.runtime.bootstrap import DistEnv
 
     config = ModelConfig(arch="gpt", n_layers=2, d_model=64, n_heads=4, ffn_dim=256,
                          vocab_size=1000, context_len=128)
@@ -364,7 +364,7 @@ def test_krakenlm_device_that_cannot_be_used_is_one_line(value, message, tmp_pat
 
 
 def test_krakenlm_device_cpu_and_auto_pick_the_cpu_here(monkeypatch):
-    from krakenlm.training.runtime import pick_device
+    from krakenlm.runtime.device import pick_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for value in ("cpu", "CPU", "auto", ""):

@@ -47,6 +47,23 @@ def write_text_atomically(path: str | Path, text: str,
     return path
 
 
+def write_bytes_atomically(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically (a figure, any binary file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_csv_atomically(path: str | Path, fieldnames: Iterable[str],
                          rows: Iterable[dict]) -> Path:
     buffer = io.StringIO(newline="")
@@ -119,13 +136,30 @@ class HeldLock:
         self.release()
 
 
-def _read_holder(fd: int) -> dict:
+def read_holder(fd: int) -> dict:
+    """What a lock file (open as `fd`) says of its holder ({} when empty or unreadable)."""
     try:
         text = os.pread(fd, 4096, 0).decode("utf-8", errors="replace")
         holder = json.loads(text) if text.strip() else {}
     except (OSError, ValueError):
         return {}  # being written right now, or not ours: nothing to name
     return holder if isinstance(holder, dict) else {}
+
+
+def lock_holder(path: str | Path) -> dict | None:
+    """What the live holder of the lock at `path` recorded (may be {}), or None when nobody
+    holds it (or there is no lock file). Reads only: creates and writes nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        return read_holder(fd) if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
+    finally:
+        os.close(fd)  # drops the flock if this probe took it
+    return None
 
 
 def acquire_lock(path: str | Path, *, wait: bool = False,
@@ -143,13 +177,13 @@ def acquire_lock(path: str | Path, *, wait: bool = False,
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
-            holder = _read_holder(fd)
+            holder = read_holder(fd)
             if not wait:
                 raise LockBusy(path, holder) from None
             if on_wait is not None:
                 on_wait(holder)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        previous = _read_holder(fd)
+        previous = read_holder(fd)
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                   "command": " ".join(sys.argv)}

@@ -33,6 +33,8 @@ from . import generate as _generate  # noqa: E402,F401  (registers `generate`)
 from . import lm_eval as _lm_eval  # noqa: E402,F401  (registers `lm-eval`)
 from . import study as _study  # noqa: E402,F401  (registers `study`, `demo`)
 from . import sim as _sim  # noqa: E402,F401  (registers `sim`)
+from . import sim_design as _sim_design  # noqa: E402,F401  (registers `sim knobs/explore/search`)
+from . import sim_serve as _sim_serve  # noqa: E402,F401  (registers `sim serve`)
 from . import bench as _bench  # noqa: E402,F401  (registers `bench tp`)
 from . import hf as _hf  # noqa: E402,F401  (registers `export hf`, `import hf`)
 

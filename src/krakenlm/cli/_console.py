@@ -1,31 +1,27 @@
-"""Rich consoles for the CLI: tables on stdout, logs and progress on stderr."""
+"""Rich consoles for the CLI (tables on stdout, logs and progress on stderr) and the printing of
+a report: its JSON with `--json`, its tables and lines otherwise (krakenlm.console)."""
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Callable
+from typing import Any
 
-if TYPE_CHECKING:
-    from rich.console import Console
+from ..console import Plain, Report, stderr_console, stdout_console, table, table_of
 
-
-# rich is imported on first use: a `--json` run never draws a table, and its import is ~30 ms
-# of the CLI's start-up.
-def stdout_console() -> "Console":
-    from rich.console import Console
-
-    # Piped output would otherwise be cut to 80 columns and truncate table cells.
-    return Console(width=None if sys.stdout.isatty() else 160)
+__all__ = ["print_report", "stderr_console", "stdout_console", "table", "table_of"]
 
 
-def stderr_console() -> "Console":
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
-def table(*args, **kwargs):
-    """A rich Table, imported on first use (see above)."""
-    from rich.table import Table
-
-    return Table(*args, **kwargs)
+def print_report(report: Report, as_json: bool = False, *,
+                 json_default: Callable[[Any], Any] | None = None) -> None:
+    """Print `report.to_json()` as indented JSON, or the items of `report.to_table()`."""
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2, default=json_default))
+        return
+    console = None
+    for item in report.to_table():
+        if isinstance(item, Plain):
+            print(item)
+            continue
+        console = console or stdout_console()
+        console.print(item)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import app
-from ._console import stderr_console, stdout_console
+from ..console import stderr_console, stdout_console
 
 bench_app = typer.Typer(help="Benchmarks (timings on this machine).", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")

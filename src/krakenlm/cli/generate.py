@@ -29,20 +29,34 @@ def generate_command(
     vocab_parallel_head: bool = typer.Option(False, "--vocab-parallel-head", help="With --world-size or torchrun: each rank computes 1/N of the vocabulary's logits (one more collective per token, less LM-head work per rank)."),
 ) -> None:
     """Continue a prompt with a trained model (KV-cached sampling)."""
-    import torch
-
-    from ..data.vocab import checkpoint_tokenizer, prompt_ids
-    from ..distributed.engine import generate_sharded
-    from ..distributed.launch import under_torchrun
-    from ..evaluation.generate import SamplingConfig, generate
-    from ..training.model_and_tokenizer import load_model_and_tokenizer
-    from ..training.runtime import pick_device
+    from ..evaluation.generate import SamplingConfig
 
     checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
     check_generate_options(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                            greedy=greedy, world_size=world_size, timeout_s=timeout_s)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature,
                               top_k=top_k or None, greedy=greedy, seed=seed)
+    text = continuation(checkpoint_dir, prompt, tokenizer_name, sampling, world_size, timeout_s,
+                        comm_backend, vocab_parallel_head)
+    if text is not None:  # None: a torchrun rank other than 0 (rank 0 prints)
+        sys.stdout.write(text)
+        sys.stdout.write("\n")
+
+
+def continuation(checkpoint_dir: Path, prompt: str, tokenizer_name: str | None, sampling,
+                 world_size: int | None, timeout_s: float, comm_backend: str,
+                 vocab_parallel_head: bool) -> str | None:
+    """The generated text: sharded over processes with --world-size or under torchrun (None
+    on a rank other than 0), else on this process's device."""
+    import torch
+
+    from ..data.vocab import prompt_ids
+    from ..distributed.engine import generate_sharded
+    from ..evaluation.generate import generate
+    from ..runtime.bootstrap import under_torchrun
+    from ..runtime.device import pick_device
+    from ..runtime.model_and_tokenizer import checkpoint_tokenizer, load_model_and_tokenizer
+
     if world_size is not None or under_torchrun():
         # each rank loads its shard of the weights; the prompt is encoded here, once
         tokenizer = checkpoint_tokenizer(checkpoint_dir, expected=tokenizer_name)
@@ -51,7 +65,7 @@ def generate_command(
                                    timeout_s=timeout_s, comm_backend=comm_backend,
                                    vocab_parallel_head=vocab_parallel_head)
         if new_ids is None:
-            return  # a torchrun rank other than 0: rank 0 prints
+            return None
     else:
         device = pick_device()
         model, tokenizer = load_model_and_tokenizer(checkpoint_dir, device=device,
@@ -59,8 +73,7 @@ def generate_command(
         prompt_tensor = torch.tensor([prompt_ids(tokenizer, prompt)], dtype=torch.long,
                                      device=device)
         new_ids = generate(model, prompt_tensor, sampling)[0].tolist()
-    sys.stdout.write(tokenizer.decode(new_ids))
-    sys.stdout.write("\n")
+    return tokenizer.decode(new_ids)
 
 
 def check_generate_options(*, max_new_tokens: int, temperature: float, top_k: int, greedy: bool,

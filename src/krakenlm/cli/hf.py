@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import app
-from ._console import stderr_console
+from ..console import stderr_console
 
 export_app = typer.Typer(help="Write a checkpoint in another ecosystem's format.", no_args_is_help=True)
 import_app = typer.Typer(help="Turn another ecosystem's model into a krakenlm run.", no_args_is_help=True)

@@ -29,6 +29,17 @@ def lm_eval_command(
 ) -> None:
     """Zero-shot accuracy of a checkpoint on lm-evaluation-harness tasks, with stderr, the
     number of documents and the chance level of each task."""
+    rows = run_lm_eval(checkpoint_dir, _task_names(tasks, limit, batch_size, include_path),
+                       include_path, limit, batch_size)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    _print_table(rows)
+
+
+def _task_names(tasks: str, limit: int | None, batch_size: int,
+                include_path: Path | None) -> list[str]:
+    """The --tasks names, once the options' ranges are checked."""
     if limit is not None and limit < 1:
         raise KrakenError(f"--limit must be >= 1 (got {limit}); leave it out to evaluate every "
                           "document")
@@ -39,7 +50,13 @@ def lm_eval_command(
         raise KrakenError("--tasks is empty; give e.g. --tasks shakespeare_next_line")
     if include_path is not None and not include_path.is_dir():
         raise KrakenError(f"--include-path {include_path} is not a directory of task YAMLs")
-    from ..data.vocab import checkpoint_tokenizer
+    return names
+
+
+def run_lm_eval(checkpoint_dir: Path, names: list[str], include_path: Path | None,
+                limit: int | None, batch_size: int) -> dict[str, dict]:
+    """The tasks `names` evaluated by lm-eval on the checkpoint: result_rows()."""
+    from ..runtime.model_and_tokenizer import checkpoint_tokenizer
 
     # a wrong directory or tokenizer fails now, not after the slow imports
     checkpoint_tokenizer(checkpoint_dir)
@@ -73,11 +90,7 @@ def lm_eval_command(
                  else "the hub did not answer")
         raise KrakenError(f"a task's dataset could not be loaded ({exc}; {where}); "
                           f"{local_data_hint()}") from None
-    rows = result_rows(results, model.task_counts())
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    _print_table(rows)
+    return result_rows(results, model.task_counts())
 
 
 def _check_task_names(names: list[str], known: list[str]) -> None:

@@ -8,7 +8,7 @@ import typer
 
 from ..models import PRESETS
 from . import app
-from ._console import stdout_console, table as _table
+from ..console import stdout_console, table as _table
 
 
 @app.command("models")

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import KrakenError
 from . import app
-from ._console import stderr_console
+from ._console import print_report, stderr_console
 
 study_app = typer.Typer(help="End-to-end studies that write reports with plots.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
@@ -56,36 +56,18 @@ def compare_command(
     """Train presets at an equal token budget and compare validation perplexity: per-seed
     paired ratios with 95 % intervals, the gap against tokens, optionally each preset at its
     own best learning rate (report + plots)."""
-    from ..models import get_preset
-    from ..studies.compare import RunSpec, run_comparison
+    from ..studies.compare import compare_presets
     from ..training.trainer import TrainConfig
     from .train import out_dir
 
     out = out_dir(out)
-
-    for name in presets:
-        get_preset(name)  # fail before any training on a typo
-    if len(set(presets)) < len(presets):
-        raise KrakenError(f"--preset names a model twice ({', '.join(presets)}); give each once")
-    if baseline is not None and baseline not in presets:
-        raise KrakenError(f"--baseline {baseline} is not one of the --preset models "
-                          f"({', '.join(presets)})")
-    if tokenizer is not None:
-        from ..data.vocab import check_tokenizer_name
-        check_tokenizer_name(tokenizer)
-    sweep = _parse_lrs(lrs) if lrs is not None else None
-    if jobs < 1:
-        raise KrakenError(f"--jobs must be >= 1, got {jobs}")
-    specs = [RunSpec(p, s) for s in _parse_seeds(seeds) for p in presets]
     template = TrainConfig(out_dir=out, data=data, tokenizer=tokenizer, max_steps=max_steps,
-                           batch_size=batch_size,
-                           seq_len=seq_len, peak_lr=lr, warmup_steps=warmup_steps,
-                           precision=precision, eval_interval=eval_interval,
-                           checkpoint_interval=eval_interval, eval_batches=25, threads=threads)
-    for name in presets:
-        template.check(get_preset(name))  # sizes and rates before any training
-    report = run_comparison(specs, template, out, title="Validation loss at equal token budget",
-                            baseline=baseline, lrs=sweep, jobs=jobs)
+                           batch_size=batch_size, seq_len=seq_len, peak_lr=lr,
+                           warmup_steps=warmup_steps, precision=precision,
+                           eval_interval=eval_interval, checkpoint_interval=eval_interval,
+                           eval_batches=25, threads=threads)
+    report = compare_presets(presets, _parse_seeds(seeds), template, out, baseline=baseline,
+                             lrs=_parse_lrs(lrs) if lrs is not None else None, jobs=jobs)
     stderr_console().print(f"report: {report}")
     print(report.read_text())
 
@@ -100,35 +82,15 @@ def ttft_command(
     with_sensitivity: bool = typer.Option(False, "--sensitivity", help="Also re-run the grid on every system under alternative assumptions (collective library, contention, software, head rule)."),
 ) -> None:
     """Simulated TTFT of Kraken vs the standard and parallel blocks on the paper's grid."""
-    from ..simulator.run import KRAKEN_RULES
-    from ..studies.kraken_ttft import SYSTEMS, geomean_reduction, run_grid, sensitivity, write_report
+    from ..studies.kraken_ttft import run_study
 
-    if batch < 1:
-        raise KrakenError(f"--batch must be at least 1, got {batch}")
-    if kraken_rule not in KRAKEN_RULES:
-        raise KrakenError(f"--kraken-rule {kraken_rule!r}: use one of {', '.join(KRAKEN_RULES)}")
-    systems = list(SYSTEMS) if system == ["all"] else (system or ["a100-80gb-x8"])
-    err = stderr_console()
-    rows = []
-    for name in systems:
-        with err.status(f"simulating the grid on {name}..."):
-            rows += run_grid(name, batch, software=software, kraken_rule=kraken_rule)
-    sens = None
-    if with_sensitivity:
-        sens = {}
-        for name in systems:
-            with err.status(f"sensitivity on {name}..."):
-                sens[name] = sensitivity(name, batch, software)
     command = ("krakenlm study ttft " + " ".join(f"--system {s}" for s in system or [])
                + f" --batch {batch} --software {software} --kraken-rule {kraken_rule}"
                + (" --sensitivity" if with_sensitivity else "") + f" --out {out}")
-    report = write_report(rows, out, system=systems[0], batch=batch, software=software,
-                          kraken_rule=kraken_rule, sensitivity_rows=sens, command=command)
-    err.print(f"report: {report}")
-    for name in systems:
-        rs = [r for r in rows if r.system == name]
-        print(f"{name}: geometric-mean TTFT reduction of Kraken over the standard block "
-              f"{100 * geomean_reduction(rs):.1f} % ({len(rs)} configurations)")
+    err = stderr_console()
+    report = run_study(out, system, batch, software, kraken_rule, with_sensitivity, command, err)
+    err.print(f"report: {report.report}")
+    print_report(report)
 
 
 @app.command("demo")

@@ -112,55 +112,85 @@ def train_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved model and training configuration as JSON and exit without training."),
 ) -> None:
     """Train a model on a corpus. Data parallel with `torchrun --nproc-per-node N -m krakenlm train ...`."""
-    from ..training import checkpoint
-    from ..training.run_dir import parse_overrides
-    from ..training.signals import signal_of
-    from ..training.tracking import parse_log_to
-    from ..training.trainer import TrainConfig, train
-
     out = out_dir(one_value(outs, "--out", required=True))
-    overrides = parse_overrides(override)
-    if overrides and not resume:
+    model_config, tc, overrides = _model_and_train_config(ctx, out)
+    if dry_run:
+        print(json.dumps({"recipe": recipe_name, "world_size": _world_size(),
+                          "model": model_config.to_dict(), "train": tc.to_json()}, indent=2))
+        return
+    result = _train(model_config, tc, resume, overrides)
+    if result is not None:  # None: a torchrun rank other than 0 (rank 0 reports for everyone)
+        stderr_console().print(_trained(result, out))
+
+
+def _trained(result, out: Path) -> str:
+    val = "n/a" if result.val_loss is None else f"{result.val_loss:.4f}"
+    return (f"trained to step {result.step}: train loss {result.train_loss:.4f}, val loss {val}, "
+            f"{result.tokens_per_s:,.0f} tokens/s; checkpoint in {out}")
+
+
+def _world_size() -> int:
+    """The processes launched (torchrun's WORLD_SIZE; 1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _model_and_train_config(ctx: typer.Context, out: Path):
+    """The model, the TrainConfig and the --override names the train options say: a --recipe's
+    setup below the options given explicitly, on --resume the run's own options for those not
+    given again."""
+    from ..runtime import checkpoint
+    from ..training.run_dir import check_not_in_use, parse_overrides
+    from ..training.tracking import parse_log_to
+    from ..training.trainer import TrainConfig
+
+    p = ctx.params
+    overrides = parse_overrides(p["override"])
+    if overrides and not p["resume"]:
         raise KrakenError("--override only applies to --resume (a new run takes any options)")
-    preset = one_value(presets, "--preset")
-    config = one_value(configs, "--config")
+    preset = one_value(p["presets"], "--preset")
+    config = one_value(p["configs"], "--config")
     recipe_options = {}
-    if recipe_name is not None:
+    if p["recipe_name"] is not None:
         from ..training.recipes import get_recipe
 
-        recipe = get_recipe(recipe_name)
+        recipe = get_recipe(p["recipe_name"])
         if preset or config:
             raise KrakenError(f"--recipe {recipe.name} trains the preset {recipe.preset}; drop "
                               "--preset/--config (or drop --recipe and set every option)")
         preset = recipe.preset
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        recipe_options = {field: value for field, value in recipe.train_options(world_size).items()
+        recipe_options = {field: value for field, value in recipe.train_options(_world_size()).items()
                           if not _given_on_command_line(ctx, _option_of(field))}
-    if resume and preset is None and config is None:
+    if p["resume"]:  # before reading the checkpoint a live writer may be replacing
+        check_not_in_use(out)
+    if p["resume"] and preset is None and config is None:
         model_config = checkpoint.load_config(out)
     else:
         model_config = resolve_model_config(preset, config)
-    if tokenizer is not None:
+    if p["tokenizer"] is not None:
         from ..data.vocab import check_tokenizer_name, model_config_for_tokenizer
 
-        model_config = model_config_for_tokenizer(model_config, check_tokenizer_name(tokenizer))
-    tc = TrainConfig(out_dir=out, data=data, tokenizer=tokenizer, max_steps=max_steps, batch_size=batch_size,
-                     grad_accum=grad_accum, seq_len=seq_len, peak_lr=lr, warmup_steps=warmup_steps,
-                     weight_decay=weight_decay, grad_clip=grad_clip, precision=precision,
-                     compile=compile, seed=seed, eval_interval=eval_interval,
-                     eval_batches=eval_batches, log_interval=log_interval,
-                     checkpoint_interval=checkpoint_interval,
-                     threads=threads, progress=progress, stop_at=stop_at,
-                     keep_checkpoints=keep_checkpoints, memory_check=memory_check,
-                     log_to=parse_log_to(log_to))
+        model_config = model_config_for_tokenizer(model_config,
+                                                  check_tokenizer_name(p["tokenizer"]))
+    fields = ("data", "tokenizer", "max_steps", "batch_size", "grad_accum", "seq_len",
+              "warmup_steps", "weight_decay", "grad_clip", "precision", "compile", "seed",
+              "eval_interval", "eval_batches", "log_interval", "checkpoint_interval", "threads",
+              "progress", "stop_at", "keep_checkpoints", "memory_check")
+    tc = TrainConfig(out_dir=out, peak_lr=p["lr"], log_to=parse_log_to(p["log_to"]),
+                     **{name: p[name] for name in fields})
     if recipe_options:
         tc = dataclasses.replace(tc, **recipe_options)
-    if resume:
+    if p["resume"]:
         tc = dataclasses.replace(tc, **_options_kept_on_resume(ctx, out, set(recipe_options)))
-    if dry_run:
-        print(json.dumps({"recipe": recipe_name, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-                          "model": model_config.to_dict(), "train": tc.to_json()}, indent=2))
-        return
+    return model_config, tc, overrides
+
+
+def _train(model_config: ModelConfig, tc, resume: bool, overrides):
+    """train(); None on a torchrun rank other than 0. An interruption before the first step
+    says what --out keeps."""
+    from ..runtime import checkpoint
+    from ..training.signals import signal_of
+    from ..training.trainer import train
+
     try:
         # Ctrl-C, SIGTERM or SIGHUP during training saves and raises TrainingInterrupted (main
         # exits with 128 + the signal number).
@@ -172,15 +202,12 @@ def train_command(
     except KeyboardInterrupt as exc:
         # Ctrl-C, SIGTERM or SIGHUP before the first step (data, model): a save never leaves
         # half a checkpoint, so whatever is current in --out is complete.
+        out = tc.out_dir
         state = checkpoint.read_train_state(out) if out.is_dir() else None
         kept = (f"{out} keeps its checkpoint of step {state['step']}" if state is not None
                 else "nothing was saved")
         raise Interrupted(kept, signal_of(exc)) from None
-    if os.environ.get("RANK", "0") != "0":
-        return  # under torchrun, rank 0 reports for everyone
-    val = "n/a" if result.val_loss is None else f"{result.val_loss:.4f}"
-    stderr_console().print(f"trained to step {result.step}: train loss {result.train_loss:.4f}, "
-                           f"val loss {val}, {result.tokens_per_s:,.0f} tokens/s; checkpoint in {out}")
+    return result if os.environ.get("RANK", "0") == "0" else None
 
 
 @app.command("eval")
@@ -197,8 +224,9 @@ def eval_command(
     """Validation loss and perplexity of a checkpoint."""
     from ..data.prepare import prepare_corpus
     from ..evaluation.perplexity import evaluate
-    from ..training.model_and_tokenizer import load_model_and_tokenizer
-    from ..training.runtime import pick_device, resolve_precision
+    from ..runtime.model_and_tokenizer import load_model_and_tokenizer
+    from ..runtime.device import pick_device
+    from ..runtime.precision import resolve_precision
 
     checkpoint_dir = one_value(checkpoint_dirs, "--checkpoint", required=True)
     if batch_size < 1:

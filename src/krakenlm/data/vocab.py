@@ -1,5 +1,5 @@
-"""Which tokenizer a run uses: `--tokenizer gpt2|bpe-4k|bpe-8k`, and the one a checkpoint
-recorded.
+"""Which tokenizer a run uses: `--tokenizer gpt2|bpe-4k|bpe-8k`, and what a checkpoint records
+of it (read back by `runtime.model_and_tokenizer.checkpoint_tokenizer`).
 
 A checkpoint records its tokenizer in train_state.json (`{"name", "sha256"}`, and `eot_id` for
 an imported one); a BPE's or an imported model's tokenizer.json is saved in the checkpoint
@@ -10,12 +10,11 @@ the record (older runs) used GPT-2.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from ..errors import KrakenError
-from .bpe import BPE_SIZES, BpeTokenizer, load_or_train_bpe
-from .json_tokenizer import HF_TOKENIZER, HfTokenizer, JsonTokenizer
+from .bpe import BPE_SIZES, load_or_train_bpe
+from .json_tokenizer import HfTokenizer, JsonTokenizer
 from .tokenizer import GPT2_VOCAB_SIZE, Tokenizer
 
 DEFAULT_TOKENIZER = "gpt2"
@@ -86,61 +85,3 @@ def check_tokenizer_fits(tokenizer, vocab_size: int, where: str, fix: str) -> No
         raise KrakenError(f"{where}: the {tokenizer.name} tokenizer has {tokenizer.vocab_size:,} "
                           f"tokens but the model's vocabulary is {vocab_size:,} (config.json "
                           f"vocab_size); {fix}")
-
-
-def _describe(name: str) -> str:
-    return ("was imported with its Hugging Face tokenizer (hf)" if name == HF_TOKENIZER
-            else f"was trained with {name}")
-
-
-def checkpoint_tokenizer(directory: str | Path, expected: str | None = None):
-    """The tokenizer a checkpoint was trained (or imported) with, checked to fit the model's
-    vocabulary; `expected` (a --tokenizer given on the command line) must name it."""
-    from ..training import checkpoint as ckpt
-
-    found = ckpt.current_checkpoint(directory)
-    state = ckpt.read_train_state(found) or {}
-    recorded = state.get("tokenizer") if isinstance(state, dict) else None
-    record = recorded or {"name": DEFAULT_TOKENIZER, "sha256": None}
-    name = record.get("name", DEFAULT_TOKENIZER) if isinstance(record, dict) else None
-    if not isinstance(name, str):
-        raise KrakenError(f"checkpoint {found}: the tokenizer record in train_state.json "
-                          f"({record!r}) is not {{\"name\": ..., \"sha256\": ...}}; restore it")
-    if expected is not None and check_tokenizer_name(expected) != name:
-        keep = "" if name == HF_TOKENIZER else f" or pass --tokenizer {name}"
-        raise KrakenError(f"--tokenizer {expected} does not match the checkpoint {found}, which "
-                          f"{_describe(name)}; drop --tokenizer (the checkpoint's is used){keep}")
-    tokenizer = _recorded_tokenizer(found, record, name)
-    if recorded:
-        fix = "restore the checkpoint's config.json and tokenizer file"
-    else:
-        fix = ("a checkpoint that records no tokenizer is read with GPT-2's; save it with a "
-               "train_state.json tokenizer record (as `krakenlm train` and `import hf` do)")
-    check_tokenizer_fits(tokenizer, ckpt.load_config(found).vocab_size, f"checkpoint {found}",
-                         fix)
-    return tokenizer
-
-
-def _recorded_tokenizer(found: Path, record: dict, name: str):
-    if name == DEFAULT_TOKENIZER:
-        return Tokenizer()
-    if name != HF_TOKENIZER and name not in BPE_SIZES:
-        raise KrakenError(f"checkpoint {found} records the tokenizer {name!r}, which this "
-                          f"krakenlm does not know ({', '.join((*TOKENIZER_NAMES, HF_TOKENIZER))}"
-                          "); was train_state.json edited, or written by a newer krakenlm?")
-    path = found / TOKENIZER_FILE
-    if not path.is_file():
-        raise KrakenError(f"checkpoint {found} {_describe(name)} but holds no "
-                          f"{TOKENIZER_FILE}; copy the run's whole checkpoint directory")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise KrakenError(f"{path} is not UTF-8 text: it is not the tokenizer this checkpoint "
-                          "was saved with; restore it") from None
-    if record.get("sha256") and hashlib.sha256(text.encode()).hexdigest() != record["sha256"]:
-        raise KrakenError(f"{path} is not the tokenizer this checkpoint was trained with (its "
-                          f"sha256 differs from the one in train_state.json); restore it")
-    if name == HF_TOKENIZER:
-        fix = "restore the checkpoint's train_state.json and tokenizer.json"
-        return HfTokenizer(text, record.get("eot_id"), fix=fix, path=path)
-    return BpeTokenizer(name, text)

@@ -1,6 +1,7 @@
-"""Hardware design-space exploration: knobs with physical ranges, workloads as objectives,
-`evaluate(design, objective) -> row`, grid and parallel runners with a resumable table, and
-multi-objective search (optuna NSGA-II). See docs/design-space.md.
+"""Hardware design-space exploration: knobs with physical ranges (and the one table of memory
+technologies), workloads as objectives, `evaluate(design, objective) -> row`, grid and parallel
+runners with a resumable table, multi-objective search (optuna NSGA-II), the preset grid of
+`sim sweep` (sweep.py) and the reports the CLI prints (report.py). See docs/design-space.md.
 
     from krakenlm.design import Objective, evaluate
     row = evaluate({"cores": 64, "memory": "DDR5", "memory_units": 16},

@@ -15,14 +15,13 @@ from typing import Any
 
 from ..hardware.area import RETICLE_LIMIT_MM2, die_area
 from ..hardware.schema import Core, Memory, PeakRates, System
-from .knobs import KNOBS, MEMORY_CATALOGUE, check_design
+from .knobs import KNOBS, MEMORY_TECHNOLOGIES, check_design
 
 GIB = 2**30
-# Die edge ("beachfront") one memory unit's PHY needs, mm: an HBM2e/HBM3 PHY is ~7 mm wide
-# (GA100 fits 6 sites on two ~29 mm edges); a DDR5/LPDDR5 64-bit channel ~2.5 mm (estimates
-# from die shots). Memory may use three of the four edges; the fourth carries PCIe and links.
-EDGE_MM_PER_UNIT = {"HBM2e": 7.0, "HBM3": 7.0, "DDR5": 2.5, "LPDDR5": 2.0}
+# Memory PHYs may use three of the four die edges; the fourth carries PCIe and links. A
+# technology outside MEMORY_TECHNOLOGIES (a base's own) is given this PHY edge per unit, mm.
 MEMORY_EDGES = 3
+OTHER_PHY_EDGE_MM = 3.0
 
 
 def _scaled(rates: PeakRates, factor: float, fp32_factor: float | None = None) -> PeakRates:
@@ -67,15 +66,14 @@ def build_system(base: System, design: dict[str, Any]) -> System:
     fp32_matrix_is_vector = dev.matrix_flops_per_s.fp32 == dev.vector_flops_per_s.fp32
     memory = dev.memory
     if {"memory", "memory_units", "memory_gib_per_unit", "memory_bandwidth_gb_per_s"} & set(d):
-        tech = d.get("memory", memory.technology if memory.technology in MEMORY_CATALOGUE
-                     else "HBM2e")
-        name, bw, default_gib, _, latency = MEMORY_CATALOGUE[tech]
+        tech = MEMORY_TECHNOLOGIES[d.get("memory", memory.technology if memory.technology
+                                         in MEMORY_TECHNOLOGIES else "HBM2e")]
         units = d.get("memory_units", memory.stack_count)
-        gib = d.get("memory_gib_per_unit", default_gib)
+        gib = d.get("memory_gib_per_unit", tech.gib)
         if {"memory", "memory_units", "memory_gib_per_unit"} & set(d):
-            memory = Memory(technology=name, capacity_bytes=units * gib * GIB,
-                            bandwidth_bytes_per_s=units * bw, latency_s=latency,
-                            stack_count=units)
+            memory = Memory(technology=tech.name, capacity_bytes=units * gib * GIB,
+                            bandwidth_bytes_per_s=units * tech.bandwidth_bytes_per_s,
+                            latency_s=tech.latency_s, stack_count=units)
         if "memory_bandwidth_gb_per_s" in d:
             memory = dataclasses.replace(memory,
                                          bandwidth_bytes_per_s=d["memory_bandwidth_gb_per_s"] * 1e9)
@@ -107,8 +105,9 @@ def infeasible_reason(system: System, design: dict[str, Any]) -> str | None:
     None."""
     dev, ic = system.device, system.interconnect
     tech = dev.memory.technology
-    if "memory_gib_per_unit" in design and tech in MEMORY_CATALOGUE:
-        lo, hi = MEMORY_CATALOGUE[tech][3]
+    known = MEMORY_TECHNOLOGIES.get(tech)
+    if "memory_gib_per_unit" in design and known is not None:
+        lo, hi = known.gib_range
         gib = dev.memory.capacity_bytes / dev.memory.stack_count / GIB
         if not lo <= gib <= hi:
             return (f"{tech} parts hold {lo:g}-{hi:g} GiB per unit, the design asks "
@@ -117,7 +116,7 @@ def infeasible_reason(system: System, design: dict[str, Any]) -> str | None:
     if area > RETICLE_LIMIT_MM2:
         return f"die area {area:,.0f} mm^2 exceeds the reticle limit {RETICLE_LIMIT_MM2:g} mm^2"
     edge_mm = MEMORY_EDGES * math.sqrt(area)
-    need_mm = dev.memory.stack_count * EDGE_MM_PER_UNIT.get(tech, 3.0)
+    need_mm = dev.memory.stack_count * (known.phy_edge_mm if known else OTHER_PHY_EDGE_MM)
     if need_mm > edge_mm:
         return (f"{dev.memory.stack_count} {tech} PHYs need {need_mm:.0f} mm of die edge, a "
                 f"{area:,.0f} mm^2 die has {edge_mm:.0f} mm on {MEMORY_EDGES} sides")

@@ -51,16 +51,19 @@ def _tp_candidates(devices: int, fixed: int | None) -> list[int]:
 
 class Evaluator:
     """Scores designs derived from one base system on one objective (keeps the base, the
-    model configs and the baseline between calls; a worker process holds one)."""
+    model configs and the baseline between calls; a worker process holds one). The baseline
+    is the base with the knobs of `reference` (none by default; e.g. {"tp": 8} compares every
+    design with the base at a fixed deployment)."""
 
-    def __init__(self, base: System | str, objective: Objective, *, with_baseline: bool = True):
+    def __init__(self, base: System | str, objective: Objective, *, with_baseline: bool = True,
+                 reference: dict[str, Any] | None = None):
         self.base = load_system(base) if isinstance(base, str) else base
         self.objective = objective
         self.config = get_preset(objective.model)
         self._configs: dict[tuple[str, int], Any] = {}
         self.baseline: dict[str, Any] | None = None
         if with_baseline:
-            self.baseline = self.evaluate({})
+            self.baseline = self.evaluate(reference or {})
             if not self.baseline["feasible"]:
                 raise DesignSpaceError(f"the base system {self.base.name} cannot run the "
                                        f"objective ({objective.describe()}): "

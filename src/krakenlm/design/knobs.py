@@ -40,18 +40,34 @@ class Knob:
     doc: str = ""
 
 
-# Off-chip memory catalogue, per unit (an HBM stack or a 64-bit DRAM channel):
-# technology, bandwidth per unit (B/s), default capacity per unit (GiB), capacity range (GiB),
-# latency (s). HBM2e 3.2 Gb/s x 1024 bits = 410 GB/s, 16 GiB stacks (A100 80GB); HBM3
-# 6.4 Gb/s x 1024 = 819 GB/s, 16-24 GiB stacks (JESD238); DDR5-4800 38.4 GB/s per 64-bit
-# channel, 16-256 GiB per channel (one or two RDIMMs of up to 128 GiB; JESD79-5); LPDDR5-6400
-# 51.2 GB/s per 64-bit channel, 8-64 GiB (JESD209-5). Latencies: loaded DRAM ~0.5-0.9 us.
-MEMORY_CATALOGUE: dict[str, tuple[str, float, float, tuple[float, float], float]] = {
-    "HBM2e": ("HBM2e", 410e9, 16, (4, 16), 4.7e-7),
-    "HBM3": ("HBM3", 819e9, 16, (8, 24), 4.8e-7),
-    "DDR5": ("DDR5", 38.4e9, 64, (16, 256), 9.0e-7),
-    "LPDDR5": ("LPDDR5", 51.2e9, 32, (8, 64), 9.0e-7),
-}
+@dataclass(frozen=True)
+class MemoryTechnology:
+    """An off-chip memory technology, per unit (an HBM stack or a 64-bit DRAM channel)."""
+    name: str
+    bandwidth_bytes_per_s: float       # per unit
+    gib: float                         # capacity per unit when a design does not set it
+    gib_range: tuple[float, float]     # the capacities per unit its parts come in
+    latency_s: float                   # loaded access latency
+    phy_edge_mm: float                 # die edge ("beachfront") one unit's PHY needs
+    source: str
+
+
+# The one memory-technology table of the design tools (the knob `memory`, and the
+# TECHNOLOGY-UNITS configurations of `sim sweep`). Loaded DRAM latencies are ~0.5-0.9 us. PHY
+# edges are estimates from die shots: an HBM2e/HBM3 PHY is ~7 mm wide (GA100 fits 6 sites on
+# two ~29 mm edges), a DDR5/LPDDR5 64-bit channel's 2-2.5 mm.
+MEMORY_TECHNOLOGIES: dict[str, MemoryTechnology] = {m.name: m for m in (
+    MemoryTechnology("HBM2e", 410e9, 16, (4, 16), 4.7e-7, 7.0,
+                     "3.2 Gb/s x 1024 bits = 410 GB/s; 16 GiB stacks (the A100 80GB's)"),
+    MemoryTechnology("HBM3", 819e9, 16, (8, 24), 4.8e-7, 7.0,
+                     "6.4 Gb/s x 1024 bits = 819 GB/s; 16-24 GiB stacks (JESD238)"),
+    MemoryTechnology("DDR5", 38.4e9, 64, (16, 256), 9.0e-7, 2.5,
+                     "DDR5-4800: 38.4 GB/s per 64-bit channel; 16-256 GiB per channel (one or "
+                     "two RDIMMs of up to 128 GiB; JESD79-5)"),
+    MemoryTechnology("LPDDR5", 51.2e9, 32, (8, 64), 9.0e-7, 2.0,
+                     "LPDDR5-6400: 51.2 GB/s per 64-bit (4 x 16-bit) channel; 8-64 GiB "
+                     "(JESD209-5)"),
+)}
 
 ARCHES = ("gpt", "parallel", "kraken")
 TOPOLOGY_CHOICES = ("ring", "fully_connected", "switch")
@@ -64,7 +80,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("local_sram_kib", "float", 8, 8192, doc="local SRAM per core, KiB"),
     Knob("global_buffer_mib", "float", 0.5, 2048, doc="global buffer (L2), MiB"),
     Knob("frequency_ghz", "float", 0.3, 3.5, doc="core clock"),
-    Knob("memory", "choice", choices=tuple(MEMORY_CATALOGUE), doc="off-chip memory technology"),
+    Knob("memory", "choice", choices=tuple(MEMORY_TECHNOLOGIES), doc="off-chip memory technology"),
     Knob("memory_units", "int", 1, 64, doc="HBM stacks or 64-bit DRAM channels per device"),
     Knob("memory_gib_per_unit", "float", 4, 256,
          doc="capacity per stack/channel (within the technology's range)"),
@@ -226,3 +242,13 @@ def load_space(path: str | Path) -> DesignSpace:
                                "syntax") from None
     knobs = data.get("knobs", data) if isinstance(data, dict) else data
     return space_from_dict(knobs)
+
+
+def space_from_options(space_file: str | Path | None, knobs: list[str] | None) -> DesignSpace:
+    """The space of `--space FILE` or of the `--knob name=values` strings (one of the two)."""
+    if space_file is None and not knobs:
+        raise DesignSpaceError("give a design space: --space FILE.yaml or --knob name=values "
+                               "(e.g. --knob cores=64,108 --knob memory=HBM2e,DDR5)")
+    if space_file is not None and knobs:
+        raise DesignSpaceError("give --space or --knob, not both")
+    return load_space(space_file) if space_file is not None else space_from_strings(knobs)

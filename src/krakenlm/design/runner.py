@@ -51,17 +51,18 @@ class RunSummary:
 _WORKER: dict[str, Evaluator] = {}
 
 
-def _evaluator(base: str, objective: dict) -> Evaluator:
-    key = json.dumps([base, objective], sort_keys=True)
+def _evaluator(base: str, objective: dict, reference: dict | None = None) -> Evaluator:
+    key = json.dumps([base, objective, reference], sort_keys=True)
     ev = _WORKER.get(key)
     if ev is None:
-        ev = _WORKER[key] = Evaluator(base, Objective(**objective))
+        ev = _WORKER[key] = Evaluator(base, Objective(**objective), reference=reference)
     return ev
 
 
-def evaluate_chunk(base: str, objective: dict, designs: list[dict]) -> list[dict]:
+def evaluate_chunk(base: str, objective: dict, designs: list[dict],
+                   reference: dict | None = None) -> list[dict]:
     """A worker's unit of work (picklable arguments only: runs under fork, spawn or Dask)."""
-    ev = _evaluator(base, objective)
+    ev = _evaluator(base, objective, reference)
     return [ev.evaluate(d) for d in designs]
 
 
@@ -213,14 +214,15 @@ def _chunks(items: Iterable[dict], size: int) -> Iterator[list[dict]]:
         yield chunk
 
 
-def _local(base: str, objective: dict, chunks: Iterator[list[dict]], processes: int):
+def _local(base: str, objective: dict, chunks: Iterator[list[dict]], processes: int,
+           reference: dict | None = None):
     if processes <= 1:
         for chunk in chunks:
-            yield evaluate_chunk(base, objective, chunk)
+            yield evaluate_chunk(base, objective, chunk, reference)
         return
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with mp.get_context(method).Pool(processes) as pool:
-        args = ((base, objective, c) for c in chunks)
+        args = ((base, objective, c, reference) for c in chunks)
         yield from pool.imap_unordered(_star, args)
 
 
@@ -229,7 +231,7 @@ def _star(args: tuple) -> list[dict]:
 
 
 def _dask(base: str, objective: dict, chunks: Iterator[list[dict]], processes: int,
-          address: str | None):
+          address: str | None, reference: dict | None = None):
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -243,7 +245,8 @@ def _dask(base: str, objective: dict, chunks: Iterator[list[dict]], processes: i
         in_flight = 4 * max(1, len(client.scheduler_info().get("workers", {})))
         pending = as_completed()
         for chunk in chunks:  # bounded submission: a 10^5-design space never sits in memory
-            pending.add(client.submit(evaluate_chunk, base, objective, chunk, pure=False))
+            pending.add(client.submit(evaluate_chunk, base, objective, chunk, reference,
+                                      pure=False))
             if pending.count() >= in_flight:
                 yield next(pending).result()
         for future in pending:
@@ -258,8 +261,9 @@ def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100
                 knob_names: list[str], out: str | Path | None = None, processes: int = 1,
                 backend: str = "local", address: str | None = None, resume: bool = True,
                 chunk: int = DEFAULT_CHUNK, total: int | None = None,
-                progress: bool = True) -> RunSummary:
-    """Evaluate `designs` (an iterable of knob dicts over `knob_names`) on `objective`."""
+                progress: bool = True, reference: dict | None = None) -> RunSummary:
+    """Evaluate `designs` (an iterable of knob dicts over `knob_names`) on `objective`, each
+    compared with the base system with the knobs of `reference` (see Evaluator)."""
     import time
 
     from tqdm import tqdm
@@ -269,11 +273,13 @@ def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100
     if processes < 1:
         raise KrakenError(f"--processes must be at least 1, got {processes}")
     started = time.perf_counter()
-    baseline = Evaluator(base, objective).baseline  # fails early on an impossible objective
+    # fails early on an impossible objective
+    baseline = Evaluator(base, objective, reference=reference).baseline
     columns = _columns(knob_names)
     table = None
     if out is not None:
-        meta = {"base": base, "objective": objective.to_dict(), "columns": columns}
+        meta = {"base": base, "objective": objective.to_dict(), "columns": columns,
+                **({"reference": reference} if reference else {})}
         table = Table(Path(out), columns, meta, resume)
     done = table.keys() if table else set()
     skipped = 0
@@ -288,8 +294,8 @@ def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100
     rows: list[dict[str, Any]] = []
     obj = objective.to_dict()
     chunks = _chunks(todo(), chunk)
-    stream = _local(base, obj, chunks, processes) if backend == "local" else \
-        _dask(base, obj, chunks, processes, address)
+    stream = _local(base, obj, chunks, processes, reference) if backend == "local" else \
+        _dask(base, obj, chunks, processes, address, reference)
     bar = tqdm(total=total, unit="design", disable=not progress, desc="designs")
     try:
         for got in stream:

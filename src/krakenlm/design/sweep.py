@@ -1,16 +1,17 @@
-"""Design-space sweep: vary cores, memory technology and global buffer of a base system and
-report throughput, cost and performance per dollar against the unmodified base (an A100 node).
+"""`krakenlm sim sweep`: a preset grid of the design-space runner (cores x memory configuration
+x global buffer on one fixed workload), reported as throughput, cost and performance per $
+against the unmodified base (an A100 node).
 
-Each design is the base device with: `core_count` changed (peak rates rescaled with it, the
-per-core design unchanged), the off-chip memory replaced by one of MEMORIES (bandwidth and
-capacity per stack or channel from the JEDEC speed grades), and the global buffer resized. Its
-cost comes from krakenlm.hardware.cost (die area per block at the base's node, yield, memory
-$/GB, packaging); its performance from `simulate` on a fixed workload, with the template (tile)
-model for the base and the designs alike. The richer design-space tools (objectives that pick
-batch and tp per design, feasibility, search, parallel runs) are in krakenlm.design. A design whose memory
-cannot hold the model is reported as not fitting rather than timed; a design whose die is larger
-than the reticle (hardware.area.RETICLE_LIMIT_MM2) cannot be made as one die and is reported as
-infeasible, not timed or ranked.
+Each design is the base device with knobs (build.build_system): `cores` (peak rates rescaled
+with them, the per-core design unchanged), the off-chip memory of a configuration
+TECHNOLOGY-UNITS (`memory` and `memory_units`: e.g. HBM3-5 is five HBM3 stacks of the
+technology's default capacity, knobs.MEMORY_TECHNOLOGIES) and `global_buffer_mib`; `tp` is the
+workload's. They are evaluated like every grid of `sim explore` (runner.run_designs): the
+latency objective at the workload's batch, the baseline the base at the same tp, every design
+and the baseline timed by the template (tile) model. A design the build rules reject (a die
+beyond the reticle, memory PHYs that do not fit on the die's edge) is infeasible, not timed or
+ranked; one whose memory cannot hold the model is reported as not fitting. Throughput is the
+workload's generated tokens over its end-to-end time.
 """
 
 from __future__ import annotations
@@ -21,29 +22,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..console import table_of
 from ..errors import KrakenError
 from ..hardware import load_system
 from ..hardware.area import RETICLE_LIMIT_MM2
-from ..hardware.cost import system_cost
-from ..hardware.schema import Memory, PeakRates, System
-from ..models import get_preset
-from ..simulator.graph import SimulationError
-from ..simulator.memory import ModelDoesNotFit
-from ..simulator.run import simulate
+from ..hardware.schema import System
+from .build import build_system, infeasible_reason
+from .knobs import MEMORY_TECHNOLOGIES, check_design, design_key
+from .objectives import Objective
+from .runner import run_designs
 
-# name -> (technology, units, bandwidth per unit B/s, capacity per unit B, latency s)
-# HBM2e: 3.2 Gb/s x 1024 bits = 410 GB/s and 16 GB per stack (the A100 80GB's stacks);
-# HBM3: 6.4 Gb/s x 1024 bits = 819 GB/s, 16 GB per stack (JESD238);
-# DDR5-4800: 38.4 GB/s per 64-bit channel, one 64 GB RDIMM per channel (JESD79-5);
-# LPDDR5-6400: 51.2 GB/s per 64-bit (4 x 16-bit) channel, 32 GB per channel (JESD209-5).
-MEMORIES = {
-    "HBM2e-5": ("HBM2e", 5, 410e9, 16 * 2**30, 4.7e-7),
-    "HBM3-5": ("HBM3", 5, 819e9, 16 * 2**30, 4.8e-7),
-    "DDR5-16": ("DDR5", 16, 38.4e9, 64 * 2**30, 9.0e-7),
-    "LPDDR5-16": ("LPDDR5", 16, 51.2e9, 32 * 2**30, 9.0e-7),
-}
 DEFAULT_CORES = (32, 64, 96, 108, 128)
+DEFAULT_MEMORIES = ("HBM2e-5", "HBM3-5", "DDR5-16", "LPDDR5-16")
 DEFAULT_GLOBAL_BUFFER_MIB = (10, 20, 40, 80, 160)
+KNOB_NAMES = ["cores", "memory", "memory_units", "global_buffer_mib", "tp"]
 
 
 @dataclass(frozen=True)
@@ -54,83 +46,142 @@ class Workload:
     prompt_tokens: int = 1024
     gen_tokens: int = 128
 
+    def objective(self) -> Objective:
+        """The end-to-end latency of the workload's batch: the runner's objective for it."""
+        return Objective("latency", self.model, self.prompt_tokens, self.gen_tokens,
+                         batch=self.batch, metric="e2e")
 
-def _scale_rates(rates: PeakRates, factor: float) -> PeakRates:
-    return PeakRates(**{f.name: (None if getattr(rates, f.name) is None
-                                 else getattr(rates, f.name) * factor)
-                        for f in dataclasses.fields(PeakRates)})
+
+def memory_knobs(configuration: str) -> dict[str, Any]:
+    """The knobs of a memory configuration TECHNOLOGY-UNITS, e.g. HBM3-5."""
+    tech, _, units = configuration.rpartition("-")
+    if tech not in MEMORY_TECHNOLOGIES or not units.isdigit() or int(units) < 1:
+        raise KrakenError(f"--memories: unknown [{configuration!r}]; write TECHNOLOGY-UNITS with "
+                          f"a technology of {list(MEMORY_TECHNOLOGIES)}, e.g. "
+                          f"{', '.join(DEFAULT_MEMORIES)}")
+    return {"memory": tech, "memory_units": int(units)}
+
+
+def design_knobs(cores: int, memory: str, global_buffer_mib: float) -> dict[str, Any]:
+    return {"cores": cores, **memory_knobs(memory), "global_buffer_mib": global_buffer_mib}
 
 
 def design(base: System, cores: int, memory: str, global_buffer_mib: float) -> System:
-    dev = base.device
-    tech, units, bw, cap, lat = MEMORIES[memory]
-    factor = cores / dev.core_count
-    new_dev = dataclasses.replace(
-        dev, name=f"{dev.name} design: {cores} cores, {memory}, {global_buffer_mib:g} MiB",
-        core_count=cores,
-        matrix_flops_per_s=_scale_rates(dev.matrix_flops_per_s, factor),
-        vector_flops_per_s=_scale_rates(dev.vector_flops_per_s, factor),
-        global_buffer=dataclasses.replace(dev.global_buffer,
-                                          capacity_bytes=global_buffer_mib * 2**20),
-        memory=Memory(technology=tech, capacity_bytes=units * cap, bandwidth_bytes_per_s=units * bw,
-                      latency_s=lat, stack_count=units),
-        price_usd=None)
-    return dataclasses.replace(base, name=f"{base.name}:{cores}c-{memory}-{global_buffer_mib:g}M",
-                               device=new_dev)
+    """The base system with `cores`, the memory configuration `memory` and the global buffer."""
+    return build_system(base, design_knobs(cores, memory, global_buffer_mib))
 
 
-def evaluate(system: System, workload: Workload) -> dict[str, Any]:
-    cost = system_cost(system)
-    row: dict[str, Any] = {"system": system.name, "cores": system.device.core_count,
-                           "memory": system.device.memory.technology,
-                           "memory_bandwidth_bytes_per_s": system.device.memory.bandwidth_bytes_per_s,
-                           "memory_capacity_bytes": system.device.memory.capacity_bytes,
-                           "global_buffer_bytes": system.device.global_buffer.capacity_bytes,
-                           "die_area_mm2": cost.area.total_mm2, "yield": cost.yield_fraction,
-                           "device_usd": cost.device_usd, "system_usd": cost.system_usd,
-                           "feasible": True}
-    if cost.area.total_mm2 > RETICLE_LIMIT_MM2:
-        row.update(feasible=False, reason=f"die area {cost.area.total_mm2:,.0f} mm^2 exceeds the "
-                                          f"reticle limit {RETICLE_LIMIT_MM2:g} mm^2")
-        return row
-    try:
-        # template (tile) model for the base and every design alike: the measured-kernel A100
-        # calibration would otherwise time the renamed designs too and ignore their knobs
-        r = simulate(get_preset(workload.model), system, workload.tp, workload.batch,
-                     workload.prompt_tokens, workload.gen_tokens, mode="tile",
-                     model_name=workload.model)
-    except (ModelDoesNotFit, SimulationError) as exc:
-        row.update(feasible=False, fits=False, reason=str(exc).split(";")[0])
-        return row
-    tokens = workload.batch * workload.gen_tokens
-    row.update(fits=True, ttft_s=r.ttft_s, tpot_s=r.tpot_s, e2e_s=r.e2e_s,
-               tokens_per_s=tokens / r.e2e_s,
-               tokens_per_s_per_kusd=tokens / r.e2e_s / (cost.system_usd / 1e3))
-    return row
+@dataclass
+class SweepReport:
+    base_name: str
+    workload: Workload
+    base: dict[str, Any]             # the base's row
+    designs: list[dict[str, Any]]    # a row per design, in grid order
+    seconds: float
+    top: int = 15                    # rows in the table (best performance per $ first)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base": self.base, "workload": dataclasses.asdict(self.workload),
+                "designs": self.designs, "configurations": len(self.designs),
+                "seconds": self.seconds}
+
+    def to_table(self) -> list[Any]:
+        w, ref = self.workload, self.base
+        rows = sorted((r for r in self.designs if "perf_per_usd_vs_base" in r),
+                      key=lambda r: -r["perf_per_usd_vs_base"])
+        table = table_of(f"{len(self.designs)} designs from {self.base_name}, {w.model} TP {w.tp} "
+                         f"batch {w.batch} prompt {w.prompt_tokens} gen {w.gen_tokens} "
+                         f"(simulated in {self.seconds:.1f} s)",
+                         ("cores", "memory", "GB/s", "GB", "L2 MiB", "die mm^2", "$/device",
+                          "tokens/s", "perf/$ vs base"), left=("memory",))
+        for r in rows[:self.top]:
+            table.add_row(str(r["cores"]), r["memory"],
+                          f"{r['memory_bandwidth_bytes_per_s'] / 1e9:,.0f}",
+                          f"{r['memory_capacity_bytes'] / 1e9:,.0f}",
+                          f"{r['global_buffer_bytes'] / 2**20:g}", f"{r['die_area_mm2']:,.0f}",
+                          f"{r['device_usd']:,.0f}", f"{r['tokens_per_s']:,.1f}",
+                          f"{r['perf_per_usd_vs_base']:.2f}x")
+        out: list[Any] = [table, f"base {ref['system']}: "
+                          f"{ref.get('tokens_per_s', float('nan')):,.1f} tokens/s, "
+                          f"${ref['device_usd']:,.0f} per device (model estimate), "
+                          f"${ref['system_usd']:,.0f} per system"]
+        unbuilt = [r for r in self.designs if not r["feasible"] and "fits" not in r]
+        over = [r for r in unbuilt if r["die_area_mm2"] > RETICLE_LIMIT_MM2]
+        if over:
+            out.append(f"{len(over)} designs have a die beyond the reticle limit "
+                       f"({RETICLE_LIMIT_MM2:g} mm^2: not manufacturable as one die; not timed or "
+                       f"ranked), e.g. {over[0]['cores']} cores: {over[0]['die_area_mm2']:,.0f} "
+                       "mm^2")
+        other = [r for r in unbuilt if r not in over]
+        if other:
+            out.append(f"{len(other)} designs cannot be built (not timed or ranked), e.g. "
+                       f"{other[0]['cores']} cores, {other[0]['memory']}: {other[0]['reason']}")
+        misfits = [r for r in self.designs if r.get("fits") is False]
+        if misfits:
+            out.append(f"{len(misfits)} designs cannot hold the model (not timed)")
+        return out
 
 
-def sweep(base: str = "a100-80gb-x8", workload: Workload = Workload(),
-          cores=DEFAULT_CORES, memories=tuple(MEMORIES),
-          global_buffers_mib=DEFAULT_GLOBAL_BUFFER_MIB) -> dict[str, Any]:
+def _check(cores, memories, global_buffers_mib) -> None:
     for name, values in (("--cores", cores), ("--memories", memories),
                          ("--global-buffers", global_buffers_mib)):
         if not values:
             raise KrakenError(f"{name} needs at least one value")
+    for m in memories:
+        memory_knobs(m)
     for c in cores:
         if isinstance(c, bool) or c != int(c) or c < 1:
             raise KrakenError(f"--cores takes whole numbers of at least 1, got {c!r}")
     for g in global_buffers_mib:
         if not 0 < g < float("inf"):
             raise KrakenError(f"--global-buffers takes sizes above 0 MiB, got {g!r}")
+
+
+def _row(name: str, system: System, knobs: dict[str, Any], row: dict[str, Any],
+         workload: Workload) -> dict[str, Any]:
+    """A runner row as a sweep row: the design's hardware, cost, and its throughput."""
+    dev = system.device
+    out = {"system": name, "cores": dev.core_count, "memory": dev.memory.technology,
+           "memory_bandwidth_bytes_per_s": dev.memory.bandwidth_bytes_per_s,
+           "memory_capacity_bytes": dev.memory.capacity_bytes,
+           "global_buffer_bytes": dev.global_buffer.capacity_bytes,
+           "die_area_mm2": row["die_area_mm2"], "yield": row["yield"],
+           "device_usd": row["device_usd"], "system_usd": row["system_usd"],
+           "feasible": row["feasible"]}
+    if not row["feasible"]:
+        built = infeasible_reason(system, knobs) is not None  # rejected before any timing
+        out.update({"reason": row["reason"]} if built else {"fits": False,
+                                                            "reason": row["reason"]})
+        return out
+    tokens = workload.batch * workload.gen_tokens
+    out.update(fits=True, ttft_s=row["ttft_s"], tpot_s=row["tpot_s"], e2e_s=row["e2e_s"],
+               tokens_per_s=tokens / row["e2e_s"],
+               tokens_per_s_per_kusd=tokens / row["e2e_s"] / (row["system_usd"] / 1e3))
+    return out
+
+
+def sweep(base: str = "a100-80gb-x8", workload: Workload = Workload(),
+          cores=DEFAULT_CORES, memories=DEFAULT_MEMORIES,
+          global_buffers_mib=DEFAULT_GLOBAL_BUFFER_MIB, top: int = 15) -> SweepReport:
+    """Every design of cores x memories x global_buffers_mib on `workload`, with the base."""
+    _check(cores, memories, global_buffers_mib)
     started = time.perf_counter()
     base_system = load_system(base)
-    reference = evaluate(base_system, workload)
+    grid = [(f"{base_system.name}:{c}c-{m}-{g:g}M",
+             check_design({**design_knobs(c, m, g), "tp": workload.tp}))
+            for c, m, g in itertools.product(cores, memories, global_buffers_mib)]
+    reference = {"tp": workload.tp}
+    summary = run_designs((knobs for _, knobs in grid), workload.objective(), base,
+                          knob_names=KNOB_NAMES, progress=False, reference=reference)
+    by_key = {r["key"]: r for r in summary.rows}
+    ref = _row(base_system.name, build_system(base_system, reference), reference,
+               summary.baseline, workload)
     rows = []
-    for c, m, g in itertools.product(cores, memories, global_buffers_mib):
-        row = evaluate(design(base_system, c, m, g), workload)
-        if row["feasible"] and reference["feasible"]:
+    for name, knobs in grid:
+        row = _row(name, build_system(base_system, knobs), knobs, by_key[design_key(knobs)],
+                   workload)
+        if row["feasible"]:
             row["perf_per_usd_vs_base"] = (row["tokens_per_s_per_kusd"]
-                                           / reference["tokens_per_s_per_kusd"])
+                                           / ref["tokens_per_s_per_kusd"])
         rows.append(row)
-    return {"base": reference, "workload": dataclasses.asdict(workload), "designs": rows,
-            "configurations": len(rows), "seconds": time.perf_counter() - started}
+    return SweepReport(base_system.name, workload, ref, rows, time.perf_counter() - started, top)

@@ -17,7 +17,8 @@ from ..errors import KrakenError
 from ..evaluation.generate import SamplingConfig
 from ..models.transformer import Transformer
 from .engine import Weights, build_local_model, median, timed_generate
-from .launch import RankContext, run_ranks, under_torchrun
+from ..runtime.bootstrap import under_torchrun
+from .launch import RankContext, run_ranks
 
 DEFAULT_PRESETS = {"kraken": "kraken-tiny-2way", "gpt": "gpt-tiny"}
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
@@ -81,7 +82,7 @@ def _demo_rank(ctx: RankContext, cases: list[DemoCase], sampling: SamplingConfig
 
 def _check_architectures(checkpoints: dict[str, Path]) -> None:
     """Each checkpoint must hold the architecture its row is labelled with."""
-    from ..training.checkpoint import load_config
+    from ..runtime.checkpoint import load_config
 
     for arch, path in checkpoints.items():
         if arch not in DEFAULT_PRESETS:
@@ -105,7 +106,8 @@ def run_tp_demo(checkpoints: dict[str, Path] | None = None, *, world_size: int =
     ranks' logits are identical after the all-reduce); against one device it relies on the
     logits agreeing to rounding, which can flip a draw only at a near-tie (rare)."""
     from ..data.tokenizer import Tokenizer
-    from ..data.vocab import checkpoint_tokenizer, prompt_ids
+    from ..data.vocab import prompt_ids
+    from ..runtime.model_and_tokenizer import checkpoint_tokenizer
 
     if under_torchrun():
         raise KrakenError("the tensor-parallel demo spawns its own ranks; run it without torchrun")

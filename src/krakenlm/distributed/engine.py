@@ -43,14 +43,14 @@ class Weights:
 
     def model_config(self) -> ModelConfig:
         if self.checkpoint is not None:
-            from ..training.checkpoint import load_config
+            from ..runtime.checkpoint import load_config
             return load_config(Path(self.checkpoint))
         return get_preset(self.preset)
 
     def load(self) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
         config = self.model_config()
         if self.checkpoint is not None:
-            from ..training.checkpoint import check_weights_match_config, load_state_dict
+            from ..runtime.checkpoint import check_weights_match_config, load_state_dict
             state = load_state_dict(Path(self.checkpoint))[0]
             with torch.device("meta"):
                 check_weights_match_config(state, Transformer(config), Path(self.checkpoint))

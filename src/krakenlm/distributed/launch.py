@@ -13,8 +13,9 @@
   raised in the parent: a `KrakenError` stays a one-line user error, a bug keeps the rank's
   traceback.
 
-Device and backend are automatic: CUDA + NCCL when every local rank can have its own GPU, else
-CPU + gloo (force CPU with KRAKENLM_DEVICE=cpu). On CPU the model's all-reduces go through
+Each rank starts through the process bootstrap of `runtime/bootstrap.py`: device and backend
+are automatic, CUDA + NCCL when every local rank can have its own GPU, else CPU + gloo (force
+CPU with KRAKENLM_DEVICE=cpu; =cuda insists on the GPUs). On CPU the model's all-reduces go through
 shared memory when all ranks are on this host (`comm_backend.py`; `comm_backend="gloo"` keeps
 them on gloo). A timeout bounds the rendezvous and every collective, so a peer that never joins
 or stops answering gives a clear error, not a hang.
@@ -33,21 +34,21 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..errors import KrakenError
-from ..training.runtime import DistEnv, set_cpu_threads
+from ..runtime.bootstrap import (DistEnv, backend_for, init_process_group, set_cpu_threads,
+                                 under_torchrun)
+from ..runtime.device import pick_device
 from .comm import BlockingComm, PeerError, ProcessGroupComm, peer_error, short_reason
 from .comm_backend import RUN_TOKEN_VAR, check_comm_backend, setup_comm_backend
 from .shm_arena import SharedMemoryArena, sweep_arena_files
 from .shm_comm import SharedMemoryComm
 
 DEFAULT_TIMEOUT_S = 300.0
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 class RankFailedError(KrakenError):
@@ -97,18 +98,6 @@ class RankContext:
             raise peer_error(exc, "a barrier", self.timeout_s) from None
 
 
-def under_torchrun() -> bool:
-    return all(name in os.environ for name in TORCHRUN_VARS)
-
-
-def pick_device_and_backend(local_rank: int, local_world_size: int) -> tuple[torch.device, str]:
-    if (os.environ.get("KRAKENLM_DEVICE", "auto") != "cpu" and torch.cuda.is_available()
-            and torch.cuda.device_count() >= local_world_size):
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank), "nccl"
-    return torch.device("cpu"), "gloo"
-
-
 def _share_cpu_cores(env: DistEnv) -> None:
     """1 thread per rank with 2 ranks on 2 cores: more threads than cores per rank make the
     ranks (and gloo's own threads) fight for cores, and a collective waits for the slowest
@@ -122,14 +111,13 @@ def init_rank(timeout_s: float = DEFAULT_TIMEOUT_S, comm_backend: str = "auto") 
     all-reduce `comm_backend` asks for (see `comm_backend.py`)."""
     env = DistEnv.from_environment()
     rank, world_size = env.rank, env.world_size
-    device, backend = pick_device_and_backend(env.local_rank, env.local_world_size)
+    device = pick_device(env.local_rank, env.local_world_size)
+    backend = backend_for(device)
     if device.type == "cpu":
         _share_cpu_cores(env)
     where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     try:
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout_s),
-                                device_id=device if backend == "nccl" else None)
+        init_process_group(env, device, timeout_s)
     except RuntimeError as exc:  # DistStoreError, DistNetworkError, gloo errors
         detail = short_reason(exc)
         raise PeerError(

@@ -27,11 +27,11 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from ..data.tokenizer import Tokenizer
-from ..data.vocab import check_tokenizer_fits, checkpoint_tokenizer, prompt_ids
+from ..data.vocab import check_tokenizer_fits, prompt_ids
 from ..errors import KrakenError
 from ..models.transformer import Transformer
-from ..training.model_and_tokenizer import load_model_and_tokenizer
-from ..training.runtime import pick_device
+from ..runtime.device import pick_device
+from ..runtime.model_and_tokenizer import checkpoint_tokenizer, load_model_and_tokenizer
 from .generate import SamplingConfig, generate
 
 # lm-eval fills its model registry with its own models only when the registry is still empty;

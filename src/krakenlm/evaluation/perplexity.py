@@ -11,7 +11,7 @@ from tqdm import tqdm
 from ..data.batches import evaluation_batches
 from ..errors import KrakenError
 from ..models.transformer import Transformer
-from ..training.runtime import autocast
+from ..runtime.precision import autocast
 
 
 @torch.no_grad()

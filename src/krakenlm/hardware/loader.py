@@ -12,6 +12,7 @@ import yaml
 
 from .. import yamlio
 from ..fileio import read_user_text
+from .identity import calibration_beside
 from .schema import HardwareError, System, system_from_dict
 
 _PRESET_PACKAGE = "krakenlm.hardware.presets"
@@ -50,6 +51,8 @@ def load_system(name_or_path: str) -> System:
                                 "`krakenlm sim systems` to list the presets")
         text, source = read_user_text(path, "hardware file", HardwareError), str(path)
     data = _parse_yaml(text, source)
+    if name_or_path not in presets:
+        data = calibration_beside(data, name_or_path)
     try:
         return system_from_dict(data)
     except HardwareError as exc:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import KrakenError
+from .identity import Identity
+from .identity import problem as identity_problem
 
 
 class HardwareError(KrakenError, ValueError):
@@ -120,6 +122,8 @@ class Device:
     process_node_nm: float = _f("nm")
     die_area_mm2: float | None = _f("mm2", default=None, doc="published die area, for comparison")
     price_usd: float | None = _f("usd", default=None, doc="street price, for comparison only")
+    identity: Identity = _f(default=Identity(), doc="vendor, family, sm_version, calibration "
+                            "(hardware/identity.py); absent: a custom device, template models")
 
     # -------------------------------------------------------------------------------- derived
     @property
@@ -232,12 +236,13 @@ def _parse(cls: type, data: Any, where: str) -> Any:
         value = data[name]
         ftype = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         sub = {"Core": Core, "GlobalBuffer": GlobalBuffer, "Memory": Memory,
-               "PeakRates": PeakRates, "Device": Device, "Interconnect": Interconnect}.get(ftype)
+               "PeakRates": PeakRates, "Device": Device, "Interconnect": Interconnect,
+               "Identity": Identity}.get(ftype)
         if sub is not None:
             kwargs[name] = _parse(sub, value, path)
         elif value is None and meta.get("optional"):
             kwargs[name] = None
-        elif ftype == "str":
+        elif ftype in ("str", "str | None"):
             if not isinstance(value, str):
                 raise HardwareError(f"field {path}: expected text, got {value!r}")
             if meta.get("choices") and value not in meta["choices"]:
@@ -269,7 +274,10 @@ def _parse(cls: type, data: Any, where: str) -> Any:
                                     f"{meta['unit']} (expected {low:g}..{high:g}); is it in "
                                     f"another unit?")
             kwargs[name] = number
-    return cls(**kwargs)
+    parsed = cls(**kwargs)
+    if cls is Identity and (why := identity_problem(parsed)) is not None:
+        raise HardwareError(f"field {where}: {why}")
+    return parsed
 
 
 def _check_consistency(system: System) -> None:

@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from ..fileio import os_error_from
 from ..models.config import ModelConfig
-from ..training.model_and_tokenizer import load_model_and_tokenizer
+from ..runtime.model_and_tokenizer import load_model_and_tokenizer
 from . import native
 from .atomic_dir import check_output_dir, write_directory_atomically
 from .tokenizer_files import token_ids, tokenizer_files

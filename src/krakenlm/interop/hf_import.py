@@ -3,7 +3,7 @@
 Imports what our model computes exactly: GPT-2, Llama and Mistral (full attention), and
 krakenlm's own remote-code exports (any architecture). Anything else is refused with a
 one-line error naming the unsupported model_type or feature. The run is written through
-`training.checkpoint.save_checkpoint` (step 0, no optimizer state), so `krakenlm eval` and
+`runtime.checkpoint.save_checkpoint` (step 0, no optimizer state), so `krakenlm eval` and
 `krakenlm generate` read it like a trained run. The model's own tokenizer comes with it (see
 `hf_tokenizer`): recorded in train_state.json and, unless it is GPT-2's, saved as the run's
 tokenizer.json, so every command feeds the model its own ids.
@@ -23,7 +23,7 @@ from ..data.vocab import tokenizer_record
 from ..errors import KrakenError
 from ..models.config import ModelConfig, read_json_object
 from ..models.transformer import Transformer
-from ..training.checkpoint import save_checkpoint
+from ..runtime.checkpoint import save_checkpoint
 from . import native
 from .atomic_dir import check_output_dir, write_directory_atomically
 from .hf_tokenizer import read_hf_tokenizer

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import warn
-from ..hardware import load_system
-from ..hardware.schema import DTYPE_BYTES, System
+from ..hardware import HardwareError, load_system
+from ..hardware.identity import lookup
+from ..hardware.schema import DTYPE_BYTES, Device, System
 from ..models import ModelConfig
 from .constants import gpu_kernels as gpu_store
 from .constants.gpu_kernels import DeviceCalibration
@@ -44,6 +45,7 @@ from .graph import Graph, GraphOptions, OpSpec, SimulationError, model_graphs
 from .memory import MemoryUse, check_fits, memory_use
 from .schedule import COMM_CORE_SHARE, Schedule, TimedOp, schedule
 from .timing import OpTimer
+from .uncertainty import prediction_interval
 
 MODES = ("simulate", "tile", "roofline")
 DECODE_SAMPLE_STRIDE = 32
@@ -101,9 +103,15 @@ class Result:
     software: str = ""
     attention_path: str = "fused"
     kernel_sources: dict[str, str] = field(default_factory=dict)
+    # the device key of the fitted GPU kernel constants that timed the query ("H100"); None:
+    # the template models timed every kernel (no calibration, or mode tile / roofline)
+    kernel_calibration: str | None = None
     decode_method: str = ""
     simulated_in_s: float = 0.0
     profile: SoftwareProfile | None = field(default=None, repr=False, compare=False)
+    # nominal 80 % interval of ttft_s / tpot_s / e2e_s from the leave-one-source-out residuals
+    # of comparable public measurements, and what the query extrapolates beyond (uncertainty.py)
+    interval: dict[str, Any] | None = None
 
     def retimed(self, host: Host) -> tuple[float, float]:
         """(TTFT, mean TPOT) under other host constants, from the per-graph GPU times kept in
@@ -144,11 +152,49 @@ class Result:
                 "categories": {"prefill": self.prefill.categories,
                                "decode": self.decode.categories},
                 "layer_categories": self.layer_categories,
-                "kernel_sources": self.kernel_sources, "decode_method": self.decode_method,
-                "simulated_in_s": self.simulated_in_s}
+                "kernel_sources": self.kernel_sources,
+                "kernel_calibration": self.kernel_calibration, "decode_method": self.decode_method,
+                "interval": self.interval, "simulated_in_s": self.simulated_in_s}
 
 
 # ----------------------------------------------------------------------------------- helpers
+def _measured_on_another_part(cal: DeviceCalibration, system: System) -> bool:
+    """Whether the system `cal` records it was fitted on declares another vendor, family or
+    sm_version than `system`'s device (False when that system cannot be loaded)."""
+    try:
+        measured = load_system(str(cal.meta.get("system")))
+    except HardwareError:
+        return False
+    return lookup(measured.device).architecture != lookup(system.device).architecture
+
+
+_TOLD_TEMPLATE: set[Device] = set()  # devices already warned about in this process
+
+
+def _kernel_calibration(system: System, explicit: DeviceCalibration | None,
+                        mode: str) -> DeviceCalibration | None:
+    """The GPU calibration a session uses: `explicit` (--gpu-calibration), else the one the
+    device declares (hardware/identity.py), else None. Says so on stderr when it is another
+    device's (a what-if: an explicit file other than the declared one, or a declared one
+    measured on a part of another vendor, family or sm_version) and, once per device and
+    process (a study simulates one device many times), when the device's kernels are timed
+    by the template models in mode simulate."""
+    declared = gpu_store.for_device(system.device)
+    gpu = explicit if explicit is not None else declared
+    if gpu is not None and (_measured_on_another_part(gpu, system) if gpu is declared else
+                            declared is None or declared.device_key != gpu.device_key):
+        # plausible for a what-if device modelled on a measured GPU, but usually a mix-up
+        warn(f"GPU calibration {gpu.path or gpu.device_key} holds fits measured on "
+             f"{gpu.device_key}, not on {system.name}'s {system.device.name}: its kernels "
+             "are timed with another GPU's constants")
+    if gpu is None and mode == "simulate" and system.device not in _TOLD_TEMPLATE:
+        _TOLD_TEMPLATE.add(system.device)
+        warn(f"{system.device.name} ({system.name}) has no fitted GPU kernels "
+             "(device.identity.calibration): the template models time it from its datasheet "
+             "numbers; docs/adding-a-gpu.md says how to calibrate it")
+    return gpu
+
+
 class _Scheduler:
     """Schedules timed graphs, memoised on the timed operators."""
 
@@ -407,13 +453,7 @@ class Simulator:
             system.device.matrix_rate(self.precision(op))
         self.system, self.profile, self.mode, self.dtype = system, profile, mode, dtype
         self.options = _graph_options(profile, attention, mode)
-        if gpu_calibration is not None and not gpu_calibration.matches(system.device):
-            # plausible for a what-if device modelled on a measured GPU, but usually a mix-up
-            warn(f"GPU calibration {gpu_calibration.path or gpu_calibration.device_key} holds "
-                 f"fits measured on {gpu_calibration.device_key}, not on {system.name}'s "
-                 f"{system.device.name}: its kernels are timed with another GPU's constants")
-        gpu = gpu_calibration if gpu_calibration is not None else \
-            gpu_store.for_device(system.device)
+        gpu = _kernel_calibration(system, gpu_calibration, mode)
         self.timer = OpTimer(system, profile, mode, dtype, calibration or default_calibration(),
                              gpu)
         if mode == "tile":
@@ -470,14 +510,21 @@ class Simulator:
         layer_cats = {"prefill": prefill_layer}
         if steps:
             layer_cats["decode"] = decode_layer
+        e2e = ttft + decode.time_s - first_s
+        interval = prediction_interval(system.device.name, tp, batch, prompt_tokens,
+                                       {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}) \
+            if self.mode == "simulate" else None
         return Result(model=model_name, system=system.name, arch=config.arch, tp=tp,
                       batch=batch, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens,
                       mode=self.mode, dtype=self.dtype, ttft_s=ttft, tpot_s=tpot,
-                      e2e_s=ttft + decode.time_s - first_s, memory=use, prefill=prefill, decode=decode,
+                      e2e_s=e2e, memory=use, prefill=prefill, decode=decode,
                       layer_categories=layer_cats, software=profile.name,
                       attention_path=opts.attention_path(config.head_dim),
-                      kernel_sources=dict(self.timer.sources), decode_method=method,
-                      simulated_in_s=time.perf_counter() - started, profile=profile)
+                      kernel_sources=dict(self.timer.sources),
+                      kernel_calibration=None if self.timer.gpu is None else
+                      self.timer.gpu.device_key, decode_method=method,
+                      simulated_in_s=time.perf_counter() - started, profile=profile,
+                      interval=interval)
 
 
 def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,

@@ -22,7 +22,7 @@ from ..errors import Interrupted, KrakenError
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
 from ..models import get_preset
-from ..training import checkpoint
+from ..runtime import checkpoint
 from ..training.run_dir import ResumeOptionsChanged
 from ..training.signals import signal_of
 from ..training.trainer import METRICS_FILE, TrainConfig, TrainingInterrupted, train
@@ -76,6 +76,31 @@ def run_comparison(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
     outcomes, sweep = train_and_evaluate(specs, template, out_dir, lrs=lrs, jobs=jobs)
     return write_report(outcomes, template, out_dir, title=title, notes=notes,
                         baseline=baseline, sweep=sweep)
+
+
+def compare_presets(presets: list[str], seeds: list[int], template: TrainConfig, out_dir: Path,
+                    *, baseline: str | None = None, lrs: list[float] | None = None,
+                    jobs: int = 1) -> Path:
+    """`krakenlm study compare`: every preset trained with every seed (see run_comparison).
+    The presets, the baseline, the tokenizer and the options against each model are checked
+    before any training. Returns the report."""
+    for name in presets:
+        get_preset(name)  # fail before any training on a typo
+    if len(set(presets)) < len(presets):
+        raise KrakenError(f"--preset names a model twice ({', '.join(presets)}); give each once")
+    if baseline is not None and baseline not in presets:
+        raise KrakenError(f"--baseline {baseline} is not one of the --preset models "
+                          f"({', '.join(presets)})")
+    if template.tokenizer is not None:
+        from ..data.vocab import check_tokenizer_name
+        check_tokenizer_name(template.tokenizer)
+    if jobs < 1:
+        raise KrakenError(f"--jobs must be >= 1, got {jobs}")
+    for name in presets:
+        template.check(get_preset(name))  # sizes and rates before any training
+    return run_comparison([RunSpec(p, s) for s in seeds for p in presets], template, out_dir,
+                          title="Validation loss at equal token budget", baseline=baseline,
+                          lrs=lrs, jobs=jobs)
 
 
 def make_out_dir(out_dir: Path) -> None:
@@ -227,7 +252,7 @@ def _run(spec: RunSpec, template: TrainConfig, out_dir: Path) -> RunOutcome | No
 def _outcome(spec: RunSpec, run_dir: Path, tc: TrainConfig) -> RunOutcome:
     from ..data.prepare import prepare_corpus
 
-    from ..data.vocab import checkpoint_tokenizer
+    from ..runtime.model_and_tokenizer import checkpoint_tokenizer
 
     model = checkpoint.load_model(run_dir)
     # The run's own tokenizer (a BPE run's validation split is in its ids, not GPT-2's).

@@ -99,7 +99,7 @@ def run_demo(out: Path, plan: DemoPlan = DemoPlan()) -> Path:
 
 
 def _say(message: str) -> None:
-    from ..cli._console import stderr_console
+    from ..console import stderr_console
     stderr_console().print(f"[bold]demo[/] {message}")
 
 
@@ -109,7 +109,7 @@ def _samples(run_dir: Path, new_tokens: int) -> list[tuple[str, str]]:
 
     from ..data.vocab import prompt_ids
     from ..evaluation.generate import SamplingConfig, generate
-    from ..training.model_and_tokenizer import load_model_and_tokenizer
+    from ..runtime.model_and_tokenizer import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(run_dir)
     pairs = []

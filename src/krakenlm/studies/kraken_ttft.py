@@ -48,6 +48,9 @@ class TTFTRow:
     layer_s: dict[str, dict[str, float]]  # one prefill layer, by architecture and category
     system: str = ""
     attention: dict[str, str] = field(default_factory=dict)  # attention path by architecture
+    # the nominal 80 % interval of each TTFT (Result.interval), and what it extrapolates beyond
+    ttft_interval_s: dict[str, list[float]] = field(default_factory=dict)
+    extrapolation: str = ""
 
     @property
     def kraken_reduction(self) -> float:
@@ -67,7 +70,7 @@ def run_grid(system: str = "a100-80gb-x8", batch: int = 1, shapes=SHAPES, prompt
     for shape in shapes:
         for prompt in prompts:
             for tp in degrees:
-                ttft, layers, paths = {}, {}, {}
+                ttft, layers, paths, bands, beyond = {}, {}, {}, {}, ""
                 for arch, config in engines(shape, tp, kraken_rule).items():
                     extra = {} if comm_core_share is None else {"comm_core_share": comm_core_share}
                     result = simulate(config, system, tp, batch, prompt, 1, check_memory=False,
@@ -75,7 +78,11 @@ def run_grid(system: str = "a100-80gb-x8", batch: int = 1, shapes=SHAPES, prompt
                     ttft[arch] = result.ttft_s
                     layers[arch] = dict(result.layer_categories["prefill"])
                     paths[arch] = result.attention_path
-                rows.append(TTFTRow(shape, prompt, tp, ttft, layers, system, paths))
+                    if result.interval and "ttft_s" in result.interval:
+                        bands[arch] = result.interval["ttft_s"]
+                        beyond = result.interval["extrapolation"] or ""
+                rows.append(TTFTRow(shape, prompt, tp, ttft, layers, system, paths, bands,
+                                    beyond))
     return rows
 
 
@@ -142,14 +149,25 @@ def write_report(rows: list[TTFTRow], out: Path, *, system: str, batch: int,
         stem = s.replace("/", "_")
         plot_ttft_grid(rs, out / f"ttft-{stem}.png", title=f"Simulated TTFT on {s}, batch {batch}")
         lines += [f"## {s}", "", f"![TTFT]({'ttft-' + stem}.png)", "",
-                  "| model | prompt | TP = d | standard ms | parallel ms | Kraken ms | Kraken vs standard | Kraken vs parallel |",
+                  "The 80 % interval of each TTFT comes from the leave-one-source-out residuals "
+                  "of comparable public measurements (`Result.interval`); the three "
+                  "architectures share it (same device, TP, batch and phase), so it bounds each "
+                  "TTFT, not the reduction, whose error the three mostly share.", "",
+                  "| model | prompt | TP = d | standard ms (80 % interval) | parallel ms | Kraken ms (80 % interval) | Kraken vs standard | Kraken vs parallel |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rs:
             t = {k: v * 1e3 for k, v in r.ttft_s.items()}
-            lines.append(f"| {r.shape} | {r.prompt_tokens} | {r.tp} | {t['gpt']:.2f} | "
-                         f"{t['parallel']:.2f} | {t['kraken']:.2f} | "
+
+            def band(arch: str) -> str:
+                b = r.ttft_interval_s.get(arch)
+                return f" ({b[0] * 1e3:.1f}-{b[1] * 1e3:.1f})" if b else ""
+            lines.append(f"| {r.shape} | {r.prompt_tokens} | {r.tp} | {t['gpt']:.2f}{band('gpt')} | "
+                         f"{t['parallel']:.2f} | {t['kraken']:.2f}{band('kraken')} | "
                          f"{-100 * r.kraken_reduction:+.1f} % | "
                          f"{100 * (t['kraken'] / t['parallel'] - 1):+.1f} % |")
+        beyond = sorted({r.extrapolation for r in rs if r.extrapolation})
+        if beyond:
+            lines += ["", "Extrapolated beyond the validated cases: " + "; ".join(beyond) + "."]
         unfused = sorted({p for r in rs for p in r.attention.values() if p != "fused"})
         if unfused:
             lines += ["", "Attention ran unfused in some engines: " + "; ".join(unfused) + "."]
@@ -193,6 +211,64 @@ def write_report(rows: list[TTFTRow], out: Path, *, system: str, batch: int,
          "sensitivity": sensitivity_rows or {},
          "rows": [{"system": r.system or system, "shape": r.shape,
                    "prompt_tokens": r.prompt_tokens, "tp": r.tp, "ttft_s": r.ttft_s,
-                   "attention": r.attention, "layer_s": r.layer_s} for r in rows]},
+                   "attention": r.attention, "layer_s": r.layer_s,
+                   "ttft_interval_s": r.ttft_interval_s,
+                   "extrapolation": r.extrapolation or None} for r in rows]},
         indent=2) + "\n")
     return report
+
+
+@dataclass
+class StudyReport:
+    """`krakenlm study ttft`: the report written and the grid's rows per system."""
+    report: Path
+    rows: list[TTFTRow]
+    systems: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"report": str(self.report),
+                "geomean_reduction_pct": {name: 100 * geomean_reduction(self._of(name))
+                                          for name in self.systems}}
+
+    def to_table(self) -> list[Any]:
+        from ..console import Plain
+
+        return [Plain(f"{name}: geometric-mean TTFT reduction of Kraken over the standard block "
+                      f"{100 * geomean_reduction(rs):.1f} % ({len(rs)} configurations)")
+                for name, rs in ((n, self._of(n)) for n in self.systems)]
+
+    def _of(self, system: str) -> list[TTFTRow]:
+        return [r for r in self.rows if r.system == system]
+
+
+def run_study(out: Path, systems: list[str] | None = None, batch: int = 1,
+              software: str = "trtllm", kraken_rule: str = "engine",
+              with_sensitivity: bool = False, command: str | None = None,
+              console=None) -> StudyReport:
+    """The grid on every system (`["all"]`: SYSTEMS; default a100-80gb-x8), optionally its
+    sensitivity, and the report in `out`. `console` (a rich Console on stderr) shows a status
+    line per system."""
+    from contextlib import nullcontext
+
+    from ..errors import KrakenError
+    from ..simulator.run import KRAKEN_RULES
+
+    if batch < 1:
+        raise KrakenError(f"--batch must be at least 1, got {batch}")
+    if kraken_rule not in KRAKEN_RULES:
+        raise KrakenError(f"--kraken-rule {kraken_rule!r}: use one of {', '.join(KRAKEN_RULES)}")
+    systems = list(SYSTEMS) if systems == ["all"] else (systems or ["a100-80gb-x8"])
+    status = console.status if console is not None else (lambda _: nullcontext())
+    rows = []
+    for name in systems:
+        with status(f"simulating the grid on {name}..."):
+            rows += run_grid(name, batch, software=software, kraken_rule=kraken_rule)
+    sens = None
+    if with_sensitivity:
+        sens = {}
+        for name in systems:
+            with status(f"sensitivity on {name}..."):
+                sens[name] = sensitivity(name, batch, software)
+    report = write_report(rows, out, system=systems[0], batch=batch, software=software,
+                          kraken_rule=kraken_rule, sensitivity_rows=sens, command=command)
+    return StudyReport(report, rows, systems)

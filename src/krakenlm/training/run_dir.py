@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from ..errors import KrakenError, warn
-from ..fileio import HeldLock, LockBusy, acquire_lock, describe_holder, write_text_atomically
+from ..fileio import (HeldLock, LockBusy, acquire_lock, describe_holder, lock_holder,
+                      write_text_atomically)
 
 LOCK_FILE = ".lock"
 OPTIONS_FILE = "train_config.json"
@@ -55,22 +56,35 @@ def flag(field: str) -> str:
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
+def _in_use(out: Path, holder: dict) -> KrakenError:
+    pid = holder.get("pid")
+    stop = f"stop it (kill {pid})" if pid else "stop it"
+    return KrakenError(f"{out} is in use by another krakenlm process writing into it "
+                       f"({describe_holder(holder)}); wait for it to end or {stop}, or "
+                       "choose another --out directory")
+
+
 def lock_run_dir(out: Path) -> HeldLock | None:
     """Take RUN's writer lock (creating RUN), or fail in one line naming its live holder."""
     try:
         return acquire_lock(out / LOCK_FILE)
     except LockBusy as busy:
-        pid = busy.holder.get("pid")
-        stop = f"stop it (kill {pid})" if pid else "stop it"
-        raise KrakenError(f"{out} is in use by another krakenlm process writing into it "
-                          f"({describe_holder(busy.holder)}); wait for it to end or {stop}, or "
-                          "choose another --out directory") from None
+        raise _in_use(out, busy.holder) from None
     except OSError as exc:
         if exc.errno not in _NO_FLOCK:
             raise
         warn(f"cannot lock {out} ({exc.strerror}: this filesystem has no flock); a second "
              "writer into it would not be detected")
         return None
+
+
+def check_not_in_use(out: Path) -> None:
+    """Fail in one line if a live writer holds RUN's lock, without taking it for long or writing
+    it: what a resumption checks before it reads the checkpoint, which that writer may be
+    replacing right now."""
+    holder = lock_holder(out / LOCK_FILE)
+    if holder is not None:
+        raise _in_use(out, holder)
 
 
 # ------------------------------------------------------------------------------ the options

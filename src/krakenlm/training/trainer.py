@@ -25,18 +25,20 @@ from tqdm import tqdm
 
 from ..data.batches import training_batch
 from ..data.prepare import prepare_corpus
-from ..data.vocab import (DEFAULT_TOKENIZER, checkpoint_tokenizer, model_config_for_tokenizer,
-                          tokenizer_files, tokenizer_record)
+from ..data.vocab import (DEFAULT_TOKENIZER, model_config_for_tokenizer, tokenizer_files,
+                          tokenizer_record)
 from ..errors import Interrupted, KrakenError, warn
 from ..evaluation.perplexity import evaluate
 from ..fileio import write_text_atomically
 from ..models import ModelConfig
 from ..models.transformer import Transformer
-from . import checkpoint as ckpt
+from ..runtime import checkpoint as ckpt
+from ..runtime.bootstrap import DistEnv, init_distributed, set_cpu_threads
+from ..runtime.device import available_memory_bytes, pick_device, usable_cores
+from ..runtime.model_and_tokenizer import checkpoint_tokenizer
+from ..runtime.precision import autocast, resolve_precision
 from . import run_dir, tracking
 from .optim import build_optimizer, learning_rate
-from .runtime import (DistEnv, autocast, available_memory_bytes, init_distributed, pick_device,
-                      resolve_precision, set_cpu_threads, usable_cores)
 from .signals import StopSignals, signal_of
 
 METRICS_FILE = "metrics.jsonl"
@@ -373,6 +375,8 @@ def _claim_out_dir(out: Path, tc: TrainConfig, tokenizer_name: str, state: dict 
 
 def _train(model_config: ModelConfig, tc: TrainConfig, env: DistEnv, device: torch.device,
            out: Path, resume: bool, overrides: set[str], stop: StopSignals) -> TrainResult:
+    if resume:  # a live writer may be replacing the checkpoint read below: name it instead
+        run_dir.check_not_in_use(out)
     _start_state(model_config, tc, out, resume, None)  # fail before creating anything
     lock, created = None, not out.exists()
     if env.is_main:

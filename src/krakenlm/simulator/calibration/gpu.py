@@ -48,7 +48,7 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
         if base is None:
             raise FitError("refitting some families needs the calibration file they belong to; "
                            "calibrate every family first (without --family)")
-    _, sets = datasets(system_name, frameworks, root)
+    system, sets = datasets(system_name, frameworks, root)
     key = device_key(system_name)
     cal = base if base is not None else DeviceCalibration(key)
     if families:
@@ -82,13 +82,13 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
         cal.frameworks.pop(fw, None)  # a refit (or excluded) framework is replaced whole
     for ds, result in results:
         cal.put(ds.framework, ds.version, ds.family, ds.variant, _entry(ds, result))
-    device = aic.read_gemm(system_name, next(d.framework for d in sets if d.framework != "nccl"),
+    device = aic.read_gemm(system.name, next(d.framework for d in sets if d.framework != "nccl"),
                            root=root).device
     cal.meta.update({
         "system": system_name,
         "device_measured": device,
         "source": f"aiconfigurator-core {aic.package_version()} (NVIDIA, Apache-2.0): "
-                  f"systems/data/{aic.aic_system(system_name)}",
+                  f"systems/data/{aic.aic_system(system.name, root)}",
         "command": command,
         "created": today(),
         **({"excluded": f"{', '.join(excluded_families)}: {why}"} if excluded_families else {}),

@@ -30,7 +30,7 @@ from ...errors import KrakenError
 from ...fileio import write_csv_atomically, write_text_atomically
 from ...models import PRESETS
 from ..constants.gpu_kernels import today
-from ..constants.software import Host, load_software
+from ..constants.software import Host, SoftwareProfile, load_software
 from ..kernels.params import Param, pack, unpack
 from ..measurements.models import ModelRow, data_path, load_rows, row_software
 from ..measurements.split import fit_half, mape
@@ -111,8 +111,6 @@ def _metric(row: ModelRow, ttft: float, tpot: float) -> float:
 def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
              progress: Callable[[str], None] | None = None) -> HostFit:
     """Fit the host constants of `profile_name` on `system` from the fit rows; score the rest."""
-    from ..measurements.harness import combine, row_results
-
     profile = load_software(profile_name)
     rows = load_rows() if rows is None else rows
     mine = [r for r in rows if not r.anomalous and r.system == system and r.model in PRESETS
@@ -124,6 +122,51 @@ def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
             f"{len(fit_rows)} fit rows for software {profile_name} on {system} (need at least "
             f"{MIN_ROWS}); the end-to-end set has {len(mine)} rows for it; mark rows with "
             "`krakenlm sim fit-software --mark-split` or add measurements")
+    results = simulate_rows(mine, profile, progress)
+    host, fitted = fit_host_rows(profile, fit_rows, results)
+    return HostFit(profile_name, system, {n: getattr(host, n) for n in fitted}, fitted,
+                   len(fit_rows), len(held_rows), host_mape(fit_rows, host, results),
+                   host_mape(held_rows, host, results), host_mape(held_rows, profile.host, results))
+
+
+def simulate_rows(rows: list[ModelRow], profile: SoftwareProfile,
+                  progress: Callable[[str], None] | None = None,
+                  results: dict[ModelRow, Any] | None = None) -> dict[ModelRow, Any]:
+    """The simulations each row needs (`harness.row_results`), keyed by row; rows already in
+    `results` are not simulated again. They do not depend on the host constants: a fit re-times
+    them (`Result.retimed`)."""
+    from ..measurements.harness import row_results
+
+    results = {} if results is None else results
+    for i, r in enumerate(rows):
+        if progress:
+            progress(f"simulating {i + 1}/{len(rows)}")
+        if r not in results:
+            results[r] = row_results(r, PRESETS[r.model], profile)
+    return results
+
+
+def predict_host(rows: list[ModelRow], host: Host, results: dict[ModelRow, Any]) -> np.ndarray:
+    """Each row's metric (s) under host constants `host`, from its cached simulations."""
+    from ..measurements.harness import combine
+
+    out = []
+    for r in rows:
+        main, single = results[r]
+        ttft, tpot = combine(r, main.retimed(host),
+                             single.retimed(host) if single is not None else (0.0, 0.0))
+        out.append(_metric(r, ttft, tpot))
+    return np.array(out)
+
+
+def host_mape(rows: list[ModelRow], host: Host, results: dict[ModelRow, Any]) -> float:
+    if not rows:
+        return float("nan")
+    return mape(predict_host(rows, host, results), np.array([r.measured_s for r in rows]))
+
+
+def fitted_names(profile: SoftwareProfile, fit_rows: list[ModelRow]) -> list[str]:
+    """The host constants `fit_rows` can tell apart (see the module docstring)."""
     metrics = {r.metric for r in fit_rows}
     fitted = []
     if profile.graphs.prefill is False or profile.graphs.decode is False:
@@ -141,30 +184,17 @@ def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
     if (len(prefill_rows) >= MIN_ROWS
             and len({r.prompt for r in prefill_rows}) >= MIN_PROMPT_LENGTHS):
         fitted.append(PREFILL_SCALE.name)
+    return fitted
+
+
+def fit_host_rows(profile: SoftwareProfile, fit_rows: list[ModelRow],
+                  results: dict[ModelRow, Any]) -> tuple[Host, list[str]]:
+    """The host constants (and the names of those fitted) that minimise the MAPE of
+    `fit_rows`, starting from the profile's sourced constants (not an earlier fit: a refit then
+    gives the same answer however often it is run). `results`: `simulate_rows(fit_rows)`."""
+    fitted = fitted_names(profile, fit_rows)
     params = tuple(HOST_PARAMS.get(n, PREFILL_SCALE) for n in fitted)
-    # start from (and compare with) the profile's sourced constants, not an earlier fit: a
-    # refit then gives the same answer however often it is run
     host0 = profile.host
-    results = {}
-    for i, r in enumerate(mine):
-        if progress:
-            progress(f"simulating {i + 1}/{len(mine)}")
-        results[id(r)] = row_results(r, PRESETS[r.model], profile)
-
-    def predict(rs: list[ModelRow], host: Host) -> np.ndarray:
-        out = []
-        for r in rs:
-            main, single = results[id(r)]
-            ttft, tpot = combine(r, main.retimed(host),
-                                 single.retimed(host) if single is not None else (0.0, 0.0))
-            out.append(_metric(r, ttft, tpot))
-        return np.array(out)
-
-    def measured(rs: list[ModelRow]) -> np.ndarray:
-        return np.array([r.measured_s for r in rs])
-
-    def error(rs: list[ModelRow], host: Host) -> float:
-        return mape(predict(rs, host), measured(rs)) if rs else float("nan")
 
     def host_of(x: np.ndarray) -> Host:
         values = unpack(params, x)
@@ -176,11 +206,9 @@ def fit_host(profile_name: str, system: str, rows: list[ModelRow] | None = None,
                        else PREFILL_SCALE.initial for n in fitted})
     # a simplex collapses along the flat valleys of per-kernel vs per-step time: the minimiser
     # restarts it from where it stopped while that helps
-    best_x, _ = minimise(lambda x: error(fit_rows, host_of(x)), [x0, x0 - 1.0, x0 + 1.0])
-    host = host_of(best_x)
-    return HostFit(profile_name, system, {n: getattr(host, n) for n in fitted}, fitted,
-                   len(fit_rows), len(held_rows), error(fit_rows, host), error(held_rows, host),
-                   error(held_rows, host0))
+    best_x, _ = minimise(lambda x: host_mape(fit_rows, host_of(x), results),
+                         [x0, x0 - 1.0, x0 + 1.0])
+    return host_of(best_x), fitted
 
 
 def _yaml_number(value: float) -> str:

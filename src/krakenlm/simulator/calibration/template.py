@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from ...hardware.identity import TEMPLATE_CONSTANTS_BY_VENDOR
 from ...hardware.schema import Device, System
 from ..constants.gpu_kernels import today
-from ..constants.template import VENDOR_KEYS, Calibration, OpConstants
+from ..constants.template import Calibration, OpConstants
 from ..kernels.template.collectives import Protocol, collective_time
 from ..measurements.harness import predict_point
 from ..measurements.llmcompass import MeasuredSet, Point
@@ -131,7 +132,7 @@ def fit_calibration(measured: MeasuredSet, systems: dict[str, System],
                         "the transformer layer files are held out",
             "systems": {d: s.name for d, s in systems.items()},
             "default": "devices without measurements use a measured device of the same vendor "
-                       f"({dict(VENDOR_KEYS)}), others the A100's constants (a guess)"}
+                       f"({TEMPLATE_CONSTANTS_BY_VENDOR}), others the A100's constants (a guess)"}
     return Calibration({"meta": meta, "devices": devices})
 
 

@@ -22,10 +22,11 @@ written by `krakenlm sim calibrate --source aiconfigurator`:
 Files of format 2 (every constant under `params`, the form told by which keys were present)
 are converted by `python -m krakenlm.simulator.constants.format2 FILE...`.
 
-A device matches a file when the file's `device_key` is a substring of the device name (the
-longest key wins, so "GB200" is not taken for "B200"). The A100 40GB preset therefore uses the
-constants measured on the 80GB part (same die and clocks; its own memory bandwidth is an input
-of every model).
+A device uses the file its hardware YAML declares (`device.identity.calibration`, read by
+hardware/identity.py): a shipped file by its name (`calibration: H100` is devices/H100.yaml) or
+a calibration file by its path; a device that declares none has no fitted kernels (the template
+models time it). The A100 40GB preset declares the A100 file, measured on the 80GB part (same
+die and clocks; its own memory bandwidth is an input of every model).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import yaml
 from ... import yamlio
 from ...errors import KrakenError
 from ...fileio import read_user_text, write_text_atomically
+from ...hardware.identity import calibration_is_file, lookup
 from ...hardware.schema import Device
 from ..kernels import base as kernel_forms
 from ..kernels import gpu as _gpu_forms  # noqa: F401  (registers the GPU kernel forms)
@@ -112,10 +114,6 @@ class DeviceCalibration:
     def entry(self, framework: str, family: str, variant: str) -> Entry | None:
         fams = self.frameworks.get(framework, {}).get("families", {})
         return fams.get(family, {}).get(variant)
-
-    def matches(self, device: Device) -> bool:
-        """Whether these constants were measured on `device` (its name contains the key)."""
-        return self.device_key.lower() in device.name.lower()
 
     def variants(self, framework: str, family: str) -> dict[str, Entry]:
         return self.frameworks.get(framework, {}).get("families", {}).get(family, {})
@@ -251,14 +249,35 @@ def shipped() -> tuple[DeviceCalibration, ...]:
     return tuple(load_file(p) for p in sorted(root.glob("*.yaml")))
 
 
-def for_device(device: Device, extra: tuple[DeviceCalibration, ...] = ()) -> DeviceCalibration | None:
-    """The calibration whose device key is the longest substring of the device's name
-    (files passed in `extra` first, then the shipped ones)."""
-    best: DeviceCalibration | None = None
-    for cal in tuple(extra) + shipped():
-        if cal.matches(device) and (best is None or len(cal.device_key) > len(best.device_key)):
-            best = cal
-    return best
+def for_device(device: Device) -> DeviceCalibration | None:
+    """The calibration `device` declares: a shipped file by name, a calibration file by path;
+    None when it declares none."""
+    name = lookup(device).calibration
+    if name is None:
+        return None
+    if calibration_is_file(name):
+        path = Path(name)
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise GpuCalibrationError(f"device {device.name!r} declares calibration {name}, "
+                                      f"which cannot be read: {exc.strerror}; fix the path in "
+                                      "device.identity.calibration") from None
+        return _load_cached(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    for cal in shipped():
+        if Path(cal.path).stem == name:
+            return cal
+    names = ", ".join(Path(c.path).stem for c in shipped())
+    raise GpuCalibrationError(f"device {device.name!r} declares calibration {name!r}, which is "
+                              f"not a shipped GPU calibration ({names}); name one of them, give "
+                              "the path of a calibration file, or write `calibration: none` to "
+                              "time it with the template models")
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int, size: int) -> DeviceCalibration:
+    """A calibration file, read again when it changed (a study simulates one device often)."""
+    return load_file(path)
 
 
 def save(cal: DeviceCalibration, path: str | Path) -> Path:

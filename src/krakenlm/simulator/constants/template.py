@@ -10,9 +10,10 @@ protocols the LLMCompass template models read (`template.yaml` beside this modul
 * `protocols` (all-reduce): (latency, efficiency) pairs of the collective library's protocols
   (NCCL LL / LL128 / Simple); the collective takes the fastest per message size.
 
-Devices without measurements use the constants of a measured device of the same vendor
-(VENDOR_KEYS: same libraries, cuBLAS/NCCL or rocBLAS/RCCL), others the `default` entry (the
-A100's constants): stated guesses.
+A device uses the constants its hardware YAML declares (`device.identity.template_constants`),
+else those of a measured device of its vendor (hardware/identity.TEMPLATE_CONSTANTS_BY_VENDOR:
+same libraries, cuBLAS/NCCL or rocBLAS/RCCL), else the `default` entry (the A100's constants):
+stated guesses. A key the file lacks falls back to `default` too.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import yaml
 from ... import yamlio
 from ...errors import KrakenError
 from ...fileio import read_user_text
+from ...hardware.identity import lookup
 from ...hardware.schema import Device
 from ..kernels.template.collectives import IDEAL, Protocol
 
@@ -99,12 +101,9 @@ def _constant(name: str, value: Any) -> float:
 IDENTITY = OpConstants()
 
 
-# (word in a device name, measured device whose constants it borrows), tried in order.
-VENDOR_KEYS = (("AMD", "MI210"), ("NVIDIA", "A100"))
-
 
 class Calibration:
-    """Constants per device key (a substring of the device name, e.g. "A100") and operator."""
+    """Constants per device key (e.g. "A100", "default") and operator."""
 
     def __init__(self, data: dict[str, Any]):
         self.meta = data.get("meta", {})
@@ -113,13 +112,11 @@ class Calibration:
             for key, ops in data.get("devices", {}).items()}
 
     def device_key(self, device: Device) -> str | None:
-        name = device.name.lower()
-        for key in self.devices:
-            if key != "default" and key.lower() in name:
-                return key
-        for vendor, key in VENDOR_KEYS:
-            if vendor.lower() in name and key in self.devices:
-                return key
+        """The key the device's identity names (hardware/identity.lookup) when this file has
+        it, else `default`, else None (the ideal constants)."""
+        key = lookup(device).template_constants
+        if key in self.devices:
+            return key
         return "default" if "default" in self.devices else None
 
     def get(self, device: Device, op: str) -> OpConstants:

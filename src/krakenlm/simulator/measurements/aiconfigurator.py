@@ -143,13 +143,21 @@ def package_version() -> str:
         return "unknown"
 
 
-def aic_system(system_name: str) -> str:
-    try:
+def aic_system(system_name: str, root: str | Path | None = None) -> str:
+    """The tables' directory name of a system: a preset's (SYSTEMS), else the system's own
+    name when `root` (--tables) holds data/<name>/ (tables collected on your GPU)."""
+    if system_name in SYSTEMS:
         return SYSTEMS[system_name]
-    except KeyError:
-        raise CalibrationSourceError(
-            f"no aiconfigurator tables for system {system_name!r}; systems with tables: "
-            f"{', '.join(sorted(SYSTEMS))}") from None
+    try:
+        own = (tables_root(root) / "data" / system_name).is_dir()
+    except CalibrationSourceError:  # no --tables and no aiconfigurator-core installed
+        own = False
+    if own:
+        return system_name
+    raise CalibrationSourceError(
+        f"no aiconfigurator tables for system {system_name!r}; systems with tables: "
+        f"{', '.join(sorted(SYSTEMS))}, or your own under --tables DIR as "
+        f"DIR/data/{system_name}/ (the system's name)")
 
 
 def covered_systems(root: Path) -> list[str]:
@@ -249,7 +257,7 @@ def _finite_positive(t: KernelTable) -> KernelTable:
 def read_gemm(system: str, framework: str, version: str | None = None,
               root: str | None = None) -> KernelTable:
     base = tables_root(root)
-    aic = aic_system(system)
+    aic = aic_system(system, root)
     path = _pick_version(base, aic, "gemm", framework, "gemm_perf", version)
     cols = _read_parquet(path, GEMM_COLUMNS)
     dtype = _dtype(cols["gemm_dtype"])
@@ -268,7 +276,7 @@ def read_gemm(system: str, framework: str, version: str | None = None,
 def _attention(system: str, framework: str, table: str, version: str | None,
                root: str | None) -> KernelTable:
     base = tables_root(root)
-    aic = aic_system(system)
+    aic = aic_system(system, root)
     path = _pick_version(base, aic, "attention", framework, table, version)
     cols = _read_parquet(path, ATTENTION_COLUMNS)
     n = len(cols["latency"])
@@ -328,7 +336,7 @@ def _nccl_version(base: Path, aic: str) -> str | None:
 def read_nccl(system: str, version: str | None = None, root: str | None = None) -> KernelTable:
     """NCCL all-reduce, all-gather and reduce-scatter (16-bit messages only)."""
     base = tables_root(root)
-    aic = aic_system(system)
+    aic = aic_system(system, root)
     measured = base / "data" / aic / "comm" / "nccl"
     if version is None:
         preferred = _nccl_version(base, aic)
@@ -355,7 +363,7 @@ def read_custom_allreduce(system: str, framework: str, version: str | None = Non
                           root: str | None = None) -> KernelTable:
     """The framework's own all-reduce kernels (16-bit)."""
     base = tables_root(root)
-    aic = aic_system(system)
+    aic = aic_system(system, root)
     path = _pick_version(base, aic, "comm", framework, "custom_allreduce_perf", version)
     cols = _read_parquet(path, CUSTOM_AR_COLUMNS)
     n = len(cols["latency"])
@@ -382,7 +390,7 @@ def read_elementwise(system: str, framework: str, version: str | None = None,
                      root: str | None = None) -> KernelTable:
     """Static FP8 quantisation (read m x k 16-bit values, write them as 8-bit): bytes moved."""
     base = tables_root(root)
-    aic = aic_system(system)
+    aic = aic_system(system, root)
     path = _pick_version(base, aic, "quantize", framework, "scale_matrix_perf", version)
     cols = _read_parquet(path, QUANT_COLUMNS)
     m, k = cols["m"].astype(np.int64), cols["k"].astype(np.int64)
@@ -396,6 +404,6 @@ def read_elementwise(system: str, framework: str, version: str | None = None,
 
 def available_frameworks(system: str, family: str = "gemm", root: str | None = None) -> list[str]:
     base = tables_root(root)
-    aic = aic_system(system)
+    aic = aic_system(system, root)
     where = base / "data" / aic / family
     return [fw for fw in FRAMEWORKS if (where / fw).is_dir()]

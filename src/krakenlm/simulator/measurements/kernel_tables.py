@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...hardware import load_system
+from ...hardware.identity import calibration_is_file, lookup
 from ...hardware.schema import System
 from ..kernels import base
 from ..kernels.gpu.attention import context_kernel_dtype
@@ -27,8 +28,6 @@ from ..kernels.gpu.collectives import nccl_timer
 from . import aiconfigurator as aic
 from .harness import AICONFIGURATOR
 
-DEVICE_KEYS = {"a100_sxm": "A100", "h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200",
-               "gb200": "GB200", "l40s": "L40S"}
 GEMM_DTYPES = ("bf16", "fp8")
 
 
@@ -65,7 +64,11 @@ class Dataset:
 
 
 def device_key(system_name: str) -> str:
-    return DEVICE_KEYS[aic.aic_system(system_name)]
+    """The key a calibration of the system's device is stored under: the calibration name its
+    identity declares (`calibration: H100`), else the device's name."""
+    device = load_system(system_name).device
+    declared = lookup(device).calibration
+    return declared if declared and not calibration_is_file(declared) else device.name
 
 
 def _keep(cols: dict[str, np.ndarray], lat: np.ndarray, ok: np.ndarray, notes: list[str],
@@ -214,8 +217,8 @@ def with_nccl(sets: list[Dataset], constants, structure) -> list[Dataset]:
 def check(system_name: str, frameworks: list[str] | None = None,
           root: str | None = None) -> list[str]:
     """The frameworks to calibrate; raises CalibrationSourceError naming what is missing."""
-    load_system(system_name)
-    aic.aic_system(system_name)  # fails early, naming the systems with tables
+    system_name = load_system(system_name).name  # a YAML path: the name its tables go by
+    aic.aic_system(system_name, root)  # fails early, naming the systems with tables
     available = aic.available_frameworks(system_name, root=root)
     wanted = frameworks or available
     for fw in wanted:

@@ -22,10 +22,26 @@ ALLREDUCE_FILE = re.compile(r"^allreduce_([A-Za-z0-9-]+)x(\d+)\.csv$")
 LAYER_FILE = re.compile(r"^(transformer|transformerAR)_([A-Za-z0-9-]+)\.csv$")
 LAYER_OPS = ("qkv", "qk", "av", "out_proj", "ffn_up", "ffn_down", "softmax", "layernorm_attn",
              "layernorm_ffn", "gelu", "allreduce_attn", "allreduce_ffn")
+# Which system preset a device name of the set ran on (the set's README)
+DEVICE_SYSTEMS = {"A100": "a100-80gb-x4", "MI210": "mi210-x4"}
 
 
 class MeasurementError(KrakenError, ValueError):
     """A measurement file cannot be read; the message names the file and line."""
+
+
+def device_systems(pairs: list[str] | None) -> dict[str, str] | None:
+    """DEVICE_SYSTEMS with the `--device-system DEVICE=SYSTEM` pairs applied (None: no pairs)."""
+    if not pairs:
+        return None
+    mapping = dict(DEVICE_SYSTEMS)
+    for pair in pairs:
+        device, sep, system = pair.partition("=")
+        if not sep or not device or not system:
+            raise KrakenError(f"--device-system {pair!r}: write DEVICE=SYSTEM, e.g. "
+                              "A100=a100-80gb-x4")
+        mapping[device] = system
+    return mapping
 
 
 @dataclass(frozen=True)

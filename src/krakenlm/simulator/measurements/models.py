@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ...errors import KrakenError
 from ..constants.software import software_names
 
 DATA_PACKAGE = "krakenlm.simulator.measurements"
@@ -85,17 +86,45 @@ def data_path(name: str) -> Path:
     return Path(str(resources.files(DATA_PACKAGE).joinpath(DATA_DIR, name)))
 
 
+REQUIRED_COLUMNS = ("source", "model", "hf_model", "system", "tp", "framework",
+                    "framework_version", "dtype", "batch", "prompt_tokens", "output_tokens",
+                    "metric", "value_ms")
+METRICS = ("ttft", "tpot", "e2e")
+
+
+class MeasurementsError(KrakenError, ValueError):
+    """A whole-model measurement file is malformed; the message names the column or row."""
+
+
 def load_rows(path: str | Path | None = None) -> list[ModelRow]:
+    """The rows of a whole-model measurement file (default: the shipped one). Values are in
+    milliseconds (`value_ms`); a missing column, a value in another unit (`value_s`), a number
+    that does not parse or an unknown metric is an error naming it."""
     path = Path(path) if path else data_path("model_measurements.csv")
     rows = []
     with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            model = r["model"] or HF_TO_PRESET.get(r["hf_model"], "")
-            rows.append(ModelRow(r["source"], model, r["system"], int(r["tp"]), r["framework"],
-                                 r["framework_version"], r["dtype"], int(r["batch"]),
-                                 int(r["prompt_tokens"]), int(r["output_tokens"]), r["metric"],
-                                 float(r["value_ms"]) * 1e-3, r.get("split", "held_out"),
-                                 r.get("notes", "")))
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            units = [c for c in reader.fieldnames or [] if c.startswith("value_")]
+            hint = f" (found {units[0]}: give the value in ms as value_ms)" if units and \
+                "value_ms" in missing else ""
+            raise MeasurementsError(f"{path}: missing column(s) {', '.join(missing)}{hint}")
+        for line, r in enumerate(reader, start=2):
+            try:
+                model = r["model"] or HF_TO_PRESET.get(r["hf_model"], "")
+                if r["metric"] not in METRICS:
+                    raise ValueError(f"metric {r['metric']!r} is not one of {', '.join(METRICS)}")
+                value = float(r["value_ms"])
+                if not value > 0:
+                    raise ValueError(f"value_ms {r['value_ms']!r} is not a positive number")
+                rows.append(ModelRow(r["source"], model, r["system"], int(r["tp"]),
+                                     r["framework"], r["framework_version"], r["dtype"],
+                                     int(r["batch"]), int(r["prompt_tokens"]),
+                                     int(r["output_tokens"]), r["metric"], value * 1e-3,
+                                     r.get("split") or "held_out", r.get("notes") or ""))
+            except (TypeError, ValueError) as exc:
+                raise MeasurementsError(f"{path} line {line}: {exc}") from None
     return rows
 
 

@@ -21,11 +21,8 @@ from ..kernels.template.collectives import collective_time
 from ..kernels.template.elementwise import simulate_stream
 from ..kernels.template.matmul import simulate_matmul
 from ..measurements.harness import harnessed, predict_point
-from ..measurements.llmcompass import LAYER_OPS, MeasuredSet, load_measured
+from ..measurements.llmcompass import DEVICE_SYSTEMS, LAYER_OPS, MeasuredSet, load_measured
 from ..measurements.split import mape
-
-# Which preset system a device name in the measurement files ran on.
-DEVICE_SYSTEMS = {"A100": "a100-80gb-x4", "MI210": "mi210-x4"}
 
 # The measured layer: GPT-3 175B under TP 4, batch 8, fp16 (see measured/README.md).
 LAYER = {"d_model": 12288, "heads": 96, "tp": 4, "batch": 8, "prefill_tokens": 2048,
@@ -33,7 +30,7 @@ LAYER = {"d_model": 12288, "heads": 96, "tp": 4, "batch": 8, "prefill_tokens": 2
 
 
 @dataclass
-class ValidationReport:
+class TemplateReport:
     ops: list[dict[str, Any]] = field(default_factory=list)
     overall: dict[str, float] = field(default_factory=dict)
     per_device: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -101,11 +98,11 @@ def predict_layer(system: System, calibration: Calibration, phase: str) -> list[
 
 
 def validate(measured: MeasuredSet | str | Path, calibration: Calibration,
-             device_systems: dict[str, str] | None = None) -> ValidationReport:
+             device_systems: dict[str, str] | None = None) -> TemplateReport:
     if not isinstance(measured, MeasuredSet):
         measured = load_measured(measured)
     names = device_systems or DEVICE_SYSTEMS
-    report = ValidationReport(skipped=list(measured.skipped))
+    report = TemplateReport(skipped=list(measured.skipped))
     systems: dict[str, System] = {}
     for p in measured.points:
         if p.device not in names:
@@ -153,7 +150,7 @@ def validate(measured: MeasuredSet | str | Path, calibration: Calibration,
     return report
 
 
-def write_csv(report: ValidationReport, path: str | Path) -> None:
+def write_csv(report: TemplateReport, path: str | Path) -> None:
     rows = list(report.rows)
     for device, phases in report.layer.items():
         for phase, info in phases.items():
@@ -168,7 +165,7 @@ def write_csv(report: ValidationReport, path: str | Path) -> None:
         writer.writerows(rows)
 
 
-def write_plot(report: ValidationReport, path: str | Path) -> None:
+def write_plot(report: TemplateReport, path: str | Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

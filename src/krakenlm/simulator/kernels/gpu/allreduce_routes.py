@@ -173,7 +173,8 @@ def trtllm_route(version: str, arch: str) -> Route:
 
 
 def vllm_route(version: str, arch: str) -> Route:
-    cc = CAPABILITY.get(arch, "")
+    from ....hardware.identity import compute_capability
+    cc = compute_capability(arch)
     symm = cc in VLLM_SYMM_MAX
 
     def choose(n, size):
@@ -217,7 +218,8 @@ RULES = {"trtllm": trtllm_route, "vllm": vllm_route, "sglang": sglang_route}
 def route_for(framework: str, version: str, arch: str) -> Route | None:
     """The framework's rule for this version and fabric generation (collectives.nccl_arch), or
     None where none is known (the calibration then reads the hand-off off the fit half)."""
+    from ....hardware.identity import compute_capability
     rule = RULES.get(framework)
-    if rule is None or not version or arch not in CAPABILITY:
+    if rule is None or not version or not compute_capability(arch):
         return None
     return rule(version, arch)

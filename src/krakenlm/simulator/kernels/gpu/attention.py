@@ -171,7 +171,6 @@ from ..numerics import smooth_max
 from ..params import BOOST_MARGIN, Param, l2_over_dram, sm_load_bytes_per_s, with_ceilings
 from . import prefill_tiles as tiles
 from .gemm import hopper_class
-from .gemm_cutlass import blackwell_class
 
 BLOCK_M = tiles.BLOCK_M  # default query rows per prefill CTA (menus: prefill_tiles.py)
 BLOCK_N = tiles.BLOCK_N  # default keys per step of a prefill CTA's inner loop
@@ -181,8 +180,9 @@ PLAUSIBLE_MARGIN = BOOST_MARGIN  # boost clocks reach ~1.08x the datasheet peaks
 
 
 def sm90(dev: Device) -> bool:
-    """Hopper: the Hopper-class tensor-core rate per SM and clock, below Blackwell's."""
-    return hopper_class(dev) and not blackwell_class(dev)
+    """Hopper: a device that declares sm_version 90-99 (hardware/identity.py)."""
+    from ....hardware.identity import lookup
+    return lookup(dev).kernel_generation == "hopper"
 
 
 def _col(cols: dict, name: str) -> np.ndarray:

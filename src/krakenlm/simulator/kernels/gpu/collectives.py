@@ -223,12 +223,11 @@ EAGER_SMOOTH_P = 8.0  # smooth max of host time and device time in eager calls
 
 
 def nccl_arch(system: System) -> str:
-    """Which row of NCCL_TUNER the fabric matches: NVLink 5 (50 GB/s links) -> Blackwell,
-    NVLink SHARP -> Hopper, otherwise Ampere."""
-    ic = system.interconnect
-    if ic.link_bandwidth_bytes_per_s >= 45e9:
-        return "blackwell"
-    return "hopper" if ic.in_switch_reduction else "ampere"
+    """Which row of NCCL_TUNER applies: the kernel generation the device declares by its
+    sm_version (hardware/identity.py; NCCL tunes per compute capability). NVLS stays a
+    property of the fabric (nvls_available)."""
+    from ....hardware.identity import lookup
+    return lookup(system.device).kernel_generation
 
 
 def nvls_available(system: System) -> bool:

@@ -139,11 +139,10 @@ _CACHE_SIZE = 4
 
 
 def hopper_class(dev: Device) -> bool:
-    """True for devices with Hopper/Blackwell-style persistent, stream-K GEMM kernels."""
-    rate = dev.matrix_flops_per_s.get("bf16") or dev.matrix_flops_per_s.get("fp16")
-    if rate is None:
-        return False
-    return rate / dev.core_count / dev.frequency_hz >= HOPPER_CLASS_FLOP_PER_CLK
+    """True for devices with Hopper/Blackwell-style persistent, stream-K GEMM kernels: those
+    that declare sm_version 90 or above (hardware/identity.py)."""
+    from ....hardware.identity import lookup
+    return lookup(dev).kernel_generation in ("hopper", "blackwell")
 
 
 def cutlass_fp8(setting: Setting) -> bool:

@@ -129,8 +129,9 @@ SGLANG_ROWS_PER_CTA = 8
 
 
 def blackwell_class(dev: Device) -> bool:
-    rate = dev.matrix_flops_per_s.get("bf16") or dev.matrix_flops_per_s.get("fp16") or 0.0
-    return rate / dev.core_count / dev.frequency_hz >= BLACKWELL_CLASS_FLOP_PER_CLK
+    """True for devices that declare sm_version 100 or above (hardware/identity.py)."""
+    from ....hardware.identity import lookup
+    return lookup(dev).kernel_generation == "blackwell"
 
 
 def tiles(library: str, tile_table: int, blackwell: bool, M: np.ndarray, N: np.ndarray,

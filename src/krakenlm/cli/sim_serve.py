@@ -1,0 +1,92 @@
+"""`krakenlm sim serve`: replay a request trace through replicas of a serving engine
+(krakenlm.serving), or search the largest rate meeting SLOs (`--capacity`). Registered by
+cli/__init__.py; parses, calls `serving.command.serve_command` / `capacity_command`, prints
+the report."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ._console import print_report
+from .sim import sim_app
+
+
+@sim_app.command("serve")
+def serve_cmd(
+    trace: str = typer.Option(..., "--trace", help="Request trace: an Azure 2023 CSV, a Mooncake JSONL (with prefix-block hash_ids), a Vidur-style CSV, or 'synthetic' (with --rate, --arrival, --cv, --requests, --lengths)."),
+    model: str = typer.Option(..., "--model", help="Model preset (see `krakenlm models`) or a path to a config.json (Hugging Face or krakenlm)."),
+    system: str = typer.Option(..., "--system", help="Hardware preset (see `krakenlm sim systems`) or a YAML file."),
+    software: str = typer.Option("vllm", "--software", help="Serving software profile; its engine's scheduler is replayed (vllm: vLLM V1, vllm-v0: vLLM V0, trtllm: TensorRT-LLM in-flight batching)."),
+    scheduler: str = typer.Option(None, "--scheduler", help="Replay this scheduler instead of the profile's own (vllm-v1, vllm-v0, trtllm)."),
+    arch: str = typer.Option(None, "--arch", help="gpt | parallel | kraken: serve the model as this architecture (kraken: the parameter-matched Kraken with degree = tp)."),
+    kraken_rule: str = typer.Option("engine", "--kraken-rule", help="With --arch kraken: engine or head-count (see `sim run`)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree per replica."),
+    replicas: int = typer.Option(1, "--replicas", help="Engine replicas (each with --tp devices)."),
+    router: str = typer.Option("round-robin", "--router", help="round-robin, least-loaded (fewest running + waiting requests) or prefix-affinity (longest cached prefix of the request's blocks, then least-loaded)."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the trace's request rate (arrival times divided by it)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload's RNG (the output is identical for a seed)."),
+    arrival: str = typer.Option("poisson", "--arrival", help="Synthetic arrivals: poisson or gamma (with --cv)."),
+    rate: float = typer.Option(None, "--rate", help="Synthetic arrival rate (requests per second)."),
+    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival times."),
+    requests: int = typer.Option(1000, "--requests", help="Synthetic requests."),
+    lengths: str = typer.Option("fixed:512,128", "--lengths", help="Synthetic lengths: fixed:PROMPT,OUTPUT, trace:PATH (resampled) or lognormal:PROMPT_MEAN,OUTPUT_MEAN[,CV]."),
+    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens", help="Token budget per step (default: the engine's; V1: 8192 or 2048 by device, V0: max(context, 2048), TensorRT-LLM max_num_tokens 8192)."),
+    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Most running requests (default: the engine's; V1: 1024 or 256 by device, V0: 256, TensorRT-LLM max_batch_size 2048)."),
+    block_size: int = typer.Option(None, "--block-size", help="Tokens per KV block (default: the engine's: vLLM 16, TensorRT-LLM 32)."),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM: share of device memory the engine may use (weights, activations, KV cache); TensorRT-LLM: its free_gpu_memory_fraction (share of what the model leaves)."),
+    chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help="TensorRT-LLM: chunked context (default off; vLLM V1 always chunks, V0 never)."),
+    capacity_policy: str = typer.Option("guaranteed-no-evict", "--capacity-policy", help="TensorRT-LLM: guaranteed-no-evict (default) or max-utilization."),
+    prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default: the engine's: on in vLLM V1, off in V0 and TensorRT-LLM)."),
+    dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),
+    slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),
+    slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
+    skip_long: bool = typer.Option(False, "--skip-long", help="Drop requests longer than the model's context (default: an error)."),
+    capacity: bool = typer.Option(False, "--capacity", help="Search the largest request rate (a scale of the trace's) whose --slo-percentile TTFT and TPOT meet the SLOs, to 1 %; report the replay at that rate."),
+    slo_percentile: int = typer.Option(99, "--slo-percentile", help="With --capacity: the percentile the SLOs bound (50, 90, 95 or 99)."),
+    out: str = typer.Option(None, "--out", help="Directory for requests.csv, timeline.csv, summary.json and serve.png."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Replay a request trace through an engine's scheduler (TTFT, TPOT, ITL, E2E, goodput,
+    KV use, cost), or search the largest rate meeting SLOs (--capacity). docs/serving.md."""
+    print_report(_run(dict(locals())), as_json)
+
+
+def _run(given: dict):
+    """The report of one `sim serve`: the replay, or the capacity search and its replay."""
+    from ..serving.command import ServeOptions, capacity_command, serve_command
+
+    options = ServeOptions(**{k: v for k, v in given.items()
+                              if k in ServeOptions.__dataclass_fields__})
+    tty = sys.stderr.isatty()
+    if given["capacity"]:
+        shown = capacity_command(options, given["slo_percentile"],
+                                 progress=_searched if tty else None)
+        report = shown.report
+    else:
+        shown = report = serve_command(options, progress=_routed if tty else None)
+    if given["out"]:
+        report.write(given["out"])
+    _warn_if_overloaded(report.summary)
+    return shown
+
+
+def _warn_if_overloaded(s: dict) -> None:
+    if s["overloaded"]:
+        from ..errors import warn
+        warn(f"overloaded: the queue grows (mean wait {s['queue_first_fifth_mean_s']:.2f} s for "
+             f"the first fifth of the requests, {s['queue_last_fifth_mean_s']:.2f} s for the "
+             f"last); requests arrive at {s['offered_rate_per_s']:.2f}/s, "
+             f"{s['throughput']['requests_per_s']:.2f}/s are served, so the tails say how long "
+             "the trace is, not how the system serves")
+
+
+def _routed(done: int, total: int) -> None:
+    print(f"\r{done:,} / {total:,} requests routed", end="" if done < total else "\n",
+          file=sys.stderr, flush=True)
+
+
+def _searched(row: dict) -> None:
+    print(f"rate {row['rate_per_s']:.3f}/s: {'meets' if row['meets'] else 'misses'} the SLOs",
+          file=sys.stderr, flush=True)

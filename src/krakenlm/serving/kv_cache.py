@@ -1,0 +1,165 @@
+"""The KV cache as vLLM V1 sizes and pages it, with prefix caching from a trace's block ids.
+
+Sizing (vllm-project/vllm@35d5cda1 `vllm/v1/worker/gpu_worker.py`,
+`Worker.determine_available_memory`: the worker profiles a forward pass of
+`max_num_batched_tokens` tokens, then gives the KV cache what is left of `total memory x
+gpu_memory_utilization` after the weights, that peak and the memory outside torch):
+blocks = (device memory x utilisation - weights - activation peak - runtime reserve) / bytes
+per block on one TP shard. The weights and the activation peak are the simulator's own
+(`simulator.memory`), the reserve its CUDA context and workspaces (`RUNTIME_RESERVE_BYTES`);
+a block holds `block_size` tokens of K and V for every layer on that shard.
+
+Paging (vllm-project/vllm@ace980e6 `vllm/v1/core/kv_cache_manager.py`): a request holds
+ceil(tokens / block_size) blocks; `allocate_slots` fails when the free blocks do not cover
+the new ones (the scheduler then preempts). Prefix caching: `get_computed_blocks` returns the
+longest run of cached full blocks, at most prompt - 1 tokens (the last token is recomputed to
+get logits); freed blocks keep their content and are evicted least recently used first, the
+tail of a request first (it frees in reverse order). Traces carry one id per prefix block of
+`hash_block_tokens` tokens (Mooncake: 512), so the cache is kept at that granularity: a cached
+id stands for `hash_block_tokens / block_size` engine blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..errors import KrakenError
+from ..models import ModelConfig
+from ..simulator import Simulator
+from ..simulator.memory import RUNTIME_RESERVE_BYTES, activation_bytes, kv_cache_bytes, memory_use
+
+
+class KVCacheError(KrakenError, ValueError):
+    """The configuration leaves no room for the KV cache, or a request can never fit."""
+
+
+@dataclass(frozen=True)
+class KVSizing:
+    blocks: int
+    block_size: int
+    bytes_per_block: int
+    weights_bytes: int
+    activation_bytes: int
+    reserve_bytes: int
+    capacity_bytes: int
+    utilization: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: int = 16,
+                  gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
+                  model_name: str = "model", of_free_memory: bool = False) -> KVSizing:
+    """Blocks of the KV cache per replica (every TP shard holds the same number).
+    `of_free_memory`: the fraction applies to what the weights, activations and reserve leave
+    (TensorRT-LLM's `free_gpu_memory_fraction`), not to the whole device (vLLM's
+    `gpu_memory_utilization`)."""
+    if not 0 < gpu_memory_utilization <= 1:
+        raise KVCacheError(f"--gpu-memory-utilization must be in (0, 1], got "
+                           f"{gpu_memory_utilization}")
+    if block_size < 1:
+        raise KVCacheError(f"--block-size must be at least 1, got {block_size}")
+    use = memory_use(config, sim.system, tp, 1, 1, 1, sim.dtype, True, sim.precision)
+    act = activation_bytes(config, tp, 1, max_num_batched_tokens, sim.precision("elementwise"),
+                           True)
+    per_block = kv_cache_bytes(config, tp, 1, block_size, sim.precision("kv_cache"))
+    capacity = int(sim.system.device.memory.capacity_bytes)
+    left = capacity - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
+    free = left * gpu_memory_utilization if of_free_memory else \
+        capacity * gpu_memory_utilization - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
+    blocks = int(free // per_block) if free > 0 else 0
+    if blocks < 1:
+        gb = 1e9
+        raise KVCacheError(
+            f"{model_name} leaves no KV cache on {sim.system.name} with --tp {tp}: "
+            f"{capacity / gb:.1f} GB x {gpu_memory_utilization:g} - weights "
+            f"{use.weights_bytes / gb:.1f} GB - activations {act / gb:.1f} GB - reserve "
+            f"{RUNTIME_RESERVE_BYTES / gb:.1f} GB = {free / gb:.1f} GB; use a larger --tp, a "
+            "higher --gpu-memory-utilization, a smaller --max-num-batched-tokens or a system "
+            "with more memory")
+    return KVSizing(blocks, block_size, per_block, use.weights_bytes, act,
+                    RUNTIME_RESERVE_BYTES, capacity, gpu_memory_utilization)
+
+
+class BlockPool:
+    """Free blocks, and cached prefix blocks (by trace id) in use or evictable (LRU)."""
+
+    def __init__(self, blocks: int, block_size: int, hash_block_tokens: int = 0,
+                 prefix_caching: bool = True):
+        self.total = blocks
+        self.block_size = block_size
+        self.free = blocks  # blocks holding nothing reusable
+        self.hash_tokens = hash_block_tokens if prefix_caching else 0
+        self.per_id = math.ceil(hash_block_tokens / block_size) if self.hash_tokens else 0
+        self.refs: dict[int, int] = {}         # cached id -> requests using it
+        self.lru: OrderedDict[int, None] = OrderedDict()  # cached ids nobody uses (evictable)
+
+    @property
+    def available(self) -> int:
+        return self.free + self.per_id * len(self.lru)
+
+    @property
+    def used(self) -> int:
+        return self.total - self.available
+
+    def hit_ids(self, ids: tuple[int, ...], tokens: int) -> int:
+        """How many leading prefix ids are cached, at most (tokens - 1) tokens' worth."""
+        if not self.per_id or not ids:
+            return 0
+        limit = (tokens - 1) // self.hash_tokens
+        n = 0
+        refs, lru = self.refs, self.lru
+        for h in ids[:limit]:
+            if h in refs or h in lru:
+                n += 1
+            else:
+                break
+        return n
+
+    def take(self, n: int) -> bool:
+        """Allocate n blocks, evicting cached blocks nobody uses (least recent first)."""
+        if n <= self.free:
+            self.free -= n
+            return True
+        if n > self.available:
+            return False
+        lru = self.lru
+        while self.free < n:
+            lru.popitem(last=False)
+            self.free += self.per_id
+        self.free -= n
+        return True
+
+    def share(self, ids) -> None:
+        """A request starts using cached ids (moved out of the evictable set)."""
+        refs, lru = self.refs, self.lru
+        for h in ids:
+            if h in lru:
+                del lru[h]
+                refs[h] = 1
+            else:
+                refs[h] += 1
+
+    def publish(self, h: int) -> bool:
+        """A request's own `per_id` blocks now hold prefix block h: cache them (unless another
+        request cached h first). Returns whether the request now references h."""
+        if h in self.refs or h in self.lru:
+            return False
+        self.refs[h] = 1
+        return True
+
+    def release(self, private_blocks: int, ids: list[int]) -> None:
+        """A request frees its blocks: private ones become free, its cached ids evictable when
+        nobody else uses them (the tail first: freed in reverse order)."""
+        self.free += private_blocks
+        refs, lru = self.refs, self.lru
+        for h in reversed(ids):
+            left = refs[h] - 1
+            if left:
+                refs[h] = left
+            else:
+                del refs[h]
+                lru[h] = None

@@ -1,0 +1,239 @@
+"""`serve`: a trace replayed through replicas of an engine (the Python API `krakenlm sim serve`
+calls).
+
+    from krakenlm.models import get_preset
+    from krakenlm.serving.replay import serve
+    from krakenlm.serving.traces import read_trace
+
+    report = serve(read_trace("../shared/data/traces/azure2023_conv.csv"),
+                   get_preset("llama2-70b"), "h100-80gb-x8", software="vllm", tp=4,
+                   replicas=2, slo_ttft_s=2.0, slo_tpot_s=0.1)
+    report.summary["ttft_s"]["p99"], report.summary["slo"]["goodput_requests_per_s"]
+    report.write("runs/serve")      # requests.csv, timeline.csv, summary.json, serve.png
+
+Routing: round-robin; least-loaded (the replica with the fewest outstanding requests, running
++ waiting, when the request arrives; ties to the lowest index); prefix-affinity (the replica
+whose prefix cache holds the longest run of the request's prefix blocks, then least-loaded;
+least-loaded for a request without block ids). The replay is
+deterministic: no randomness beyond the trace's own (synthetic traces take a seeded RNG).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import KrakenError, warn
+from ..hardware import load_system
+from ..hardware.cost import system_cost
+from ..hardware.schema import System
+from ..models import ModelConfig
+from ..simulator import Simulator
+from .kv_cache import KVCacheError, size_kv_cache
+from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
+from .step_time import StepTimer
+from .traces import Trace
+from .trtllm import POLICIES, TRTEngine
+from .vllm_v0 import V0Engine
+from .vllm_v1 import Seq, V1Engine, V1Options
+
+ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
+# software profile -> the scheduler its engine runs
+SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0", "trtllm": "trtllm"}
+ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine, "trtllm": TRTEngine}
+SECONDS_PER_YEAR = 365.25 * 24 * 3600
+
+
+class ServeError(KrakenError, ValueError):
+    """A serving replay that cannot run as asked; the message says why and what to do."""
+
+
+def scheduler_for(profile_name: str, scheduler: str | None) -> str:
+    """The scheduler a software profile's engine runs (vLLM V1 and V0, TensorRT-LLM)."""
+    if scheduler is not None:
+        if scheduler not in ENGINES:
+            raise ServeError(f"--scheduler {scheduler!r} is not one of "
+                             f"{', '.join(ENGINES)}")
+        if SCHEDULERS.get(profile_name) != scheduler:
+            warn(f"software {profile_name} runs its own scheduler; replaying it with "
+                 f"{scheduler}'s policy on {profile_name}'s kernels and host costs")
+        return scheduler
+    if profile_name not in SCHEDULERS:
+        raise ServeError(f"no scheduler model for software {profile_name!r} yet (modelled: "
+                         f"{', '.join(SCHEDULERS)}); use --software vllm, or --scheduler "
+                         "vllm-v1 to replay it with vLLM V1's policy on its kernels")
+    return SCHEDULERS[profile_name]
+
+
+def default_options(scheduler: str, system: System, config: ModelConfig) -> V1Options:
+    """The engine's own defaults on this device (vllm_v1 / vllm_v0 give the sources)."""
+    if scheduler == "vllm-v0":
+        return V1Options(max(config.context_len, 2048), 256, enable_prefix_caching=False,
+                         chunked_prefill=False)
+    if scheduler == "trtllm":
+        return V1Options(8192, 2048, 32, 0.9, enable_prefix_caching=False,
+                         chunked_prefill=False)
+    return V1Options.defaults_for(system.device.name, system.device.memory.capacity_bytes)
+
+
+def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: int,
+                    skip_long: bool, model_name: str) -> Trace:
+    too_long = [r for r in trace.requests
+                if r.prompt_tokens + r.output_tokens - 1 > config.context_len]
+    if too_long and not skip_long:
+        worst = max(too_long, key=lambda r: r.prompt_tokens + r.output_tokens)
+        raise ServeError(
+            f"{len(too_long)} of {len(trace.requests)} requests of {trace.name} exceed "
+            f"{model_name}'s context of {config.context_len} tokens (the longest: "
+            f"{worst.prompt_tokens} + {worst.output_tokens}); pass --skip-long to drop them "
+            "(an engine rejects them) or pick a model with a longer context")
+    if too_long:
+        warn(f"dropped {len(too_long)} of {len(trace.requests)} requests longer than "
+             f"{model_name}'s context of {config.context_len} tokens")
+        keep = tuple(r for r in trace.requests
+                     if r.prompt_tokens + r.output_tokens - 1 <= config.context_len)
+        if not keep:
+            raise ServeError(f"every request of {trace.name} exceeds {model_name}'s context")
+        trace = Trace(trace.name, keep, trace.hash_block_tokens)
+    largest = max(r.prompt_tokens + r.output_tokens for r in trace.requests)
+    if math.ceil(largest / block_size) > blocks:
+        raise KVCacheError(f"a request of {largest} tokens needs {math.ceil(largest / block_size)}"
+                           f" KV blocks but the cache holds {blocks}; use a larger --tp or "
+                           "--gpu-memory-utilization, or a system with more memory")
+    return trace
+
+
+def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: str = "vllm",
+          tp: int = 1, replicas: int = 1, router: str = "round-robin",
+          options: V1Options | None = None, scheduler: str | None = None, dtype: str = "fp16",
+          model_name: str = "model", slo_ttft_s: float | None = None,
+          slo_tpot_s: float | None = None, skip_long: bool = False,
+          progress: Callable[[int, int], None] | None = None) -> ServeReport:
+    started = time.perf_counter()
+    system = load_system(system) if isinstance(system, str) else system
+    if replicas < 1:
+        raise ServeError(f"--replicas must be at least 1, got {replicas}")
+    if tp < 1 or tp > system.device_count:
+        raise ServeError(f"--tp {tp} must be between 1 and the {system.device_count} devices "
+                         f"of {system.name}")
+    if router not in ROUTERS:
+        raise ServeError(f"--router {router!r} is not one of {', '.join(ROUTERS)}")
+    for name, slo in (("--slo-ttft-s", slo_ttft_s), ("--slo-tpot-s", slo_tpot_s)):
+        if slo is not None and not (math.isfinite(slo) and slo > 0):
+            raise ServeError(f"{name} must be a positive number of seconds, got {slo}")
+    if not trace.requests:
+        raise ServeError(f"trace {trace.name} holds no requests")
+    sim = Simulator(system, software, dtype=dtype)
+    kind = scheduler_for(sim.profile.name, scheduler)
+    opt = options or default_options(kind, system, config)
+    for name, value in (("--max-num-batched-tokens", opt.max_num_batched_tokens),
+                        ("--max-num-seqs", opt.max_num_seqs)):
+        if value < 1:
+            raise ServeError(f"{name} must be at least 1, got {value}")
+    if opt.capacity_policy not in POLICIES:
+        raise ServeError(f"--capacity-policy {opt.capacity_policy!r} is not one of "
+                         f"{', '.join(POLICIES)}")
+    sizing = size_kv_cache(sim, config, tp, block_size=opt.block_size,
+                           gpu_memory_utilization=opt.gpu_memory_utilization,
+                           max_num_batched_tokens=opt.max_num_batched_tokens,
+                           model_name=model_name, of_free_memory=kind == "trtllm")
+    trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
+    chunks = kind == "vllm-v1" or (kind == "trtllm" and opt.chunked_prefill)
+    longest_pass = max(r.prompt_tokens + r.output_tokens - 1 for r in trace.requests)
+    if not chunks and longest_pass > opt.max_num_batched_tokens:
+        raise ServeError(
+            f"{kind} without chunked prefill runs a prompt in one step, and a request of "
+            f"{longest_pass} tokens (with its recomputed output) exceeds "
+            f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
+            + (" or pass --chunked-prefill" if kind == "trtllm" else ""))
+    longest = max(r.prompt_tokens + r.output_tokens for r in trace.requests)
+    built = time.perf_counter()
+    timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
+                        max(longest, opt.max_num_batched_tokens))
+    built = time.perf_counter() - built
+    engines = [ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
+               for i in range(replicas)]
+    seqs = []
+    total = len(trace.requests)
+    for k, req in enumerate(trace.requests):
+        if router == "round-robin":
+            engine = engines[k % replicas]
+            engine.advance(req.arrival_s)
+        else:
+            for e in engines:
+                e.advance(req.arrival_s)
+            if router == "prefix-affinity" and req.hash_ids:
+                engine = min(engines, key=lambda e: (
+                    -e.pool.hit_ids(req.hash_ids, req.prompt_tokens), e.outstanding, e.index))
+            else:
+                engine = min(engines, key=lambda e: (e.outstanding, e.index))
+        seq = Seq(req, engine.index)
+        engine.add(seq)
+        seqs.append(seq)
+        if progress is not None and (k + 1) % 1000 == 0:
+            progress(k + 1, total)
+    for e in engines:
+        e.advance(math.inf)
+    stuck = [s for s in seqs if s.finish_s != s.finish_s]
+    if stuck:  # cannot happen when every request fits the cache; a guard, not a result
+        raise ServeError(f"{len(stuck)} requests never finished (the KV cache of "
+                         f"{sizing.blocks} blocks cannot hold them)")
+    if progress is not None:
+        progress(total, total)
+    rows = [_row(s) for s in seqs]
+    start = trace.requests[0].arrival_s
+    makespan = max(s.finish_s for s in seqs) - start
+    gpus = tp * replicas
+    usd_per_s = system_cost(system).system_usd / system.device_count * gpus / \
+        (AMORTISATION_YEARS * SECONDS_PER_YEAR)
+    itl_parts, weight_parts = [], []
+    for e in engines:
+        itl_parts += [np.array(e.itl_s), np.array(e.itl_window_s)]
+        weight_parts += [np.ones(len(e.itl_s)), np.array(e.itl_weight)]
+    itl, weights = np.concatenate(itl_parts), np.concatenate(weight_parts)
+    kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
+    summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan,
+                        slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
+                        preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
+                        usd_per_s=usd_per_s)
+    summary["steps"] = sum(e.steps for e in engines)
+    setup = {"trace": trace.name, "model": model_name, "arch": config.arch,
+             "system": system.name, "software": sim.profile.name, "scheduler": kind,
+             "tp": tp, "replicas": replicas, "router": router, "dtype": dtype,
+             "options": dict(opt.__dict__), "kv_cache": sizing.to_dict(),
+             "devices": gpus}
+    return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,
+                       wall_s=time.perf_counter() - started, build_s=built)
+
+
+_TIMERS: dict[tuple, StepTimer] = {}
+TIMER_CACHE_SIZE = 8
+
+
+def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
+                max_sequences: int, max_context: int) -> StepTimer:
+    """The step-time oracle of a setup, kept for the process (a sweep over rates or seeds
+    tabulates it once): keyed by everything its tables depend on."""
+    key = (repr(sim.system), repr(sim.profile), sim.dtype, repr(config), tp, max_tokens,
+           max_sequences, max_context)
+    timer = _TIMERS.get(key)
+    if timer is None:
+        if len(_TIMERS) >= TIMER_CACHE_SIZE:
+            del _TIMERS[next(iter(_TIMERS))]
+        timer = _TIMERS[key] = StepTimer(sim, config, tp, max_tokens=max_tokens,
+                                         max_sequences=max_sequences, max_context=max_context)
+    return timer
+
+
+def _row(s: Seq) -> dict:
+    arrival = s.req.arrival_s
+    tpot = (s.finish_s - s.first_token_s) / (s.output - 1) if s.output > 1 else None
+    return {"id": s.req.id, "replica": s.replica, "arrival_s": arrival,
+            "queue_s": s.first_scheduled_s - arrival, "first_token_s": s.first_token_s,
+            "finish_s": s.finish_s, "ttft_s": s.first_token_s - arrival, "tpot_s": tpot,
+            "e2e_s": s.finish_s - arrival, "prompt_tokens": s.prompt,
+            "output_tokens": s.output, "cached_tokens": s.cached_tokens,
+            "preemptions": s.preemptions}

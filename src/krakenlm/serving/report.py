@@ -1,0 +1,267 @@
+"""What a replay reports: one row per request, the summary (percentiles, throughput, SLO
+attainment and goodput, KV cache use, preemptions, cost) and the engine timeline.
+
+Metrics (the definitions vLLM's `benchmarks/benchmark_serving.py` and BLIS use): queueing
+delay = first scheduled - arrival; TTFT = first token - arrival; TPOT = (finish - first token)
+/ (output tokens - 1) per request with more than one output token; ITL = every gap between two
+tokens of a request (a preemption's recompute included; percentiles of the inverted CDF, since
+a decode window records one gap for all its requests); E2E = finish - arrival. Goodput =
+requests per second meeting both SLOs (DistServe's definition). Cost: the cost model's price
+of the devices used (`hardware.cost.system_cost`, per device x TP x replicas) written off over
+`AMORTISATION_YEARS`, for the simulated time, per million tokens.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..fileio import write_bytes_atomically, write_csv_atomically, write_text_atomically
+
+AMORTISATION_YEARS = 3.0  # an assumption: a typical depreciation period for servers
+PERCENTILES = (50, 90, 95, 99)
+OVERLOAD_QUEUE_S = 1.0  # mean queueing delay of the last fifth of the requests, at least
+TIMELINE_BINS = 200
+REQUEST_COLUMNS = ("id", "replica", "arrival_s", "queue_s", "first_token_s", "finish_s",
+                   "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens",
+                   "cached_tokens", "preemptions")
+
+
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    if len(values) == 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    pct = np.percentile(values, PERCENTILES)
+    return {"mean": float(values.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}}
+
+
+def weighted_stats(values: np.ndarray, weights: np.ndarray) -> dict[str, float | None]:
+    """Mean and percentiles of values that stand for `weights` samples each (the inverted
+    CDF: the smallest value with at least p % of the weight at or below it)."""
+    if len(values) == 0 or weights.sum() <= 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w)
+    total = cum[-1]
+    out = {"mean": float((v * w).sum() / total)}
+    for p in PERCENTILES:
+        out[f"p{p}"] = float(v[min(len(v) - 1, int(np.searchsorted(cum, total * p / 100)))])
+    return out
+
+
+@dataclass
+class ServeReport:
+    """The outcome of one replay (`serving.replay.serve`)."""
+    setup: dict[str, Any]
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    timeline: dict[str, list[float]]
+    itl_s: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    wall_s: float = 0.0  # wall-clock time of the replay (not deterministic)
+    build_s: float = 0.0  # of which: tabulating the step-time oracle
+    written: list[Path] = field(default_factory=list)  # files `write` wrote
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setup": self.setup, "summary": self.summary,
+                "simulated_requests_per_wall_s": (len(self.rows) / self.wall_s
+                                                  if self.wall_s else None),
+                "wall_s": self.wall_s, "oracle_build_s": self.build_s}
+
+    def to_table(self) -> list[Any]:
+        """The latency table and summary lines `sim serve` prints (krakenlm.console.Report)."""
+        from ..console import table_of
+
+        s, setup = self.summary, self.setup
+        t = table_of(f"{setup['model']} ({setup['arch']}) on {setup['system']}, "
+                     f"{setup['software']} ({setup['scheduler']}), TP {setup['tp']} x "
+                     f"{setup['replicas']} replicas, trace {setup['trace']}: latency (ms)",
+                     ("metric", "mean", "p50", "p90", "p95", "p99"), left=("metric",))
+        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                           ("e2e_s", "E2E"), ("queue_s", "queueing delay")):
+            t.add_row(label, *(_ms(s[key][k]) for k in ("mean", "p50", "p90", "p95", "p99")))
+        tp = s["throughput"]
+        items: list[Any] = [t, (
+            f"{s['requests']:,} requests in {s['makespan_s']:,.1f} s: "
+            f"{tp['requests_per_s']:.2f} requests/s, {tp['output_tokens_per_s']:,.0f} output "
+            f"tokens/s, {tp['tokens_per_s']:,.0f} tokens/s ({s['steps']:,} engine steps)")]
+        slo = s["slo"]
+        if slo["ttft_s"] is not None or slo["tpot_s"] is not None:
+            items.append(f"SLO (TTFT <= {slo['ttft_s']} s, TPOT <= {slo['tpot_s']} s): "
+                         f"{slo['attainment']:.1%} of requests, goodput "
+                         f"{slo['goodput_requests_per_s']:.2f} requests/s")
+        kv, blocks = s["kv_cache"], setup["kv_cache"]
+        items.append(f"KV cache: {blocks['blocks']:,} blocks of {blocks['block_size']} tokens per "
+                     f"replica, mean use {kv['mean_used']:.1%}, peak {kv['max_used']:.1%}, "
+                     f"{kv['preemptions']:,} preemptions, {kv['prefix_hit_tokens']:,} prompt "
+                     "tokens from the prefix cache")
+        c = s["cost"]
+        if c["usd_per_million_output_tokens"] is not None:
+            items.append(f"cost: ${c['usd_per_million_output_tokens']:.3f} per million output "
+                         f"tokens (${c['usd_per_million_tokens']:.3f} per million tokens; "
+                         f"devices written off over {c['amortisation_years']:g} years)")
+        items.append(f"replayed in {self.wall_s:.1f} s")
+        if self.written:
+            from ..console import Plain
+            items.append(Plain("wrote " + ", ".join(str(p) for p in self.written)))
+        return items
+
+    def write(self, out: str | Path) -> list[Path]:
+        """requests.csv, timeline.csv, summary.json (without wall-clock fields: byte-identical
+        for a seed) and serve.png, each written atomically."""
+        out = Path(out)
+        paths = [write_csv_atomically(out / "requests.csv", REQUEST_COLUMNS,
+                                      [{k: _cell(r[k]) for k in REQUEST_COLUMNS}
+                                       for r in self.rows])]
+        names = list(self.timeline)
+        paths.append(write_csv_atomically(out / "timeline.csv", names, [
+            {k: _cell(self.timeline[k][i]) for k in names}
+            for i in range(len(self.timeline[names[0]]))]))
+        paths.append(write_text_atomically(out / "summary.json", json.dumps(
+            {"setup": self.setup, "summary": self.summary}, indent=2, sort_keys=True) + "\n"))
+        paths.append(write_bytes_atomically(out / "serve.png", self.figure_png()))
+        self.written = paths
+        return paths
+
+    def figure_png(self) -> bytes:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+        ttft = np.sort([r["ttft_s"] for r in self.rows])
+        tpot = np.sort([r["tpot_s"] for r in self.rows if r["tpot_s"] is not None])
+        for ax, values, what in ((axes[0, 0], ttft, "TTFT (s)"), (axes[0, 1], tpot, "TPOT (s)")):
+            if len(values):
+                ax.plot(values, np.arange(1, len(values) + 1) / len(values))
+            ax.set_xlabel(what)
+            ax.set_ylabel("fraction of requests")
+            ax.grid(alpha=0.3)
+        tl = self.timeline
+        axes[1, 0].plot(tl["t_s"], tl["kv_used"], label="KV blocks in use (mean over replicas)")
+        axes[1, 0].set_ylim(0, 1.05)
+        axes[1, 0].set_xlabel("time (s)")
+        axes[1, 0].set_ylabel("fraction of KV blocks")
+        twin = axes[1, 0].twinx()
+        twin.plot(tl["t_s"], tl["preemptions"], color="C3", label="preemptions per bin")
+        twin.set_ylabel("preemptions")
+        axes[1, 0].legend(loc="upper left", fontsize=8)
+        axes[1, 1].plot(tl["t_s"], tl["running"], label="running")
+        axes[1, 1].plot(tl["t_s"], tl["waiting"], label="waiting")
+        axes[1, 1].set_xlabel("time (s)")
+        axes[1, 1].set_ylabel("requests (all replicas)")
+        axes[1, 1].legend(fontsize=8)
+        s = self.setup
+        fig.suptitle(f"{s['model']} on {s['system']} ({s['software']}, TP {s['tp']} x "
+                     f"{s['replicas']}), trace {s['trace']}")
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+        plt.close(fig)
+        return buffer.getvalue()
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.1f}"
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return "" if value is None else value
+
+
+def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.ndarray, *,
+              duration_s: float,
+              makespan_s: float, slo_ttft_s: float | None, slo_tpot_s: float | None,
+              preemptions: int, kv_used: np.ndarray, usd_per_s: float) -> dict[str, Any]:
+    n = len(rows)
+    ttft = np.array([r["ttft_s"] for r in rows])
+    e2e = np.array([r["e2e_s"] for r in rows])
+    queue = np.array([r["queue_s"] for r in rows])
+    tpot = np.array([r["tpot_s"] for r in rows if r["tpot_s"] is not None])
+    out_tokens = sum(r["output_tokens"] for r in rows)
+    all_tokens = out_tokens + sum(r["prompt_tokens"] for r in rows)
+    ok = np.ones(n, bool)
+    if slo_ttft_s is not None:
+        ok &= ttft <= slo_ttft_s
+    if slo_tpot_s is not None:
+        ok &= np.array([r["tpot_s"] is None or r["tpot_s"] <= slo_tpot_s for r in rows])
+    offered = (n - 1) / duration_s if n > 1 and duration_s > 0 else None
+    served = n / makespan_s if makespan_s > 0 else None
+    # overloaded: the queue keeps growing. A stable system's queueing delays are stationary; an
+    # overloaded one's grow with the time: the last fifth of the requests (by arrival) waits
+    # over a second on average and five times longer than the first fifth.
+    by_arrival = np.argsort([r["arrival_s"] for r in rows], kind="stable")
+    fifth = max(1, n // 5)
+    q_first = float(queue[by_arrival[:fifth]].mean()) if n else 0.0
+    q_last = float(queue[by_arrival[-fifth:]].mean()) if n else 0.0
+    overloaded = bool(n >= 50 and q_last > OVERLOAD_QUEUE_S and q_last > 5 * q_first)
+    last_arrival = max(r["arrival_s"] for r in rows)
+    done = sum(r["finish_s"] <= last_arrival for r in rows)
+    cost = usd_per_s * makespan_s
+    return {
+        "requests": n,
+        "duration_s": duration_s, "makespan_s": makespan_s,
+        "offered_rate_per_s": offered,
+        "throughput": {"requests_per_s": served,
+                       "output_tokens_per_s": out_tokens / makespan_s if makespan_s else None,
+                       "tokens_per_s": all_tokens / makespan_s if makespan_s else None},
+        "ttft_s": _stats(ttft), "tpot_s": _stats(tpot), "itl_s": weighted_stats(itl_s, itl_weights),
+        "e2e_s": _stats(e2e), "queue_s": _stats(queue),
+        "slo": {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s,
+                "attainment": float(ok.mean()) if n else None,
+                "goodput_requests_per_s": float(ok.sum()) / makespan_s if makespan_s else None},
+        "kv_cache": {"mean_used": float(kv_used.mean()) if len(kv_used) else 0.0,
+                     "max_used": float(kv_used.max()) if len(kv_used) else 0.0,
+                     "preemptions": preemptions,
+                     "prefix_hit_tokens": int(sum(r["cached_tokens"] for r in rows))},
+        "cost": {"usd": cost,
+                 "usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
+                 "usd_per_million_tokens": cost / all_tokens * 1e6 if all_tokens else None,
+                 "amortisation_years": AMORTISATION_YEARS},
+        "overloaded": overloaded,
+        "queue_first_fifth_mean_s": q_first, "queue_last_fifth_mean_s": q_last,
+        "finished_by_last_arrival": done,
+    }
+
+
+def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str, list[float]]:
+    """The engines' per-step records in `bins` equal time bins: KV blocks in use (mean over
+    steps and replicas), running and waiting requests (summed over replicas, last step in the
+    bin), preemptions in the bin."""
+    edges = np.linspace(0.0, makespan_s, bins + 1) if makespan_s > 0 else np.zeros(bins + 1)
+    kv = np.zeros(bins)
+    kv_n = np.zeros(bins)
+    running = np.zeros(bins)
+    waiting = np.zeros(bins)
+    preempt = np.zeros(bins)
+    for e in engines:
+        tl = e.timeline
+        t = np.array(tl.t_s)
+        if not len(t):
+            continue
+        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        np.add.at(kv, idx, np.array(tl.kv_used))
+        np.add.at(kv_n, idx, 1)
+        last = np.full(bins, -1)
+        np.maximum.at(last, idx, np.arange(len(t)))
+        seen = last >= 0
+        fill = np.maximum.accumulate(np.where(seen, last, -1))
+        has = fill >= 0
+        run = np.array(tl.running)
+        wait = np.array(tl.waiting)
+        running[has] += run[fill[has]]
+        waiting[has] += wait[fill[has]]
+        cum = np.array(tl.preemptions)
+        end = np.where(has, cum[np.maximum(fill, 0)], 0.0)
+        preempt += np.diff(np.r_[0.0, end])
+    centre = (edges[:-1] + edges[1:]) / 2
+    kv_mean = np.divide(kv, kv_n, out=np.zeros(bins), where=kv_n > 0)
+    return {"t_s": centre.tolist(), "kv_used": kv_mean.tolist(), "running": running.tolist(),
+            "waiting": waiting.tolist(), "preemptions": preempt.tolist()}

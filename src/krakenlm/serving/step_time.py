@@ -1,0 +1,308 @@
+"""The time of one engine step with a mixed batch, from the inference simulator.
+
+A step of a continuous-batching engine carries prefill chunks (c tokens of a prompt whose
+first `context` tokens are already in the KV cache) and decode sequences (one token each,
+attending to their KV length). Its time is built from the same pieces `Simulator.run` uses
+(simulator/run.py): the per-device operator graphs of `model_graphs`, every operator timed by
+the session's `OpTimer` (kernel models fitted on measured kernels where the GPU has them), each
+graph scheduled on two streams (`schedule`: Kraken's all-reduce overlaps attention, so its
+overlap comes from the same schedule), and the software profile's host costs.
+
+Decomposition. Every operator but attention depends only on the step's token count T (GEMM
+rows, norms, RoPE, the KV-cache write, collectives of T x width values); the LM head on the
+number of sequences that sample; attention on each sequence's query and KV lengths. So:
+
+* non-attention: the layer graphs of a T-token forward pass (`model_graphs(cfg, tp, 1, T, T,
+  "prefill")`), with the attention operator's time replaced by the step's attention time A
+  (per layer) and scheduled. Tabulated at every T up to 64, then at multiples of 16 / 64 /
+  256 and one past each (`token_grid`); at each T on a grid of A from 0 to 4x the graph's collective time (past it the
+  collectives are hidden or serial and the residual total - A no longer changes). Off-grid:
+  the residual is interpolated linearly in A, then linearly in T; the standard and parallel
+  blocks' residual is constant in A (attention cannot overlap a collective), so only T
+  interpolates there.
+* prefill attention of a chunk: F(1) + F(context + c) - F(context) (the kernel's fixed cost,
+  a one-token prompt's time, plus the extra causal work), at least F(c), where F(n) is the
+  causal attention time of an n-token prompt (the extra queries of a causal pass), F tabulated
+  on `token_grid` (the kernels' query blocks are 64-128 rows) and interpolated linearly;
+  chunks of one step add up (one kernel launch each: vLLM's varlen kernel runs them as one,
+  so this overstates a step of many short chunks by their floors).
+* decode attention: the decode kernel's time for D sequences at their mean KV length,
+  tabulated at every D up to 128 and at multiples of 8 / 16 and one past each above
+  (`sequence_grid`: the kernels' split heuristics step with the batch) and on `token_grid`
+  in the KV length (the kernels split the cache in blocks of 64-256: a step falls between m
+  and m + 1), bilinear.
+* LM head + its all-gather: the head graph for the sequences that sample, on the same grid.
+
+Host: a step with any prefill token is timed like `Simulator.run`'s prefill (the profile's
+prefill CUDA-graph flag, `prefill_gpu_time_scale`, per-step and per-sequence work), a pure
+decode step like its decode steps; what the scalar code below does is `run.host_step_times`.
+tests/test_serving_step_time.py checks the oracle against `Simulator.run` at grid and
+off-grid points.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware.schema import DTYPE_BYTES
+from ..models import ModelConfig
+from ..simulator import Simulator
+from ..simulator.graph import OpSpec, SimulationError, head_graph, model_graphs
+from ..simulator.run import step_overhead
+from ..simulator.schedule import TimedOp
+
+ATTENTION_FRACTIONS = (0.0, 0.0625, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0, 1.25,
+                       1.5, 2.0, 3.0, 4.0)
+
+
+def token_grid(high: int) -> list[int]:
+    """Step token counts tabulated: every count up to 64, then each multiple m of 16 to 512,
+    of 64 to 4096 and of 256 beyond, and m + 1 (GEMM tiles are 16-256 rows: a step of the wave
+    quantisation falls between m and m + 1, so interpolation never ramps across one), `high`
+    included."""
+    aligned = [t for t in range(1, high + 1) if t <= 64 or (t <= 512 and t % 16 == 0)
+               or (t <= 4096 and t % 64 == 0) or t % 256 == 0]
+    points = sorted({p for t in aligned for p in (t, t + 1) if p <= high} | {high})
+    return points
+
+
+def sequence_grid(high: int) -> list[int]:
+    """Decode batch sizes tabulated: every size up to 128, then each multiple m of 8 to 512 and
+    of 16 beyond, and m + 1 (the decode kernels' split heuristics step with the batch),
+    `high` included."""
+    aligned = [d for d in range(1, high + 1) if d <= 128 or (d <= 512 and d % 8 == 0)
+               or d % 16 == 0]
+    return sorted({p for d in aligned for p in (d, d + 1) if p <= high} | {high})
+
+
+class Linear1D:
+    """Piecewise-linear interpolation of tabulated y(x), scalar and fast (bisect); flat beyond
+    the ends. `many(xs)` is the same for an array (numpy.interp)."""
+    __slots__ = ("constant", "x", "xa", "y", "ya")
+
+    def __init__(self, x, y):
+        self.x = [float(v) for v in x]
+        self.y = [float(v) for v in y]
+        self.xa, self.ya = np.array(self.x), np.array(self.y)
+        self.constant = all(v == self.y[0] for v in self.y)
+
+    def many(self, x: np.ndarray) -> np.ndarray | float:
+        """y at every x (a scalar when y is constant: numpy broadcasts it)."""
+        return self.y[0] if self.constant else np.interp(x, self.xa, self.ya)
+
+    def __call__(self, x: float) -> float:
+        xs = self.x
+        if x <= xs[0]:
+            return self.y[0]
+        if x >= xs[-1]:
+            return self.y[-1]
+        i = bisect.bisect_right(xs, x)
+        x0, x1 = xs[i - 1], xs[i]
+        w = (x - x0) / (x1 - x0)
+        return self.y[i - 1] * (1 - w) + self.y[i] * w
+
+
+def _bracket(xs: list[float], x: float) -> tuple[int, int, float]:
+    if x <= xs[0]:
+        return 0, 0, 0.0
+    if x >= xs[-1]:
+        n = len(xs) - 1
+        return n, n, 0.0
+    i = bisect.bisect_right(xs, x)
+    return i - 1, i, (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+
+
+@dataclass
+class _GraphTable:
+    """One layer graph (or another graph that repeats `count` times) over the token grid:
+    per T the residual (total - A) on a grid of attention times A, for a compute-bound and a
+    memory-bound attention."""
+    kernels: int
+    count: int
+    attention: bool  # the graph holds an attention operator (not the embedding)
+    residual: dict[str, list[Linear1D]]  # bound -> one interpolant over A per T grid point
+
+
+class StepTimer:
+    """Mixed-batch step times for one model on one replica (a `Simulator` session, TP)."""
+
+    def __init__(self, sim: Simulator, config: ModelConfig, tp: int, *, max_tokens: int = 8192,
+                 max_sequences: int = 256, max_context: int | None = None):
+        if sim.options.attention_path(config.head_dim) != "fused":
+            raise SimulationError(
+                f"the serving simulator times fused attention only; head dim {config.head_dim} "
+                f"runs {sim.options.attention_path(config.head_dim)}")
+        self.sim, self.config, self.tp = sim, config, tp
+        self.profile = sim.profile
+        self.bytes_per_value = DTYPE_BYTES[sim.precision("all_reduce")]
+        self.max_context = int(max_context or config.context_len)
+        self.tokens_grid = token_grid(max(max_tokens, max_sequences))
+        self.seq_grid = sequence_grid(max_sequences)
+        self._tables = self._layer_tables()
+        self._head_kernels = len(head_graph(config, tp, 1, self.bytes_per_value,
+                                            sim.options).ops)
+        self._head = Linear1D(self.seq_grid, [self._head_s(n) for n in self.seq_grid])
+        self.build_s = 0.0
+        self._prefill_attention = self._prefill_attention_table()
+        self._decode_attention = self._decode_attention_table()
+
+    # ------------------------------------------------------------------------ tabulation
+    def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
+        return [self.sim.timer(op) for op in ops]
+
+    def _graphs(self, tokens: int):
+        graphs = model_graphs(self.config, self.tp, 1, tokens, tokens, "prefill",
+                              self.bytes_per_value, options=self.sim.options)
+        return graphs[:-1]  # the head is tabulated over the sequences that sample
+
+    def _layer_tables(self) -> list[_GraphTable]:
+        per_graph: list[_GraphTable] = []
+        for T in self.tokens_grid:
+            for j, g in enumerate(self._graphs(T)):
+                timed = self._timed(g.ops)
+                att = [i for i, op in enumerate(g.ops) if op.model == "flash_prefill"]
+                comm = sum(t.time_s for t in timed if t.stream == "comm")
+                grid = [comm * f for f in ATTENTION_FRACTIONS] if comm > 0 and att else [0.0]
+                if j == len(per_graph):
+                    per_graph.append(_GraphTable(len(g.ops), g.count, bool(att),
+                                                 {"compute": [], "memory": []}))
+                for bound in ("compute", "memory"):
+                    ends = [self._schedule_with(timed, att, a, bound) for a in (grid[0], grid[-1])]
+                    if abs(ends[1] - ends[0]) > 1e-12 * max(ends[0], 1e-9):
+                        xs, ys = grid, [self._schedule_with(timed, att, a, bound) for a in grid]
+                    else:  # no collective overlaps attention (or none at all): constant
+                        xs, ys = [0.0, 1.0], [ends[0], ends[0]]
+                    per_graph[j].residual[bound].append(Linear1D(xs, ys))
+        return per_graph
+
+    def _schedule_with(self, timed: list[TimedOp], att: list[int], a: float,
+                       bound: str) -> float:
+        """Residual (total - a) of a graph whose attention operators take `a` seconds."""
+        ops = list(timed)
+        for i in att:
+            o = ops[i]
+            ops[i] = TimedOp(o.name, o.category, o.stream, a, bound, o.deps, o.memory_share)
+        return self.sim.scheduler(ops).total_s - (a if att else 0.0)
+
+    def _head_s(self, sequences: int) -> float:
+        g = head_graph(self.config, self.tp, sequences, self.bytes_per_value, self.sim.options)
+        return self.sim.scheduler(self._timed(g.ops)).total_s
+
+    def _attention_spec(self, graph_ops: list[OpSpec]) -> OpSpec:
+        return next(op for op in graph_ops if op.model in ("flash_prefill", "flash_decode"))
+
+    def _prefill_attention_table(self) -> Linear1D:
+        lengths = [0] + token_grid(self.max_context)
+        times = [0.0]
+        for n in lengths[1:]:
+            g = model_graphs(self.config, self.tp, 1, n, n, "prefill", self.bytes_per_value,
+                             options=self.sim.options)[-2]
+            times.append(self.sim.timer(self._attention_spec(g.ops)).time_s)
+        return Linear1D(lengths, times)
+
+    def _decode_attention_table(self) -> list[Linear1D]:
+        kv = np.array(token_grid(self.max_context))  # the kernels split the KV in 64-256 blocks
+        rows = []
+        for d in self.seq_grid:
+            first, second = (self._attention_spec(model_graphs(
+                self.config, self.tp, d, 1, int(k), "decode", self.bytes_per_value,
+                options=self.sim.options)[-2].ops) for k in (kv[0], kv[0] + 1))
+            rows.append(Linear1D(kv, self.sim.timer.time_steps(first, second, kv)))
+        return rows
+
+    # --------------------------------------------------------------------------- queries
+    def prefill_attention_s(self, chunk: int, context: int) -> float:
+        """Attention time (one layer) of `chunk` new prompt tokens after `context` cached ones."""
+        f = self._prefill_attention
+        if context <= 0:
+            return f(chunk)
+        # the kernel's fixed cost (a one-token prompt's time) plus the extra causal work
+        return max(f(chunk), f(1) + f(context + chunk) - f(context))
+
+    def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
+        """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
+        if sequences <= 0:
+            return 0.0
+        rows, grid = self._decode_attention, self.seq_grid
+        if sequences > grid[-1]:  # beyond the table: proportional to the sequences
+            return rows[-1](mean_kv) * sequences / grid[-1]
+        i, j, w = _bracket(grid, sequences)
+        a = rows[i](mean_kv)
+        return a if w == 0.0 else a * (1 - w) + rows[j](mean_kv) * w
+
+    def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
+               prefill: bool, attention_bound: str | None = None) -> float:
+        """Wall time of one step: `tokens` in all, `sequences` in the batch, `logits` of them
+        sampling, `attention_s` the per-layer attention time, `prefill` whether any prompt
+        token is in it (the host model of a prefill step, else of a decode step)."""
+        bound = attention_bound or ("compute" if prefill else "memory")
+        host, sw = self.profile.host, self.profile
+        captured = sw.graphs.prefill if prefill else sw.graphs.decode
+        scale = host.prefill_gpu_time_scale if prefill else 1.0
+        per_kernel = host.per_kernel_s
+        i, j, w = _bracket(self.tokens_grid, tokens)
+        gpu = 0.0
+        for table in self._tables:
+            rows = table.residual[bound]
+            r = rows[i](attention_s)
+            if w:
+                r = r * (1 - w) + rows[j](attention_s) * w
+            t = (r + (attention_s if table.attention else 0.0)) * scale
+            if not captured and per_kernel > 0:
+                t = max(t, table.kernels * per_kernel)
+            gpu += t * table.count
+        head = self._head(max(1, logits)) * scale
+        if not captured and per_kernel > 0:
+            head = max(head, self._head_kernels * per_kernel)
+        gpu += head
+        overhead = step_overhead(host, sw, "prefill" if prefill else "decode", sequences)
+        return max(gpu, overhead) if host.step_overlaps_gpu else gpu + overhead
+
+    def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
+        """Wall times of `steps` consecutive pure-decode steps of `sequences` sequences whose
+        mean KV length starts at `mean_kv` and grows by one per step: `step_s` vectorised
+        (the engine's decode windows)."""
+        kv = mean_kv + np.arange(steps)
+        rows, grid = self._decode_attention, self.seq_grid
+        if sequences > grid[-1]:
+            att = rows[-1].many(kv) * sequences / grid[-1]
+        else:
+            i, j, w = _bracket(grid, sequences)
+            att = rows[i].many(kv) if w == 0.0 else \
+                rows[i].many(kv) * (1 - w) + rows[j].many(kv) * w
+        host, sw = self.profile.host, self.profile
+        captured, per_kernel = sw.graphs.decode, host.per_kernel_s
+        i, j, w = _bracket(self.tokens_grid, sequences)
+        gpu = np.zeros(steps)
+        for table in self._tables:
+            rows_t = table.residual["memory"]
+            r = rows_t[i].many(att)
+            if w:
+                r = r * (1 - w) + rows_t[j].many(att) * w
+            t = r + (att if table.attention else 0.0)
+            if not captured and per_kernel > 0:
+                t = np.maximum(t, table.kernels * per_kernel)
+            gpu += t * table.count
+        head = self._head(sequences)
+        if not captured and per_kernel > 0:
+            head = max(head, self._head_kernels * per_kernel)
+        gpu += head
+        overhead = step_overhead(host, sw, "decode", sequences)
+        return np.maximum(gpu, overhead) if host.step_overlaps_gpu else gpu + overhead
+
+    def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
+                logits: int | None = None) -> float:
+        """A step of prefill chunks (tokens, context before them) and decode sequences (their
+        KV length, the new token included); `logits` defaults to every sequence."""
+        chunks = sum(c for c, _ in prefills)
+        att_p = sum(self.prefill_attention_s(c, ctx) for c, ctx in prefills)
+        d = len(decode_kv)
+        att_d = self.decode_attention_s(d, sum(decode_kv) / d) if d else 0.0
+        n = len(prefills) + d
+        bound = "compute" if att_p >= att_d else "memory"
+        return self.step_s(chunks + d, n, n if logits is None else logits, att_p + att_d,
+                           bool(prefills), bound)
+

@@ -1,0 +1,344 @@
+"""vLLM V1's scheduler, step by step, on the simulator's step times.
+
+What one step does (vllm-project/vllm@b4622cf9 `vllm/v1/core/sched/scheduler.py`,
+`Scheduler.schedule`; the V1 engine always chunks prefills and enables prefix caching by
+default, `vllm/engine/arg_utils.py`):
+
+1. Running requests first, in order, under a token budget `max_num_batched_tokens`: each
+   gets min(tokens it has not computed, budget) tokens, so a decode gets one token and a
+   prompt is chunked. Its new KV blocks come from `allocate_slots`; when they do not fit, the
+   *last* running request is preempted (`self.running.pop()`), its blocks freed, its computed
+   tokens reset to 0 and it goes back to the front of the waiting queue (recompute), until the
+   request fits or is itself the one preempted (then the pass stops).
+2. Only when nothing was preempted in this step: waiting requests in arrival order, while the
+   budget lasts and fewer than `max_num_seqs` run. A new request first takes its prefix-cache
+   hit (`get_computed_blocks`), then min(rest, budget) tokens; when its blocks do not fit it
+   waits (the pass stops).
+3. The model runs the step; every request whose computed tokens reach its prompt + output so
+   far samples one token (the first ends its time to first token); a request that has all its
+   output tokens finishes and frees its blocks.
+
+The step's time is `StepTimer.step_s` for its tokens, sequences, sampled sequences and
+attention (prefill chunks with their context, decodes at their mean KV length). Defaults are
+vLLM's for the OpenAI server (`EngineArgs.get_batch_defaults`, vllm-project/vllm@99d7eb5d
+`vllm/engine/arg_utils.py`): 8192 batched tokens and 1024 sequences on devices with at least
+70 GiB that are not A100s, 2048 and 256 otherwise; block size 16; gpu_memory_utilization 0.9.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kv_cache import BlockPool
+from .step_time import StepTimer
+from .traces import Request
+
+GIB = 2**30
+WINDOW_MAX_STEPS = 4096  # the longest decode window run at once
+
+
+@dataclass(frozen=True)
+class V1Options:
+    """The engine knobs the schedulers read (vLLM's names; TensorRT-LLM's max_num_tokens,
+    max_batch_size, tokens_per_block and free_gpu_memory_fraction map onto the first four).
+    `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only."""
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    chunked_prefill: bool = True
+    capacity_policy: str = "guaranteed-no-evict"
+
+    @staticmethod
+    def defaults_for(device_name: str, memory_bytes: float) -> V1Options:
+        """vLLM's OpenAI-server defaults for a device (`EngineArgs.get_batch_defaults`)."""
+        if memory_bytes >= 70 * GIB and "a100" not in device_name.lower():
+            return V1Options(8192, 1024)
+        return V1Options(2048, 256)
+
+
+class Seq:
+    """A request inside the engine."""
+    __slots__ = (
+        "cached_tokens",
+        "computed",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "generated",
+        "ids",
+        "last_token_s",
+        "next_id",
+        "output",
+        "preemptions",
+        "private",
+        "prompt",
+        "replica",
+        "req",
+        "shared",
+    )
+
+    def __init__(self, req: Request, replica: int = 0):
+        self.req = req
+        self.prompt, self.output, self.ids = req.prompt_tokens, req.output_tokens, req.hash_ids
+        self.computed = self.generated = self.private = self.next_id = 0
+        self.shared: list[int] = []
+        self.first_scheduled_s = self.first_token_s = self.last_token_s = self.finish_s = math.nan
+        self.preemptions = self.cached_tokens = 0
+        self.replica = replica
+
+
+class Timeline:
+    """Per step: end time, KV blocks in use (fraction), running and waiting requests,
+    preemptions so far, tokens in the step."""
+
+    def __init__(self):
+        self.t_s, self.kv_used, self.running, self.waiting = (array("d") for _ in range(4))
+        self.preemptions, self.tokens = array("d"), array("d")
+
+
+class V1Engine:
+    """One replica running vLLM V1's scheduler."""
+
+    def __init__(self, timer: StepTimer, options: V1Options, blocks: int,
+                 hash_block_tokens: int = 0, index: int = 0):
+        self.timer, self.opt, self.index = timer, options, index
+        self.pool = BlockPool(blocks, options.block_size, hash_block_tokens,
+                              options.enable_prefix_caching)
+        self.now = 0.0
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.preemptions = 0
+        self.itl_s = array("d")  # inter-token gaps, one per token
+        self.itl_window_s = array("d")  # gaps of decode windows, each for `itl_weight` tokens
+        self.itl_weight = array("d")
+        self.timeline = Timeline()
+        self.steps = 0
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def add(self, seq: Seq) -> None:
+        self.waiting.append(seq)
+
+    def advance(self, until: float) -> None:
+        """Run steps while the engine has work and its clock is before `until`; an idle engine
+        waits until then."""
+        while self.now < until:
+            if self.running and not self.waiting and self._decode_window(until):
+                continue
+            if not (self.running or self.waiting) or not self.step():
+                self.now = max(self.now, until) if math.isfinite(until) else self.now
+                return
+
+    # ----------------------------------------------------------------------------- a step
+    def _preempt(self, s: Seq) -> None:
+        self.pool.release(s.private, s.shared)
+        s.private, s.shared, s.computed, s.next_id = 0, [], 0, 0
+        s.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(s)
+
+    def _decode_window(self, until: float) -> bool:
+        """Run k pure-decode steps at once when the schedule cannot change during them: every
+        running request decodes, none waits (arrivals come only between `advance` calls, and
+        the window ends with the last step starting before `until`), the budget covers them,
+        no request finishes before the last step and the KV blocks they will need are free
+        (so nothing is preempted). Exactly what k calls of `step` would do, at the cost of
+        one: the step times come vectorised from `StepTimer.decode_steps_s`."""
+        running = self.running
+        d = len(running)
+        if d > self.opt.max_num_batched_tokens:
+            return False
+        k = WINDOW_MAX_STEPS
+        kv = 0
+        for s in running:
+            g = s.generated
+            if not g or s.computed != s.prompt + g - 1:
+                return False
+            left = s.output - g
+            if left < k:  # noqa: PLR1730 (a conditional: this loop runs for every request)
+                k = left
+            kv += s.computed + 1
+        if k < 2:
+            return False
+        timer, now = self.timer, self.now
+        mean_kv = kv / d
+        if until != math.inf:  # steps only lengthen as the KV grows: the first bounds them
+            first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
+            if now + first >= until:
+                return False
+            k = min(k, int((until - now) / first) + 1)
+        durations = timer.decode_steps_s(d, mean_kv, k)
+        ends = now + np.cumsum(durations)
+        k = min(k, int(np.searchsorted(ends - durations, until, side="left")))
+        if k < 2:
+            return False
+        bs, pool = self.opt.block_size, self.pool
+        per = pool.per_id
+        needs = []
+        total_need = 0
+        for s in running:
+            n = -(-(s.computed + k) // bs) - s.private - (per * len(s.shared) if per else 0)
+            if n < 0:  # noqa: PLR1730 (reserved ahead: TensorRT-LLM no-evict admission)
+                n = 0
+            needs.append(n)
+            total_need += n
+        if total_need > pool.available:
+            return False
+        used = pool.used
+        pool.take(total_need)
+        delta = [0] * k  # blocks taken at each step: a request crosses into a new one every bs
+        itl, end, first_end = self.itl_s, float(ends[k - 1]), float(ends[0])
+        finished = False
+        for s, n in zip(running, needs):
+            if n:
+                j = (s.private + per * len(s.shared)) * bs - s.computed
+                while j < k:
+                    delta[j] += 1
+                    j += bs
+                s.private += n
+            s.computed += k
+            s.generated += k
+            itl.append(first_end - s.last_token_s)
+            s.last_token_s = end
+            if s.generated >= s.output:
+                s.finish_s = end
+                pool.release(s.private, s.shared)
+                s.private, s.shared = 0, []
+                finished = True
+        self.itl_window_s.extend(durations[1:k].tolist())
+        self.itl_weight.extend([float(d)] * (k - 1))
+        if finished:
+            self.running = [s for s in running if s.finish_s != s.finish_s]
+        self.now = end
+        self.steps += k
+        tl, total = self.timeline, pool.total
+        levels = []
+        for j in range(k - 1):
+            used += delta[j]
+            levels.append(used / total)
+        levels.append(pool.used / total)
+        tl.t_s.extend(ends[:k].tolist())
+        tl.kv_used.extend(levels)
+        tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
+        tl.waiting.extend([0.0] * k)
+        tl.preemptions.extend([float(self.preemptions)] * k)
+        tl.tokens.extend([float(d)] * k)
+        return True
+
+    def step(self) -> bool:
+        opt, pool, bs = self.opt, self.pool, self.opt.block_size
+        per = pool.per_id
+        budget = opt.max_num_batched_tokens
+        running = self.running
+        sched: list[tuple[Seq, int]] = []
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            s = running[i]
+            new = min(s.prompt + s.generated - s.computed, budget)
+            need = -(-(s.computed + new) // bs) - s.private - per * len(s.shared)
+            if need > 0:
+                fits = True
+                while not pool.take(need):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is s:
+                        fits = False
+                        break
+                if not fits:
+                    break
+                s.private += need
+            sched.append((s, new))
+            budget -= new
+            i += 1
+        if not preempted:
+            waiting = self.waiting
+            while waiting and budget > 0 and len(running) < opt.max_num_seqs:
+                s = waiting[0]
+                tokens = s.prompt + s.generated
+                hits = pool.hit_ids(s.ids, tokens) if per else 0
+                hit_ids = list(s.ids[:hits])
+                computed = hits * pool.hash_tokens
+                new = min(tokens - computed, budget)
+                need = -(-(computed + new) // bs) - per * hits
+                pool.share(hit_ids)
+                if not pool.take(max(need, 0)):
+                    pool.release(0, hit_ids)
+                    break
+                waiting.popleft()
+                running.append(s)
+                s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, max(need, 0)
+                s.cached_tokens += computed
+                if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
+                    s.first_scheduled_s = self.now
+                sched.append((s, new))
+                budget -= new
+        if not sched:
+            return False
+        self._execute(sched)
+        return True
+
+    def _execute(self, sched: list[tuple[Seq, int]]) -> None:
+        timer = self.timer
+        tokens = logits = decodes = kv_sum = 0
+        attention_p = 0.0
+        prefill = False
+        for s, new in sched:
+            tokens += new
+            total = s.prompt + s.generated
+            if new == 1 and s.generated and s.computed == total - 1:
+                decodes += 1
+                kv_sum += total
+            else:
+                prefill = True
+                attention_p += timer.prefill_attention_s(new, s.computed)
+            if s.computed + new == total:
+                logits += 1
+        attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
+        bound = "compute" if attention_p >= attention_d else "memory"
+        self.now += timer.step_s(tokens, len(sched), logits, attention_p + attention_d,
+                                 prefill, bound)
+        now, pool, itl = self.now, self.pool, self.itl_s
+        hash_tokens = pool.hash_tokens
+        finished = False
+        for s, new in sched:
+            s.computed += new
+            if hash_tokens and s.next_id < len(s.ids):
+                full = min(s.computed, s.prompt)  # a block of prompt tokens only
+                while s.next_id < len(s.ids) and (s.next_id + 1) * hash_tokens <= full:
+                    if pool.publish(s.ids[s.next_id]):
+                        s.private -= pool.per_id
+                        s.shared.append(s.ids[s.next_id])
+                    s.next_id += 1
+            if s.computed == s.prompt + s.generated:
+                s.generated += 1
+                if s.generated == 1:
+                    s.first_token_s = now
+                else:
+                    itl.append(now - s.last_token_s)
+                s.last_token_s = now
+                if s.generated >= s.output:
+                    s.finish_s = now
+                    pool.release(s.private, s.shared)
+                    s.private, s.shared = 0, []
+                    finished = True
+        if finished:
+            self.running = [s for s in self.running if s.finish_s != s.finish_s]
+        self.steps += 1
+        tl = self.timeline
+        tl.t_s.append(now)
+        tl.kv_used.append(pool.used / pool.total)
+        tl.running.append(len(self.running))
+        tl.waiting.append(len(self.waiting))
+        tl.preemptions.append(self.preemptions)
+        tl.tokens.append(tokens)

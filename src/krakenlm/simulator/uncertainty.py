@@ -1,0 +1,230 @@
+"""Error bars of a prediction, from the leave-one-source-out residuals of comparable cases.
+
+The table `constants/model_residuals.csv` holds one row per scored public end-to-end
+measurement: ln(measured / predicted) when the whole-model constants were fitted without that
+measurement's source (calibration/loso.py writes it). A query's nominal 80 % interval is its
+prediction times exp(the 10th and 90th percentile) of the residuals of the most specific
+comparable group that has at least `MIN_CASES` rows, tried in the order of `LEVELS`: same
+device class, TP, batch band and phase; then device, TP and phase; device and phase; phase;
+everything. The residuals keep their sign, so a systematic bias moves the interval off the
+prediction rather than widening it symmetrically.
+
+A query outside every validated case (a device class, a TP on that device, a batch or prompt
+longer than any measured one on that device) still gets the interval of its group, with a
+message saying what it extrapolates beyond: the interval is then not validated.
+
+This module reads only the table; it imports no calibration or validation code.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESIDUALS_PACKAGE = "krakenlm.simulator.constants"
+RESIDUALS_FILE = "model_residuals.csv"
+RESIDUAL_FIELDS = ("source", "model", "system", "device", "tp", "batch", "prompt", "output",
+                   "phase", "log_ratio")
+LEVEL = 0.8
+MIN_CASES = 10
+MIN_SOURCES = 2
+LEVELS = (("device", "tp", "batch_band", "phase"), ("device", "tp", "phase"),
+          ("device", "phase"), ("phase",), ())
+PHASES = {"ttft": "prefill", "tpot": "decode", "e2e": "e2e"}
+
+
+def phase_of(metric: str) -> str:
+    """The phase a measured metric times: TTFT -> prefill, TPOT -> decode, end-to-end -> e2e."""
+    return PHASES[metric]
+
+
+BATCH_BANDS = ("1", "2-8", "9-32", "33+")
+
+
+def batch_band(batch: int) -> str:
+    """The batch band a batch falls in (1, 2-8, 9-32, 33+)."""
+    if batch <= 1:
+        return "1"
+    if batch <= 8:
+        return "2-8"
+    if batch <= 32:
+        return "9-32"
+    return "33+"
+
+
+def device_class(device_name: str) -> str:
+    """The GPU/accelerator model in a device name: "NVIDIA A100 80GB SXM4" -> "A100",
+    "AMD Instinct MI300X" -> "MI300X" (the first word holding letters and digits that is not a
+    memory size)."""
+    for word in device_name.split():
+        if re.fullmatch(r"[A-Za-z]*\d+[A-Za-z]*", word) and re.search(r"[A-Za-z]", word) \
+                and not re.fullmatch(r"\d+(GB|TB)", word, re.IGNORECASE):
+            return word.upper()
+    return device_name
+
+
+@dataclass(frozen=True)
+class Case:
+    device: str
+    tp: int
+    batch: int
+    prompt: int
+    phase: str
+
+    def key(self, level: tuple[str, ...]) -> tuple:
+        values = {"device": self.device, "tp": self.tp, "batch_band": batch_band(self.batch),
+                  "phase": self.phase}
+        return tuple(values[k] for k in level)
+
+
+@dataclass(frozen=True)
+class Band:
+    """A multiplicative interval: the truth lies in [low x prediction, high x prediction]."""
+    low: float
+    high: float
+    n: int
+    basis: str                 # the comparable group, e.g. "A100 TP 8 batch 9-32 decode"
+    extrapolation: str = ""    # what the query lies beyond, "" when it is a validated case
+
+    def to_json(self) -> dict[str, Any]:
+        return {"low_factor": self.low, "high_factor": self.high, "cases": self.n,
+                "basis": self.basis, "extrapolation": self.extrapolation or None}
+
+
+@dataclass
+class Bands:
+    """Residual quantiles per comparable group, and the validated envelope per device."""
+    groups: dict[tuple, tuple[float, float, int]] = field(default_factory=dict)
+    tps: dict[str, set[int]] = field(default_factory=dict)
+    max_batch: dict[str, int] = field(default_factory=dict)
+    max_prompt: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_residuals(cls, rows: Iterable[tuple[Case, float, str]],
+                       level: float = LEVEL) -> Bands:
+        """Bands from (case, ln(measured / predicted), source) rows. A group counts when it
+        has `MIN_CASES` rows from at least `MIN_SOURCES` sources; its interval is the quantiles
+        of every source's mean residual plus every row's deviation from its own source's mean:
+        an unseen source brings a bias of its own, and one source alone cannot say how large."""
+        rows = list(rows)
+        bands = cls()
+        lo_q, hi_q = (1 - level) / 2, 1 - (1 - level) / 2
+        for lv in LEVELS:
+            members: dict[tuple, list[tuple[float, str]]] = {}
+            for case, r, source in rows:
+                members.setdefault((lv, case.key(lv)), []).append((r, source))
+            for k, values in members.items():
+                by_source: dict[str, list[float]] = {}
+                for r, source in values:
+                    by_source.setdefault(source, []).append(r)
+                if len(values) < MIN_CASES or len(by_source) < MIN_SOURCES:
+                    continue
+                bias = np.array([np.mean(v) for v in by_source.values()])
+                spread = np.concatenate([np.asarray(v) - np.mean(v) for v in by_source.values()])
+                q = _quantiles((bias[:, None] + spread[None, :]).ravel(), (lo_q, hi_q))
+                bands.groups[k] = (float(q[0]), float(q[1]), len(values))
+        for case, _, _ in rows:
+            bands.tps.setdefault(case.device, set()).add(case.tp)
+            bands.max_batch[case.device] = max(bands.max_batch.get(case.device, 0), case.batch)
+            bands.max_prompt[case.device] = max(bands.max_prompt.get(case.device, 0),
+                                                case.prompt)
+        return bands
+
+    def band(self, case: Case) -> Band | None:
+        """The interval of the most specific comparable group (None: no residuals at all)."""
+        for lv in LEVELS:
+            hit = self.groups.get((lv, case.key(lv)))
+            if hit is not None:
+                basis = " ".join(_describe(k, v) for k, v in zip(lv, case.key(lv))) or "all cases"
+                return Band(math.exp(hit[0]), math.exp(hit[1]), hit[2], basis,
+                            self.extrapolation(case))
+        return None
+
+    def extrapolation(self, case: Case) -> str:
+        """What `case` lies beyond in the validated cases ("" when inside them)."""
+        d = case.device
+        if d not in self.tps:
+            return (f"no validated case on {d} (validated: {', '.join(sorted(self.tps))}); "
+                    "the interval is another device's")
+        beyond = []
+        if case.tp not in self.tps[d]:
+            beyond.append(f"TP {case.tp} (validated on {d}: TP "
+                          f"{', '.join(map(str, sorted(self.tps[d])))})")
+        if case.batch > self.max_batch[d]:
+            beyond.append(f"batch {case.batch} (largest validated on {d}: {self.max_batch[d]})")
+        if case.prompt > self.max_prompt[d]:
+            beyond.append(f"prompt {case.prompt} (longest validated on {d}: "
+                          f"{self.max_prompt[d]})")
+        return "; ".join(beyond)
+
+
+def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """Quantiles with linear interpolation between order statistics (numpy's default method;
+    written out because np.quantile's first call imports enough to cost a cold query ~0.1 s)."""
+    v = np.sort(values)
+    out = []
+    for q in qs:
+        x = q * (len(v) - 1)
+        i = int(math.floor(x))
+        j = min(i + 1, len(v) - 1)
+        out.append(float(v[i] + (v[j] - v[i]) * (x - i)))
+    return out
+
+
+def _describe(key: str, value: Any) -> str:
+    return {"tp": f"TP {value}", "batch_band": f"batch {value}"}.get(key, str(value))
+
+
+def residuals_path() -> Path:
+    return Path(str(resources.files(RESIDUALS_PACKAGE).joinpath(RESIDUALS_FILE)))
+
+
+def read_residuals(path: str | Path | None = None) -> list[tuple[Case, float, str]]:
+    """(case, ln(measured / predicted), source) of every row of the residual table."""
+    out = []
+    with open(path or residuals_path(), newline="") as fh:
+        for r in csv.DictReader(fh):
+            out.append((Case(r["device"], int(r["tp"]), int(r["batch"]), int(r["prompt"]),
+                             r["phase"]), float(r["log_ratio"]), r["source"]))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_bands() -> Bands | None:
+    """The bands of the shipped residual table (None when the package has none)."""
+    path = residuals_path()
+    if not path.is_file():
+        return None
+    return Bands.from_residuals(read_residuals(path))
+
+
+def prediction_interval(device_name: str, tp: int, batch: int, prompt: int,
+                        times_s: dict[str, float]) -> dict[str, Any] | None:
+    """The nominal 80 % interval of each predicted time (`times_s`: ttft_s, tpot_s, e2e_s),
+    with the group it comes from and any extrapolation; None without a residual table."""
+    bands = shipped_bands()
+    if bands is None:
+        return None
+    device = device_class(device_name)
+    out: dict[str, Any] = {"level": LEVEL}
+    notes = set()
+    for name, phase in (("ttft_s", "prefill"), ("tpot_s", "decode"), ("e2e_s", "e2e")):
+        band = bands.band(Case(device, tp, batch, prompt, phase))
+        if band is None:
+            continue
+        t = times_s[name]
+        out[name] = [t * band.low, t * band.high]
+        out[name.replace("_s", "_basis")] = f"{band.basis} ({band.n} cases)"
+        if band.extrapolation:
+            notes.add(band.extrapolation)
+    out["extrapolation"] = "; ".join(sorted(notes)) or None
+    return out

@@ -1,0 +1,258 @@
+"""The vLLM V1 engine replay on hand-computed cases: one request's TTFT is one prefill step,
+a long prompt is chunked by the token budget, requests queue when the engine is full, a tiny
+KV cache preempts (recompute), prefix-cache hits cut the prefill, windows of decode steps
+equal single steps, the KV cache is sized like vLLM's worker, the output is byte-identical for
+a seed."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+
+from krakenlm.models import get_preset
+from krakenlm.serving import vllm_v1
+from krakenlm.serving.kv_cache import size_kv_cache
+from krakenlm.serving.replay import ServeError, serve
+from krakenlm.serving.step_time import StepTimer
+from krakenlm.serving.traces import Request, Trace, synthetic_trace
+from krakenlm.serving.trtllm import TRTEngine
+from krakenlm.serving.vllm_v0 import V0Engine
+from krakenlm.serving.vllm_v1 import Seq, V1Engine, V1Options
+from krakenlm.simulator import Simulator
+
+MODEL = "gpt3-1.3b"
+
+
+@functools.cache
+def timer() -> StepTimer:
+    sim = Simulator("h100-80gb-x8", "vllm")
+    return StepTimer(sim, get_preset(MODEL), 1, max_tokens=1024, max_sequences=16)
+
+
+def run(requests, blocks=100_000, block_tokens=0, engine_class=V1Engine, **options):
+    opt = V1Options(**{"max_num_batched_tokens": 1024, "max_num_seqs": 16, **options})
+    engine = engine_class(timer(), opt, blocks, block_tokens)
+    seqs = []
+    for req in requests:
+        engine.advance(req.arrival_s)
+        seq = Seq(req)
+        engine.add(seq)
+        seqs.append(seq)
+    engine.advance(float("inf"))
+    return engine, seqs
+
+
+def test_a_single_request_takes_one_prefill_step_then_one_decode_step_per_token():
+    st = timer()
+    _, (s,) = run([Request(0, 0.0, 512, 4)])
+    prefill = st.batch_s([(512, 0)], [])
+    assert s.first_token_s == pytest.approx(prefill, rel=1e-12)
+    # and that step is the simulator's prefill of a 512-token prompt
+    direct = st.sim.run(get_preset(MODEL), 1, 1, 512, 2).prefill.time_s
+    assert s.first_token_s == pytest.approx(direct, rel=1e-9)
+    decodes = sum(st.batch_s([], [512 + i]) for i in (1, 2, 3))
+    assert s.finish_s == pytest.approx(prefill + decodes, rel=1e-12)
+    assert s.first_scheduled_s == 0.0 and s.preemptions == 0
+
+
+def test_a_long_prompt_is_chunked_by_the_token_budget():
+    st = timer()
+    _, (s,) = run([Request(0, 0.0, 2000, 1)], max_num_batched_tokens=768)
+    chunks = [(768, 0), (768, 768), (464, 1536)]
+    assert s.first_token_s == pytest.approx(sum(st.batch_s([c], []) for c in chunks), rel=1e-12)
+    assert s.finish_s == s.first_token_s  # one output token: done at the first
+
+
+def test_requests_queue_behind_a_full_engine():
+    """max_num_seqs 1: each request starts when the one before it finishes."""
+    reqs = [Request(i, 0.0, 100, 5) for i in range(4)]
+    _, seqs = run(reqs, max_num_seqs=1)
+    assert seqs[0].first_scheduled_s == 0.0
+    for before, after in itertools.pairwise(seqs):
+        assert after.first_scheduled_s == pytest.approx(before.finish_s, rel=1e-12)
+    queue = [s.first_scheduled_s - s.req.arrival_s for s in seqs]
+    assert queue == sorted(queue) and queue[-1] > 0
+
+
+def test_a_tiny_kv_cache_preempts_the_last_request_and_recomputes_it():
+    # 12 blocks of 16 tokens; each request grows to 60 + 60 = 120 tokens = 8 blocks
+    reqs = [Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)]
+    engine, (a, b) = run(reqs, blocks=12, block_size=16)
+    assert engine.preemptions >= 1
+    assert a.preemptions == 0 and b.preemptions >= 1  # the later one (running.pop())
+    assert np.isfinite(a.finish_s) and np.isfinite(b.finish_s)
+    assert b.finish_s > a.finish_s
+    assert engine.pool.available == engine.pool.total  # everything freed at the end
+    # without the squeeze nobody is preempted
+    engine, _ = run(reqs, blocks=100, block_size=16)
+    assert engine.preemptions == 0
+
+
+def test_prefix_cache_hits_cut_the_prefill():
+    st = timer()
+    first = Request(0, 0.0, 1600, 2, (1, 2, 3, 4))
+    second = Request(1, 10.0, 1600, 2, (1, 2, 3, 9))  # arrives after the first has finished
+    _, (a, b) = run([first, second], block_tokens=512)
+    assert a.cached_tokens == 0 and b.cached_tokens == 3 * 512
+    ttft_b = b.first_token_s - b.req.arrival_s
+    assert ttft_b == pytest.approx(st.batch_s([(1600 - 1536, 1536)], []), rel=1e-12)
+    assert ttft_b < a.first_token_s
+    # prefix caching off: no hit
+    _, (_, b_off) = run([first, second], block_tokens=512, enable_prefix_caching=False)
+    assert b_off.cached_tokens == 0
+    assert b_off.first_token_s - 10.0 == pytest.approx(a.first_token_s, rel=1e-12)
+
+
+def test_decode_windows_equal_single_steps(monkeypatch):
+    trace = synthetic_trace(np.random.default_rng(3), 60, 20.0, "lognormal:300,80,0.8")
+    windowed = run(trace.requests, blocks=600)
+    monkeypatch.setattr(vllm_v1.V1Engine, "_decode_window", lambda self, until: False)
+    single = run(trace.requests, blocks=600)
+    assert windowed[0].steps == single[0].steps
+    assert windowed[0].preemptions == single[0].preemptions
+    for w, s in zip(windowed[1], single[1]):
+        assert w.first_token_s == pytest.approx(s.first_token_s, rel=1e-9)
+        assert w.finish_s == pytest.approx(s.finish_s, rel=1e-9)
+
+
+def test_kv_blocks_are_sized_like_the_vllm_worker():
+    sim = Simulator("h100-80gb-x8", "vllm")
+    sizing = size_kv_cache(sim, get_preset("llama2-70b"), 4, max_num_batched_tokens=8192)
+    # 16 tokens x (K and V) x 80 layers x 2 KV heads per shard (8 / TP 4) x 128 x 2 bytes
+    assert sizing.bytes_per_block == 16 * 2 * 80 * 2 * 128 * 2
+    free = 85899345920 * 0.9 - sizing.weights_bytes - sizing.activation_bytes - 2 * 2**30
+    assert sizing.blocks == int(free // sizing.bytes_per_block)
+    assert 30_000 < sizing.blocks < 31_000
+
+
+def test_the_replay_is_byte_identical_for_a_seed(tmp_path):
+    def once(seed, out):
+        trace = synthetic_trace(np.random.default_rng(seed), 40, 8.0, "fixed:200,20")
+        report = serve(trace, get_preset(MODEL), "h100-80gb-x8", tp=1, replicas=2,
+                       router="least-loaded", model_name=MODEL, slo_ttft_s=0.5,
+                       slo_tpot_s=0.05, options=V1Options(1024, 16))
+        report.write(out)
+        return report
+    a = once(1, tmp_path / "a")
+    once(1, tmp_path / "b")
+    once(2, tmp_path / "c")
+    for name in ("requests.csv", "timeline.csv", "summary.json", "serve.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert (tmp_path / "a" / "requests.csv").read_bytes() != \
+        (tmp_path / "c" / "requests.csv").read_bytes()
+    assert {r["replica"] for r in a.rows} == {0, 1}
+    assert a.summary["requests"] == 40 and 0 <= a.summary["slo"]["attainment"] <= 1
+
+
+def test_bad_setups_are_one_line_errors():
+    trace = Trace("t", (Request(0, 0.0, 3000, 100),))
+    with pytest.raises(ServeError, match="exceed gpt3-1.3b's context of 2048 tokens"):
+        serve(trace, get_preset(MODEL), "h100-80gb-x8", model_name=MODEL)
+    ok = Trace("t", (Request(0, 0.0, 30, 3),))
+    with pytest.raises(ServeError, match="no scheduler model for software 'sglang'"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", software="sglang")
+    with pytest.raises(ServeError, match="--router 'random' is not one of"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", router="random")
+    with pytest.raises(ServeError, match="--slo-ttft-s must be a positive"):
+        serve(ok, get_preset(MODEL), "h100-80gb-x8", slo_ttft_s=0.0)
+    from krakenlm.serving.kv_cache import KVCacheError
+    with pytest.raises(KVCacheError, match="leaves no KV cache"):
+        serve(ok, get_preset("llama2-70b"), "h100-80gb-x8", tp=1)
+
+
+def test_vllm_v0_runs_a_new_prompt_alone_while_v1_mixes_it_with_the_decodes():
+    st = timer()
+    reqs = [Request(0, 0.0, 100, 40), Request(1, 0.05, 1000, 2)]
+    _, (a0, b0) = run(reqs, engine_class=V0Engine)
+    _, (a1, b1) = run(reqs)
+    alone = st.batch_s([(1000, 0)], [])
+    assert b0.first_token_s - b0.first_scheduled_s == pytest.approx(alone, rel=1e-12)
+    # V1: the same prompt shares its step with A's decode, which costs a little more
+    assert b1.first_token_s - b1.first_scheduled_s > alone * (1 + 1e-9)
+    # V0 stalls A's decodes for that step: A finishes later than under V1
+    assert a0.finish_s > a1.finish_s
+
+
+def test_engine_defaults_follow_vllm():
+    from krakenlm.hardware import load_system
+    from krakenlm.serving.replay import default_options
+
+    h100, a100 = load_system("h100-80gb-x8"), load_system("a100-80gb-x8")
+    llama = get_preset("llama2-70b")
+    assert default_options("vllm-v1", h100, llama) == V1Options(8192, 1024, 16, 0.9, True)
+    assert default_options("vllm-v1", a100, llama) == V1Options(2048, 256, 16, 0.9, True)
+    assert default_options("vllm-v0", h100, llama) == V1Options(4096, 256, 16, 0.9, False,
+                                                                 chunked_prefill=False)
+    assert default_options("trtllm", h100, llama) == V1Options(
+        8192, 2048, 32, 0.9, False, chunked_prefill=False, capacity_policy="guaranteed-no-evict")
+
+
+def test_trtllm_guaranteed_no_evict_admits_only_what_can_finish():
+    """12 blocks of 16 tokens; each request needs 8 for its prompt and output: the second
+    waits for the first to finish instead of being preempted (vLLM V1 preempts it)."""
+    reqs = [Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)]
+    engine, (a, b) = run(reqs, blocks=12, block_size=16, engine_class=TRTEngine,
+                         chunked_prefill=False)
+    assert engine.preemptions == 0
+    assert b.first_scheduled_s == pytest.approx(a.finish_s, rel=1e-12)
+    engine, (a, b) = run(reqs, blocks=12, block_size=16, engine_class=TRTEngine,
+                         chunked_prefill=False, capacity_policy="max-utilization")
+    assert engine.preemptions >= 1 and b.first_scheduled_s == 0.0
+
+
+def test_trtllm_without_chunking_runs_a_context_whole_or_not_at_all():
+    st = timer()
+    reqs = [Request(0, 0.0, 700, 3), Request(1, 0.0, 500, 3)]
+    # 1024 tokens: the first context (700) fits, the second (500) does not: it waits a step
+    _, (a, b) = run(reqs, engine_class=TRTEngine, chunked_prefill=False)
+    assert a.first_token_s == pytest.approx(st.batch_s([(700, 0)], []), rel=1e-12)
+    assert b.first_scheduled_s == pytest.approx(a.first_token_s, rel=1e-12)
+    # chunked: the second takes the 324 tokens left, rounded down to whole blocks (320); only
+    # the first samples a token in that step
+    _, (a, b) = run(reqs, engine_class=TRTEngine, chunked_prefill=True)
+    assert a.first_token_s == pytest.approx(st.batch_s([(700, 0), (320, 0)], [], logits=1),
+                                            rel=1e-12)
+    assert b.first_scheduled_s == 0.0
+
+
+def test_one_at_a_time_with_a_fixed_service_time_the_waits_are_lindleys():
+    """Batching off (max_num_seqs 1), every request one 512-token prefill (one output token):
+    a single server with deterministic service S. Each request's queueing delay must equal
+    Lindley's recursion W' = max(0, W + S - gap) on the same arrivals (exact, no sampling
+    error), and their mean the M/D/1 mean wait rho S / (2 (1 - rho)) within sampling error."""
+    st = StepTimer(Simulator("h100-80gb-x8", "vllm"), get_preset(MODEL), 1, max_tokens=1024,
+                   max_sequences=1)
+    service = st.batch_s([(512, 0)], [])
+    rho = 0.6
+    trace = synthetic_trace(np.random.default_rng(1), 5000, rho / service, "fixed:512,1")
+    report = serve(trace, get_preset(MODEL), "h100-80gb-x8", options=V1Options(1024, 1))
+    waits = np.array([r["queue_s"] for r in report.rows])
+    arrivals = np.array([r.arrival_s for r in trace.requests])
+    lindley = np.zeros(len(arrivals))
+    for i in range(1, len(arrivals)):
+        lindley[i] = max(0.0, lindley[i - 1] + service - (arrivals[i] - arrivals[i - 1]))
+    assert np.max(np.abs(waits - lindley)) < 1e-9
+    md1 = rho * service / (2 * (1 - rho))
+    assert waits.mean() == pytest.approx(md1, rel=0.1)
+
+
+def test_prefix_affinity_routes_a_shared_prefix_to_the_replica_that_caches_it():
+    """Two replicas. Request 0 (prefix blocks 1, 2, 3, 4) decodes for a while on replica 0;
+    request 1 (unrelated) finishes at once on replica 1. Request 2 shares blocks 1-3 with
+    request 0: least-loaded sends it to the idle replica 1 (no hit), prefix-affinity to
+    replica 0, where 3 x 512 of its prompt tokens are cached."""
+    trace = Trace("t", (Request(0, 0.0, 1600, 400, (1, 2, 3, 4)),
+                        Request(1, 0.01, 600, 2, (7, 8)),
+                        Request(2, 0.5, 1600, 2, (1, 2, 3, 5))), 512)
+    rows = {}
+    for router in ("least-loaded", "prefix-affinity"):
+        report = serve(trace, get_preset(MODEL), "h100-80gb-x8", replicas=2, router=router,
+                       options=V1Options(1024, 16))
+        rows[router] = {r["id"]: r for r in report.rows}
+    assert rows["least-loaded"][0]["finish_s"] > 0.5  # replica 0 is still busy at 0.5 s
+    assert (rows["least-loaded"][2]["replica"], rows["least-loaded"][2]["cached_tokens"]) == (1, 0)
+    assert rows["prefix-affinity"][2]["replica"] == 0
+    assert rows["prefix-affinity"][2]["cached_tokens"] == 3 * 512

@@ -1,0 +1,89 @@
+"""The serving simulator's step-time oracle against direct `Simulator.run` calls: exact at
+grid points, within 1 % (median) and 5 % (worst) off the grid, for the standard block and
+Kraken; attention adds to a standard step in full; a chunk after context costs its extra
+causal queries."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from krakenlm.models import get_preset
+from krakenlm.serving.step_time import StepTimer, token_grid
+from krakenlm.simulator import Simulator, arch_variant
+
+TP = 2
+
+
+@functools.cache
+def oracle(arch: str) -> tuple[Simulator, object, StepTimer]:
+    config = arch_variant(get_preset("gpt3-1.3b"), arch, TP)
+    sim = Simulator("h100-80gb-x8", "vllm")
+    return sim, config, StepTimer(sim, config, TP, max_tokens=2048, max_sequences=64)
+
+
+def _prefill(sim, config, prompt):
+    return sim.run(config, TP, 1, prompt, 2, check_memory=False).prefill.time_s
+
+
+def _decode(sim, config, batch, kv):
+    # the first decode step attends to prompt + 1 tokens
+    return float(sim.run(config, TP, batch, kv - 1, 2, check_memory=False).decode.step_times_s[0])
+
+
+def test_token_grid_keeps_every_aligned_count_and_the_one_after():
+    grid = token_grid(1000)
+    assert grid[:65] == list(range(1, 66))
+    assert {128, 129, 512, 513, 576, 577, 1000} <= set(grid) and 130 not in grid
+    assert grid == sorted(set(grid)) and grid[-1] == 1000
+
+
+@pytest.mark.parametrize("arch,rel", [("gpt", 1e-6), ("kraken", 5e-3)])
+def test_grid_points_equal_the_simulator(arch, rel):
+    """On the token grid the standard block is exact; Kraken's overlap residual still
+    interpolates over the attention time (its grid is in fractions of the collective time)."""
+    sim, config, st = oracle(arch)
+    for prompt in (1, 17, 64, 512, 513, 1024):  # on the token grid, no context
+        assert st.batch_s([(prompt, 0)], []) == pytest.approx(_prefill(sim, config, prompt),
+                                                               rel=rel)
+    for batch, kv in ((1, 16), (8, 16), (64, 16)):  # decode: grid batch and KV length
+        assert st.batch_s([], [kv] * batch) == pytest.approx(_decode(sim, config, batch, kv),
+                                                             rel=rel)
+
+
+@pytest.mark.parametrize("arch", ["gpt", "kraken"])
+def test_off_grid_points_are_within_one_percent_median_five_worst(arch):
+    sim, config, st = oracle(arch)
+    rng = np.random.default_rng(7)
+    errors = []
+    for prompt in rng.integers(66, 2000, 12):
+        errors.append(st.batch_s([(int(prompt), 0)], []) / _prefill(sim, config, int(prompt)) - 1)
+    for batch, kv in zip(rng.integers(1, 65, 12), rng.integers(17, 2000, 12)):
+        direct = _decode(sim, config, int(batch), int(kv))
+        errors.append(st.batch_s([], [int(kv)] * int(batch)) / direct - 1)
+    errors = np.abs(errors)
+    assert np.median(errors) <= 0.01, errors
+    assert errors.max() <= 0.05, errors
+
+
+def test_attention_adds_in_full_to_a_standard_step():
+    """The standard block cannot overlap attention with a collective: each second of attention
+    per layer adds one per layer to the step (prefill steps replay CUDA graphs under vLLM)."""
+    _, config, gpt = oracle("gpt")
+    for tokens in (7, 256, 1500):
+        added = gpt.step_s(tokens, 4, 4, 1e-4, True) - gpt.step_s(tokens, 4, 4, 0.0, True)
+        assert added == pytest.approx(1e-4 * config.n_layers, rel=1e-6)
+
+
+def test_a_chunk_after_context_costs_the_extra_causal_queries():
+    _, _, st = oracle("gpt")
+    f = st.prefill_attention_s
+    assert f(512, 0) == pytest.approx(st._prefill_attention(512))
+    # later queries attend to more keys: the same chunk costs more after a long context
+    assert f(512, 1536) > f(512, 0)
+    F = st._prefill_attention
+    assert f(512, 1536) == pytest.approx(F(1) + F(2048) - F(1536))
+    # never below the chunk alone (the kernel's floor)
+    assert f(16, 1000) >= f(16, 0)

@@ -1,0 +1,186 @@
+"""Leave-one-source-out validation (calibration/loso.py) and the prediction intervals it feeds
+(uncertainty.py)."""
+
+import dataclasses
+import math
+
+import pytest
+
+from krakenlm.cli import main
+from krakenlm.models import get_preset
+from krakenlm.simulator import simulate
+from krakenlm.simulator.calibration.loso import coverage, validate_loso
+from krakenlm.simulator.measurements.models import load_rows
+from krakenlm.simulator.uncertainty import (
+    Bands,
+    Case,
+    batch_band,
+    device_class,
+    read_residuals,
+    residuals_path,
+)
+
+
+@pytest.fixture(scope="module")
+def trtllm_h100_rows():
+    """The three TensorRT-LLM sources on H100 (22 rows: fast to simulate)."""
+    return [r for r in load_rows() if r.system == "h100-80gb-x8"
+            and r.source in ("trtllm_v05", "trtllm_v090", "nim_llm_180")]
+
+
+@pytest.fixture(scope="module")
+def report(trtllm_h100_rows):
+    return validate_loso(trtllm_h100_rows)
+
+
+def test_a_left_out_source_never_moves_its_own_constants(trtllm_h100_rows, report):
+    # Corrupt every measurement of trtllm_v090: its own predictions must not move (its fold
+    # never fits on it), while the other sources' folds, which fit on it, do move.
+    bad = [dataclasses.replace(r, measured_s=r.measured_s * 3)
+           if r.source == "trtllm_v090" else r for r in trtllm_h100_rows]
+    corrupted = validate_loso(bad)
+
+    def predicted(rep, source):
+        return [r["predicted_s"] for r in rep.rows if r["source"] == source]
+
+    assert predicted(corrupted, "trtllm_v090") == pytest.approx(predicted(report, "trtllm_v090"))
+    assert predicted(corrupted, "trtllm_v05") != pytest.approx(predicted(report, "trtllm_v05"))
+
+
+def test_every_row_scored_once_with_its_slices(trtllm_h100_rows, report):
+    assert len(report.rows) == len([r for r in trtllm_h100_rows if not r.anomalous])
+    row = report.rows[0]
+    assert row["device"] == "H100" and row["phase"] in ("prefill", "decode", "e2e")
+    by_source = {g["source"]: g for g in report.by(("source",))}
+    assert set(by_source) == {"trtllm_v05", "trtllm_v090", "nim_llm_180"}
+    assert sum(g["n"] for g in by_source.values()) == report.overall()["n"]
+
+
+def test_a_source_without_enough_other_rows_gets_the_sourced_constants():
+    # only NIM's 4 rows and one other source's 3: fewer than 4 rows left when NIM is out
+    h100 = [r for r in load_rows() if r.system == "h100-80gb-x8"]
+    rows = [r for r in h100 if r.source == "nim_llm_180"] + \
+        [r for r in h100 if r.source == "trtllm_v05"][:3]
+    rep = validate_loso(rows)
+    nim = next(f for f in rep.folds if f.source == "nim_llm_180")
+    assert "sourced defaults" in nim.constants[0]["constants"]
+
+
+def test_coverage_counts_each_source_with_the_others_residuals(report):
+    cov = coverage(report)
+    assert cov["level"] == 0.8
+    assert cov["overall"]["n"] <= report.overall()["n"]
+    assert 0 <= cov["overall"]["coverage_pct"] <= 100
+
+
+def test_bands_need_two_sources_and_say_what_they_extrapolate():
+    rows = [(Case("A100", 8, b, 512, "decode"), 0.1 * (i % 3), "s1")
+            for i, b in enumerate([1] * 12)]
+    assert Bands.from_residuals(rows).band(Case("A100", 8, 1, 512, "decode")) is None
+    rows += [(Case("A100", 8, 1, 512, "decode"), -0.2, "s2")] * 10
+    bands = Bands.from_residuals(rows)
+    band = bands.band(Case("A100", 8, 1, 512, "decode"))
+    assert band.low < 1 and band.n == 22 and band.extrapolation == ""
+    far = bands.band(Case("A100", 4, 64, 8192, "decode"))
+    assert "TP 4" in far.extrapolation and "batch 64" in far.extrapolation \
+        and "prompt 8192" in far.extrapolation
+    assert "no validated case on MI300X" in bands.band(Case("MI300X", 8, 1, 512, "decode")).extrapolation
+
+
+def test_names_of_devices_and_bands():
+    assert device_class("NVIDIA A100 80GB SXM4") == "A100"
+    assert device_class("AMD Instinct MI300X") == "MI300X"
+    assert device_class("NVIDIA L40S 48GB PCIe") == "L40S"
+    assert [batch_band(b) for b in (1, 2, 8, 9, 32, 33)] == ["1", "2-8", "2-8", "9-32", "9-32",
+                                                             "33+"]
+
+
+def test_every_result_carries_its_interval():
+    assert residuals_path().is_file() and len(read_residuals()) > 100
+    r = simulate(get_preset("llama2-70b"), "a100-80gb-x8", tp=8, batch=8, prompt_tokens=512,
+                 gen_tokens=16)
+    iv = r.interval
+    assert iv["level"] == 0.8 and iv["extrapolation"] is None
+    lo, hi = iv["ttft_s"]
+    assert lo < hi and math.isfinite(lo) and lo > 0
+    assert r.to_json()["interval"] == iv
+
+
+def test_sim_run_warns_when_it_extrapolates(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "run", "--system", "b200-x8", "--model", "llama2-7b", "--tp", "1",
+              "--batch", "1", "--prompt", "128", "--gen", "4"])
+    assert exc.value.code == 0
+    captured = capsys.readouterr()
+    assert "80% interval" in captured.out
+    assert captured.err.count("warning: this query extrapolates") == 1
+    assert "no validated case on B200" in captured.err
+
+
+def test_loso_needs_the_models_level(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "operators", "--loso"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --loso scores whole models")
+
+
+def _validate_models_csv(tmp_path, capsys, text):
+    path = tmp_path / "rows.csv"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "models", "--loso", "--models-csv", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1
+    return err[0]
+
+
+HEADER = ("source,model,hf_model,system,gpus,tp,framework,framework_version,dtype,batch,"
+          "prompt_tokens,output_tokens,metric,{value},repeats,notes,split\n")
+
+
+def test_a_measurement_file_in_seconds_names_the_unit(tmp_path, capsys):
+    err = _validate_models_csv(tmp_path, capsys, HEADER.format(value="value_s") +
+                               "x,llama2-7b,,a100-80gb-x8,1,1,trtllm,0.9,fp16,1,128,1,ttft,0.01,,,\n")
+    assert err.startswith("error: ") and "missing column(s) value_ms" in err
+    assert "found value_s: give the value in ms as value_ms" in err
+
+
+def test_a_bad_row_in_a_measurement_file_names_its_line(tmp_path, capsys):
+    err = _validate_models_csv(tmp_path, capsys, HEADER.format(value="value_ms") +
+                               "x,llama2-7b,,a100-80gb-x8,1,1,trtllm,0.9,fp16,1,128,1,ttft,12,,,\n"
+                               "x,llama2-7b,,a100-80gb-x8,1,1,trtllm,0.9,fp16,1,128,1,ttft,fast,,,\n")
+    assert err.startswith("error: ") and "line 3" in err and "fast" in err
+
+
+def test_a_missing_measurement_file_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "models", "--models-csv", str(tmp_path / "no.csv")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == f"error: --models-csv {tmp_path / 'no.csv'}: no such file"
+
+
+def test_validate_loso_json_on_a_small_measurement_file(tmp_path, capsys):
+    import csv
+    import json
+
+    from krakenlm.simulator.measurements.models import data_path
+
+    with open(data_path("model_measurements.csv"), newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = reader.fieldnames
+        keep = [r for r in reader if r["system"] == "h100-80gb-x8"
+                and r["source"] in ("nim_llm_180", "trtllm_v05")]
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(keep)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "models", "--loso", "--models-csv", str(path),
+              "--json"])
+    assert exc.value.code == 0
+    loso = json.loads(capsys.readouterr().out)["models_loso"]
+    assert {g["source"] for g in loso["slices"]["source"]} == {"nim_llm_180", "trtllm_v05"}
+    assert loso["overall"]["n"] == len(keep) and loso["coverage"]["level"] == 0.8
+    assert {f["source"] for f in loso["folds"]} == {"nim_llm_180", "trtllm_v05"}
