@@ -247,23 +247,30 @@ def functions(src: Path) -> list[dict]:
 
 
 def calibration_constants(src: Path) -> dict:
-    """The calibration YAMLs' stored params: how many, how many are SWITCHES, and the stored
-    names that are neither a switch nor a `Param(...)` of a GPU model, or both (none)."""
-    declared = {node.args[0].value for path in (src / KERNEL_MODELS).glob("*.py")
+    """The calibration YAMLs' stored params: how many, how many are SWITCHES, the typed
+    structural choices stored apart (format 3 `structure:`), and the stored names that are
+    neither a switch nor a `Param(...)` of a GPU kernel form or harness, or both (none)."""
+    sim = src / "simulator"
+    declared = {node.args[0].value for path in [*(src / KERNEL_MODELS).glob("*.py"),
+                                                sim / "measurements" / "harness.py"]
                 for node in ast.walk(parse(path)[1])
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Param"
                 and node.args and isinstance(node.args[0], ast.Constant)}
     names, refits = Counter(), 0
-    for path in sorted((src / "simulator" / "constants" / "devices").glob("*.yaml")):
+    structures = 0
+    for path in sorted((sim / "constants" / "devices").glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
         refits += len(data["meta"].get("refits", []))
-        names.update(name for info in data["frameworks"].values()
-                     for variants in info["families"].values()
-                     for entry in variants.values() for name in entry["params"])
+        entries = [entry for info in data["frameworks"].values()
+                   for variants in info["families"].values() for entry in variants.values()]
+        names.update(name for entry in entries for name in entry["params"])
+        structures += sum(len(entry.get("structure") or {}) + len(entry.get("harness") or {})
+                          for entry in entries)
     switches = {k: names[k] for k in SWITCHES}
     return {"constants": sum(names.values()), "switches": sum(switches.values()),
             "fitted_or_pinned": sum(names.values()) - sum(switches.values()),
             "switches_by_name": switches, "logged_refits": refits,
+            "typed_structure_fields": structures,
             "misclassified": sorted(n for n in names if (n in declared) == (n in SWITCHES))}
 
 
@@ -382,8 +389,9 @@ def markdown(m: dict) -> str:
             f"code lines ({g['blank']} blank): {g['prose_pct']} % of the non-blank lines.", "",
             "### Structural switches stored as floats (calibration YAMLs)", "",
             f"{c['switches']} switches among {c['constants']} stored constants "
-            f"({c['fitted_or_pinned']} fitted or pinned); {c['logged_refits']} refits logged in "
-            f"their meta. Stored names that are neither a switch nor a Param, or both: "
+            f"({c['fitted_or_pinned']} fitted or pinned); {c['typed_structure_fields']} "
+            "structural and harness choices stored typed apart (`structure:`, `harness:`); "
+            f"{c['logged_refits']} refits logged in their meta. Stored names that are neither a switch nor a Param, or both: "
             f"{', '.join(c['misclassified']) or 'none'}.", ""] + table(
         ["switch", "stored", "why it is a switch"],
         [[k, n, SWITCHES[k]] for k, n in c["switches_by_name"].items()])

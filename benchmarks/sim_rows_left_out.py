@@ -2,9 +2,9 @@
 
     python benchmarks/sim_rows_left_out.py [--system h100-80gb-x8 ...]
 
-The attention models describe FlashAttention-class kernels without sliding windows up to
-head_dim 256 (`attention.context_supported`, `attention.generation_supported`); every other
-row is left out of both the fit and the score. This prints, per system, framework and table,
+The attention forms describe FlashAttention-class kernels without sliding windows up to
+head_dim 256 (`supported` of the context and generation forms, kernels/gpu/attention.py);
+every other row is left out of both the fit and the score. This prints, per system, framework and table,
 the rows measured and those left out by reason, so the operator errors in
 docs/results-simulator.md can be read against what they cover. Needs the `calibrate` extra.
 """
@@ -16,6 +16,7 @@ import argparse
 import numpy as np
 
 from krakenlm.hardware import load_system
+from krakenlm.simulator.kernels.base import Setting
 from krakenlm.simulator.kernels.gpu import attention
 from krakenlm.simulator.measurements import aiconfigurator as aic
 
@@ -50,7 +51,7 @@ def main() -> None:
     print("| system | framework | table | rows | left out | by reason |")
     print("|---|---|---|---:|---:|---|")
     for system in args.system or SYSTEMS:
-        dev = load_system(system).device
+        sysm = load_system(system)
         for fw in FRAMEWORKS:
             for name, reader, gen in (("context", aic.read_context_attention, False),
                                       ("generation", aic.read_generation_attention, True)):
@@ -67,8 +68,8 @@ def main() -> None:
                         parts.append(f"{why} {int(new.sum())}")
                     left |= mask
                 # the reasons restate the models' filters; they must agree with them row by row
-                supported = (attention.generation_supported if gen
-                             else attention.context_supported)(dev, fw, t.columns)
+                form = attention.SMOOTH_DECODE if gen else attention.FLASH_CONTEXT
+                supported = form.supported(Setting(sysm, fw, "bf16"), t.columns)
                 if not np.array_equal(left, ~np.asarray(supported, bool)):
                     raise SystemExit(f"error: the reasons here disagree with attention.py's "
                                      f"filters for {system} {fw} {name}; update reasons()")

@@ -7,7 +7,7 @@ extra), every figure from NVIDIA's measured tables:
 
 1. the large-GEMM rate against K (M, N >= 4096, fit half of the shapes only): the median
    TFLOP/s per K range. A tile model's rate can only rise with K; SGLang's falls, which is what
-   the power-limited floor (`power_efficiency`, gpu/gemm.py) was chosen for;
+   the power-limited floor (`power_efficiency`, kernels/gpu/gemm.py) was chosen for;
 2. SGLang's bf16 GEMM against vLLM's (both call cuBLAS through torch) on the shapes both
    measured: how many, and SGLang's median excess below and above 1 ms;
 3. the noise of each table: between adjacent M of 9-16 (the same kernel, nearly the same bytes)
@@ -16,15 +16,16 @@ extra), every figure from NVIDIA's measured tables:
    the share of pairs more than 10 and 20 % apart;
 4. where the FP8 tables step in M for N > 1280 (fit half, K >= 4096, N K >= 2^24): the median
    ratio of the times at M = 17 and 16, and at 33 and 32, SGLang against vLLM. sgl-kernel's sm90
-   swap-AB dispatch (gpu/gemm_cutlass.py, tile_table 3) widens the token tile at M = 33 (32 ->
-   64), vLLM's at M = 17 (16 -> 64);
+   swap-AB dispatch (kernels/gpu/gemm_cutlass.py, tile_table 3) widens the token tile at M = 33
+   (32 -> 64), vLLM's at M = 17 (16 -> 64);
 5. the large-GEMM rate against the measured time (M, N >= 4096, K >= 2048, fit half): the
    median TFLOP/s per time range, SGLang against vLLM. The SGLang tables' rate falls once a
-   GEMM runs for milliseconds, which is what the heating term (`heat_s`, gpu/gemm.py) reads;
+   GEMM runs for milliseconds, which is what the burst heating (`heat_s`, measurements/harness.py)
+   reads;
 6. what zero-filled token rows cost (fit half, K >= 4096, N >= 1024): the median ratio of the
    times at M = 129 and 256 (128 x 128 tiles: 127 rows of the second tile row past the last
    token, or none) and at 65 and 128 (64-row tiles), for N <= 4096 and above. The cost grows
-   with the number of weight tile columns, not per wave (gpu/gemm_cutlass.py).
+   with the number of weight tile columns, not per wave (kernels/gpu/gemm_cutlass.py).
 """
 
 from __future__ import annotations

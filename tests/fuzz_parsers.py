@@ -832,18 +832,26 @@ REGRESSIONS: tuple[Regression, ...] = (
                lambda: b"devices: {A100: {matmul: {compute_efficiency: high}}}\n",
                "compute_efficiency: expected a number in (0, 1]"),
     Regression("gpu-calibration", "frameworks is a list",
-               lambda: b"meta: {format: 2, device_key: X}\nframeworks: [1]\n",
+               lambda: b"meta: {format: 3, device_key: X}\nframeworks: [1]\n",
                "frameworks is not a mapping"),
     Regression("gpu-calibration", "families is a list",
-               lambda: b"meta: {format: 2, device_key: X}\nframeworks: {a: {families: [1]}}\n",
+               lambda: b"meta: {format: 3, device_key: X}\nframeworks: {a: {families: [1]}}\n",
                "frameworks.a.families is not a mapping"),
     Regression("gpu-calibration", "fit is a list",
-               lambda: b"meta: {format: 2, device_key: X}\nframeworks: {a: {families: {g: {v: "
-                       b"{params: {a: 1}, fit: [1]}}}}}\n", "fit must be a mapping"),
+               lambda: b"meta: {format: 3, device_key: X}\nframeworks: {a: {families: {nccl: "
+                       b"{v: {form: nccl/nccl, params: {a: 1}, fit: [1]}}}}}\n",
+               "fit must be a mapping"),
     Regression("gpu-calibration", "a parameter beyond the float range",
-               lambda: b"meta: {format: 2, device_key: X}\nframeworks: {a: {families: {g: {v: "
-                       b"{params: {a: 1" + b"0" * 400 + b"}}}}}}\n",
+               lambda: b"meta: {format: 3, device_key: X}\nframeworks: {a: {families: {nccl: "
+                       b"{v: {form: nccl/nccl, params: {a: 1" + b"0" * 400 + b"}}}}}}\n",
                "needs a params mapping of finite numbers"),
+    Regression("gpu-calibration", "a structural choice the form does not have",
+               lambda: b"meta: {format: 3, device_key: X}\nframeworks: {a: {families: {gemm: "
+                       b"{v: {form: gemm/sglang-cutlass-fp8, structure: {tile_table: 2}, "
+                       b"params: {a: 1}}}}}}\n", "structure tile_table must be one of 0, 1, 3"),
+    Regression("gpu-calibration", "a calibration of format 2",
+               lambda: b"meta: {format: 2, device_key: X}\nframeworks: {}\n",
+               "convert it with `python -m krakenlm.simulator.constants.format2"),
     Regression("gpu-calibration-cli", "a parameter the kernel model needs is missing",
                lambda: gpu_calibration_cli_seeds()[0].replace("memory_efficiency:",
                                                               "memory_efficiency_x:").encode(),

@@ -1,4 +1,4 @@
-"""Collective models fitted on measured kernels (simulator/gpu/collectives.py): NCCL ring / NVLS
+"""Collective forms fitted on measured kernels (kernels/gpu/collectives.py): NCCL ring / NVLS
 with NCCL's own protocol choice, and the frameworks' one-/two-shot all-reduce."""
 
 import math
@@ -8,6 +8,7 @@ import pytest
 
 from krakenlm.hardware import load_system
 from krakenlm.simulator.calibration.fit import fit_model
+from krakenlm.simulator.kernels.base import Measured, Setting
 from krakenlm.simulator.kernels.gpu import allreduce_routes as R
 from krakenlm.simulator.kernels.gpu import collectives as C
 
@@ -29,6 +30,22 @@ CUSTOM_H100 = {"oneshot_latency_s": 4.2e-6, "barrier_peer_s": 0.07e-6, "blocks_p
                "twoshot_efficiency": 0.62, "eager_host_s": 22e-6}
 SYMM_H100 = {"symm_latency_s": 9.4e-6, "multimem_efficiency": 0.65,
              "symm_twoshot_efficiency": 0.69, "staged_eager_host_s": 40e-6}
+
+
+def custom(system, cols, p, nccl_params=None, eager=True, **kwargs):
+    """The framework all-reduce's time, NCCL's messages by NCCL's model with `nccl_params`,
+    the eager rows as the collector's eager calls (`eager`)."""
+    nccl = None if nccl_params is None else (lambda c: C.predict_nccl(system, c, nccl_params))
+    return C.predict_custom(system, cols, p, nccl=nccl, eager=eager, **kwargs)
+
+
+def nccl_params(system, cols=None):
+    """The NCCL constants a fit on `cols` (every protocol without rows) reads on `system`."""
+    setting = Setting(system, "nccl", "any")
+    measured = None if cols is None else Measured(cols, np.ones(len(cols["n"])),
+                                                  np.ones(len(cols["n"]), bool))
+    (structure,) = C.NCCL.structures(setting, measured)
+    return C.NCCL.params(setting, structure)
 
 
 def rows(op, n, sizes):
@@ -56,7 +73,7 @@ def test_one_gpu_or_empty_message_costs_nothing(system, p):
         assert np.all(C.predict_nccl(system, rows(op, 1, [1e3, 1e6, 1e9]), p) == 0.0)
         assert C.predict_nccl(system, rows(op, 8, [0.0]), p)[0] == 0.0
     eager = {"n": np.array([1, 1]), "bytes": np.array([1e3, 1e9]), "graph": np.array([True, False])}
-    assert np.all(C.predict_custom(system, eager, CUSTOM_H100, nccl_params=p,
+    assert np.all(custom(system, eager, CUSTOM_H100, nccl_params=p,
                                    handoff={1: 0.0}) == 0.0)
 
 
@@ -71,7 +88,7 @@ def test_latency_increases_with_message_size_at_large_sizes(system, p):
             # and it approaches a bandwidth: doubling S less than doubles t, never more
             assert np.all(t[2:] / t[:-2] <= 2.0 + 1e-9)
     for n in (2, 4, 8):
-        t = C.predict_custom(system, rows("all_reduce", n, sizes), CUSTOM_H100,
+        t = custom(system, rows("all_reduce", n, sizes), CUSTOM_H100,
                              oneshot_below=C.ONESHOT_BELOW["vllm"])
         assert np.all(np.diff(t) > 0)
 
@@ -90,7 +107,7 @@ def test_bytes_moved_never_exceed_the_port_bandwidth(system, p):
     for below in (C.ONESHOT_BELOW["vllm"], None):
         for n in (2, 4, 8):
             sizes = 2.0 ** np.arange(8, 34)
-            t = C.predict_custom(system, rows("all_reduce", n, sizes), saturated(CUSTOM_H100),
+            t = custom(system, rows("all_reduce", n, sizes), saturated(CUSTOM_H100),
                                  oneshot_below=below)
             assert np.all(C.bus_bandwidth("all_reduce", n, sizes, t) <= port)
 
@@ -140,7 +157,7 @@ def test_protocol_choice_follows_nccl_tuner():
 
 def test_nvls_constants_missing_fall_back_on_the_ring():
     ring_only = {k: v for k, v in NCCL_H100.items() if not k.startswith("nvls")}
-    t = C.predict_nccl(H100, rows("all_reduce", 8, [64 * MiB]), ring_only)
+    t = C.predict_nccl(H100, rows("all_reduce", 8, [64 * MiB]), ring_only, nvls=False)
     assert np.isfinite(t).all() and t[0] > 0
 
 
@@ -154,24 +171,28 @@ def test_custom_handoff_eager_and_kernel_switch():
     sizes = 2.0 ** np.arange(10, 30)
     cols = rows("all_reduce", 8, sizes)
     handoff = {8: 8 * MiB}
-    t = C.predict_custom(H100, cols, CUSTOM_H100, nccl_params=NCCL_H100, handoff=handoff,
+    t = custom(H100, cols, CUSTOM_H100, nccl_params=NCCL_H100, handoff=handoff,
                          oneshot_below=C.ONESHOT_BELOW["vllm"])
     nccl = C.predict_nccl(H100, cols, NCCL_H100)
     above = sizes > 8 * MiB
     assert np.allclose(t[above], nccl[above]) and not np.allclose(t[~above], nccl[~above])
     # vLLM on 8 GPUs: one-shot below 256 KiB, two-shot from it
-    one_only = C.predict_custom(H100, cols, CUSTOM_H100, oneshot_below=C.ONESHOT_BELOW["trtllm"])
+    one_only = custom(H100, cols, CUSTOM_H100, oneshot_below=C.ONESHOT_BELOW["trtllm"])
     at = sizes == 256 * 1024
     assert t[at][0] < one_only[at][0]
     # eager: the host time for small messages, device time + the input clone for large ones
     eager = dict(cols, graph=np.zeros(len(sizes), bool))
-    te = C.predict_custom(H100, eager, CUSTOM_H100, nccl_params=NCCL_H100, handoff=handoff,
+    te = custom(H100, eager, CUSTOM_H100, nccl_params=NCCL_H100, handoff=handoff,
                           oneshot_below=C.ONESHOT_BELOW["vllm"])
     assert np.all(te >= t) and te[0] == pytest.approx(CUSTOM_H100["eager_host_s"], rel=0.01)
     copy = 2 * sizes[-1] / H100.device.memory.bandwidth_bytes_per_s
     assert te[-1] == pytest.approx(t[-1] + copy, rel=0.01)
     with pytest.raises(ValueError, match="eager_host_s"):
-        C.predict_custom(H100, eager, {k: v for k, v in CUSTOM_H100.items() if k != "eager_host_s"})
+        custom(H100, eager, {k: v for k, v in CUSTOM_H100.items() if k != "eager_host_s"})
+    # a query (no harness) runs every call as a CUDA graph: the eager rows' marks are ignored
+    assert np.array_equal(custom(H100, eager, CUSTOM_H100, nccl_params=NCCL_H100,
+                                 handoff=handoff, oneshot_below=C.ONESHOT_BELOW["vllm"],
+                                 eager=False), t)
 
 
 def test_detect_handoff_reads_the_switch_to_nccl():
@@ -196,9 +217,9 @@ def test_routed_prediction_times_each_kernel_by_its_model():
     p = {**CUSTOM_H100, **SYMM_H100}
     sizes = np.array([128 * 1024, 32 * MiB, 128 * MiB])
     cols = rows("all_reduce", 8, sizes)
-    t = C.predict_custom(H100, cols, p, nccl_params=NCCL_H100, route=route)
+    t = custom(H100, cols, p, nccl_params=NCCL_H100, route=route)
     # 128 KiB: vLLM's one-shot kernel, as without a route
-    assert t[0] == pytest.approx(C.predict_custom(H100, cols, p, oneshot_below={8: MiB})[0])
+    assert t[0] == pytest.approx(custom(H100, cols, p, oneshot_below={8: MiB})[0])
     # 32 MiB: multimem with the copy in and out of the symmetric buffer
     B = C.port_bandwidth(H100)
     copies = 4 * sizes[1] / H100.device.memory.bandwidth_bytes_per_s
@@ -209,7 +230,7 @@ def test_routed_prediction_times_each_kernel_by_its_model():
     # eager: the staged path's host time for small symmetric-memory messages
     small = rows("all_reduce", 8, [256 * 1024])
     eager = dict(small, graph=np.array([False]))
-    te = C.predict_custom(H100, eager, p, nccl_params=NCCL_H100, route=route)
+    te = custom(H100, eager, p, nccl_params=NCCL_H100, route=route)
     assert te[0] == pytest.approx(p["staged_eager_host_s"], rel=0.02)
 
 
@@ -218,10 +239,10 @@ def test_sglang_v2_pull_kernels_copy_in_and_out_only_when_eager():
     p = {**CUSTOM_H100, "staged_eager_host_s": 30e-6}
     cols = rows("all_reduce", 8, [8 * MiB])
     assert route(cols["n"], cols["bytes"])[0] == R.PULL_TWOSHOT
-    graph = C.predict_custom(H100, cols, p, nccl_params=NCCL_H100, route=route)[0]
-    two = C.predict_custom(H100, cols, p, oneshot_below={8: 0})[0]
+    graph = custom(H100, cols, p, nccl_params=NCCL_H100, route=route)[0]
+    two = custom(H100, cols, p, oneshot_below={8: 0})[0]
     assert graph == pytest.approx(two)
-    eager = C.predict_custom(H100, dict(cols, graph=np.array([False])), p,
+    eager = custom(H100, dict(cols, graph=np.array([False])), p,
                              nccl_params=NCCL_H100, route=route)[0]
     mem_bw = H100.device.memory.bandwidth_bytes_per_s
     assert eager == pytest.approx(graph + 6 * 8 * MiB / mem_bw, rel=0.01)  # clone + in + out
@@ -257,19 +278,19 @@ def test_a_protocol_no_measured_row_runs_is_not_fitted_and_not_used():
     eight = _rows("all_gather", 8, [2.0 ** 24, 2.0 ** 25])
     assert (C.nccl_choice(gb200, eight) == C.PROTOCOLS.index("ll128")).all()
     small = _rows("all_reduce", 4, 2.0 ** np.arange(10, 28))
-    names = [p.name for p in C.nccl_params_for(gb200, small)]
+    names = [p.name for p in nccl_params(gb200, small)]
     assert "ll128_latency_s" not in names and "ll128_efficiency" not in names
-    assert len(C.nccl_params_for(gb200, eight)) == len(C.NCCL_PARAMS)
+    assert len(nccl_params(gb200, eight)) == len(C.NCCL_PARAMS)
     # constants without LL128: where the tuner would run it, the fastest fitted protocol
-    p = {q.name: q.initial for q in C.nccl_params_for(gb200, small)}
-    times = C.nccl_protocol_times(gb200, eight, p)
+    p = {q.name: q.initial for q in nccl_params(gb200, small)}
+    times = C.nccl_protocol_times(gb200, eight, p, ll128=False)
     assert np.isinf(times[:, C.PROTOCOLS.index("ll128")]).all()
-    assert C.predict_nccl(gb200, eight, p) == pytest.approx(np.min(times, axis=1))
+    assert C.predict_nccl(gb200, eight, p, ll128=False) == pytest.approx(np.min(times, axis=1))
 
 
 def test_parameter_sets_match_the_fabric_and_the_kernels():
-    assert [p.name for p in C.nccl_params_for(A100) if p.name.startswith("nvls")] == []
-    assert C.nccl_params_for(H100) == C.NCCL_PARAMS
+    assert [p.name for p in nccl_params(A100) if p.name.startswith("nvls")] == []
+    assert nccl_params(H100) == C.NCCL_PARAMS
     names = [p.name for p in C.custom_params_for(False, {R.ONESHOT, R.NCCL})]
     assert names == ["oneshot_latency_s", "barrier_peer_s", "blocks_peer_s",
                      "oneshot_efficiency"]
@@ -298,10 +319,10 @@ def test_synthetic_custom_fit_recovers_its_constants():
     n, b, g = np.meshgrid([2, 4, 8], 2.0 ** np.arange(8, 30), [True, False], indexing="ij")
     cols = {"n": n.ravel(), "bytes": b.ravel(), "graph": g.ravel()}
     below = C.ONESHOT_BELOW["vllm"]
-    measured = C.predict_custom(H100, cols, CUSTOM_H100, oneshot_below=below)
+    measured = custom(H100, cols, CUSTOM_H100, oneshot_below=below)
     params = C.custom_params_for(True, {R.ONESHOT, R.TWOSHOT})
     r = fit_model("synthetic custom",
-                  lambda c, p: C.predict_custom(H100, c, p, oneshot_below=below),
+                  lambda c, p: custom(H100, c, p, oneshot_below=below),
                   params, cols, measured, C.custom_key(cols))
     assert r.mape_held_out < 1.0
     for name in ("oneshot_latency_s", "oneshot_efficiency", "twoshot_latency_s",
@@ -315,9 +336,9 @@ def test_synthetic_routed_fit_recovers_the_symmetric_memory_constants():
     cols = {"n": n.ravel(), "bytes": b.ravel(), "graph": g.ravel()}
     route = C.route_for("vllm", "0.24.0", H100)
     truth = {**CUSTOM_H100, **SYMM_H100}
-    measured = C.predict_custom(H100, cols, truth, nccl_params=NCCL_H100, route=route)
+    measured = custom(H100, cols, truth, nccl_params=NCCL_H100, route=route)
     params = C.custom_params_for(True, set(route(cols["n"], cols["bytes"]).tolist()))
-    r = fit_model("synthetic vllm", lambda c, p: C.predict_custom(
+    r = fit_model("synthetic vllm", lambda c, p: custom(
         H100, c, p, nccl_params=NCCL_H100, route=route), params, cols, measured,
         C.custom_key(cols), starts=[{}, *C.CUSTOM_FIT_STARTS])
     assert r.mape_held_out < 1.0

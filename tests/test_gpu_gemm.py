@@ -1,4 +1,4 @@
-"""The GPU GEMM kernel models (simulator/gpu/gemm.py, gemm_cutlass.py) on synthetic data only."""
+"""The GPU GEMM kernel forms (kernels/gpu/gemm.py, gemm_cutlass.py) on synthetic data only."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import pytest
 
 from krakenlm.hardware import load_system
 from krakenlm.simulator.calibration.fit import fit_model
+from krakenlm.simulator.kernels import base
+from krakenlm.simulator.kernels.base import BurstHeat, Conditions, Setting
 from krakenlm.simulator.kernels.gpu import gemm, gemm_cutlass
 
 # Constants of the order the H100 tables give.
@@ -16,9 +18,22 @@ P = {"floor_s": 2e-6, "compute_efficiency": 0.75, "memory_efficiency": 0.85,
      "quant_cta_s": 7e-9}
 
 
+H100 = load_system("h100-80gb-x8")
+CUBLAS = gemm.CUBLAS
+VLLM = gemm_cutlass.VLLM_CUTLASS
+SGLANG = gemm_cutlass.SGLANG_CUTLASS
+
+
 @pytest.fixture(scope="module")
 def h100():
-    return load_system("h100-80gb-x8").device
+    return H100.device
+
+
+def predict(form, c, p, dtype="bf16", structure=None, conditions=base.SERVING,
+            framework="trtllm"):
+    """Seconds per row of `c` on H100 with `form` (cuBLAS without a power limit by default)."""
+    structure = form.Structure() if structure is None else structure
+    return form.predict(Setting(H100, framework, dtype), c, p, structure, conditions)
 
 
 def cols(m, n, k):
@@ -51,10 +66,6 @@ def test_vllm_sm100_and_sglang_tiles():
     steps = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 1, False, M, N, K)[:2]
     assert list(zip(*read)) == [(64, 64), (64, 64), (64, 64), (128, 128)]
     assert list(zip(*steps)) == [(64, 64), (64, 128), (128, 128), (128, 128)]
-    M = np.array([16, 32, 33, 100, 200])
-    N, K = np.full(5, 4096), np.full(5, 4096)
-    rows32 = gemm_cutlass.tiles(gemm_cutlass.SGLANG, 2, False, M, N, K)[:2]
-    assert list(zip(*rows32)) == [(32, 64), (32, 64), (64, 64), (64, 128), (128, 128)]
 
 
 @pytest.mark.parametrize("m,n,tile", [
@@ -95,50 +106,45 @@ def test_padded_token_rows_cross_l2_once_per_weight_tile_column(h100):
     assert np.array_equal(v["l2_bytes"], loaded)
 
 
+POWERED = gemm.CublasStructure(power_limit=True)
+SGL = {**P, "power_efficiency": 1 - 1e-9, "oob_row_s": 0.0}  # SGLang's form without either term
+
+
 def test_power_limit_caps_the_rate_of_large_gemms_only(h100):
     # M = 16: 1 us of flops at the capped rate, far below one 64 x 64 tile's K loop
     c = cols([16, 8192], [4096, 8192], [4096, 8192])
-    base = gemm.predict(h100, c, P, "bf16")
-    capped = gemm.predict(h100, c, {**P, "power_efficiency": 0.5}, "bf16")
+    base = predict(CUBLAS, c, P)
+    capped = predict(CUBLAS, c, {**P, "power_efficiency": 0.5}, structure=POWERED)
     assert capped[0] == base[0]  # a small GEMM never reaches the cap
     cap_s = 2.0 * 8192 ** 3 / (h100.matrix_rate("bf16") * 0.5)
     assert base[1] < cap_s and capped[1] >= cap_s  # floor under the compute time
-    # the same floor on the CUTLASS path
-    sgl = {**P, "library": 2, "tile_table": 1}
-    t = gemm.predict(h100, c, {**sgl, "power_efficiency": 0.5}, "fp8")[1]
+    # the same floor on SGLang's CUTLASS path
+    t = predict(SGLANG, c, {**SGL, "power_efficiency": 0.5}, "fp8",
+                gemm_cutlass.SglangStructure(1), framework="sglang")[1]
     assert t >= 2.0 * 8192 ** 3 / (h100.matrix_rate("fp8") * 0.5)
 
 
-def test_heat_slows_long_power_limited_gemms_only(h100):
-    # power-limited time t becomes t (1 + t / heat_s): a GEMM of microseconds gains < 0.1 %, a
-    # 20 ms one 40 %; without power_efficiency, or without heat_s, nothing changes
+def test_burst_heat_saturates_and_only_a_benchmark_has_it(h100):
+    # the power-limited time t becomes t (1 + gain (1 - e^(-t / time constant))) under the
+    # harness's burst heating: a 142 ms power-limited GEMM is 1.75x slower, a GEMM of
+    # microseconds unchanged; a query (no harness conditions) never heats
     c = cols([512, 65536], [4096, 8192], [512, 65536])
     capped = {**P, "power_efficiency": 0.5}
-    base = gemm.predict(h100, c, capped, "bf16")
-    hot = gemm.predict(h100, c, {**capped, "heat_s": 0.05}, "bf16")
     t_s = 2.0 * 65536 * 8192 * 65536 / (h100.matrix_rate("bf16") * 0.5)
+    base = predict(CUBLAS, c, capped, structure=POWERED)
+    hot = predict(CUBLAS, c, capped, structure=POWERED,
+                  conditions=Conditions(burst_heat=BurstHeat(0.05, 0.8)))
     assert hot[0] == pytest.approx(base[0], rel=1e-3)
-    assert hot[1] >= t_s * (1 + t_s / 0.05) and hot[1] > 1.3 * base[1]
-    assert np.array_equal(gemm.predict(h100, c, {**P, "heat_s": 0.05}, "bf16"),
-                          gemm.predict(h100, c, P, "bf16"))
-
-
-def test_heat_saturates_at_the_hot_steady_state(h100):
-    # with heat_gain the slowdown tends to 1 + heat_gain: a 142 ms power-limited GEMM is 1.75x
-    # slower, not 3.8x as the first-order form made it (the tables' 380 ms runs came out 4.6x
-    # too slow with that form)
-    c = cols([512, 65536], [4096, 8192], [512, 65536])
-    capped = {**P, "power_efficiency": 0.5}
-    t_s = 2.0 * 65536 * 8192 * 65536 / (h100.matrix_rate("bf16") * 0.5)
-    hot = gemm.predict(h100, c, {**capped, "heat_s": 0.05, "heat_gain": 0.8}, "bf16")
     assert t_s > 0.14 and hot[1] == pytest.approx(t_s * (1 + 0.8 * (1 - np.exp(-t_s / 0.05))),
                                                   rel=1e-4)  # + the launch floor
-    assert hot[1] < t_s * 1.8 < t_s * (1 + t_s / 0.05)
-    short = gemm.power_time(h100, {"flops": np.array([2e13])}, {**capped, "heat_s": 0.05,
-                                                                 "heat_gain": 0.8}, "bf16")
-    t0 = 2e13 / (h100.matrix_rate("bf16") * 0.5)  # ~40 ms: first order t (1 + gain t / heat_s)
-    expect = t0 * (1 + 0.8 * (1 - np.exp(-t0 / 0.05)))
-    assert short[0] == pytest.approx(expect) and short[0] < t0 * (1 + 0.8 * t0 / 0.05)
+    assert hot[1] < t_s * 1.8 and base[1] == pytest.approx(t_s, rel=1e-3)
+    # without a power limit there is nothing to heat
+    assert np.array_equal(predict(CUBLAS, c, P, conditions=Conditions(
+        burst_heat=BurstHeat(0.05, 0.8))), predict(CUBLAS, c, P))
+    short = gemm.power_time(h100, np.array([2e13]), 0.5, "bf16",
+                            Conditions(burst_heat=BurstHeat(0.05, 0.8)))
+    t0 = 2e13 / (h100.matrix_rate("bf16") * 0.5)  # ~40 ms
+    assert short[0] == pytest.approx(t0 * (1 + 0.8 * (1 - np.exp(-t0 / 0.05))))
 
 
 def test_zero_filled_token_rows_cost_only_past_the_last_token(h100):
@@ -146,9 +152,9 @@ def test_zero_filled_token_rows_cost_only_past_the_last_token(h100):
     # M = 129 and M = 200 leave 127 and 56 rows of the second tile row past the last token
     m = np.array([129, 200, 256])
     c = cols(m, 4096, 4096)
-    sgl = {**P, "library": 2, "tile_table": 1}
-    extra = gemm.predict(h100, c, {**sgl, "oob_row_s": 1e-9}, "fp8") - \
-        gemm.predict(h100, c, sgl, "fp8")
+    table1 = gemm_cutlass.SglangStructure(1)
+    extra = predict(SGLANG, c, {**SGL, "oob_row_s": 1e-9}, "fp8", table1, framework="sglang") \
+        - predict(SGLANG, c, SGL, "fp8", table1, framework="sglang")
     assert extra[2] == 0 and extra[0] > extra[1] > 0
     assert extra[0] / extra[1] == pytest.approx(127 / 56, rel=0.05)
 
@@ -163,34 +169,41 @@ def test_tile_grid_is_rounded_to_whole_clusters(h100):
     assert list(g["waves"]) == [1, 2]  # 2 x 34 = 68 CTAs; 4 x 34 = 136 (3 x 34 would be 102)
 
 
-def test_fit_setup_picks_the_framework_kernels(h100):
-    a100 = load_system("a100-80gb-x8").device
-    params, structures = gemm.fit_setup(h100, "vllm", "fp8")
-    assert "quant_cta_s" in {q.name for q in params}
-    assert "split_k_overhead_s" not in {q.name for q in params}  # CUTLASS: no split-K
-    assert {s["library"] for s in structures} == {gemm_cutlass.VLLM}
-    assert {s["weight_copies"] for s in structures} == {0, 6}
-    _, sgl = gemm.fit_setup(h100, "sglang", "fp8")
-    assert {(s["tile_table"], s["weight_copies"]) for s in sgl} == {
-        (t, c) for t in (0, 1, 2, 3) for c in (0, 6)}  # table 3: sm90's dispatch as read
-    b200 = load_system("b200-x8").device
-    assert {s["tile_table"] for s in gemm.fit_setup(b200, "sglang", "fp8")[1]} == {0, 1, 2}
-    for dev, fw, dtype in ((h100, "trtllm", "fp8"), (h100, "vllm", "bf16"), (a100, "vllm", "fp8")):
-        params, structures = gemm.fit_setup(dev, fw, dtype)
-        assert params == gemm.PARAMS and all("library" not in s for s in structures)
+def offered(system, framework, dtype):
+    """The GEMM forms a calibration tries for (system, framework, dtype), with structures."""
+    setting = Setting(load_system(system), framework, dtype)
+    return {f.name: f.structures(setting) for f in base.forms("gemm") if f.offered(setting)}
+
+
+def test_each_framework_is_offered_its_own_gemm_kernels():
+    vllm = offered("h100-80gb-x8", "vllm", "fp8")
+    assert list(vllm) == [VLLM.name]
+    setting = Setting(H100, "vllm", "fp8")
+    names = {q.name for q in VLLM.params(setting, VLLM.Structure())}
+    assert "quant_cta_s" in names and "split_k_overhead_s" not in names  # CUTLASS: no split-K
+    sgl = offered("h100-80gb-x8", "sglang", "fp8")
+    assert [s.tile_table for s in sgl[SGLANG.name]] == [0, 1, 3]  # 3: sm90's dispatch as read
+    assert [s.tile_table for s in offered("b200-x8", "sglang", "fp8")[SGLANG.name]] == [0, 1]
+    for system, fw, dtype in (("h100-80gb-x8", "trtllm", "fp8"), ("h100-80gb-x8", "vllm", "bf16"),
+                              ("a100-80gb-x8", "vllm", "fp8")):
+        assert list(offered(system, fw, dtype)) == [CUBLAS.name]
     # SGLang's tables: a power-limited rate on every device, zero-filled rows on its CUTLASS path
-    assert {q.name for q in gemm.fit_setup(h100, "sglang", "fp8")[0]} >= {
-        "power_efficiency", "oob_row_s"}
-    names = {q.name for q in gemm.fit_setup(a100, "sglang", "bf16")[0]}
-    assert "power_efficiency" in names and "oob_row_s" not in names
-    assert {s["weight_copies"] for s in gemm.fit_setup(h100, "trtllm", "bf16")[1]} == {0, 5}
+    assert {q.name for q in SGLANG.params(Setting(H100, "sglang", "fp8"),
+                                          SGLANG.Structure(3))} >= {"power_efficiency",
+                                                                    "oob_row_s"}
+    a100 = Setting(load_system("a100-80gb-x8"), "sglang", "bf16")
+    (structure,) = CUBLAS.structures(a100)
+    names = {q.name for q in CUBLAS.params(a100, structure)}
+    assert structure.power_limit and "power_efficiency" in names and "oob_row_s" not in names
+    # a 16-bit GEMM reads no quantiser constant: it is not stored
+    assert "quantize_efficiency" not in names
 
 
 def test_cutlass_kernel_cannot_split_k(h100):
     # two 128 x 128 tiles over K = 65536: cuBLAS splits K over the SMs, vLLM's kernel cannot
     c = cols(256, 128, 65536)
-    cublas = gemm.predict(h100, c, P, "fp8")[0]
-    vllm = gemm.predict(h100, c, {**P, "library": 1}, "fp8")[0]
+    cublas = predict(CUBLAS, c, P, "fp8")[0]
+    vllm = predict(VLLM, c, P, "fp8", framework="vllm")[0]
     one_sm_s = 2 * 128 * 128 * 65536 / (h100.matrix_rate("fp8") / h100.core_count)
     assert vllm > one_sm_s / P["compute_efficiency"] > 3 * cublas
 
@@ -198,36 +211,36 @@ def test_cutlass_kernel_cannot_split_k(h100):
 def test_vllm_quantiser_costs_one_cta_per_token(h100):
     # K = 32, N = 128: the GEMM is tiny, the quantisation kernel's CTAs are what grows with M
     m = np.array([4096, 32768])
-    vllm = gemm.predict(h100, cols(m, 128, 32), {**P, "library": 1}, "fp8")
-    sglang = gemm.predict(h100, cols(m, 128, 32), {**P, "library": 2}, "fp8")
+    vllm = predict(VLLM, cols(m, 128, 32), P, "fp8", framework="vllm")
+    sglang = predict(SGLANG, cols(m, 128, 32), SGL, "fp8", gemm_cutlass.SglangStructure(0),
+                     framework="sglang")
     assert vllm[1] - vllm[0] == pytest.approx((32768 - 4096) * P["quant_cta_s"], rel=0.1)
     assert sglang[1] - sglang[0] < 0.3 * (vllm[1] - vllm[0])  # 8 rows per CTA from 2112 rows
 
 
 def test_cutlass_waves_quantise(h100):
     # 4 x 33 = 132 tiles of 128 x 128 fill one wave of the 132 SMs; 4 x 34 need a second one
-    t = gemm.predict(h100, cols(512, 33 * 128, 8192), {**P, "library": 1}, "fp8")[0]
-    t2 = gemm.predict(h100, cols(512, 33 * 128 + 1, 8192), {**P, "library": 1}, "fp8")[0]
+    t = predict(VLLM, cols(512, 33 * 128, 8192), P, "fp8", framework="vllm")[0]
+    t2 = predict(VLLM, cols(512, 33 * 128 + 1, 8192), P, "fp8", framework="vllm")[0]
     assert t2 > 1.5 * t
 
 
 def test_weight_copies_in_l2_only_describe_the_benchmark(h100):
     small = cols(1, 2048, 2048)  # 8 MB of weights: 5 copies fit the 50 MB L2
     big = cols(1, 8192, 8192)  # 128 MB: they do not
-    base = {**P, "l2_efficiency": 0.5}  # L2 twice as fast as DRAM
-    p = {**base, "weight_copies": 5}
-    for c in (small, big):
-        assert gemm.predict(h100, c, base)[0] == gemm.predict(h100, c, p, warm_l2=False)[0]
-    assert gemm.predict(h100, small, p)[0] < 0.9 * gemm.predict(h100, small, base)[0]
-    assert gemm.predict(h100, big, p)[0] == gemm.predict(h100, big, base)[0]
+    p = {**P, "l2_efficiency": 0.5}  # L2 twice as fast as DRAM
+    bench = Conditions(weight_copies=5)
+    assert predict(CUBLAS, small, p, conditions=bench)[0] < 0.9 * predict(CUBLAS, small, p)[0]
+    assert predict(CUBLAS, big, p, conditions=bench)[0] == predict(CUBLAS, big, p)[0]
 
 
 def test_predictions_are_monotone_in_k_for_every_library(h100):
     k = np.array([256, 1024, 4096, 16384, 65536])
-    for lib in (0, 1, 2):
+    for form, p, fw, structure in ((CUBLAS, P, "trtllm", None), (VLLM, P, "vllm", None),
+                                   (SGLANG, SGL, "sglang", gemm_cutlass.SglangStructure(0))):
         for m in (1, 64, 300, 4096):
-            t = gemm.predict(h100, cols(m, 4096, k), {**P, "library": lib}, "fp8")
-            assert np.all(np.diff(t) > 0), (lib, m, t)
+            t = predict(form, cols(m, 4096, k), p, "fp8", structure, framework=fw)
+            assert np.all(np.diff(t) > 0), (form.name, m, t)
 
 
 def test_fit_recovers_cutlass_constants_from_several_starts(h100):
@@ -236,11 +249,10 @@ def test_fit_recovers_cutlass_constants_from_several_starts(h100):
     n = rng.choice([128, 1024, 4096, 8192, 16384], 600)
     k = rng.choice([256, 1024, 4096, 8192], 600)
     c = cols(m, n, k)
-    truth = {**P, "library": 1}
-    lat = gemm.predict(h100, c, truth, "fp8")
+    lat = predict(VLLM, c, P, "fp8", framework="vllm")
     keys = gemm.shape_key(c)
-    params, _ = gemm.fit_setup(h100, "vllm", "fp8")
-    r = fit_model("gemm", lambda cc, p: gemm.predict(h100, cc, {**p, "library": 1}, "fp8"),
+    params = VLLM.params(Setting(H100, "vllm", "fp8"), VLLM.Structure())
+    r = fit_model("gemm", lambda cc, p: predict(VLLM, cc, p, "fp8", framework="vllm"),
                   params, c, lat, keys, starts=[{}, *gemm.FIT_STARTS])
     assert r.mape_held_out < 1.0
     assert r.params["quant_cta_s"] == pytest.approx(P["quant_cta_s"], rel=0.15)

@@ -1,4 +1,4 @@
-"""TensorRT-LLM's XQA / masked-MHA decode dispatch (simulator/gpu/trtllm_decode.py), on
+"""TensorRT-LLM's XQA / masked-MHA decode dispatch (kernels/gpu/trtllm_decode.py), on
 synthetic inputs with hand-computed outcomes."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pytest
 
 from krakenlm.hardware import load_system
 from krakenlm.simulator.calibration.fit import fit_model
-from krakenlm.simulator.kernels.gpu import attention as A
+from krakenlm.simulator.kernels import base
+from krakenlm.simulator.kernels.base import Conditions, Setting
 from krakenlm.simulator.kernels.gpu import trtllm_decode as T
 
 SMS = 132  # H100 SXM
@@ -17,13 +18,19 @@ DISPATCH = {"floor_s": 5.4e-6, "item_s": 3e-6, "mha_item_s": 5.5e-6, "head_s": 4
             "sm_bandwidth": 8e10, "memory_efficiency": 0.87, "l2_gain": 0.1,
             "overlap_exponent": 3.5, "mha_floor_s": 3e-6, "multiblock_s": 2e-6,
             "mha_multiblock_s": 3e-6, "mha_sm_bandwidth": 6e10, "row_tile_s": 8e-9,
-            "token_tile_s": 4e-11, "mha_loop_s": 1.5e-6, "rope_s": 2.5e-6, "merge_s": 2e-7,
-            "decode_kernels": 1.0}
+            "token_tile_s": 4e-11, "mha_loop_s": 1.5e-6, "rope_s": 2.5e-6, "merge_s": 2e-7}
+H100 = load_system("h100-80gb-x8")
+HMMA, QGMMA = T.XqaStructure("hmma"), T.XqaStructure("qgmma")
+WARM = Conditions(warm_replay=True)  # the benchmark's conditions
 
 
 @pytest.fixture(scope="module")
 def h100():
-    return load_system("h100-80gb-x8").device
+    return H100.device
+
+
+def xqa(c, p, structure=HMMA, conditions=WARM):
+    return T.TRTLLM_XQA.predict(Setting(H100, "trtllm", "bf16"), c, p, structure, conditions)
 
 
 def cols(batch, kv_len, heads, kv_heads, head_dim, rope_dim=None):
@@ -81,47 +88,44 @@ def test_gqa_falls_back_to_mmha_only_with_the_hmma_kernel(h100):
     """Batch 1 with 8 KV heads below 1024 tokens takes masked MHA under the HMMA dispatch (its
     time moves with mha_item_s, not item_s); the QGMMA dispatch keeps XQA."""
     c = cols(1, [512, 1024], 32, 8, 128)
-    base = A.predict_generation(h100, c, DISPATCH)
-    mha = A.predict_generation(h100, c, {**DISPATCH, "mha_item_s": 9e-6})
-    xqa = A.predict_generation(h100, c, {**DISPATCH, "item_s": 9e-6})
-    assert mha[0] > base[0] and mha[1] == base[1]
-    assert xqa[0] == base[0] and xqa[1] > base[1]
-    qg = {**DISPATCH, "decode_kernels": 2.0}
-    assert (A.predict_generation(h100, c, {**qg, "mha_item_s": 9e-6})
-            == A.predict_generation(h100, c, qg)).all()
+    t = xqa(c, DISPATCH)
+    mha = xqa(c, {**DISPATCH, "mha_item_s": 9e-6})
+    gqa = xqa(c, {**DISPATCH, "item_s": 9e-6})
+    assert mha[0] > t[0] and mha[1] == t[1]
+    assert gqa[0] == t[0] and gqa[1] > t[1]
+    assert (xqa(c, {**DISPATCH, "mha_item_s": 9e-6}, QGMMA) == xqa(c, DISPATCH, QGMMA)).all()
 
 
 def test_separate_rope_launch_only_for_qgmma_with_a_wider_rotary(h100):
     """The QGMMA kernel applies RoPE itself unless the rotary dimension exceeds the head; then
     exactly rope_s more. The HMMA dispatch always runs RoPE apart (inside floor_s)."""
-    qg = {**DISPATCH, "decode_kernels": 2.0}
     c = cols(64, 2, 32, 8, [64, 128], rope_dim=128)
-    plain = A.predict_generation(h100, cols(64, 2, 32, 8, [64, 128]), qg)
-    np.testing.assert_allclose(A.predict_generation(h100, c, qg) - plain, [2.5e-6, 0.0],
-                               atol=1e-15)
-    np.testing.assert_allclose(A.predict_generation(h100, c, DISPATCH),
-                               A.predict_generation(h100, cols(64, 2, 32, 8, [64, 128]),
-                                                    DISPATCH), rtol=1e-15)
+    plain = xqa(cols(64, 2, 32, 8, [64, 128]), DISPATCH, QGMMA)
+    np.testing.assert_allclose(xqa(c, DISPATCH, QGMMA) - plain, [2.5e-6, 0.0], atol=1e-15)
+    hmma = {k: v for k, v in DISPATCH.items() if k != "rope_s"}  # HMMA reads no rope_s
+    np.testing.assert_allclose(xqa(c, hmma), xqa(cols(64, 2, 32, 8, [64, 128]), hmma),
+                               rtol=1e-15)
 
 
 def test_head_192_is_timed_as_256_but_reads_192(h100):
     """A latency-bound CTA (2 tokens) costs the same at head 192 as at 256 (padded tiles); a
     bandwidth-bound long cache reads only the valid 192 elements per head."""
     p = {**DISPATCH, "overlap_exponent": 200.0}
-    short = A.predict_generation(h100, cols(1024, 2, 32, 8, [192, 256]), p, warm_l2=False)
+    short = xqa(cols(1024, 2, 32, 8, [192, 256]), p, conditions=Conditions())
     assert short[0] == pytest.approx(short[1], rel=1e-6)
-    long = A.predict_generation(h100, cols(64, 65536, 32, 8, [192, 256]), p, warm_l2=False)
+    long = xqa(cols(64, 65536, 32, 8, [192, 256]), p, conditions=Conditions())
     assert long[0] / long[1] == pytest.approx(0.75, rel=0.05)
 
 
-def test_default_form_is_unchanged_by_the_dispatch_constants(h100):
-    """decode_kernels 0 (or absent: calibrations written before it) is the discrete form."""
+def test_discrete_form_reads_none_of_the_dispatch_constants(h100):
+    """The discrete form is its own form: the dispatch's constants do not move it."""
     c = cols([1, 16, 256], [128, 4096, 32768], 32, 8, 128)
-    old = {k: v for k, v in DISPATCH.items() if k not in
-           ("token_tile_s", "mha_loop_s", "rope_s", "decode_kernels")}
-    np.testing.assert_array_equal(A.predict_generation(h100, c, old),
-                                  A.predict_generation(h100, c, {**DISPATCH,
-                                                                 "decode_kernels": 0.0}))
+    setting = Setting(H100, "trtllm", "bf16")
+    reads = {p.name for p in T.TRTLLM_DISCRETE.params(setting, T.DiscreteStructure())}
+    only = {k: v for k, v in DISPATCH.items() if k in reads}
+    np.testing.assert_array_equal(
+        T.TRTLLM_DISCRETE.predict(setting, c, only, T.DiscreteStructure()),
+        T.TRTLLM_DISCRETE.predict(setting, c, DISPATCH, T.DiscreteStructure()))
 
 
 def test_synthetic_fit_recovers_the_dispatch_constants(h100):
@@ -129,14 +133,13 @@ def test_synthetic_fit_recovers_the_dispatch_constants(h100):
             65536) for h, k in ((8, 8), (32, 8), (32, 32), (64, 4), (32, 1)) for d in (64, 128)]
     c = cols(*(np.array(x) for x in zip(*grid)))
     truth = DISPATCH
-    measured = A.predict_generation(h100, c, truth)
-    params = A.TRTLLM_GENERATION_PARAMS
-    start = {k: v * 1.3 for k, v in truth.items() if k != "decode_kernels"}
+    truth = {k: v for k, v in truth.items() if k != "rope_s"}
+    measured = xqa(c, truth)
+    params = T.TRTLLM_XQA.params(Setting(H100, "trtllm", "bf16"), HMMA)
+    start = {k: v * 1.3 for k, v in truth.items()}
     start["memory_efficiency"] = 0.95
-    def predict(cc, p):
-        return A.predict_generation(h100, cc, {**p, "decode_kernels": 1.0})
 
-    r = fit_model("dispatch", predict, params, c, measured, A.generation_key(c), starts=[start])
+    r = fit_model("dispatch", xqa, params, c, measured, T.TRTLLM_XQA.key(c), starts=[start])
     assert r.mape_held_out < 1.0, (r.mape_held_out, r.params)
 
 
@@ -146,19 +149,19 @@ def test_multiblock_merge_is_one_round_trip_per_block(h100):
     c = cols([1, 1], [8192, 64], 32, 8, 128)  # 23 blocks (min(64, round(sqrt(512)))), 1 block
     blocks = T.xqa_blocks(SMS, c["batch"], c["kv_heads"], c["kv_len"])
     assert blocks.tolist() == [23.0, 1.0]
-    base = A.predict_generation(h100, c, {**DISPATCH, "merge_s": 0.0})
-    more = A.predict_generation(h100, c, {**DISPATCH, "merge_s": 1e-7})
-    np.testing.assert_allclose(more - base, [23 * 1e-7, 0.0], atol=1e-15)
+    t = xqa(c, {**DISPATCH, "merge_s": 0.0})
+    more = xqa(c, {**DISPATCH, "merge_s": 1e-7})
+    np.testing.assert_allclose(more - t, [23 * 1e-7, 0.0], atol=1e-15)
 
 
 def test_large_qgmma_tiles_hold_two_thirds_of_the_slots(h100):
     """mha_sm90.cu's launch bound: CTAs of more than 128 x 16 rows x head elements are resident
     2 per SM instead of 3, so their waves count SMs x 2/3 slots; smaller tiles are unchanged."""
-    p = {**DISPATCH, "decode_kernels": 2.0, "l2_gain": 0.0}
+    p = {**DISPATCH, "l2_gain": 0.0}
     # 8 x 128 = 1024 and 16 x 128 = 2048 (small), 32 x 128 = 4096 and 16 x 256 = 4096 (large)
     c = cols(512, 2048, [64, 128, 256, 128], 8, [128, 128, 128, 256])
-    off = A.predict_generation(h100, c, {**p, "qgmma_residency": 0.0})
-    on = A.predict_generation(h100, c, {**p, "qgmma_residency": 1.0})
+    off = xqa(c, p, QGMMA)
+    on = xqa(c, p, T.XqaStructure("qgmma", large_tile_residency=True))
     np.testing.assert_array_equal(on[:2], off[:2])
     assert (on[2:] > off[2:]).all()
     # by hand: only the waves change, from SMS slots to SMS x 2/3
@@ -177,9 +180,10 @@ def test_qgmma_is_offered_on_hopper_only():
     """supportConfigQGMMA: the FP8 QGMMA XQA kernel runs on sm90 only, so Ada, Ampere and
     Blackwell fits never choose it."""
     def kernels(system):
-        dev = load_system(system).device
-        return {v["decode_kernels"] for v in A.generation_variants_for("trtllm", dev, "fp8")}
+        setting = Setting(load_system(system), "trtllm", "fp8")
+        return {getattr(s, "kernel", "discrete") for f in base.forms("generation_attention")
+                if f.offered(setting) for s in f.structures(setting)}
 
-    assert 2.0 in kernels("h200-x8") and 2.0 in kernels("h100-80gb-x8")
+    assert "qgmma" in kernels("h200-x8") and "qgmma" in kernels("h100-80gb-x8")
     for system in ("l40s-x8", "a100-80gb-x8", "b200-x8"):
-        assert kernels(system) == {0.0, 1.0}
+        assert kernels(system) == {"discrete", "hmma"}

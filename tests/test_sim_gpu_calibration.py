@@ -15,12 +15,19 @@ from krakenlm.hardware.identity import Identity
 from krakenlm.simulator.calibration.fit import FitError, fit_model
 from krakenlm.simulator.calibration.gpu import calibrate
 from krakenlm.simulator.constants import gpu_kernels as store
+from krakenlm.simulator.kernels.base import Setting
 from krakenlm.simulator.kernels.gpu import gemm
 from krakenlm.simulator.measurements import aiconfigurator as aic
 from krakenlm.simulator.measurements.split import fit_half
 
 pytest.importorskip("pyarrow")
 H100 = load_system("h100-80gb-x8")
+BF16 = Setting(H100, "trtllm", "bf16")
+PARAMS = gemm.CUBLAS.params(BF16, gemm.CublasStructure())
+
+
+def predict(c, p):
+    return gemm.CUBLAS.predict(BF16, c, p, gemm.CublasStructure())
 
 
 @pytest.fixture
@@ -34,8 +41,8 @@ def test_adapter_normalises_units_and_keeps_the_fastest_kernel(tables):
     assert any("fastest kernel per shape" in n for n in t.notes)
     m, n, k = 1, 512, 512
     i = np.flatnonzero((t.columns["m"] == m) & (t.columns["n"] == n) & (t.columns["k"] == k))[0]
-    expected = gemm.predict(H100.device, {"m": np.array([m]), "n": np.array([n]),
-                                          "k": np.array([k])}, GEMM_PARAMS, "bf16")[0]
+    expected = predict({"m": np.array([m]), "n": np.array([n]), "k": np.array([k])},
+                       GEMM_PARAMS)[0]
     assert t.latency_s[i] == pytest.approx(expected)  # ms in the file, seconds here
     assert set(t.columns["dtype"]) == {"bf16"}
 
@@ -66,8 +73,7 @@ def test_split_is_by_shape_and_stable():
 
 def test_fit_recovers_known_constants_and_scores_the_other_half(tables):
     t = aic.read_gemm("h100-80gb-x8", "trtllm", root=str(tables))
-    r = fit_model("gemm", lambda c, p: gemm.predict(H100.device, c, p, "bf16"), gemm.PARAMS,
-                  t.columns, t.latency_s, gemm.shape_key(t.columns))
+    r = fit_model("gemm", predict, PARAMS, t.columns, t.latency_s, gemm.shape_key(t.columns))
     assert r.n_fit + r.n_held_out == len(t)
     assert r.mape_held_out < 1.0
     assert r.params["floor_s"] == pytest.approx(GEMM_PARAMS["floor_s"], rel=0.05)
@@ -78,9 +84,8 @@ def test_fit_never_sees_the_held_out_half(tables):
     held = ~fit_half(gemm.shape_key(t.columns))
     corrupted = t.latency_s.copy()
     corrupted[held] *= 7.0  # garbage in the held-out half must not move the constants
-    predict = lambda c, p: gemm.predict(H100.device, c, p, "bf16")  # noqa: E731
-    a = fit_model("gemm", predict, gemm.PARAMS, t.columns, t.latency_s, gemm.shape_key(t.columns))
-    b = fit_model("gemm", predict, gemm.PARAMS, t.columns, corrupted, gemm.shape_key(t.columns))
+    a = fit_model("gemm", predict, PARAMS, t.columns, t.latency_s, gemm.shape_key(t.columns))
+    b = fit_model("gemm", predict, PARAMS, t.columns, corrupted, gemm.shape_key(t.columns))
     assert a.params == b.params
     assert b.mape_held_out == pytest.approx(100 * (1 - 1 / 7), rel=1e-3)  # and it is scored
 
@@ -90,11 +95,10 @@ def test_screened_starts_never_see_the_held_out_half(tables):
     held = ~fit_half(gemm.shape_key(t.columns))
     corrupted = t.latency_s.copy()
     corrupted[held] *= 7.0
-    predict = lambda c, p: gemm.predict(H100.device, c, p, "bf16")  # noqa: E731
     starts = [{}, *gemm.FIT_STARTS]  # more than fit.POLISH: screened on a fit-half sample
-    a = fit_model("gemm", predict, gemm.PARAMS, t.columns, t.latency_s,
+    a = fit_model("gemm", predict, PARAMS, t.columns, t.latency_s,
                   gemm.shape_key(t.columns), starts=starts)
-    b = fit_model("gemm", predict, gemm.PARAMS, t.columns, corrupted,
+    b = fit_model("gemm", predict, PARAMS, t.columns, corrupted,
                   gemm.shape_key(t.columns), starts=starts)
     assert a.params == b.params
     assert a.mape_held_out < 1.0
@@ -102,16 +106,21 @@ def test_screened_starts_never_see_the_held_out_half(tables):
 
 def test_too_few_points_is_a_fit_error():
     cols = {"m": np.array([1, 2, 3]), "n": np.array([4, 5, 6]), "k": np.array([7, 8, 9])}
-    n = len(gemm.PARAMS)
+    n = len(PARAMS)
     with pytest.raises(FitError, match=f"fitting {n} constants needs at least {4 * n}"):
-        fit_model("gemm", lambda c, p: gemm.predict(H100.device, c, p), gemm.PARAMS, cols,
-                  np.ones(3) * 1e-5, gemm.shape_key(cols))
+        fit_model("gemm", predict, PARAMS, cols, np.ones(3) * 1e-5, gemm.shape_key(cols))
 
 
 def test_calibration_file_round_trip_and_device_lookup(tables, tmp_path):
     cal = calibrate("h100-80gb-x8", ["trtllm"], str(tables), command="test")
     assert cal.device_key == "H100"
+    assert cal.meta["command"] == "test" and "refits" not in cal.meta
     e = cal.entry("trtllm", "elementwise", "any")
+    # the tables' quantiser was made by the row form: it is fitted with that form, typed
+    assert e.form == "elementwise/row" and "row_bandwidth" in e.params
+    g = cal.entry("trtllm", "gemm", "bf16")
+    assert g.form == "gemm/cublas" and g.structure == gemm.CublasStructure(power_limit=False)
+    assert g.harness["weight_copies"] in (0, 5) and "quantize_efficiency" not in g.params
     assert e.params["memory_efficiency"] == pytest.approx(ELEMENTWISE_PARAMS["memory_efficiency"],
                                                           rel=0.02)
     assert e.fit["mape_held_out_pct"] < 1.0
@@ -120,6 +129,8 @@ def test_calibration_file_round_trip_and_device_lookup(tables, tmp_path):
     again = store.load_file(path)
     assert again.entry("trtllm", "gemm", "bf16").params == pytest.approx(
         cal.entry("trtllm", "gemm", "bf16").params, rel=1e-5)
+    assert again.entry("trtllm", "gemm", "bf16").structure == g.structure
+    assert "structure: {power_limit: false}" in path.read_text()
     # the calibration a device declares, never one whose key is part of its name
     assert store.for_device(load_system("gb200-nvl72").device).device_key == "GB200"
     assert store.for_device(load_system("b200-x8").device).device_key == "B200"
@@ -137,6 +148,65 @@ def test_malformed_calibration_file_is_a_clear_error(tmp_path):
     p.write_text("frameworks: {}\n")
     with pytest.raises(store.GpuCalibrationError, match="no meta section"):
         store.load_file(p)
+    entry = ("meta: {format: 3, device_key: X}\nframeworks: {trtllm: {version: '1', families: "
+             "{gemm: {bf16: %s}}}}\n")
+    for body, message in (
+            ("{form: gemm/cutlass, params: {floor_s: 1}}", "no kernel form 'gemm/cutlass'"),
+            ("{form: elementwise/row, params: {floor_s: 1}}", "times elementwise, not gemm"),
+            ("{form: gemm/cublas, structure: {power_limit: 1}, params: {floor_s: 1}}",
+             "structure power_limit must be true or false"),
+            ("{form: gemm/cublas, structure: {tiles: 3}, params: {floor_s: 1}}",
+             "structure has no field 'tiles'"),
+            ("{form: gemm/cublas, params: {floor_s: .inf}}", "finite numbers")):
+        p.write_text(entry % body)
+        with pytest.raises(store.GpuCalibrationError, match=message) as exc:
+            store.load_file(p)
+        assert "\n" not in str(exc.value)
+
+
+def test_format_2_is_refused_and_converted_with_the_same_constants(tmp_path, capsys):
+    from krakenlm.simulator.constants import format2
+
+    p = tmp_path / "H100.yaml"
+    p.write_text("""meta: {format: 2, device_key: H100, system: h100-80gb-x8, command: first,
+  created: '2026-01-01', refits: [{command: second, created: '2026-02-01'}]}
+frameworks:
+  sglang:
+    version: 0.5.14
+    families:
+      gemm:
+        fp8:
+          params: {floor_s: 3.2e-06, compute_efficiency: 0.885, memory_efficiency: 0.81,
+            l2_efficiency: 0.27, memory_latency_s: 1.9e-06, wave_overhead_s: 1.1e-06,
+            k_step_latency_s: 3.4e-08, quantize_efficiency: 0.55, quant_cta_s: 1.9e-09,
+            oob_row_s: 3.3e-10, power_efficiency: 0.7, heat_s: 0.0083, heat_gain: 0.95,
+            library: 2.0, tile_table: 3.0, weight_copies: 6.0}
+          fit: {n_fit: 1}
+      custom_all_reduce:
+        any:
+          params: {oneshot_latency_s: 4.1e-06, handoff_4: 4194304.0}
+""")
+    with pytest.raises(store.GpuCalibrationError, match=r"calibration format 2, this krakenlm "
+                       r"reads format 3; convert it with `python -m "
+                       r"krakenlm\.simulator\.constants\.format2 ") as exc:
+        store.load_file(p)
+    assert "\n" not in str(exc.value)
+    assert format2.main([str(p)]) == 0
+    assert "format 3, 2 entries" in capsys.readouterr().out
+    cal = store.load_file(p)
+    assert cal.meta["command"] == "second" and cal.meta["created"] == "2026-02-01"
+    assert "refits" not in cal.meta
+    e = cal.entry("sglang", "gemm", "fp8")
+    assert (e.form, e.structure.tile_table) == ("gemm/sglang-cutlass-fp8", 3)
+    assert e.harness == {"weight_copies": 6, "heat_s": 0.0083, "heat_gain": 0.95}
+    assert e.params["oob_row_s"] == 3.3e-10 and "library" not in e.params
+    assert "heat_s" not in e.params and "tile_table" not in e.params
+    c = cal.entry("sglang", "custom_all_reduce", "any")
+    assert c.structure.route == "handoff" and c.structure.handoff_bytes == ((4, 4194304.0),)
+    assert dict(c.params) == {"oneshot_latency_s": 4.1e-06}
+    # converting twice is an error, not a second conversion
+    assert format2.main([str(p)]) == 2
+    assert "not a GPU calibration file of format 2" in capsys.readouterr().err
 
 
 def test_calibrate_cli_writes_merges_and_fails_cleanly(tables, tmp_path, capsys, monkeypatch):
@@ -212,40 +282,43 @@ def test_ceiling_holds_a_constant_below_its_physical_limit():
 
 
 def test_generation_fit_carries_the_devices_ceilings():
-    from krakenlm.hardware import load_system
-    from krakenlm.simulator.kernels.gpu import attention as A
+    from krakenlm.simulator.kernels.gpu import trtllm_decode as T
 
-    h100 = load_system("h100-80gb-x8").device
-    params = {p.name: p for p in A.generation_params_for("trtllm", h100)}
+    setting = Setting(H100, "trtllm", "bf16")
+    params = {p.name: p for p in T.TRTLLM_XQA.params(setting, T.XqaStructure())}
     # 128 B/clk per SM at 1.83 GHz with the 1.1 boost margin; L2 14.1 TB/s over 3.35 TB/s HBM
     assert params["sm_bandwidth"].upper == pytest.approx(128 * 1.83e9 * 1.1)
     assert params["l2_gain"].upper == pytest.approx(7680 * 1.83e9 * 1.1 / 3.35e12 - 1)
     assert params["floor_s"].upper is None
-    assert A.generation_params_for("vllm") is A.SPLITKV_GENERATION_PARAMS  # no device: as is
 
 
 def test_trtllm_generation_fit_also_starts_below_the_ceilings():
-    from krakenlm.hardware import load_system
     from krakenlm.simulator.kernels.gpu import attention as A
+    from krakenlm.simulator.kernels.gpu import trtllm_decode as T
 
-    h100 = load_system("h100-80gb-x8").device
-    (start,) = A.generation_starts("trtllm", h100)
-    ceilings = A.generation_ceilings(h100)
+    setting = Setting(H100, "trtllm", "bf16")
+    (start,) = T.TRTLLM_XQA.starts(setting, T.XqaStructure())
+    assert T.TRTLLM_DISCRETE.starts(setting, T.DiscreteStructure()) == (start,)
+    ceilings = A.generation_ceilings(H100.device)
     assert start["sm_bandwidth"] == pytest.approx(0.5 * ceilings["sm_bandwidth"])
     assert start["l2_gain"] == pytest.approx(0.5 * ceilings["l2_gain"])
-    params = {p.name: p for p in A.generation_params_for("trtllm", h100)}
+    params = {p.name: p for p in T.TRTLLM_XQA.params(setting, T.XqaStructure())}
     assert all(v < params[k].upper for k, v in start.items())  # inside the bounded range
-    assert A.generation_starts("vllm", h100) == () and A.generation_starts("trtllm") == ()
+    vllm = Setting(H100, "vllm", "bf16")
+    assert A.FLASH_SPLITKV.starts(vllm, A.SplitKVStructure()) == ()
 
 
 def test_stored_constants_keep_byte_thresholds_exact(tmp_path):
     from krakenlm.simulator.constants.gpu_kernels import DeviceCalibration, Entry, load_file, save
+    from krakenlm.simulator.kernels.gpu.collectives import CustomStructure
 
     cal = DeviceCalibration("H100", {"system": "h100-80gb-x8"})
+    handoff = CustomStructure("handoff", ((4, 4194304.0), (8, 1.5e6 + 0.25)))
     cal.put("trtllm", "1", "custom_all_reduce", "any",
-            Entry({"handoff_4": 4194304.0, "oneshot_latency_s": 4.098181753291323e-06}, {}, []))
+            Entry("custom_all_reduce/framework", handoff,
+                  {"oneshot_latency_s": 4.098181753291323e-06}))
     back = load_file(save(cal, tmp_path / "H100.yaml")).entry("trtllm", "custom_all_reduce", "any")
-    assert back.params["handoff_4"] == 4194304.0  # 4 MiB exactly, not 4194300
+    assert back.structure == handoff  # 4 MiB exactly, not 4194300
     assert back.params["oneshot_latency_s"] == 4.09818e-06
 
 
@@ -276,8 +349,8 @@ def test_calibrate_family_refits_only_that_family(tables, tmp_path, capsys):
     refit = store.load_file(out)
     assert refit.entry("trtllm", "gemm", "bf16").params["floor_s"] == 1.0
     assert refit.entry("trtllm", "elementwise", "any").params == pytest.approx(fitted_elementwise)
-    assert refit.meta["command"] == full.meta["command"]  # how the rest was made
-    assert refit.meta["refits"][-1]["command"].endswith("--family elementwise")
+    assert refit.meta["command"].endswith("--family elementwise")  # the last fit, no log
+    assert "refits" not in refit.meta
     capsys.readouterr()
     # --variant narrows a family refit to some of its entries: elementwise has only "any",
     # the tables have no FP8 GEMM, and a variant without its family is a usage error
@@ -289,7 +362,7 @@ def test_calibrate_family_refits_only_that_family(tables, tmp_path, capsys):
     refit = store.load_file(out)
     assert refit.entry("trtllm", "gemm", "bf16").params["floor_s"] == 1.0  # not this variant
     assert refit.entry("trtllm", "elementwise", "any").params == pytest.approx(fitted_elementwise)
-    assert refit.meta["refits"][-1]["command"].endswith("--family gemm --variant any")
+    assert refit.meta["command"].endswith("--family gemm --variant any")
     capsys.readouterr()
     for argv, message in ((["--family", "softmax"], "unknown family 'softmax'"),
                           (["--family", "nccl"], "nothing to refit"),

@@ -1,22 +1,27 @@
-"""Time one operator of a graph: the fitted GPU kernel model where the device has one, the
+"""Time one operator of a graph: the fitted GPU kernel form where the device has one, the
 template tile model otherwise.
 
 Order of preference per kernel family (GEMM, context / generation attention, streaming ops,
 collectives), in `mode="simulate"`:
 1. the constants fitted on the software profile's own framework for this device
-   (krakenlm/simulator/calibrations, `krakenlm sim calibrate --source aiconfigurator`);
+   (constants/devices, `krakenlm sim calibrate --source aiconfigurator`);
 2. the same family measured under another framework on this device (said so in the sources);
 3. the template models of the LLMCompass hardware template (matmul.py, attention.py,
-   elementwise.py, collectives.py) with the template constants (calibration.yaml) and the
+   elementwise.py, collectives.py) with the template constants (template.yaml) and the
    device's `launch_overhead_s` per kernel: what hardware without measurements (an imagined
    design, a TPU, an AMD GPU) is timed with.
 `mode="tile"` always takes 3; `mode="roofline"` takes peak rates and minimal traffic.
 Every family used is recorded in `sources` (what was timed with what), for the report.
+
+One path times every operator: its arguments become column arrays (a single operator is
+arrays of length 1, an operator at every KV length of a decode phase one array per argument),
+a fitted entry's kernel form (kernels/base.py) predicts them all at once under SERVING
+conditions (a served model: no benchmark harness), and the template models take the rows one
+by one.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -26,8 +31,9 @@ from .constants.gpu_kernels import DeviceCalibration, Entry
 from .constants.software import SoftwareProfile
 from .constants.template import Calibration
 from .graph import OpSpec
-from .kernels.gpu import elementwise as gpu_elementwise
-from .kernels.gpu import gemm as gpu_gemm
+from .kernels.base import SERVING, Setting
+from .kernels.gpu.attention import context_kernel_dtype
+from .kernels.gpu.collectives import nccl_timer
 from .kernels.gpu.elementwise import kind_of
 from .kernels.template.attention import flash_decode, flash_prefill
 from .kernels.template.collectives import IDEAL, collective_time, memory_traffic_bytes
@@ -44,24 +50,6 @@ FRAMEWORK_ORDER = ("trtllm", "vllm", "sglang")
 ELEMENTWISE_ORDER = ("vllm", "trtllm", "sglang")
 
 
-@functools.lru_cache(maxsize=None)
-def _gpu_attention():
-    try:
-        from .kernels.gpu import attention
-        return attention
-    except ImportError:  # the module is optional until its constants exist
-        return None
-
-
-@functools.lru_cache(maxsize=None)
-def _gpu_collectives():
-    try:
-        from .kernels.gpu import collectives
-        return collectives
-    except ImportError:
-        return None
-
-
 class OpTimer:
     """Times operator specs on one system under one software profile; memoised per spec."""
 
@@ -72,6 +60,8 @@ class OpTimer:
         self.template, self.gpu = template, gpu if mode == "simulate" else None
         self.cache: dict[OpSpec, TimedOp] = {}
         self.sources: dict[str, str] = {}
+        self._rows: dict[tuple, tuple[float, str]] = {}  # template model, per row
+        self._settings: dict[tuple[str, str], Setting] = {}
 
     # ------------------------------------------------------------------------------ lookup
     def precision(self, operator: str) -> str:
@@ -107,224 +97,220 @@ class OpTimer:
         self.sources[family] = (f"measured kernels: {fw} {version} on {self.gpu.device_key} "
                                 f"({variant}; held-out MAPE {held} %{borrowed})")
 
+    def _setting(self, framework: str, variant: str) -> Setting:
+        """Where a fitted form runs: this system, the entry's framework (and its version) and
+        variant; a framework's all-reduce hands large messages to the device's NCCL model."""
+        key = (framework, variant)
+        if key not in self._settings:
+            version = self.gpu.frameworks.get(framework, {}).get("version", "")
+            nccl = self.gpu.entry("nccl", "nccl", "any")
+            self._settings[key] = Setting(
+                self.system, framework, variant, version,
+                nccl_timer(self.system, nccl.params, nccl.structure) if nccl else None)
+        return self._settings[key]
+
+    def _predict(self, found: tuple[Entry, str], variant: str, cols: dict) -> np.ndarray:
+        """The entry's form on `cols` as a served model runs it: SERVING conditions always (a
+        source's harness conditions belong to fits and validation, measurements/harness.py)."""
+        e, fw = found
+        return np.asarray(e.kernel.predict(self._setting(fw, variant), cols, e.params,
+                                           e.structure, SERVING), float)
+
     # ------------------------------------------------------------------------------- timing
-    def time_steps(self, first: OpSpec, second: OpSpec, kv: np.ndarray) -> np.ndarray:
-        """Seconds of an operator at every KV length in `kv`: `first` and `second` are its specs
-        at kv[0] and kv[0] + 1, so the arguments that differ are the KV length. Vectorised
-        for the fitted GPU models; the template models are evaluated per length (memoised)."""
-        moving = [i for i, (a, b) in enumerate(zip(first.args, second.args)) if a != b]
-        offsets = [first.args[i] - int(kv[0]) for i in moving]
-
-        def spec_at(k: int) -> OpSpec:
-            args = list(first.args)
-            for i, off in zip(moving, offsets):
-                args[i] = int(k) + off
-            return OpSpec(first.name, first.category, first.model, tuple(args), first.stream,
-                          first.deps)
-
-        fast = self._vectorised(first, moving, offsets, kv)
-        if fast is not None:
-            return fast
-        return np.array([self(spec_at(k)).time_s for k in kv])
-
-    def _vectorised(self, spec: OpSpec, moving: list[int], offsets: list[int],
-                    kv: np.ndarray) -> np.ndarray | None:
-        if self.mode != "simulate" or self.gpu is None:
-            return None
-        first = self(spec)  # also records the source of the family
-        args = [np.full(len(kv), a) if not isinstance(a, str) else a for a in spec.args]
-        for i, off in zip(moving, offsets):
-            args[i] = kv + off
-        if spec.model == "flash_decode":
-            module = _gpu_attention()
-            kv_dtype = self.precision("kv_cache")
-            variant = kv_dtype if kv_dtype in ("bf16", "fp8") else "bf16"
-            found = self.entry("generation_attention", variant) if module else None
-            if found is None:
-                return None
-            batch, heads, kv_heads, kv_len, hd = args
-            cols = {"batch": batch, "kv_len": kv_len, "heads": heads, "kv_heads": kv_heads,
-                    "head_dim": hd}
-            out = module.predict_generation(self.dev, cols, found[0].params, variant,
-                                            warm_l2=False)
-        elif spec.model == "matmul":
-            operator = {"LM head": "lm_head", "attention": "attention"}.get(spec.category, "gemm")
-            dtype = self.precision(operator)
-            found = self.entry("gemm", dtype)
-            if found is None:
-                return None
-            variant = dtype if dtype in ("bf16", "fp8") else "bf16"
-            M, N, K, batch = args
-            out = gpu_gemm.predict(self.dev, {"m": M, "n": N, "k": K, "batch": batch},
-                                   found[0].params, variant, warm_l2=False)
-        elif spec.model == "stream":
-            op, rows, cols_ = args
-            found = self.entry("elementwise", kind_of(op), ELEMENTWISE_ORDER)
-            if found is None:
-                return None
-            dtype = self.precision("kv_cache" if op == "kv_append" else "elementwise")
-            moved = rows * cols_ * DTYPE_BYTES[dtype] * (TENSORS_READ[op]
-                                                         + TENSORS_WRITTEN.get(op, 1))
-            out = gpu_elementwise.predict(self.dev, {"bytes": moved, "rows": rows},
-                                          found[0].params)
-        else:
-            return None
-        out = np.asarray(out, float)
-        # the vectorised path must agree with the per-spec path it replaces
-        if abs(out[0] - first.time_s) > 1e-9 * max(first.time_s, 1e-12):
-            raise AssertionError(f"vectorised timing of {spec.name} disagrees with the scalar one")
-        return out
-
     def __call__(self, spec: OpSpec) -> TimedOp:
         hit = self.cache.get(spec)
         if hit is None:
-            hit = self.cache[spec] = self._time(spec)
+            t, bound = self._time(spec, [a if isinstance(a, str) else np.array([a])
+                                         for a in spec.args])
+            t = float(t[0])
+            if spec.model == "collective":
+                kind, size, n = spec.args
+                share = memory_traffic_bytes(kind, size, n) / max(t, 1e-12) / \
+                    self.dev.memory.bandwidth_bytes_per_s
+                hit = TimedOp(spec.name, spec.category, "comm", t, deps=spec.deps,
+                              memory_share=share)
+            else:
+                hit = TimedOp(spec.name, spec.category, "compute", t, bound, spec.deps)
+            self.cache[spec] = hit
         return hit
 
-    def _time(self, spec: OpSpec) -> TimedOp:
-        model = spec.model
-        if model == "collective":
-            return self._collective(spec)
-        if model == "matmul":
-            t, bound = self._matmul(spec)
-        elif model == "stream":
-            t, bound = self._stream(spec)
-        elif model in ("flash_prefill", "flash_decode"):
-            t, bound = self._attention(spec)
-        else:
-            raise ValueError(f"unknown op model {model!r}")
-        return TimedOp(spec.name, spec.category, "compute", t, bound, spec.deps)
+    def time_steps(self, first: OpSpec, second: OpSpec, kv: np.ndarray) -> np.ndarray:
+        """Seconds of an operator at every KV length in `kv`: `first` and `second` are its specs
+        at kv[0] and kv[0] + 1, so the arguments that differ are the KV length."""
+        moving = [i for i, (a, b) in enumerate(zip(first.args, second.args)) if a != b]
+        args = [a if isinstance(a, str) else np.full(len(kv), a) for a in first.args]
+        for i in moving:
+            args[i] = kv + (first.args[i] - int(kv[0]))
+        return self._time(first, args)[0]
 
-    def _matmul(self, spec: OpSpec) -> tuple[float, str]:
-        M, N, K, batch = spec.args
+    def _time(self, spec: OpSpec, args: list) -> tuple[np.ndarray, str]:
+        """Seconds per row of the op `spec` names, its arguments given as column arrays
+        (string arguments as they are), and the bound of the first row."""
+        model = spec.model
+        if model == "matmul":
+            return self._matmul(spec, *args)
+        if model == "stream":
+            return self._stream(*args)
+        if model in ("flash_prefill", "flash_decode"):
+            return self._attention(model == "flash_prefill", args)
+        if model == "collective":
+            return self._collective(*args), ""
+        raise ValueError(f"unknown op model {model!r}")
+
+    def _template(self, key: tuple, columns: list, compute) -> tuple[np.ndarray, str]:
+        """`compute(*row)` -> (seconds, bound) for every row of `columns` (arrays; strings as
+        they are), memoised under `key` and the row: the template models take scalars."""
+        rows = len(next(a for a in columns if not isinstance(a, str)))
+        out = []
+        for i in range(rows):
+            row = tuple(a if isinstance(a, str) else a[i].item() for a in columns)
+            hit = self._rows.get((*key, *row))
+            if hit is None:
+                hit = self._rows[(*key, *row)] = compute(*row)
+            out.append(hit)
+        return np.array([t for t, _ in out], float), out[0][1]
+
+    def _matmul(self, spec: OpSpec, M, N, K, batch) -> tuple[np.ndarray, str]:
         operator = {"LM head": "lm_head", "attention": "attention"}.get(spec.category, "gemm")
         dtype = self.precision(operator)
         dev = self.dev
         if self.mode == "roofline":
-            r = roofline_matmul(dev, M, N, K, batch, dtype)
-            return r.time_s, r.bound
+            def roofline(m, n, k, b):
+                r = roofline_matmul(dev, m, n, k, b, dtype)
+                return r.time_s, r.bound
+            return self._template(("roofline matmul", dtype), [M, N, K, batch], roofline)
         found = self.entry("gemm", dtype)
         self._note("gemm", found, dtype)
         if found is not None:
             variant = dtype if dtype in ("bf16", "fp8") else "bf16"
-            t = float(gpu_gemm.predict(dev, {"m": np.array([M]), "n": np.array([N]),
-                                             "k": np.array([K]), "batch": np.array([batch])},
-                                       found[0].params, variant, warm_l2=False)[0])
-            bound = "compute" if 2.0 * batch * M * N * K / dev.matrix_rate(variant) > \
-                batch * (M * K + K * N + M * N) * DTYPE_BYTES[variant] / \
+            t = self._predict(found, variant, {"m": M, "n": N, "k": K, "batch": batch})
+            m, n, k, b = (x[0].item() for x in (M, N, K, batch))
+            bound = "compute" if 2.0 * b * m * n * k / dev.matrix_rate(variant) > \
+                b * (m * k + k * n + m * n) * DTYPE_BYTES[variant] / \
                 dev.memory.bandwidth_bytes_per_s else "memory"
             return t, bound
         c = self.template.get(dev, "matmul")
-        r = simulate_matmul(dev, M, N, K, batch, dtype, c.compute_efficiency, c.memory_efficiency)
-        return r.time_s + dev.launch_overhead_s, r.bound
 
-    def _stream(self, spec: OpSpec) -> tuple[float, str]:
-        op, rows, cols = spec.args
+        def tile(m, n, k, b):
+            r = simulate_matmul(dev, m, n, k, b, dtype, c.compute_efficiency, c.memory_efficiency)
+            return r.time_s + dev.launch_overhead_s, r.bound
+        return self._template(("matmul", dtype), [M, N, K, batch], tile)
+
+    def _stream(self, op: str, rows, cols) -> tuple[np.ndarray, str]:
         dtype = self.precision("kv_cache" if op == "kv_append" else "elementwise")
         dev = self.dev
         if self.mode == "roofline":
-            r = roofline_stream(dev, op, rows, cols, dtype)
-            return r.time_s, r.bound
+            def roofline(r, cc):
+                res = roofline_stream(dev, op, r, cc, dtype)
+                return res.time_s, res.bound
+            return self._template(("roofline stream", dtype, op), [rows, cols], roofline)
         kind = kind_of(op)
         # vLLM's per-kind kernels (fitted on real layers) stand in for stacks without their own
         found = self.entry("elementwise", kind, ELEMENTWISE_ORDER)
         self._note(f"elementwise ({kind})", found, kind)
         if found is not None:
             moved = rows * cols * DTYPE_BYTES[dtype] * (TENSORS_READ[op] + TENSORS_WRITTEN.get(op, 1))
-            t = float(gpu_elementwise.predict(dev, {"bytes": np.array([moved]),
-                                                    "rows": np.array([rows])},
-                                              found[0].params)[0])
-            return t, "memory"
+            return self._predict(found, kind, {"bytes": moved, "rows": rows}), "memory"
         c = self.template.get(dev, op)
-        r = simulate_stream(dev, op, rows, cols, dtype, c.memory_efficiency,
-                            c.single_pass_row_bytes)
-        return r.time_s + dev.launch_overhead_s, r.bound
 
-    def _attention(self, spec: OpSpec) -> tuple[float, str]:
+        def tile(r, cc):
+            res = simulate_stream(dev, op, r, cc, dtype, c.memory_efficiency,
+                                  c.single_pass_row_bytes)
+            return res.time_s + dev.launch_overhead_s, res.bound
+        return self._template(("stream", dtype, op), [rows, cols], tile)
+
+    def _attention(self, prefill: bool, args: list) -> tuple[np.ndarray, str]:
         dev = self.dev
-        prefill = spec.model == "flash_prefill"
         dtype = self.precision("attention")
         kv_dtype = self.precision("kv_cache")
         if prefill:
-            batch, heads, kv_heads, q_len, kv_len, hd = spec.args
+            batch, heads, kv_heads, q_len, kv_len, hd = args
         else:
-            batch, heads, kv_heads, kv_len, hd = spec.args
+            batch, heads, kv_heads, kv_len, hd = args
+            q_len = kv_len
         if self.mode == "roofline":
-            r = flash_prefill(dev, batch, heads, kv_heads, q_len, kv_len, hd, True, dtype) \
-                if prefill else flash_decode(dev, batch, heads, kv_heads, kv_len, hd, kv_dtype)
-            t = max(r.flops / dev.matrix_rate(dtype), r.bytes / dev.memory.bandwidth_bytes_per_s)
-            return t, r.bound
-        module = _gpu_attention()
+            def roofline(b, h, kvh, q, kv, d):
+                r = flash_prefill(dev, b, h, kvh, q, kv, d, True, dtype) if prefill else \
+                    flash_decode(dev, b, h, kvh, kv, d, kv_dtype)
+                return max(r.flops / dev.matrix_rate(dtype),
+                           r.bytes / dev.memory.bandwidth_bytes_per_s), r.bound
+            return self._template(("roofline attention", prefill, dtype, kv_dtype),
+                                  [batch, heads, kv_heads, q_len, kv_len, hd], roofline)
         family = "context_attention" if prefill else "generation_attention"
-        if prefill and module is not None:  # e.g. TensorRT-LLM computes in FP8 with an FP8 cache
-            dtype = module.context_kernel_dtype(self.software.kernels, dtype, kv_dtype, dev)
+        if prefill:  # e.g. TensorRT-LLM computes in FP8 with an FP8 cache
+            dtype = context_kernel_dtype(self.software.kernels, dtype, kv_dtype, dev)
         variant = dtype if prefill else kv_dtype
         variant = variant if variant in ("bf16", "fp8") else "bf16"
-        found = self.entry(family, variant) if module is not None else None
+        found = self.entry(family, variant)
         self._note(family, found, variant)
         if found is not None:
             if prefill:
-                cols = {"batch": np.array([batch]), "isl": np.array([q_len]),
-                        "heads": np.array([heads]), "kv_heads": np.array([kv_heads]),
-                        "head_dim": np.array([hd])}
                 # a graph that writes the KV cache in an op of its own (rope_in_attention
                 # false) must not count vLLM's cache-write kernel twice
-                t = float(module.predict_context(
-                    dev, cols, found[0].params, variant,
-                    cache_write=self.software.fusions.rope_in_attention)[0])
-                return t, "compute"
-            cols = {"batch": np.array([batch]), "kv_len": np.array([kv_len]),
-                    "heads": np.array([heads]), "kv_heads": np.array([kv_heads]),
-                    "head_dim": np.array([hd])}
+                cols = {"batch": batch, "isl": q_len, "heads": heads, "kv_heads": kv_heads,
+                        "head_dim": hd, "cache_write": np.full(
+                            len(batch), bool(self.software.fusions.rope_in_attention))}
+                return self._predict(found, variant, cols), "compute"
+            cols = {"batch": batch, "kv_len": kv_len, "heads": heads, "kv_heads": kv_heads,
+                    "head_dim": hd}
             # in a model the other layers evict the cache from L2: it comes from HBM
-            t = float(module.predict_generation(dev, cols, found[0].params, variant,
-                                                warm_l2=False)[0])
-            return t, "memory"
+            return self._predict(found, variant, cols), "memory"
         c = self.template.get(dev, "attention")
-        r = flash_prefill(dev, batch, heads, kv_heads, q_len, kv_len, hd, True, dtype,
-                          c.compute_efficiency, c.memory_efficiency) if prefill else \
-            flash_decode(dev, batch, heads, kv_heads, kv_len, hd, kv_dtype,
-                         c.compute_efficiency, c.memory_efficiency)
-        return r.time_s + dev.launch_overhead_s, r.bound
 
-    def _collective(self, spec: OpSpec) -> TimedOp:
-        kind, size, n = spec.args
+        def tile(b, h, kvh, q, kv, d):
+            r = flash_prefill(dev, b, h, kvh, q, kv, d, True, dtype, c.compute_efficiency,
+                              c.memory_efficiency) if prefill else \
+                flash_decode(dev, b, h, kvh, kv, d, kv_dtype, c.compute_efficiency,
+                             c.memory_efficiency)
+            return r.time_s + dev.launch_overhead_s, r.bound
+        return self._template(("attention", prefill, dtype, kv_dtype),
+                              [batch, heads, kv_heads, q_len, kv_len, hd], tile)
+
+    def _collective(self, kind: str, size, n) -> np.ndarray:
         dev, ic = self.dev, self.system.interconnect
-        t: float | None = None
         if self.mode == "roofline":
-            t, _ = collective_time(kind, ic, float(size), n, IDEAL)
-        else:
-            module = _gpu_collectives()
-            if module is not None and n > 1:
-                t = self._fitted_collective(module, kind, float(size), n)
-            if t is None:
-                self._note(kind, None, "any")
-                c = self.template.get(dev, kind)
-                t, _ = collective_time(kind, ic, float(size), n, c.protocols)
-                t += dev.launch_overhead_s if n > 1 else 0.0
-        share = memory_traffic_bytes(kind, size, n) / max(t, 1e-12) / \
-            dev.memory.bandwidth_bytes_per_s
-        return TimedOp(spec.name, spec.category, "comm", t, deps=spec.deps, memory_share=share)
+            return self._template(("roofline collective", kind), [size, n], lambda s, g: (
+                collective_time(kind, ic, float(s), g, IDEAL)[0], ""))[0]
+        t = self._fitted_collective(kind, np.asarray(size, float), np.asarray(n)) \
+            if self.gpu is not None else np.full(len(size), np.nan)
+        missing = np.isnan(t)
+        if missing.any():
+            self._note(kind, None, "any")
+            c = self.template.get(dev, kind)
 
-    def _fitted_collective(self, module: Any, kind: str, size: float, n: int) -> float | None:
-        """The framework's custom all-reduce where the profile uses it (it hands large messages
-        to NCCL itself), else NCCL, from the device's fitted constants."""
-        from .kernels.gpu.custom_allreduce_args import route_args
+            def tile(s, g):
+                return collective_time(kind, ic, float(s), g, c.protocols)[0] + (
+                    dev.launch_overhead_s if g > 1 else 0.0), ""
+            t[missing] = self._template(("collective", kind), [size[missing], n[missing]],
+                                        tile)[0]
+        return t
 
-        nccl = self.gpu.entry("nccl", "nccl", "any") if self.gpu else None
-        cols = {"op": np.array([kind], dtype=object), "n": np.array([n]),
-                "bytes": np.array([size]), "graph": np.array([True])}
-        if kind == "all_reduce" and self.software.uses_custom_all_reduce(size) and self.gpu:
+    def _fitted_collective(self, kind: str, size: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Per row, the framework's custom all-reduce where the profile uses it (it hands large
+        messages to NCCL itself), else NCCL, from the device's fitted constants (NaN: none)."""
+        t = np.full(len(size), np.nan)
+        fitted = n > 1
+        custom = fitted & np.array([kind == "all_reduce" and
+                                    self.software.uses_custom_all_reduce(float(s)) for s in size])
+        if custom.any():
             for fw in [self.software.kernels] + list(FRAMEWORK_ORDER):
                 e = self.gpu.entry(fw, "custom_all_reduce", "any")
                 if e is None:
                     continue
                 self._note("all_reduce", (e, fw), "custom")
-                version = self.gpu.frameworks.get(fw, {}).get("version", "")
-                return float(module.predict_custom(
-                    self.system, cols, e.params, nccl_params=nccl.params if nccl else None,
-                    **route_args(module, fw, version, self.system, e.params))[0])
-        if nccl is None:
-            return None
-        self._note(kind, (nccl, "nccl"), "NCCL")
-        return float(module.predict_nccl(self.system, cols, nccl.params)[0])
+                t[custom] = self._predict((e, fw), "any", _collective_cols(
+                    kind, size[custom], n[custom]))
+                fitted = fitted & ~custom
+                break
+        nccl = self.gpu.entry("nccl", "nccl", "any")
+        if nccl is not None and fitted.any():
+            self._note(kind, (nccl, "nccl"), "NCCL")
+            t[fitted] = self._predict((nccl, "nccl"), "any",
+                                      _collective_cols(kind, size[fitted], n[fitted]))
+        return t
+
+
+def _collective_cols(kind: str, size: np.ndarray, n: np.ndarray) -> dict[str, Any]:
+    return {"op": np.full(len(size), kind, dtype=object), "n": n, "bytes": size,
+            "graph": np.ones(len(size), bool)}
+

@@ -1,20 +1,21 @@
 """`krakenlm sim calibrate --source aiconfigurator`: fit every kernel family of one GPU.
 
 The datasets (measurements/kernel_tables.py: the rows of each framework, family and variant,
-implausible rows dropped) are fitted on the fit half of their shapes and scored on the other
-(calibration/fit.py); the constants are stored with their fit statistics
+implausible rows dropped) are fitted with every kernel form the registry offers for them, on
+the fit half of their shapes, and scored on the other (calibration/fit.py); the winning form,
+its structure, constants and harness conditions are stored with their fit statistics
 (constants/gpu_kernels.py). `--family` refits some families of an existing file and keeps the
 rest; `--variant` narrows that to some of their entries (a dtype), so a change that concerns one
-entry costs that entry's fit.
+entry costs that entry's fit. The file's meta records the command and date of the last fit.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from ..constants.gpu_kernels import DeviceCalibration, Entry, today
 from ..measurements import aiconfigurator as aic
-from ..measurements.kernel_tables import FAMILIES, Dataset, datasets, device_key
+from ..measurements.kernel_tables import FAMILIES, Dataset, datasets, device_key, with_nccl
 from .fit import FitError, FitResult, fit_dataset
 
 # Tables that contradict NVIDIA's own published measurements of the same system are not fitted;
@@ -47,21 +48,19 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
         if base is None:
             raise FitError("refitting some families needs the calibration file they belong to; "
                            "calibrate every family first (without --family)")
-    system, sets, nccl = datasets(system_name, frameworks, root)
+    system, sets = datasets(system_name, frameworks, root)
     key = device_key(system_name)
     cal = base if base is not None else DeviceCalibration(key)
     if families:
         sets = [ds for ds in sets if ds.family in families
                 and (not variants or ds.variant in variants)]
-        if "custom_all_reduce" in families and "nccl" not in families:
-            # the custom all-reduce hands large messages to the file's fitted NCCL model
-            entry = cal.entry("nccl", "nccl", "any")
-            if entry is not None:
-                nccl["params"] = entry.params
-        return _refit_families(system_name, cal, sets, nccl, command, progress)
+        entry = cal.entry("nccl", "nccl", "any")
+        if entry is not None:  # unless refitted too: the file's NCCL takes the hand-off
+            sets = with_nccl(sets, entry.params, entry.structure)
+        return _refit_families(system_name, cal, sets, command, progress)
     results: list[tuple[Dataset, FitResult]] = []
     excluded_families, why = UNREPRESENTATIVE.get(system_name, ((), ""))
-    for ds in sets:  # fit everything first: a failure leaves `base` untouched
+    for i, ds in enumerate(sets):  # fit everything first: a failure leaves `base` untouched
         if ds.family in excluded_families:
             if progress:
                 progress(ds, None, f"not fitted: {why}")
@@ -74,7 +73,7 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
             continue
         results.append((ds, result))
         if ds.family == "nccl":
-            nccl["params"] = result.params
+            sets[i + 1:] = with_nccl(sets[i + 1:], result.params, result.structure)
         if progress:
             progress(ds, result, "")
     if not results:
@@ -82,8 +81,7 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
     for fw in {ds.framework for ds, _ in results} | ({"nccl"} & set(excluded_families)):
         cal.frameworks.pop(fw, None)  # a refit (or excluded) framework is replaced whole
     for ds, result in results:
-        cal.put(ds.framework, ds.version, ds.family, ds.variant,
-                Entry(result.params, result.summary(), ds.notes + result.notes))
+        cal.put(ds.framework, ds.version, ds.family, ds.variant, _entry(ds, result))
     device = aic.read_gemm(system.name, next(d.framework for d in sets if d.framework != "nccl"),
                            root=root).device
     cal.meta.update({
@@ -100,14 +98,19 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
     return cal
 
 
+def _entry(ds: Dataset, result: FitResult) -> Entry:
+    return Entry(result.form, result.structure, result.params, result.harness,
+                 result.summary(), ds.notes + result.notes)
+
+
 def _refit_families(system_name: str, cal: DeviceCalibration, sets: list[Dataset],
-                    nccl: dict[str, Any], command: str,
+                    command: str,
                     progress: Callable[[Dataset, FitResult | None, str], None] | None
                     ) -> DeviceCalibration:
     """Replace the entries of `sets` in `cal`, all fitted before any is replaced."""
     excluded_families, why = UNREPRESENTATIVE.get(system_name, ((), ""))
     results: list[tuple[Dataset, FitResult]] = []
-    for ds in sets:
+    for i, ds in enumerate(sets):
         if ds.family in excluded_families:
             if progress:
                 progress(ds, None, f"not fitted: {why}")
@@ -115,7 +118,7 @@ def _refit_families(system_name: str, cal: DeviceCalibration, sets: list[Dataset
         result = fit_dataset(ds, system_name)  # a FitError leaves the file as it was
         results.append((ds, result))
         if ds.family == "nccl":
-            nccl["params"] = result.params
+            sets[i + 1:] = with_nccl(sets[i + 1:], result.params, result.structure)
         if progress:
             progress(ds, result, "")
     if not results:
@@ -124,19 +127,7 @@ def _refit_families(system_name: str, cal: DeviceCalibration, sets: list[Dataset
     # entry by entry: other variants of a family (e.g. the Vidur-fitted streaming kernels next
     # to the tables' quantiser under `elementwise`) stay
     for ds, result in results:
-        cal.put(ds.framework, ds.version, ds.family, ds.variant,
-                Entry(result.params, result.summary(), ds.notes + result.notes))
-    refits = list(cal.meta.get("refits") or [])
-    refits.append({"command": command, "created": today()})
-    cal.meta["refits"] = refits
+        cal.put(ds.framework, ds.version, ds.family, ds.variant, _entry(ds, result))
+    cal.meta.pop("refits", None)
+    cal.meta.update(command=command, created=today())
     return cal
-
-
-def mape_table(cal: DeviceCalibration) -> list[dict[str, Any]]:
-    rows = []
-    for fw, info in cal.frameworks.items():
-        for fam, variants in info.get("families", {}).items():
-            for variant, e in variants.items():
-                rows.append({"framework": fw, "version": info.get("version", ""), "family": fam,
-                             "variant": variant, **e.fit})
-    return rows

@@ -6,9 +6,10 @@ stacks do not: Vidur's per-operator profiles of Llama-2-70B layers (MLSys 2024; 
 sarathi-serve kernels, validation_data/layer_measurements.csv) show vLLM's RMSNorm at ~1.1
 TB/s on an H100 with a 6 us floor, SiLU-and-mul at ~1.9 TB/s, rotary at ~1.5 TB/s; vLLM's
 own kernel benchmark (vllm-project/vllm#11241, H100) has its RMSNorm at ~0.7 TB/s. So each
-kind gets its own constants of the elementwise model (gpu/elementwise.py), fitted on the rows
-of `layer_measurements.csv` whose split is `fit` (even CRC-32 of system, op, TP and tokens;
-`mark_layer_split`) and scored on the `held_out` ones. They are stored under the `vllm`
+kind gets its own constants of an elementwise form (kernels/gpu/elementwise.py), fitted on the rows
+of `layer_measurements.csv` whose `split` column says `fit` (the data declare their split:
+within each system and op, sorted by TP and tokens, every other row, an exact half of so few
+rows) and scored on the `held_out` ones; GEMM and all-reduce rows only validate. They are stored under the `vllm`
 framework of the device (families `elementwise`, variants `norm`, `activation`, `rope`,
 `residual`): the profiles whose kernels are vLLM's use them; the others keep the constants
 fitted on their own quantisation kernel.
@@ -21,49 +22,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ...fileio import write_csv_atomically
 from ...hardware import load_system
 from ...models import PRESETS
 from ..constants.gpu_kernels import DeviceCalibration, Entry
-from ..kernels.gpu import elementwise
+from ..kernels.base import Setting
 from ..kernels.template.elementwise import TENSORS_READ, TENSORS_WRITTEN
 from ..measurements.kernel_tables import Dataset
 from ..measurements.layers import op_spec
 from ..measurements.models import data_path
 from .fit import FitResult, fit_dataset
 
+SOURCE = "vidur"  # the measured layers' harness: CUDA kernel times, nothing to take away
 # Vidur op -> the variant (kind of streaming kernel, gpu/elementwise.OPS_OF_KIND) it calibrates
 KINDS = {"rmsnorm": "norm", "mlp_act": "activation", "rope": "rope", "residual_add": "residual"}
 
 
 def layer_key(row: dict[str, str]) -> str:
     return f"{row['system']}|{row['op']}|{row['tp']}|{row['tokens']}"
-
-
-def mark_layer_split(path: str | Path | None = None) -> int:
-    """Mark the streaming-op rows fit / held_out: within each (system, op), sorted by TP and
-    tokens, every other row is fitted (an exact half of 32 points, where a hash split of so few
-    rows is lopsided). GEMM and all-reduce rows stay held out: they validate, never calibrate.
-    Returns the number of fit rows."""
-    path = Path(path) if path else data_path("layer_measurements.csv")
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        fields, rows = reader.fieldnames, list(reader)
-    for r in rows:
-        r["split"] = "held_out"
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        if r["op"] in KINDS:
-            groups.setdefault((r["system"], r["op"]), []).append(r)
-    n = 0
-    for group in groups.values():
-        group.sort(key=lambda r: (int(r["tp"]), int(r["tokens"])))
-        for i, r in enumerate(group):
-            if i % 2 == 0:
-                r["split"] = "fit"
-                n += 1
-    write_csv_atomically(path, fields, rows)
-    return n
 
 
 def streamed_bytes(op: str, rows: int, cols: int, bytes_per_value: int = 2) -> float:
@@ -83,7 +58,8 @@ def calibrate_layers(system_name: str, cal: DeviceCalibration,
                      path: str | Path | None = None) -> list[tuple[str, FitResult]]:
     """Fit each streaming kind of `system_name` and store it in `cal` (framework vllm)."""
     path = Path(path) if path else data_path("layer_measurements.csv")
-    dev = load_system(system_name).device
+    system = load_system(system_name)
+    version = cal.frameworks.get("vllm", {}).get("version", "")
     with open(path, newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["system"] == system_name and r["op"] in KINDS]
     out = []
@@ -101,14 +77,12 @@ def calibrate_layers(system_name: str, cal: DeviceCalibration,
             # the data's own split: rows marked fit are fitted, the rest scored
             keys.append(layer_key(r) if r["split"] == "fit" else layer_key(r) + "|held")
         cols = {"bytes": np.array(moved), "rows": np.array(n_rows)}
-        dataset = Dataset("vllm", "", "elementwise", kind, cols, np.array(lat),
-                          elementwise.params_for(dev),
-                          lambda c, p: elementwise.predict(dev, c, p), keys,
-                          structures=elementwise.ROW_STRUCTURES,
-                          split=np.array([r["split"] == "fit" for r in sel]))
+        dataset = Dataset(SOURCE, Setting(system, "vllm", kind), "elementwise", cols,
+                          np.array(lat), keys, split=np.array([r["split"] == "fit" for r in sel]))
         result = fit_dataset(dataset, f"{system_name}, Vidur layers")
-        cal.put("vllm", cal.frameworks.get("vllm", {}).get("version", ""), "elementwise", kind,
-                Entry(result.params, result.summary(),
+        cal.put("vllm", version, "elementwise", kind,
+                Entry(result.form, result.structure, result.params, result.harness,
+                      result.summary(),
                       [f"fitted on Vidur's Llama-2-70B {vidur_op} rows marked fit in "
                        "validation_data/layer_measurements.csv (MLSys 2024, MIT)"]))
         out.append((kind, result))

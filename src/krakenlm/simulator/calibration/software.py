@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import re
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -30,9 +29,12 @@ import numpy as np
 from ...errors import KrakenError
 from ...fileio import write_csv_atomically, write_text_atomically
 from ...models import PRESETS
+from ..constants.gpu_kernels import today
 from ..constants.software import Host, SoftwareProfile, load_software
 from ..kernels.params import Param, pack, unpack
 from ..measurements.models import ModelRow, data_path, load_rows, row_software
+from ..measurements.split import fit_half, mape
+from .fit import minimise
 
 HOST_PARAMS = {
     "per_kernel_s": Param("per_kernel_s", "seconds", 1e-5, "host time per kernel outside a graph"),
@@ -48,15 +50,10 @@ PREFILL_SCALE = Param("prefill_gpu_time_scale", "positive", 0.1,
                       "prefill GPU time over the kernel models, minus 1 (see software.Host)")
 MIN_ROWS = 4
 MIN_PROMPT_LENGTHS = 3
-RESTARTS = 5
 
 
 class SoftwareFitError(KrakenError, ValueError):
     """The host constants of a profile cannot be fitted (no rows, too few rows)."""
-
-
-def setup_in_fit_half(row: ModelRow) -> bool:
-    return zlib.crc32(row.setup.encode()) % 2 == 0
 
 
 def mark_split(path: str | Path | None = None) -> int:
@@ -69,7 +66,7 @@ def mark_split(path: str | Path | None = None) -> int:
     n_fit = 0
     for r in rows:
         row = load_row(r)
-        r["split"] = "fit" if setup_in_fit_half(row) else "held_out"
+        r["split"] = "fit" if fit_half([row.setup])[0] else "held_out"
         n_fit += r["split"] == "fit"
     write_csv_atomically(path, fields, rows)
     return n_fit
@@ -165,8 +162,7 @@ def predict_host(rows: list[ModelRow], host: Host, results: dict[ModelRow, Any])
 def host_mape(rows: list[ModelRow], host: Host, results: dict[ModelRow, Any]) -> float:
     if not rows:
         return float("nan")
-    measured = np.array([r.measured_s for r in rows])
-    return float(np.mean(np.abs(predict_host(rows, host, results) / measured - 1)) * 100)
+    return mape(predict_host(rows, host, results), np.array([r.measured_s for r in rows]))
 
 
 def fitted_names(profile: SoftwareProfile, fit_rows: list[ModelRow]) -> list[str]:
@@ -196,8 +192,6 @@ def fit_host_rows(profile: SoftwareProfile, fit_rows: list[ModelRow],
     """The host constants (and the names of those fitted) that minimise the MAPE of
     `fit_rows`, starting from the profile's sourced constants (not an earlier fit: a refit then
     gives the same answer however often it is run). `results`: `simulate_rows(fit_rows)`."""
-    from scipy.optimize import minimize
-
     fitted = fitted_names(profile, fit_rows)
     params = tuple(HOST_PARAMS.get(n, PREFILL_SCALE) for n in fitted)
     host0 = profile.host
@@ -210,21 +204,19 @@ def fit_host_rows(profile: SoftwareProfile, fit_rows: list[ModelRow],
 
     x0 = pack(params, {n: max(getattr(host0, n), HOST_PARAMS[n].initial) if n in HOST_PARAMS
                        else PREFILL_SCALE.initial for n in fitted})
+    # a simplex collapses along the flat valleys of per-kernel vs per-step time: the minimiser
+    # restarts it from where it stopped while that helps
+    best_x, _ = minimise(lambda x: host_mape(fit_rows, host_of(x), results),
+                         [x0, x0 - 1.0, x0 + 1.0])
+    return host_of(best_x), fitted
 
-    def run(start: np.ndarray):
-        return minimize(lambda x: host_mape(fit_rows, host_of(x), results), start,
-                        method="Nelder-Mead",
-                        options={"maxiter": 2000, "xatol": 1e-4, "fatol": 1e-5})
 
-    best = min((run(start) for start in (x0, x0 - 1.0, x0 + 1.0)), key=lambda r: r.fun)
-    # a simplex collapses along the flat valleys of per-kernel vs per-step time: restart it
-    # from where it stopped until that no longer helps
-    for _ in range(RESTARTS):
-        again = run(best.x)
-        if again.fun >= best.fun - 1e-4:
-            break
-        best = again
-    return host_of(best.x), fitted
+def _yaml_number(value: float) -> str:
+    """`value` to 4 significant digits as YAML reads a number back: 2e-05 is a string to a YAML
+    1.1 reader (PyYAML), 2.0e-05 a float."""
+    text = f"{value:.4g}"
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
 
 
 def write_host(profile_path: str | Path, fit: HostFit, command: str) -> Path:
@@ -239,8 +231,9 @@ def write_host(profile_path: str | Path, fit: HostFit, command: str) -> Path:
     systems = host.setdefault("systems", {})
     systems[fit.system] = {k: float(f"{v:.4g}") for k, v in fit.host.items()}
     fits = data.setdefault("fits", {})
-    fits[fit.system] = {"command": command, "data": "validation_data/model_measurements.csv "
-                        "(rows with split=fit)", **fit.summary()}
+    fits[fit.system] = {"command": command, "created": today(),
+                        "data": "validation_data/model_measurements.csv (rows with split=fit)",
+                        **fit.summary()}
     # Re-emit only the two generated blocks; the hand-written part (with its comments) stays.
     head = re.split(r"\n(?=host:\n)", text, maxsplit=1)
     if len(head) != 2:
@@ -255,7 +248,7 @@ def write_host(profile_path: str | Path, fit: HostFit, command: str) -> Path:
                   and not ln.startswith("    ")]
     host_block.append("  systems:                     # fitted: krakenlm sim fit-software (see fits)")
     for sysname, values in sorted(systems.items()):
-        host_block.append(f"    {sysname}: {{{', '.join(f'{k}: {v:.4g}' for k, v in values.items())}}}")
+        host_block.append(f"    {sysname}: {{{', '.join(f'{k}: {_yaml_number(v)}' for k, v in values.items())}}}")
     tail = re.sub(r"\nfits:\n(?:  .*\n?)*", "\n", "\n" + tail).lstrip("\n")
     fits_text = yaml.safe_dump({"fits": fits}, sort_keys=True, width=100)
     new = before + "\n" + "\n".join(host_block) + "\n" + tail.rstrip("\n") + "\n" + fits_text

@@ -1,7 +1,7 @@
 """Fitting the template constants (constants/template.py) on the LLMCompass measurement set.
 
-`fit_calibration` fits each (device, operator) group by Nelder-Mead on the mean absolute
-percentage error of the *fit half* only (even-indexed rows of each file, see
+`fit_calibration` fits each (device, operator) group with the calibration's one minimiser
+(fit.minimise) on the mean absolute percentage error of the *fit half* only (even-indexed rows of each file, see
 measurements/llmcompass.py); the odd rows and the whole-layer files are never seen by the fit.
 A prediction of a measured point is the template model's kernel time under the set's harness
 (measurements/harness.py: max(floor, overhead + kernel)).
@@ -12,18 +12,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import yaml
 
 from ...hardware.identity import TEMPLATE_CONSTANTS_BY_VENDOR
 from ...hardware.schema import Device, System
+from ..constants.gpu_kernels import today
 from ..constants.template import Calibration, OpConstants
-from ..kernels.template.collectives import Protocol
+from ..kernels.template.collectives import Protocol, collective_time
 from ..measurements.harness import predict_point
 from ..measurements.llmcompass import MeasuredSet, Point
 from ..measurements.split import mape
+from .fit import minimise
 
 
 # ---------------------------------------------------------------------------------- fitting
@@ -33,44 +35,6 @@ def _sigmoid(x: float) -> float:
 
 def _logit(p: float) -> float:
     return math.log(p / (1 - p))
-
-
-def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.5,
-                iters: int = 600, tol: float = 1e-9) -> np.ndarray:
-    """Plain Nelder-Mead (reflection, expansion, contraction, shrink) for a few parameters."""
-    n = len(x0)
-    simplex = [np.array(x0, dtype=float)]
-    for i in range(n):
-        x = np.array(x0, dtype=float)
-        x[i] += step
-        simplex.append(x)
-    values = [f(x) for x in simplex]
-    for _ in range(iters):
-        order = np.argsort(values)
-        simplex = [simplex[i] for i in order]
-        values = [values[i] for i in order]
-        if abs(values[-1] - values[0]) < tol:
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        worst = simplex[-1]
-        reflected = centroid + (centroid - worst)
-        fr = f(reflected)
-        if fr < values[0]:
-            expanded = centroid + 2 * (centroid - worst)
-            fe = f(expanded)
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-        else:
-            contracted = centroid + 0.5 * (worst - centroid)
-            fc = f(contracted)
-            if fc < values[-1]:
-                simplex[-1], values[-1] = contracted, fc
-            else:
-                best = simplex[0]
-                simplex = [best + 0.5 * (x - best) for x in simplex]
-                values = [f(x) for x in simplex]
-    return simplex[int(np.argmin(values))]
 
 
 # Parameter vectors per operator kind: (decode(x) -> OpConstants, initial x).
@@ -128,15 +92,26 @@ def fit_group(dev: Device, system: System | None, points: list[Point]) -> OpCons
         c = decode(x)
         return mape([predict_point(dev, system, p, c) for p in points], meas)
 
-    best_x, best_f = None, math.inf
-    for x0 in _starts(op, min(meas)):
-        x = np.array(x0, dtype=float)
-        for step in (1.0, 0.3):  # a restart shakes Nelder-Mead out of a kink
-            x = nelder_mead(objective, x, step=step)
-        fx = objective(x)
-        if fx < best_f:
-            best_x, best_f = x, fx
-    return decode(best_x)
+    best_x, _ = minimise(objective, [np.array(x0) for x0 in _starts(op, min(meas))])
+    c = decode(best_x)
+    return used_protocols(system, points, c) if op == "allreduce" else c
+
+
+def used_protocols(system: System | None, points: list[Point], c: OpConstants) -> OpConstants:
+    """`c` without the protocols that time none of `points` (the fastest protocol times a
+    size): the data say nothing about such a protocol, so its fitted constants are not kept
+    (a latency that only had to be large enough to lose)."""
+    if system is None:
+        return c
+    ic = system.interconnect
+
+    def fastest(p: Point) -> int:
+        size, n = p.shape
+        times = [collective_time("all_reduce", ic, float(size), n, (q,))[0] for q in c.protocols]
+        return int(np.argmin(times))
+
+    used = sorted({fastest(p) for p in points})
+    return dataclasses.replace(c, protocols=tuple(c.protocols[i] for i in used))
 
 
 def fit_calibration(measured: MeasuredSet, systems: dict[str, System],
@@ -152,7 +127,7 @@ def fit_calibration(measured: MeasuredSet, systems: dict[str, System],
         devices.setdefault(device, {})[op] = fit_group(system.device, system, pts).to_dict()
     if "A100" in devices:
         devices["default"] = devices["A100"]
-    meta = {"command": command,
+    meta = {"command": command, "created": today(),
             "fit_half": "even-indexed rows (0, 2, 4, ...) of every operator file; odd rows and "
                         "the transformer layer files are held out",
             "systems": {d: s.name for d, s in systems.items()},
@@ -163,5 +138,5 @@ def fit_calibration(measured: MeasuredSet, systems: dict[str, System],
 
 def save_calibration(calibration: Calibration, path: str | Path) -> None:
     header = ("# Fitted simulator constants; generated by `krakenlm sim calibrate`, do not edit.\n"
-              "# See krakenlm/simulator/calibration.py for what each constant means.\n")
+              "# See krakenlm/simulator/constants/template.py for what each constant means.\n")
     Path(path).write_text(header + yaml.safe_dump(calibration.to_dict(), sort_keys=False))

@@ -3,16 +3,24 @@
 One YAML file per device (`krakenlm/simulator/constants/devices/<key>.yaml`, e.g. `H100.yaml`),
 written by `krakenlm sim calibrate --source aiconfigurator`:
 
-    meta: {format: 2, device_key: H100, system: h100-80gb-x8, source: ..., command: ..., ...}
+    meta: {format: 3, device_key: H100, system: h100-80gb-x8, source: ..., command: ...,
+           created: ...}            # command and date of the last fit
     frameworks:
-      trtllm:                       # which serving framework's kernels were measured
-        version: 1.3.0rc20
+      sglang:                       # which serving framework's kernels were measured
+        version: 0.5.14
         families:
-          gemm:                     # kernel family (the model in krakenlm.simulator.gpu)
-            bf16:                   # variant: dtype, library, ...
-              params: {floor_s: ..., compute_efficiency: ..., ...}
+          gemm:                     # kernel family (kernels/base.py FAMILIES)
+            fp8:                    # variant: a dtype, a kind of streaming kernel, any
+              form: gemm/sglang-cutlass-fp8           # the registered kernel form
+              structure: {tile_table: 3}              # its structural choices, typed
+              params: {floor_s: ..., ...}             # the constants that form reads
+              harness: {weight_copies: 6, heat_s: ..., heat_gain: ...}   # how the source
+                                    # measured (measurements/harness.py), never in a query
               fit: {n_fit: ..., n_held_out: ..., mape_fit_pct: ..., mape_held_out_pct: ...}
       nccl: ...
+
+Files of format 2 (every constant under `params`, the form told by which keys were present)
+are converted by `python -m krakenlm.simulator.constants.format2 FILE...`.
 
 A device uses the file its hardware YAML declares (`device.identity.calibration`, read by
 hardware/identity.py): a shipped file by its name (`calibration: H100` is devices/H100.yaml) or
@@ -38,8 +46,10 @@ from ...errors import KrakenError
 from ...fileio import read_user_text, write_text_atomically
 from ...hardware.identity import calibration_is_file, lookup
 from ...hardware.schema import Device
+from ..kernels import base as kernel_forms
+from ..kernels import gpu as _gpu_forms  # noqa: F401  (registers the GPU kernel forms)
 
-FORMAT = 2
+FORMAT = 3
 SHIPPED_DIR = "devices"
 
 
@@ -63,13 +73,29 @@ class FileParams(dict):
 
 @dataclass
 class Entry:
+    """One fitted kernel: its form (kernels/base.py registry), the form's structure, the
+    constants it reads, the measurement harness's chosen and fitted conditions, the fit."""
+
+    form: str
+    structure: Any
     params: dict[str, float]
+    harness: dict[str, Any] = field(default_factory=dict)
     fit: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def kernel(self) -> kernel_forms.KernelForm:
+        return kernel_forms.form(self.form)
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"params": {k: _stored(v) for k, v in self.params.items()},
-                               "fit": self.fit}
+        out: dict[str, Any] = {
+            "form": self.form,
+            "structure": _Flow(kernel_forms.structure_to_dict(self.structure)),
+            "params": {k: _stored(v) for k, v in self.params.items()}}
+        if self.harness:
+            out["harness"] = _Flow({k: v if isinstance(v, (bool, int)) else _stored(v)
+                                    for k, v in self.harness.items()})
+        out["fit"] = self.fit
         if self.notes:
             out["notes"] = list(self.notes)
         return out
@@ -110,6 +136,11 @@ class DeviceCalibration:
         if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
             raise GpuCalibrationError(f"{source}: not a GPU calibration file (no meta section)")
         meta = dict(data["meta"])
+        if meta.get("format") == 2:
+            raise GpuCalibrationError(
+                f"{source}: calibration format 2, this krakenlm reads format {FORMAT}; convert it "
+                f"with `python -m krakenlm.simulator.constants.format2 {source}` (the same "
+                "constants) or re-run `krakenlm sim calibrate`")
         if meta.get("format") != FORMAT:
             raise GpuCalibrationError(f"{source}: calibration format {meta.get('format')!r}, "
                                       f"this krakenlm reads format {FORMAT}; re-run "
@@ -126,22 +157,43 @@ class DeviceCalibration:
             for fam, variants in families.items():
                 where = f"frameworks.{fw}.families.{fam}"
                 for variant, e in _mapping(variants, source, where).items():
-                    try:
-                        params = {k: float(v) for k, v in e["params"].items()}
-                    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
-                        params = None
-                    if params is None or not all(map(math.isfinite, params.values())):
-                        raise GpuCalibrationError(
-                            f"{source}: {where}.{variant} needs a params mapping of finite "
-                            "numbers") from None
-                    fit, notes = e.get("fit") or {}, e.get("notes") or []
-                    if not isinstance(fit, dict) or not isinstance(notes, list):
-                        raise GpuCalibrationError(f"{source}: {where}.{variant}: fit must be a "
-                                                  "mapping and notes a list")
                     cal.put(fw, str(info.get("version", "")), fam, str(variant),
-                            Entry(FileParams(params, f"{source}: {where}.{variant}"), dict(fit),
-                                  list(notes)))
+                            _entry(e, fam, f"{source}: {where}.{variant}"))
         return cal
+
+
+def _entry(e: Any, family: str, where: str) -> Entry:
+    """An entry read from a file, checked: a registered form of `family`, its structure's
+    fields and types, finite constants."""
+    if not isinstance(e, dict):
+        raise GpuCalibrationError(f"{where} is not a mapping")
+    try:
+        form = kernel_forms.form(str(e.get("form")))
+    except KeyError as exc:
+        raise GpuCalibrationError(f"{where}: {exc.args[0]}") from None
+    if form.family != family:
+        raise GpuCalibrationError(f"{where}: form {form.name!r} times {form.family}, not "
+                                  f"{family}")
+    try:
+        structure = kernel_forms.structure_from_dict(form.Structure, e.get("structure"), where)
+    except ValueError as exc:
+        raise GpuCalibrationError(str(exc)) from None
+    try:
+        params = {k: float(v) for k, v in e["params"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        params = None
+    if params is None or not all(map(math.isfinite, params.values())):
+        raise GpuCalibrationError(f"{where} needs a params mapping of finite numbers")
+    harness = e.get("harness") or {}
+    if not isinstance(harness, dict) or not all(
+            isinstance(v, bool) or (isinstance(v, (int, float)) and math.isfinite(v))
+            for v in harness.values()):
+        raise GpuCalibrationError(f"{where}: harness must map names to numbers or booleans")
+    fit, notes = e.get("fit") or {}, e.get("notes") or []
+    if not isinstance(fit, dict) or not isinstance(notes, list):
+        raise GpuCalibrationError(f"{where}: fit must be a mapping and notes a list")
+    return Entry(form.name, structure, FileParams(params, where), dict(harness), dict(fit),
+                 list(notes))
 
 
 def _mapping(value: Any, source: str, where: str) -> dict:
@@ -151,6 +203,18 @@ def _mapping(value: Any, source: str, where: str) -> dict:
     if not isinstance(value, dict):
         raise GpuCalibrationError(f"{source}: {where} is not a mapping")
     return value
+
+
+class _Flow(dict):
+    """A short mapping written on one line (a structure, a harness)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Flow, lambda dumper, data: dumper.represent_mapping(
+    "tag:yaml.org,2002:map", data, flow_style=True))
 
 
 def _stored(value: float) -> float:
@@ -219,8 +283,9 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> DeviceCalibration:
 def save(cal: DeviceCalibration, path: str | Path) -> Path:
     """Write atomically (fileio.write_text_atomically)."""
     header = ("# Fitted GPU kernel constants; generated by `krakenlm sim calibrate`, do not edit.\n"
-              "# Models and parameters: krakenlm/simulator/gpu/*.py. Format: gpu/store.py.\n")
-    text = header + yaml.safe_dump(cal.to_dict(), sort_keys=False, width=100)
+              "# Kernel forms: krakenlm/simulator/kernels/gpu/*.py. Format: "
+              "constants/gpu_kernels.py.\n")
+    text = header + yaml.dump(cal.to_dict(), Dumper=_Dumper, sort_keys=False, width=100)
     return write_text_atomically(path, text)
 
 

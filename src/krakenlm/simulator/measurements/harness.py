@@ -1,6 +1,10 @@
 """How each public source measured: the harness effects applied when a prediction is compared
 with (or fitted to) that source's numbers, and never in a query of a served model.
 
+* NVIDIA's kernel tables (aiconfigurator's collectors): the kernel forms' `Conditions`
+  (kernels/base.py) under which each family was measured (`conditions`), the ones a fit
+  chooses among (`choices`: stored in a calibration entry's `harness:`) and the harness
+  constants a fit adds (`params`: the burst heating of SGLang's GEMM tables).
 * The LLMCompass measurement set times each op with host `time.time()` around a PyTorch call:
   a measurement is max(floor, overhead + kernel) (`harnessed`, constants in the template file).
 * Whole-model sources: how a source's engine ran a batch of prompts (`SEQUENTIAL_PREFILL`),
@@ -15,11 +19,69 @@ from ...hardware.schema import Device, System
 from ...models import ModelConfig
 from ..constants.software import SoftwareProfile
 from ..constants.template import CalibrationError, OpConstants
+from ..kernels.base import BurstHeat, Conditions
+from ..kernels.params import Param
 from ..kernels.template.collectives import collective_time
 from ..kernels.template.elementwise import simulate_stream
 from ..kernels.template.matmul import simulate_matmul
 from .llmcompass import Point
 from .models import ModelRow
+
+# ------------------------------------------------------------ NVIDIA's kernel tables (aiconfigurator)
+AICONFIGURATOR = "aiconfigurator"
+# Copies of the layer the GEMM collectors cycle through (collector/*/collect_gemm.py): when they
+# all fit the L2 with the activation, the weights come from L2 (gemm.py)
+BENCHMARK_COPIES = {"trtllm": 5, "vllm": 6, "sglang": 6}
+# SGLang's GEMM tables are timed in back-to-back bursts of one shape (6 copies x 9 passes): the
+# power-limited rate of a long GEMM falls further as the die heats (leakage grows with
+# temperature, the clocks at the power limit fall), toward a hot steady state. On the fit half,
+# M, N >= 4096, K >= 2048, FP8 H100 runs median 1080 TFLOP/s for runs of 0.1-1 ms, 1069 for
+# 1-5 ms, then 940, 783 and 670 for 5-10, 10-30 and > 30 ms (H200 1168, 1130, 1109, 917, 808;
+# `python benchmarks/sim_sglang_gemm_tables.py`). The time constant is stated per kernel of
+# such a burst; a served model's layer never runs that way.
+HEAT_FRAMEWORKS = ("sglang",)
+HEAT = (Param("heat_s", "seconds", 0.05, "thermal time constant of the power-limited rate: over "
+              "a run of this length a GEMM's own heat takes the rate most of the way to its "
+              "hot steady state; stated per kernel of the benchmark's back-to-back bursts"),
+        Param("heat_gain", "positive", 0.5, "how much slower the power-limited rate is once "
+              "the die has reached its hot steady state: the floor tends to t (1 + heat_gain)"))
+
+
+def choices(source: str, family: str, framework: str) -> tuple[dict[str, Any], ...]:
+    """The measurement conditions a fit of `family` tries in turn (the lowest fit-half error
+    wins and is stored in the entry's `harness:`): whether the GEMM benchmark's weight copies
+    stay in L2, whether the context benchmark's replays find their tensors in L2."""
+    if source != AICONFIGURATOR:
+        return ({},)
+    if family == "gemm":
+        copies = BENCHMARK_COPIES.get(framework, 0)
+        return tuple({"weight_copies": c} for c in sorted({0, copies}))
+    if family == "context_attention":
+        return ({"warm_replay": False}, {"warm_replay": True})
+    return ({},)
+
+
+def params(source: str, family: str, framework: str) -> tuple[Param, ...]:
+    """Harness constants fitted with a kernel form's (stored in the entry's `harness:`)."""
+    if source == AICONFIGURATOR and family == "gemm" and framework in HEAT_FRAMEWORKS:
+        return HEAT
+    return ()
+
+
+def conditions(source: str, family: str, stored: dict[str, Any] | None) -> Conditions:
+    """How `source` ran `family`, with an entry's `harness:` (chosen and fitted conditions):
+    every generation table replays its cache warm, the all-reduce tables mark their eager
+    calls, and burst heating applies where a heat constant was fitted."""
+    stored = dict(stored or {})
+    if source != AICONFIGURATOR:
+        return Conditions()
+    heat = None
+    if "heat_s" in stored:
+        heat = BurstHeat(float(stored.pop("heat_s")), float(stored.pop("heat_gain")))
+    return Conditions(weight_copies=int(stored.get("weight_copies", 0)),
+                      warm_replay=bool(stored.get("warm_replay",
+                                                  family == "generation_attention")),
+                      burst_heat=heat, eager=family == "custom_all_reduce")
 
 
 # ------------------------------------------------------------- the LLMCompass measurement set
@@ -66,8 +128,7 @@ def predict_point(dev: Device, system: System | None, point: Point, c: OpConstan
 # (H100, measured / modelled GPU time: TP 8 1.4 up to 2048 tokens, 2.1-2.4 from 4096; TP 4
 # 1.4 -> 1.7; TP 2 1.4 throughout), by no mechanism found in vLLM 0.1-0.2 or the harness (not
 # attention: 16 x 512 tokens behave like one 8192-token prompt), and a batched prefill exposes
-# that growth: host fit on the fit half 10.5 / 11.4 % (A100 / H100) batched against 6.1 /
-# 8.3 % sequential (held-out 12.4 / 12.5 against 9.9 / 9.7 %).
+# that growth: the host fit on the fit half is better sequential on both A100 and H100.
 SEQUENTIAL_PREFILL = {"splitwise"}
 
 

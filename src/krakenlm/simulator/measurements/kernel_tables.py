@@ -1,58 +1,66 @@
 """The measured kernel tables as datasets: per GPU, framework, kernel family and variant, the
-rows a kernel model describes and the model that predicts them.
+rows the family's kernel forms describe.
 
-For each framework measured on the system (TensorRT-LLM, vLLM, SGLang) and each family with a
-GPU kernel model (GEMM per dtype, context and generation attention per dtype, the streaming
+For each framework measured on the system (TensorRT-LLM, vLLM, SGLang) and each family with
+GPU kernel forms (GEMM per dtype, context and generation attention per dtype, the streaming
 elementwise kernels, the framework's custom all-reduce) plus NCCL's collectives, `datasets()`
-selects the rows and drops the physically implausible ones (a row implying more than the
-device's peak is a measurement artefact; how many were dropped is recorded). A dataset may
-declare structural variants (`structures`, fitted in turn by calibration/gpu.py, the lowest
-fit-half error wins) and extra starting points (`starts`). Calibration fits them; `krakenlm sim
-validate --level operators` re-reads the same datasets and scores the shipped constants.
+selects the rows and drops those the family's forms do not describe or the device's peaks
+rule out (a row implying more than the device's peak is a measurement artefact; how many were
+dropped is recorded). Calibration fits the registered forms offered for each dataset
+(kernels/base.py, calibration/fit.py); `krakenlm sim validate --level operators` re-reads the
+same datasets and scores the shipped constants, under the harness conditions of the source
+(measurements/harness.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import numpy as np
 
 from ...hardware import load_system
 from ...hardware.identity import calibration_is_file, lookup
 from ...hardware.schema import System
-from ..kernels.gpu import elementwise, gemm
-from ..kernels.gpu.custom_allreduce_args import route_args
-from ..kernels.params import Param
+from ..kernels import base
+from ..kernels.gpu.attention import context_kernel_dtype
+from ..kernels.gpu.collectives import nccl_timer
 from . import aiconfigurator as aic
-from .split import fit_half
+from .harness import AICONFIGURATOR
 
 GEMM_DTYPES = ("bf16", "fp8")
 
 
-PEAK_MARGIN = 1.05  # a kernel may not beat the datasheet peak by more than measurement noise
-
-
 @dataclass
 class Dataset:
-    """The measured rows of one (framework, family, variant) and the model that predicts them."""
+    """The measured rows of one (framework, family, variant), where and how they were
+    measured (`setting`, `source`: the harness, measurements/harness.py)."""
 
-    framework: str
-    version: str
+    source: str
+    setting: base.Setting
     family: str
-    variant: str
     cols: dict[str, np.ndarray]
     latency_s: np.ndarray
-    params: tuple[Param, ...]
-    predict: Callable[[dict[str, np.ndarray], dict[str, float]], np.ndarray]
     keys: list[str]
     notes: list[str] = field(default_factory=list)
-    # structural choices (not fitted constants) tried in turn; the lowest fit-half error wins
-    structures: tuple[dict[str, float], ...] = ({},)
-    # starting points of the fit besides the initial values (screened on the fit half, fit.py)
-    starts: tuple[dict[str, float], ...] = ()
     # the data's own fit rows (Vidur's file marks them), instead of the CRC-32 split of keys
     split: np.ndarray | None = None
+
+    @property
+    def framework(self) -> str:
+        return self.setting.framework
+
+    @property
+    def version(self) -> str:
+        return self.setting.version
+
+    @property
+    def variant(self) -> str:
+        return self.setting.variant
+
+    def forms(self) -> tuple[base.KernelForm, ...]:
+        """The registered forms of this family offered for its setting (the fit's candidates)."""
+        return tuple(f for f in base.forms(self.family) if f.offered(self.setting))
 
 
 def device_key(system_name: str) -> str:
@@ -70,6 +78,24 @@ def _keep(cols: dict[str, np.ndarray], lat: np.ndarray, ok: np.ndarray, notes: l
     return {k: v[ok] for k, v in cols.items()}, lat[ok]
 
 
+def dataset(source: str, setting: base.Setting, family: str, cols: dict[str, np.ndarray],
+            latency_s: np.ndarray, notes: list[str]) -> Dataset | None:
+    """The rows every form of `family` offered for `setting` describes (`supported`), of them
+    those the device allows (`plausible`); None when no form is offered."""
+    forms = tuple(f for f in base.forms(family) if f.offered(setting))
+    if not forms:
+        return None
+    notes = list(notes)
+    n = len(latency_s)
+    ok = np.logical_and.reduce([np.asarray(f.supported(setting, cols), bool)
+                                & np.ones(n, bool) for f in forms])
+    cols, latency_s = _keep(cols, latency_s, ok, notes, forms[0].unsupported_note(setting))
+    ok = np.logical_and.reduce([np.asarray(f.plausible(setting, cols, latency_s), bool)
+                                & np.ones(len(latency_s), bool) for f in forms])
+    cols, latency_s = _keep(cols, latency_s, ok, notes, forms[0].implausible_note(setting))
+    return Dataset(source, setting, family, cols, latency_s, forms[0].key(cols), notes)
+
+
 def gemm_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
     dev = system.device
     table = aic.read_gemm(system.name, framework, root=root)
@@ -80,21 +106,14 @@ def gemm_datasets(system: System, framework: str, root: str | None) -> list[Data
         sel = table.columns["dtype"] == dtype
         if not sel.any():
             continue
-        notes = list(table.notes)
         cols = {k: v[sel] for k, v in table.columns.items()}
-        lat = table.latency_s[sel]
-        peak = dev.matrix_rate(dtype)
-        cols, lat = _keep(cols, lat, gemm.flops(cols) / lat <= PEAK_MARGIN * peak, notes,
-                          f"faster than the {dtype} peak ({peak / 1e12:.0f} TFLOP/s)")
-        params, structures = gemm.fit_setup(dev, framework, dtype)
-        out.append(Dataset(framework, table.version, "gemm", dtype, cols, lat, params,
-                           lambda c, p, dtype=dtype: gemm.predict(dev, c, p, dtype),
-                           gemm.shape_key(cols), notes, structures, gemm.FIT_STARTS))
+        ds = dataset(AICONFIGURATOR, base.Setting(system, framework, dtype, table.version),
+                     "gemm", cols, table.latency_s[sel], table.notes)
+        out += [ds] if ds else []
     return out
 
 
 def elementwise_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
-    dev = system.device
     if framework == "sglang":
         # SGLang's measured quantiser is a plain torch op (~10 % of HBM bandwidth), not the
         # fused kernels its norms and activations use: it would misstate them.
@@ -107,34 +126,14 @@ def elementwise_datasets(system: System, framework: str, root: str | None) -> li
     cols["bytes"] = cols["bytes_read"] + cols["bytes_written"]
     notes = list(table.notes) + ["fitted on static FP8 quantisation (scale_matrix): read 16-bit, "
                                  "write 8-bit"]
-    return [Dataset(framework, table.version, "elementwise", "any", cols, table.latency_s,
-                    elementwise.params_for(dev), lambda c, p: elementwise.predict(dev, c, p),
-                    elementwise.shape_key(cols), notes, elementwise.ROW_STRUCTURES)]
-
-
-def _attention_module():
-    try:
-        from ..kernels.gpu import attention
-        return attention
-    except ImportError:
-        return None
-
-
-def _collectives_module():
-    try:
-        from ..kernels.gpu import collectives
-        return collectives
-    except ImportError:
-        return None
+    ds = dataset(AICONFIGURATOR, base.Setting(system, framework, "any", table.version),
+                 "elementwise", cols, table.latency_s, notes)
+    return [ds] if ds else []
 
 
 def attention_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
     """Context attention per kernel dtype (TensorRT-LLM computes in FP8 whenever its KV cache is
-    FP8) and generation attention per KV-cache dtype; rows the model does not describe (sliding
-    windows, head sizes beyond 256, kernel fallbacks) and implausible rows are dropped."""
-    module = _attention_module()
-    if module is None:
-        return []
+    FP8) and generation attention per KV-cache dtype."""
     dev = system.device
     out = []
     try:
@@ -143,7 +142,7 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
         ctx = None
     if ctx is not None:
         c = ctx.columns
-        kernel = np.array([module.context_kernel_dtype(framework, d, k, dev)
+        kernel = np.array([context_kernel_dtype(framework, d, k, dev)
                            for d, k in zip(c["dtype"], c["kv_dtype"])], dtype=object)
         for dtype in ("bf16", "fp8"):
             sel = kernel == dtype
@@ -151,19 +150,10 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
                 sel &= c["kv_dtype"] == "bf16"
             if not sel.any() or dev.matrix_flops_per_s.get(dtype) is None:
                 continue
-            notes = list(ctx.notes)
-            cols = {k: v[sel] for k, v in c.items()}
-            lat = ctx.latency_s[sel]
-            cols, lat = _keep(cols, lat, module.context_supported(dev, framework, cols, dtype),
-                              notes, "not this kernel (sliding window, head dim > 256, "
-                                     "Triton fallback, SGLang's padded head dim 192)")
-            cols, lat = _keep(cols, lat, module.plausible_context(dev, cols, lat, dtype), notes,
-                              "faster than the tensor peak allows")
-            out.append(Dataset(framework, ctx.version, "context_attention", dtype, cols, lat,
-                               module.context_params_for(framework),
-                               lambda cc, p, dtype=dtype: module.predict_context(dev, cc, p, dtype),
-                               module.context_key(cols), notes,
-                               module.context_variants_for(framework)))
+            ds = dataset(AICONFIGURATOR, base.Setting(system, framework, dtype, ctx.version),
+                         "context_attention", {k: v[sel] for k, v in c.items()},
+                         ctx.latency_s[sel], ctx.notes)
+            out += [ds] if ds else []
     try:
         gen = aic.read_generation_attention(system.name, framework, root=root)
     except aic.CalibrationSourceError:
@@ -174,98 +164,54 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
             sel = (c["kv_dtype"] == kv_dtype) & (c["dtype"] == "bf16")
             if not sel.any():
                 continue
-            notes = list(gen.notes)
-            cols = {k: v[sel] for k, v in c.items()}
-            lat = gen.latency_s[sel]
-            cols, lat = _keep(cols, lat, module.generation_supported(dev, framework, cols), notes,
-                              "not this kernel (sliding window, head dim > 256, fallback kernels)")
-            cols, lat = _keep(cols, lat, module.plausible_generation(dev, cols, lat, kv_dtype),
-                              notes, "faster than the memory the KV cache comes from allows")
-            out.append(Dataset(framework, gen.version, "generation_attention", kv_dtype, cols,
-                               lat, module.generation_params_for(framework, dev),
-                               lambda cc, p, kv=kv_dtype: module.predict_generation(dev, cc, p, kv),
-                               module.generation_key(cols), notes,
-                               module.generation_variants_for(framework, dev, kv_dtype),
-                               module.generation_starts(framework, dev)))
+            ds = dataset(AICONFIGURATOR, base.Setting(system, framework, kv_dtype, gen.version),
+                         "generation_attention", {k: v[sel] for k, v in c.items()},
+                         gen.latency_s[sel], gen.notes)
+            out += [ds] if ds else []
     return out
 
 
 def nccl_datasets(system: System, root: str | None) -> list[Dataset]:
     """NCCL's all-reduce, all-gather and reduce-scatter on 2, 4 and 8 GPUs: one constant set
-    per device (the protocol NCCL's own tuner picks, see gpu/collectives.py)."""
-    module = _collectives_module()
-    if module is None:
-        return []
+    per device (the protocol NCCL's own tuner picks, kernels/gpu/collectives.py)."""
     try:
         table = aic.read_nccl(system.name, root=root)
     except aic.CalibrationSourceError:
         return []
-    cols = table.columns
-    return [Dataset("nccl", table.version, "nccl", "any", cols, table.latency_s,
-                    module.nccl_params_for(system, cols),
-                    lambda c, p: module.predict_nccl(system, c, p), module.nccl_key(cols),
-                    list(table.notes))]
+    ds = dataset(AICONFIGURATOR, base.Setting(system, "nccl", "any", table.version), "nccl",
+                 table.columns, table.latency_s, table.notes)
+    return [ds] if ds else []
 
 
-def custom_allreduce_datasets(system: System, framework: str, root: str | None,
-                              nccl: dict[str, Any]) -> list[Dataset]:
-    """The framework's own all-reduce (CUDA-graph and eager rows). The framework's own rule
-    (allreduce_routes, read from its source for the measured version) says which kernel runs
-    for each message and which messages go to NCCL (`kernel_route` 1 in the stored constants).
-    NCCL's messages are timed by the fitted NCCL model of the same device (`nccl["params"]`,
-    filled in once NCCL is fitted, before this dataset is), which presumes the framework's
-    NCCL is the one the NCCL tables measured. Where the fit half says otherwise (its NCCL
-    messages more than 12 % off NCCL's measured times: GB200 vLLM's 2-GPU NCCL runs at a third
-    of the tables' bandwidth), or no rule is known, the hand-off to NCCL is read off the fit
-    half instead (where the measured time equals NCCL's, `handoff_<n>`) and the framework's
-    kernels time everything below it."""
-    module = _collectives_module()
-    if module is None:
-        return []
+def custom_allreduce_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
+    """The framework's own all-reduce (CUDA-graph and eager rows), with NCCL's measured time at
+    each row's size and GPU count (column `nccl_s`, NaN where not measured): the form reads
+    the framework's hand-off to NCCL off it where its own rule is unknown or does not match
+    (collectives.py). Fitting or scoring it needs the device's NCCL model (`Setting.nccl`,
+    attached by the caller once NCCL's constants are known)."""
     try:
         table = aic.read_custom_allreduce(system.name, framework, root=root)
         ref_table = aic.read_nccl(system.name, root=root)
     except aic.CalibrationSourceError:
         return []
-    cols, lat = table.columns, table.latency_s
-    keys = module.custom_key(cols)
-    notes = list(table.notes)
-    has_eager = bool((~cols["graph"]).any())
-    # NCCL's measured time at each custom row's size and GPU count (NaN where not measured)
+    cols, lat = dict(table.columns), table.latency_s
     ref = np.full(len(lat), np.nan)
     ar = ref_table.columns["op"] == "all_reduce"
     for i, (n, b) in enumerate(zip(cols["n"], cols["bytes"])):
         m = ar & (ref_table.columns["n"] == n) & (ref_table.columns["bytes"] == b)
         if m.any():
             ref[i] = np.median(ref_table.latency_s[m])
-    half = fit_half(keys)
-    route = module.route_for(framework, table.version, system)
-    if route is not None:
-        kernels = route(cols["n"], cols["bytes"])
-        odd = module.nccl_mismatch(cols, lat, ref, kernels, half)
-        if odd:
-            ratios = ", ".join(f"n={k}: x{v:.2f}" for k, v in sorted(odd.items()))
-            notes.append(f"not the route of {framework} {table.version} ({route.source}): its "
-                         f"NCCL messages on the fit half are not NCCL's measured times ({ratios})")
-            route = None
-    if route is not None:
-        notes.append(f"kernel per message (kernel_route 1): {route.source}")
-        structure = {"kernel_route": 1.0}
-    else:
-        handoff = module.detect_handoff(cols, lat, ref, mask=half)
-        notes.append("hand-off to NCCL read off the fit half: " + (", ".join(
-            f"n={k} above {v / 2**20:.3g} MiB" for k, v in sorted(handoff.items())) or "none"))
-        structure = {f"handoff_{k}": float(v) for k, v in handoff.items()}
-        kernels = module.legacy_kernels(cols, handoff,
-                                        module.oneshot_below_for(framework, system))
-    params = module.custom_params_for(has_eager, set(kernels.tolist()))
+    cols["nccl_s"] = ref
+    ds = dataset(AICONFIGURATOR, base.Setting(system, framework, "any", table.version),
+                 "custom_all_reduce", cols, lat, table.notes)
+    return [ds] if ds else []
 
-    def predict(c, p):
-        return module.predict_custom(system, c, p, nccl_params=nccl.get("params"),
-                                     **route_args(module, framework, table.version, system, p))
 
-    return [Dataset(framework, table.version, "custom_all_reduce", "any", cols, lat, params,
-                    predict, keys, notes, (structure,), module.CUSTOM_FIT_STARTS)]
+def with_nccl(sets: list[Dataset], constants, structure) -> list[Dataset]:
+    """`sets` with NCCL's model (these constants) taking the custom all-reduce's hand-off."""
+    return [dataclasses.replace(ds, setting=dataclasses.replace(
+        ds.setting, nccl=nccl_timer(ds.setting.system, constants, structure)))
+        if ds.family == "custom_all_reduce" else ds for ds in sets]
 
 
 def check(system_name: str, frameworks: list[str] | None = None,
@@ -287,21 +233,18 @@ def check(system_name: str, frameworks: list[str] | None = None,
 
 
 def datasets(system_name: str, frameworks: list[str] | None = None,
-             root: str | None = None) -> tuple[System, list[Dataset], dict[str, Any]]:
-    """Every measured family of the system, ready to fit or to score, NCCL first. The returned
-    dict takes the NCCL constants (key "params") before the custom all-reduce is fitted or
-    scored: that model hands large messages to NCCL."""
+             root: str | None = None) -> tuple[System, list[Dataset]]:
+    """Every measured family of the system, ready to fit or to score, NCCL first (a framework's
+    all-reduce hands its large messages to NCCL's model)."""
     wanted = check(system_name, frameworks, root)
     system = load_system(system_name)
-    out: list[Dataset] = nccl_datasets(system, root)  # first: custom all-reduce hands off to it
-    nccl: dict[str, Any] = {}
+    out: list[Dataset] = nccl_datasets(system, root)
     for fw in wanted:
         out += gemm_datasets(system, fw, root)
         out += elementwise_datasets(system, fw, root)
         out += attention_datasets(system, fw, root)
-        out += custom_allreduce_datasets(system, fw, root, nccl)
-    return system, out, nccl
+        out += custom_allreduce_datasets(system, fw, root)
+    return system, out
 
 
-FAMILIES = ("gemm", "elementwise", "context_attention", "generation_attention", "nccl",
-            "custom_all_reduce")
+FAMILIES = base.FAMILIES

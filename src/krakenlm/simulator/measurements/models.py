@@ -16,7 +16,6 @@ engine with its own kernels, not measured in the kernel tables) -> `lmdeploy`; S
 from __future__ import annotations
 
 import csv
-import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -161,6 +160,3 @@ def half_of(row: ModelRow) -> str:
         return "fit"
     return "held_out"
 
-
-def fit_half_by_hash(row: ModelRow) -> bool:
-    return zlib.crc32(row.setup.encode()) % 2 == 0

@@ -3,6 +3,11 @@
 Kernel tables are split by shape, not by row: a shape's key (e.g. "m,n,k") is hashed (CRC-32);
 even hashes form the fit half, odd ones the held-out half. The same shape therefore falls in the
 same half for every framework and device, and re-running a calibration gives the same split.
+The end-to-end set is split the same way by each row's setup (calibration/software.mark_split
+writes the halves into its CSV, so TTFT, TPOT and end-to-end rows of a setup stay together).
+Two small sets declare their halves in the data instead: the Vidur layer rows (`split` column:
+every other row of each system and op) and the LLMCompass operator files (even-indexed rows,
+measurements/llmcompass.Point.fit_half).
 """
 
 from __future__ import annotations

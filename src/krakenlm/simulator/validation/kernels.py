@@ -1,9 +1,11 @@
 """Operator-level validation against NVIDIA's measured kernel tables (aiconfigurator-core).
 
 For every shipped GPU calibration file and every (framework, family, variant) it holds, the
-same rows `sim calibrate` used (gpu/calibrate.datasets: the same filters) are predicted with
-the shipped constants, and the error is reported on the fit half and on the held-out half
-separately (the half is the CRC-32 of the shape, fit.fit_half). Needs the optional extra
+same rows `sim calibrate` used (measurements/kernel_tables.datasets: the same filters) are
+predicted with the entry's kernel form, structure and constants under the harness conditions
+the tables were measured with (measurements/harness.py, with the entry's `harness:`), and the
+error is reported on the fit half and on the held-out half separately (the half is the CRC-32
+of the shape, split.fit_half). Needs the optional extra
 `krakenlm[calibrate]`; without it this level is skipped with the command that installs it.
 """
 
@@ -16,7 +18,9 @@ import numpy as np
 
 from ..constants import gpu_kernels as gpu_store
 from ..measurements import aiconfigurator as aic
+from ..measurements import harness
 from ..measurements.kernel_tables import datasets as _table_datasets
+from ..measurements.kernel_tables import with_nccl
 from ..measurements.split import fit_half, mape
 
 PLOT_POINTS_PER_GROUP = 300  # predicted-vs-measured points kept per group for the plot
@@ -58,15 +62,17 @@ def validate_kernels(calibrations: list[gpu_store.DeviceCalibration] | None = No
         frameworks = [fw for fw in cal.frameworks if fw != "nccl"]
         if progress:
             progress(f"{cal.device_key}: reading tables")
-        _, sets, nccl = _table_datasets(system, frameworks or None, root)
+        _, sets = _table_datasets(system, frameworks or None, root)
         nccl_entry = cal.entry("nccl", "nccl", "any")
         if nccl_entry is not None:
-            nccl["params"] = nccl_entry.params
+            sets = with_nccl(sets, nccl_entry.params, nccl_entry.structure)
         for ds in sets:
             entry = cal.entry(ds.framework, ds.family, ds.variant)
             if entry is None:
                 continue
-            predicted = ds.predict(ds.cols, entry.params)
+            predicted = entry.kernel.predict(ds.setting, ds.cols, entry.params, entry.structure,
+                                             harness.conditions(ds.source, ds.family,
+                                                                entry.harness))
             half = fit_half(ds.keys)
             err = predicted / ds.latency_s - 1
             group = {"device": cal.device_key, "system": system, "framework": ds.framework,

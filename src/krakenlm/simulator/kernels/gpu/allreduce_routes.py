@@ -3,9 +3,9 @@
 A framework's tensor-parallel all-reduce is not one kernel. By message size (and GPU count,
 GPU generation and framework version) it picks its own one-shot or two-shot kernel, PyTorch's
 symmetric-memory kernels, or hands the message to NCCL. `route_for` returns that rule as a
-function of (n, bytes); `collectives.predict_custom` then times each row with the chosen
-kernel's model. The rules below are read from the frameworks' sources (cited per rule), not
-fitted: only the kernels' constants are. A framework or version without a known rule gets no
+function of (n, bytes); collectives.py's `custom_all_reduce/framework` form then times each
+row with the chosen kernel's model. The rules below are read from the frameworks' sources
+(cited per rule), not fitted: only the kernels' constants are. A framework or version without a known rule gets no
 route, and the calibration falls back on reading its NCCL hand-off off the fit half
 (`collectives.detect_handoff`).
 
@@ -67,10 +67,6 @@ import numpy as np
 # through their workspace (copy in, kernel, copy out); in CUDA graphs they read the peers'
 # inputs in place and time like ONESHOT / TWOSHOT.
 NCCL, ONESHOT, TWOSHOT, FASTER, SYMM_MULTIMEM, SYMM_TWOSHOT, PULL_ONESHOT, PULL_TWOSHOT = range(8)
-KERNEL_NAMES = {NCCL: "nccl", ONESHOT: "one-shot", TWOSHOT: "two-shot",
-                FASTER: "faster of one-/two-shot", SYMM_MULTIMEM: "symm-mem multimem",
-                SYMM_TWOSHOT: "symm-mem two-shot", PULL_ONESHOT: "one-shot pull",
-                PULL_TWOSHOT: "two-shot pull"}
 
 MiB = 1024 * 1024
 HIDDEN = 4096  # aiconfigurator's collector: tensors [tokens, 4096]

@@ -1,5 +1,6 @@
-"""Collectives over NVLink / NVSwitch: NCCL (ring and NVLS) and the serving frameworks' own
-all-reduce kernels, each a few fitted constants on top of the interconnect's link bandwidth.
+"""Collectives over NVLink / NVSwitch: NCCL (ring and NVLS; form `nccl/nccl`) and the serving
+frameworks' own all-reduce kernels (form `custom_all_reduce/framework`), each a few fitted
+constants on top of the interconnect's link bandwidth.
 
 Notation: n GPUs, S the message in bytes in nccl-tests' convention (the whole buffer: for
 all-reduce the array every GPU holds; for all-gather the gathered output, for reduce-scatter the
@@ -35,11 +36,11 @@ shard back):
 the reduce-scatter and all-gather halves overlap only once each of NCCL's NVLS channels has
 several chunks in flight: below C = channels x 128 KiB per rank (16 channels on Hopper, 32 on
 Blackwell: 2 / 4 MiB) the halves run back to back (2W), above it the un-overlapped part is one
-pipeline fill F. C is NCCL's default, not fitted. The latency grows with the group: ~2.4 us per
-GPU on H100 and H200 (a constant latency leaves 8-GPU NVLS 15-30 % slow at 2-16 MiB while
-4-GPU fits). The conventional bus bandwidth 2 (n-1)/n S / t of NVLS can exceed B (by up to
-2 (n-1)/(n+1) x nvls_efficiency: 1.02 B at n = 8 on H100); the bytes a GPU moves cannot
-(`nccl_wire_bytes` / t <= B).
+pipeline fill F. C is NCCL's default, not fitted. The latency grows with the group
+(`nvls_peer` per GPU: with a constant latency the 8-GPU tables at 2-16 MiB take longer than
+the 4-GPU ones allow). The conventional bus bandwidth 2 (n-1)/n S / t of NVLS can exceed B
+(by up to 2 (n-1)/(n+1) x nvls_efficiency: 1.02 B at n = 8 on H100); the bytes a GPU moves
+cannot (`nccl_wire_bytes` / t <= B).
 
 Which (algorithm, protocol) runs is NCCL's choice, made by its own cost model (tuning.cc:
 latency = baseLat + steps x hwLat, bandwidth = channels x per-link NVLink bandwidth x protocol
@@ -76,22 +77,25 @@ into a symmetric buffer and the result back out (4 S bytes of device memory):
                multicasts, like NCCL's NVLS; multimem_efficiency), 2 (n-1)/n S for
                two_shot_all_reduce_ (symm_twoshot_efficiency)
 
-Which kernel runs for a message, and which messages go to NCCL (`predict_nccl` with the
-device's NCCL constants), is the framework's own rule for the measured version and GPU
+Which kernel runs for a message, and which messages go to NCCL (the NCCL form with the
+device's NCCL constants, `Setting.nccl`), is the framework's own rule for the measured version and GPU
 generation: allreduce_routes.py, read from the frameworks' sources (TensorRT-LLM's AUTO
 strategy: a token threshold up to 1.0, a measured best-strategy table from 1.1; vLLM: its
 custom kernel below 8 MiB or less, symmetric memory up to 32-128 MiB on Hopper/Blackwell;
 SGLang: CustomAllreduce up to 8 MiB, from 0.5.12 CustomAllReduceV2 up to 16 MiB). The
-framework's switch points are inputs, not fitted constants. A framework or version without a
-known rule, or whose NCCL messages on the fit half are not NCCL's measured times
-(`nccl_mismatch`), falls back on `detect_handoff`: the hand-off read off the fit half where
-measured rows equal NCCL's, the framework's kernels below it (ONESHOT_BELOW).
+framework's switch points are inputs, not fitted constants (structure `route` "framework"). A
+framework or version without a known rule, or whose NCCL messages on the fit half are not
+NCCL's measured times (`nccl_mismatch`), falls back on `detect_handoff` (`route` "handoff"):
+the hand-off read off the fit half where measured rows equal NCCL's (`handoff_bytes`), the
+framework's kernels below it (ONESHOT_BELOW).
 
-Eager (not CUDA-graph) calls pay the framework's host path: the GPU waits for the host to issue
-the call, and the collector's eager loop also clones the input (2 S bytes of device-memory
-traffic at the memory bandwidth of the device):
+The collector also times eager (not CUDA-graph) calls, its rows with `graph` False, which a
+harness with `Conditions.eager` describes (measurements/harness.py; a query runs every
+collective as a CUDA-graph call). An eager call pays the framework's host path: the GPU waits
+for the host to issue the call, and the collector's eager loop also clones the input (2 S
+bytes of device-memory traffic at the memory bandwidth of the device):
 
-    eager = max(eager_host, device + 2 S / memory bandwidth)      (smooth max, p = 8)
+    eager = smooth_max(eager_host, device + 2 S / memory bandwidth; p = 8)
 
 Kernels that stage their input through a shared buffer (vLLM's symmetric memory; SGLang V2's
 pull kernels, which read the peers' inputs in place inside CUDA graphs but copy in and out when
@@ -111,20 +115,22 @@ channels NCCL's topology search finds on an 8-GPU NVSwitch board (typically 16-3
 INFO prints them), but for small messages NCCL drops channels until each thread has enough work
 (enqueue.cc thread thresholds), so a small all-reduce holds 1-2 SMs. A large ring collective
 thus takes 16-32 of 108 (A100) / 132 (H100) SMs, 12-30 %; NVLS 16/132 = 12 % (H100), 32/148 =
-22 % (B200). NCCL_CHANNEL_SM_SHARE = 0.18 is the middle of that range (an estimate: the ring
-channel count of these boards is not in the tables); a size-dependent share would be
-min(channels, S / (threads x bytes per thread)) / SMs. The frameworks' one-/two-shot kernels
-launch up to 36 (vLLM) blocks, for a few microseconds.
+22 % (B200); a size-dependent share would be min(channels, S / (threads x bytes per thread)) /
+SMs. The frameworks' one-/two-shot kernels launch up to 36 (vLLM) blocks, for a few
+microseconds.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
 
 from ....hardware.schema import System
+from ..base import SERVING, Conditions, KernelForm, Measured, Setting, one_of, register
+from ..numerics import smooth_max
 from ..params import Param
 from . import allreduce_routes as R
 
@@ -181,9 +187,8 @@ CUSTOM_PARAMS = (
 )
 
 # Extra starting points of a custom all-reduce fit (screened on the fit half, fit.py): the
-# objective is kinked where a kernel's time crosses the eager host time, and Nelder-Mead from
-# the initial values stopped in a worse basin (H100 SGLang 0.5.14: 6.7 % on the fit half with a
-# one-shot efficiency of 0.50, 5.4 % at 0.70).
+# objective is kinked where a kernel's time crosses the eager host time, so Nelder-Mead from the
+# initial values alone can stop in a worse basin (one-shot efficiency 0.50 instead of 0.70).
 CUSTOM_FIT_STARTS = tuple({"oneshot_efficiency": one, "twoshot_efficiency": two,
                            "multimem_efficiency": two, "symm_twoshot_efficiency": two}
                           for one in (0.45, 0.75) for two in (0.45, 0.75))
@@ -204,11 +209,6 @@ NCCL_TUNER = {
 NVLS_CHUNK_BYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default
 LL_RAMP_BYTES_PER_RANK = (2048.0, 8192.0)  # LL ramp from 2 KiB x n to 8 KiB x n (see docstring)
 PROTOCOLS = ("ll", "ll128", "simple", "nvls")
-
-# Share of the SMs a large NCCL collective occupies (one CTA per channel, see the docstring):
-# rings 16-32 channels over 108-132 SMs, NVLS 16/132 (H100), 32/148 (B200); small messages use
-# 1-2 channels. An estimate; schedule.py's COMM_CORE_SHARE (0.10) is the low end of the range.
-NCCL_CHANNEL_SM_SHARE = 0.18
 
 # Fallback without a route (detect_handoff): the frameworks' one-shot -> two-shot switch
 # (one-shot below, in bytes). vLLM/SGLang: allreduce_routes.ONESHOT_BELOW; TensorRT-LLM
@@ -233,19 +233,6 @@ def nccl_arch(system: System) -> str:
 def nvls_available(system: System) -> bool:
     ic = system.interconnect
     return ic.topology == "switch" and bool(ic.in_switch_reduction)
-
-
-def nccl_params_for(system: System, cols: dict[str, Any] | None = None) -> tuple[Param, ...]:
-    """NCCL_PARAMS without the NVLS constants on fabrics without in-switch reduction, and
-    without LL128's when NCCL's tuner picks LL128 for none of `cols`' rows: a protocol no row
-    runs has nothing to fit its constants (GB200's table has no 8-GPU rows, the only ones
-    where the tuner picks LL128, and its fit ran the LL128 latency to 4e43 s, which the
-    simulator then used for 8-GPU all-gathers of 16-32 MiB). Without them, predict_nccl takes
-    the fastest fitted protocol where the tuner would pick LL128."""
-    drop = set() if nvls_available(system) else {"nvls_peer_s", "nvls_efficiency"}
-    if cols is not None and not (nccl_choice(system, cols) == PROTOCOLS.index("ll128")).any():
-        drop |= {"ll128_latency_s", "ll128_efficiency"}
-    return tuple(p for p in NCCL_PARAMS if p.name not in drop)
 
 
 KERNEL_PARAMS = {  # custom kernel code (allreduce_routes) -> the constants it uses
@@ -343,8 +330,10 @@ def nccl_choice(system: System, cols: dict[str, Any]) -> np.ndarray:
     return choice
 
 
-def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float]) -> np.ndarray:
-    """Seconds per row for each of PROTOCOLS (rows x 4; inf where a protocol does not apply)."""
+def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float],
+                        ll128: bool = True, nvls: bool = True) -> np.ndarray:
+    """Seconds per row for each of PROTOCOLS (rows x 4; inf where a protocol does not apply or
+    its constants were not fitted: `ll128`, `nvls` False)."""
     n, size, ar = _arrays(cols)
     B = port_bandwidth(system)
     steps = _steps(ar, n)
@@ -354,11 +343,11 @@ def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float
     ramp = np.clip(np.log2(np.maximum(size, 1.0) / lo) / np.log2(hi / lo), 0.0, 1.0)
     ll = steps * p["ll_step_s"] + ramp * p["ll_ramp_s"] + wire / (B * p["ll_efficiency"])
     ll128 = (p["ll128_latency_s"] + steps * p["ll_step_s"] + wire / (B * p["ll128_efficiency"])
-             if "ll128_efficiency" in p else np.full(len(n), np.inf))
+             if ll128 else np.full(len(n), np.inf))
     simple = (p["simple_latency_s"] + steps * p["simple_step_s"]
               + wire / (B * p["simple_efficiency"]))
-    nvls = np.full(len(n), np.inf)
-    if nvls_available(system) and "nvls_efficiency" in p:
+    with_nvls, nvls = nvls, np.full(len(n), np.inf)
+    if with_nvls and nvls_available(system):
         eff = p["nvls_efficiency"]
         w = (n_safe + 1) / n_safe * size / (B * eff)
         chunk = NCCL_TUNER[nccl_arch(system)]["nvls_channels"] * NVLS_CHUNK_BYTES
@@ -378,16 +367,66 @@ def nccl_wire_bytes(system: System, cols: dict[str, Any]) -> np.ndarray:
     return np.where(nccl_choice(system, cols) == PROTOCOLS.index("nvls"), nvls, ring)
 
 
-def predict_nccl(system: System, cols: dict[str, Any], p: dict[str, float]) -> np.ndarray:
-    """Seconds per row of `cols` (arrays op, n, bytes) for NCCL on `system`."""
+@dataclass(frozen=True)
+class NcclStructure:
+    """Which protocols have constants: LL128's when NCCL's tuner picks it for some fitted row,
+    NVLS's on a fabric that reduces in the switch (a protocol no row runs has nothing to fit
+    its constants: GB200's table has no 8-GPU rows, the only ones where the tuner picks LL128).
+    Where the tuner picks a protocol without constants, the fastest fitted one times the row."""
+
+    ll128: bool = True
+    nvls: bool = True
+
+
+class Nccl(KernelForm):
+    """NCCL's ring and NVLS collectives, the protocol chosen by NCCL's own tuner (the module
+    docstring); one constant set per device for every op and GPU count."""
+
+    family = "nccl"
+    name = "nccl/nccl"
+    Structure = NcclStructure
+
+    def structures(self, setting: Setting, measured: Measured | None = None) -> tuple:
+        ll128 = measured is None or bool(
+            (nccl_choice(setting.system, measured.cols) == PROTOCOLS.index("ll128")).any())
+        return (NcclStructure(ll128=ll128, nvls=nvls_available(setting.system)),)
+
+    def params(self, setting: Setting, structure: NcclStructure,
+               measured=None) -> tuple[Param, ...]:
+        drop = set() if structure.nvls else {"nvls_peer_s", "nvls_efficiency"}
+        if not structure.ll128:
+            drop |= {"ll128_latency_s", "ll128_efficiency"}
+        return tuple(p for p in NCCL_PARAMS if p.name not in drop)
+
+    def key(self, cols) -> list[str]:
+        return nccl_key(cols)
+
+    def predict(self, setting: Setting, cols, constants, structure: NcclStructure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        return predict_nccl(setting.system, cols, constants, structure.ll128, structure.nvls)
+
+
+def predict_nccl(system: System, cols: dict[str, Any], p, ll128: bool = True,
+                 nvls: bool = True) -> np.ndarray:
+    """Seconds per row of `cols` (arrays op, n, bytes): the protocol NCCL's tuner picks, timed
+    with `p` (`ll128`, `nvls`: whether those protocols' constants are in `p`)."""
     n, size, _ = _arrays(cols)
-    times = nccl_protocol_times(system, cols, p)
+    times = nccl_protocol_times(system, cols, p, ll128, nvls)
     pick = nccl_choice(system, cols)
     t = np.take_along_axis(times, pick[:, None], axis=1)[:, 0]
-    # a protocol whose constants were not fitted (NVLS on a fabric without it, LL128 where no
-    # measured row ran it): the fastest fitted protocol instead
+    # a protocol without constants: the fastest fitted protocol instead
     t = np.where(np.isfinite(t), t, times.min(axis=1))
     return np.where((n <= 1) | (size <= 0), 0.0, t)
+
+
+NCCL = register(Nccl())
+
+
+def nccl_timer(system: System, constants, structure: NcclStructure):
+    """NCCL's all-reduce time of a framework's hand-off (`Setting.nccl`), from the device's
+    fitted NCCL entry."""
+    setting = Setting(system, "nccl", "any")
+    return lambda cols: NCCL.predict(setting, cols, constants, structure)
 
 
 def legacy_kernels(cols: dict[str, Any], handoff: dict[int, float] | None = None,
@@ -440,23 +479,120 @@ def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float]
     return t
 
 
-def predict_custom(system: System, cols: dict[str, Any], p: dict[str, float], *,
-                   nccl_params: dict[str, float] | None = None,
-                   route: R.Route | None = None,
-                   handoff: dict[int, float] | None = None,
-                   oneshot_below: dict[int, float] | None = None) -> np.ndarray:
+@dataclass(frozen=True)
+class CustomStructure:
+    """How the framework picks a kernel per message: "framework", its own rule for the measured
+    version (allreduce_routes), or "handoff", NCCL above `handoff_bytes` (per GPU count, read
+    off the fit half) and the framework's one-/two-shot switch below."""
+
+    route: str = "framework"
+    handoff_bytes: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        one_of("route", self.route, ("framework", "handoff"))
+
+
+class FrameworkAllReduce(KernelForm):
+    """A framework's own all-reduce kernels (one-shot, two-shot, symmetric memory), handing
+    large messages to NCCL (the module docstring)."""
+
+    family = "custom_all_reduce"
+    name = "custom_all_reduce/framework"
+    Structure = CustomStructure
+
+    def _route(self, setting: Setting, measured: Measured | None) -> tuple[R.Route | None, dict]:
+        """The framework's rule, unless the fit half's NCCL messages say it is not this rule
+        (then also the per-n ratios that say so)."""
+        route = route_for(setting.framework, setting.version, setting.system)
+        if route is None or measured is None:
+            return route, {}
+        cols = measured.cols
+        odd = nccl_mismatch(cols, measured.latency_s, cols["nccl_s"],
+                            route(cols["n"], cols["bytes"]), measured.fit)
+        return (None, odd) if odd else (route, {})
+
+    def structures(self, setting: Setting, measured: Measured | None = None) -> tuple:
+        route, _ = self._route(setting, measured)
+        if route is not None or measured is None:
+            return (CustomStructure("framework"),)
+        handoff = detect_handoff(measured.cols, measured.latency_s, measured.cols["nccl_s"],
+                                 mask=measured.fit)
+        return (CustomStructure("handoff", tuple(sorted(handoff.items()))),)
+
+    def notes(self, setting: Setting, structure: CustomStructure, measured: Measured) -> list[str]:
+        route, odd = self._route(setting, measured)
+        out = []
+        if odd:
+            rule = route_for(setting.framework, setting.version, setting.system)
+            ratios = ", ".join(f"n={k}: x{v:.2f}" for k, v in sorted(odd.items()))
+            out.append(f"not the route of {setting.framework} {setting.version} ({rule.source}): "
+                       f"its NCCL messages on the fit half are not NCCL's measured times "
+                       f"({ratios})")
+        if structure.route == "framework" and route is not None:
+            out.append(f"kernel per message (route framework): {route.source}")
+        else:
+            out.append("hand-off to NCCL read off the fit half: " + (", ".join(
+                f"n={k} above {v / 2**20:.3g} MiB" for k, v in structure.handoff_bytes)
+                or "none"))
+        return out
+
+    def params(self, setting: Setting, structure: CustomStructure,
+               measured: Measured | None = None) -> tuple[Param, ...]:
+        """The constants of the kernels the rows of `measured` run (every kernel's without
+        rows), the eager host times only where eager rows are fitted."""
+        if measured is None:
+            return CUSTOM_PARAMS
+        cols = measured.cols
+        has_eager = bool((~np.asarray(cols.get("graph", np.ones(len(cols["n"]), bool)),
+                                      bool)).any())
+        kernels = self.kernels(setting, cols, structure)
+        return custom_params_for(has_eager, set(kernels.tolist()))
+
+    def starts(self, setting: Setting, structure) -> tuple[dict[str, float], ...]:
+        return CUSTOM_FIT_STARTS
+
+    def key(self, cols) -> list[str]:
+        return custom_key(cols)
+
+    def kernels(self, setting: Setting, cols, structure: CustomStructure) -> np.ndarray:
+        """Kernel codes (allreduce_routes) per row, NCCL included."""
+        route = self.route(setting, structure)
+        if route is None:
+            return legacy_kernels(cols, dict(structure.handoff_bytes),
+                                  oneshot_below_for(setting.framework, setting.system))
+        return route(*_arrays(cols)[:2])
+
+    def route(self, setting: Setting, structure: CustomStructure) -> R.Route | None:
+        if structure.route != "framework":
+            return None
+        return route_for(setting.framework, setting.version, setting.system)
+
+    def predict(self, setting: Setting, cols, constants, structure: CustomStructure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        return predict_custom(setting.system, cols, constants, nccl=setting.nccl,
+                              route=self.route(setting, structure),
+                              handoff=dict(structure.handoff_bytes),
+                              oneshot_below=oneshot_below_for(setting.framework, setting.system),
+                              eager=conditions.eager)
+
+
+def predict_custom(system: System, cols: dict[str, Any], p, *, nccl=None,
+                   route: R.Route | None = None, handoff: dict[int, float] | None = None,
+                   oneshot_below: dict[int, float] | None = None,
+                   eager: bool = False) -> np.ndarray:
     """Seconds per row of `cols` (arrays n, bytes and optionally graph) for a framework's
     all-reduce. `route` (route_for) is the framework's choice of kernel per row; without one,
     messages above handoff[n] bytes are NCCL's and `oneshot_below` ({n: bytes}) switches one-
-    to two-shot (legacy_kernels). NCCL rows take predict_nccl's time with `nccl_params` (without
-    them the framework's own kernel times them). Rows with graph False add the eager host path:
-    p["eager_host_s"], or p["staged_eager_host_s"] for the kernels that stage their input."""
+    to two-shot (legacy_kernels). NCCL rows take `nccl(cols)`'s time (without it the
+    framework's own kernel times them). With `eager` (a harness's eager calls), rows with
+    graph False add the eager host path: p["eager_host_s"], or p["staged_eager_host_s"] for
+    the kernels that stage their input."""
     n, size, _ = _arrays(cols)
     if route is None:
-        kernels = legacy_kernels(cols, handoff if nccl_params is not None else None, oneshot_below)
+        kernels = legacy_kernels(cols, handoff if nccl is not None else None, oneshot_below)
     else:
         kernels = route(n, size)
-        if nccl_params is None:  # no NCCL model: the framework's own kernel stands in
+        if nccl is None:  # no NCCL model: the framework's own kernel stands in
             kernels = np.where(kernels == R.NCCL, R.FASTER if "twoshot_efficiency" in p
                                else R.ONESHOT, kernels)
     to_nccl = kernels == R.NCCL
@@ -464,10 +600,10 @@ def predict_custom(system: System, cols: dict[str, Any], p: dict[str, float], *,
     if to_nccl.any():
         sub = {"op": np.full(int(to_nccl.sum()), "all_reduce", object),
                "n": n[to_nccl], "bytes": size[to_nccl]}
-        device[to_nccl] = predict_nccl(system, sub, nccl_params)
-    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+        device[to_nccl] = nccl(sub)
     t = device
-    if (~graph).any():
+    graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
+    if eager and (~graph).any():
         if "eager_host_s" not in p:
             raise ValueError("eager rows (graph False) need the eager_host_s constant")
         mem_bw = system.device.memory.bandwidth_bytes_per_s
@@ -476,13 +612,13 @@ def predict_custom(system: System, cols: dict[str, Any], p: dict[str, float], *,
         pull = np.isin(kernels, (R.PULL_ONESHOT, R.PULL_TWOSHOT))
         # SGLang V2's pull kernels copy the input into their workspace and the result out
         busy = device + copy + np.where(pull, 4.0 * size / mem_bw, 0.0)
-        host = np.where(staged, p.get("staged_eager_host_s", p["eager_host_s"]),
-                        p["eager_host_s"])
-        scale = np.maximum(busy, host)
-        q = EAGER_SMOOTH_P
-        eager = scale * ((busy / scale) ** q + (host / scale) ** q) ** (1.0 / q)
-        t = np.where(graph, device, eager)
+        host = np.where(staged, p["staged_eager_host_s"], p["eager_host_s"]) \
+            if staged.any() else p["eager_host_s"]
+        t = np.where(graph, device, smooth_max(busy, host, EAGER_SMOOTH_P))
     return np.where((n <= 1) | (size <= 0), 0.0, t)
+
+
+FRAMEWORK_ALL_REDUCE = register(FrameworkAllReduce())
 
 
 def nccl_mismatch(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarray,

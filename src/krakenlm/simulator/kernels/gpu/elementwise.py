@@ -1,4 +1,5 @@
-"""Memory-bound elementwise kernels (norms, activations, residual adds, RoPE, KV-cache writes).
+"""Memory-bound elementwise kernels (norms, activations, residual adds, RoPE, KV-cache writes):
+forms `elementwise/row` (one CTA per row) and `elementwise/flat` (a flat grid).
 
 Such a kernel streams its operands once: its time is a launch floor plus the bytes it reads
 and writes over the bandwidth it reaches,
@@ -10,9 +11,11 @@ and writes over the bandwidth it reaches,
 
 The second term is how row kernels (norms, SiLU-and-mul, rotary) are written: one CTA per row
 walking the row's columns, so a few long rows leave the SMs idle and stream at what one CTA
-pulls (`row_bandwidth`, at most the SM's L1 load path: params_for): Vidur's H100 SiLU-and-mul
-over one token takes 15 us at 28672 columns and 2 us at 3584. A kernel written as a flat
-elementwise grid has no such term (`row_kernel` 0, ROW_STRUCTURES, chosen on the fit half).
+pulls (`row_bandwidth`, at most the SM's L1 load path): Vidur's H100 SiLU-and-mul over one
+token takes 15 us at 28672 columns and 2 us at 3584. A kernel written as a flat elementwise
+grid has no such term (`elementwise/flat`; which form a measured kernel is, the fit half
+chooses: the tables' static FP8 quantiser is flat, its fit ran a per-row rate to 10-300x what
+one SM can load).
 
 A working set that fits in the L2 cache (device.global_buffer.capacity_bytes) is served from
 it when it was just written (the previous kernel's output) or re-read: the measurements show
@@ -29,31 +32,22 @@ from __future__ import annotations
 import numpy as np
 
 from ....hardware.schema import Device
+from ..base import SERVING, Conditions, KernelForm, Setting, register
 from ..params import Param, l2_over_dram, sm_load_bytes_per_s, with_ceilings
 
 PARAMS = (
     Param("floor_s", "seconds", 2e-6, "launch floor of a small kernel"),
     Param("memory_efficiency", "fraction", 0.85, "fraction of the memory bandwidth reached"),
     Param("cache_speedup", "positive", 1.3, "bandwidth gain when the bytes fit in the L2 cache"),
-    Param("row_bandwidth", "positive", 3e10, "bytes/s one CTA streams along its row"),
 )
+ROW_BANDWIDTH = Param("row_bandwidth", "positive", 3e10, "bytes/s one CTA streams along its row")
 
 
-
-# Structural choice for a measured kernel (lowest fit-half error wins): one CTA per row
-# (norms, activations, rotary), or a flat elementwise grid whose rows never limit it (the
-# static FP8 quantiser of the kernel tables, whose fit ran the per-row rate to 3e12-1e14 B/s,
-# 10-300x what one SM can load, before the ceiling). The flat form fixes row_bandwidth at 0:
-# it is not read.
-ROW_STRUCTURES = ({}, {"row_kernel": 0.0, "row_bandwidth": 0.0})
-
-
-def params_for(dev: Device) -> tuple[Param, ...]:
-    """PARAMS with `dev`'s ceilings: no CTA pulls more than its SM's L1 load path (before the
-    ceiling, H100's residual-add fit ran the per-row rate to 5e118 B/s), and no cache speeds a
-    kernel up more than the L2 out-delivers DRAM."""
-    return with_ceilings(PARAMS, {"row_bandwidth": sm_load_bytes_per_s(dev),
-                                  "cache_speedup": l2_over_dram(dev)})
+def ceilings(dev: Device) -> dict[str, float]:
+    """No CTA pulls more than its SM's L1 load path (without the ceiling a fit runs a per-row
+    rate the data do not bind off to any value), and no cache speeds a kernel up more than the
+    L2 out-delivers DRAM."""
+    return {"row_bandwidth": sm_load_bytes_per_s(dev), "cache_speedup": l2_over_dram(dev)}
 
 
 # The kinds of streaming kernel that get constants of their own where measured (a norm does not
@@ -71,18 +65,52 @@ def kind_of(op: str) -> str:
     return "any"
 
 
-def predict(dev: Device, cols: dict[str, np.ndarray], p: dict[str, float]) -> np.ndarray:
-    moved = np.asarray(cols["bytes"], float)
+def streaming_s(dev: Device, moved: np.ndarray, p) -> np.ndarray:
+    """The bytes over the bandwidth reached (L2-resident working sets at the cache's gain)."""
     bandwidth = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
     in_cache = moved <= dev.global_buffer.capacity_bytes
     bandwidth = np.where(in_cache, bandwidth * max(p["cache_speedup"], 1.0), bandwidth)
-    streaming = moved / bandwidth
-    if "rows" in cols and "row_bandwidth" in p and p.get("row_kernel", 1.0):
-        rows = np.maximum(np.asarray(cols["rows"], float), 1.0)
-        per_row = np.ceil(rows / dev.core_count) * (moved / rows) / p["row_bandwidth"]
-        streaming = np.maximum(streaming, per_row)
-    return p["floor_s"] + streaming
+    return moved / bandwidth
 
 
-def shape_key(cols: dict[str, np.ndarray]) -> list[str]:
-    return [f"{r},{c}" for r, c in zip(cols["rows"], cols["cols"])]
+class Flat(KernelForm):
+    """A flat elementwise grid: launch floor plus streaming (the module docstring)."""
+
+    family = "elementwise"
+    name = "elementwise/flat"
+
+    def params(self, setting: Setting, structure, measured=None) -> tuple[Param, ...]:
+        return with_ceilings(PARAMS, ceilings(setting.dev))
+
+    def key(self, cols) -> list[str]:
+        return [f"{r},{c}" for r, c in zip(cols["rows"], cols["cols"])]
+
+    def predict(self, setting: Setting, cols, constants, structure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        """Seconds per row of `cols` (bytes moved; rows)."""
+        moved = np.asarray(cols["bytes"], float)
+        return constants["floor_s"] + streaming_s(setting.dev, moved, constants)
+
+
+class Row(Flat):
+    """One CTA per row: streaming, or the rows' waves at one CTA's rate if slower."""
+
+    name = "elementwise/row"
+
+    def params(self, setting: Setting, structure, measured=None) -> tuple[Param, ...]:
+        return with_ceilings(PARAMS + (ROW_BANDWIDTH,), ceilings(setting.dev))
+
+    def predict(self, setting: Setting, cols, constants, structure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        p = constants
+        moved = np.asarray(cols["bytes"], float)
+        streaming = streaming_s(setting.dev, moved, p)
+        if "rows" in cols:
+            rows = np.maximum(np.asarray(cols["rows"], float), 1.0)
+            per_row = np.ceil(rows / setting.dev.core_count) * (moved / rows) / p["row_bandwidth"]
+            streaming = np.maximum(streaming, per_row)
+        return p["floor_s"] + streaming
+
+
+ROW = register(Row())  # tried first: a row kernel, then a flat grid
+FLAT = register(Flat())

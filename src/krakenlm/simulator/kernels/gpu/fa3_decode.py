@@ -1,14 +1,15 @@
-"""FlashAttention-3's decode on Hopper (sm90) as vLLM and SGLang call it: varlen, paged, split.
+"""FlashAttention-3's decode on Hopper (sm90) as vLLM and SGLang call it: varlen, paged, split
+(form `generation/fa3`, offered for vLLM and SGLang on sm90 devices only).
 
-`attention.predict_generation` uses this form when the fitted parameters hold `fa3` = 1 (the
-FA3 variants of SPLITKV_VARIANTS, offered on sm90 devices only: `attention.generation_variants_for`). It
-follows the launch decisions of FlashAttention's hopper/ code as vLLM's fork
+The form follows the launch decisions of FlashAttention's hopper/ code as vLLM's fork
 (vllm-project/flash-attention) and upstream (Dao-AILab) state them -- flash_api.cpp
 (mha_fwd, mha_fwd_get_scheduler_metadata, get_num_splits, get_pack_gqa), heuristics.h
 (num_splits_heuristic), flash_prepare_scheduler.cu (prepare_varlen_num_blocks), tile_size.h
 (tile_size_fwd_sm90) -- and how the two frameworks call it (vLLM
 v1/attention/backends/flash_attn.py; SGLang flashattention_backend.py), then times the kernels
-with the split-KV constants of attention.py plus four of its own.
+with the split-KV constants of attention.py plus four of its own. Its structure: the split cap
+(`graph_splits`), which version of FA3's split heuristic runs (`rule`), and whether the key loop
+is bound by its MMAs (`mma_bound`, FP8 caches only).
 
 Tile (tile_size_fwd_sm90, decode: one query token, the paged cache read without TMA because the
 query group never exceeds the tile's rows, `get_pagedkv_tma`): the query heads of a GQA group
@@ -24,13 +25,13 @@ serves one (sequence, KV head, split) with `block_m` rows and streams `block_n`-
 Splits: `num_splits` is fixed once per launch as an upper bound, then each sequence gets its own
 count in prepare_varlen_num_blocks (the scheduler metadata vLLM computes ahead of the step):
 
-    static  = vLLM, batch <= 512: 32 -- vLLM passes max_num_splits =
+    static  = graph_splits (vLLM: 32), batch <= 512 -- vLLM passes max_num_splits =
               flash_attn_max_num_splits_for_cuda_graph (32) whenever the step fits its full
               CUDA graphs (max_cudagraph_capture_size = min(2 max_num_seqs, 512) by default)
               otherwise num_splits_heuristic(kv_heads x m_blocks, SMs, n_blocks), batch taken
-              as 1 for a varlen launch ("one long sequence and the rest short"); `fa3_rule` 1 is
-              vllm-flash-attn's version (first count within 0.95 of the best wave efficiency,
-              x0.85 below 4 blocks per split, none up to 8 blocks with >= 32 tiles), 2 upstream's
+              as 1 for a varlen launch ("one long sequence and the rest short"); `rule`
+              "vllm-flash-attn" is that fork's version (first count within 0.95 of the best wave efficiency,
+              x0.85 below 4 blocks per split, none up to 8 blocks with >= 32 tiles), "upstream"
               (0.85, none up to 4 blocks); no split for a batch above 992 (one prepare CTA)
     dynamic = clip(ceil(n_blocks / ceil(batch m_blocks n_blocks x 1.1 x kv_heads / SMs)),
                    1, static)                       (aims at ~SMs / 1.1 CTAs in all)
@@ -47,18 +48,18 @@ Time: the kernel is persistent (one CTA per SM takes tiles from a semaphore), so
     items  = batch x kv_heads x m_blocks x dynamic;  chunk = ceil(n_blocks / dynamic) block_n
     item   = item_s + chunk head_dim 2 kv_bytes / sm_bandwidth (x (1 + serial_gain): FP8 at
              head_dim > 192) + [split kernel] split_item_s
-             [fa3_mma] chunk max(head_dim 2 kv_bytes / sm_bandwidth, mma_key) in place of the
+             [mma_bound] chunk max(head_dim 2 kv_bytes / sm_bandwidth, mma_key) in place of the
              stream, mma_key = 4 block_m head_dim / (tensor peak per SM x mma_efficiency)
              (x (1 + serial_gain): FP8 at head_dim > 192)
     exec   = ceil(items / SMs) item + items group head_s / SMs
              + [split] batch heads dynamic combine_row_s / SMs + batch seq_s
-    time   = floor_s + [split] multiblock_s + (exec^p + (kv / bandwidth)^p)^(1/p)
+    time   = floor_s + [split] multiblock_s + smooth_max(exec, kv / bandwidth; p = overlap_exponent)
 
 The key loop of a CTA is warp-specialised: a producer warpgroup gathers the paged K and V tiles
 (cp.async, no TMA for a paged cache; with FP8 it also transposes V in shared memory) while the
 MMA warpgroups compute QK^T, the softmax and PV for all block_m rows of the tile, of which only
 `group` are real query heads. Either side can bind. The first form charges the gather
-(`sm_bandwidth`, bytes per key) and scales it at FP8 head_dim > 192; the `fa3_mma` variant (FP8
+(`sm_bandwidth`, bytes per key) and scales it at FP8 head_dim > 192; `mma_bound` (FP8
 caches only, chosen on the fit half) takes per key the larger of the gather and the MMAs' time
 on the padded tile, 4 block_m head_dim FLOP at the tensor peak of the cache's dtype times
 `mma_efficiency`, and there adds the serialised softmax as `serial_gain` times the MMAs' time
@@ -75,7 +76,23 @@ with the CTAs (fit half: 1/1 and 8/8 heads at equal batch differ by the CTAs, no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from ....hardware.schema import DTYPE_BYTES
+from ..base import SERVING, Conditions, Setting, one_of, register
+from ..numerics import smooth_max
+from ..params import Param
+from .attention import (
+    GENERATION_PARAMS,
+    MULTIBLOCK,
+    SPLITKV_FRAMEWORKS,
+    GenerationForm,
+    decode_columns,
+    kv_bandwidth,
+    sm90,
+)
 
 SPLIT_MAX = 128  # num_splits_heuristic's max_splits in get_num_splits
 ONE_PREPARE_CTA_BATCH = 992  # PREPARE_VARLEN_MAX_BATCHES_1CTA: larger batches never split
@@ -98,21 +115,49 @@ def tile(head_dim, group, fp8: bool) -> tuple[np.ndarray, np.ndarray]:
     return bm, bn
 
 
-def _heuristic_one(tiles: float, sms: int, n_blocks: float, rule: int) -> float:
-    """num_splits_heuristic (heuristics.h) for one launch; rule 1 vllm-flash-attn, 2 upstream."""
+RULES = ("vllm-flash-attn", "upstream")  # versions of num_splits_heuristic (heuristics.h)
+PARAMS = tuple(q for q in GENERATION_PARAMS if q.name != "mha_item_s") + (
+    MULTIBLOCK,
+    Param("split_item_s", "seconds", 3e-7,
+          "extra time of a CTA of FA3's kernel compiled with Split: fp32 partial output and "
+          "log-sum-exp to the accumulation buffers, the per-sequence split count read"),
+    Param("combine_row_s", "seconds", 3e-8,
+          "SM time per (sequence, query head, split) row of FA3's combine kernel: read the fp32 "
+          "partials, rescale by their log-sum-exp, write the output"),
+    Param("seq_s", "seconds", 1e-8,
+          "time per sequence of FA3's varlen tile scheduler: a persistent CTA walks the "
+          "per-sequence block counts to find its tile's sequence"),
+)
+SERIAL = Param("serial_gain", "positive", 0.5,
+               "extra per-key CTA time of FA3's FP8 kernel at head_dim > 192 with a paged cache, "
+               "compiled without intra-warpgroup overlap of softmax and MMAs (FP8 caches only): a "
+               "fraction of the gather time, or with mma_bound of the MMA time (the softmax's "
+               "share)")
+MMA = Param("mma_efficiency", "fraction", 0.7,
+            "fraction of the tensor-core peak one FA3 decode CTA's QK^T and PV MMAs reach on its "
+            "block_m query rows, padding included (mma_bound only)")
+# vLLM's CUDA-graph split cap (32 up to batch 512), or FA3's own heuristic in either version;
+# SGLang launches without a cap
+SPLIT_CHOICES = {"vllm": ((32, "vllm-flash-attn"), (0, "vllm-flash-attn"), (0, "upstream")),
+                 "sglang": ((0, "vllm-flash-attn"), (0, "upstream"))}
+
+
+def _heuristic_one(tiles: float, sms: int, n_blocks: float, rule: str) -> float:
+    """num_splits_heuristic (heuristics.h) for one launch, in the version `rule` (RULES)."""
     if tiles >= 0.8 * sms or n_blocks <= 4:
         return 1.0  # the long-KV-head-beyond-L2 branch needs >= 2 SMs of query blocks: not decode
-    if rule == 1 and n_blocks <= 8 and tiles >= 32:
+    vllm = rule == "vllm-flash-attn"
+    if vllm and n_blocks <= 8 and tiles >= 32:
         return 1.0
     s = np.arange(1, int(min(SPLIT_MAX, sms, n_blocks)) + 1, dtype=float)
     waves = tiles * s / sms
     eff = waves / np.ceil(waves)
-    if rule == 1:
+    if vllm:
         eff = np.where(np.floor(n_blocks / s) < 4, eff * 0.85, eff)
-    return float(s[np.argmax(eff >= (0.95 if rule == 1 else 0.85) * eff.max())])
+    return float(s[np.argmax(eff >= (0.95 if vllm else 0.85) * eff.max())])
 
 
-def heuristic_splits(tiles, sms: int, n_blocks, rule: int) -> np.ndarray:
+def heuristic_splits(tiles, sms: int, n_blocks, rule: str) -> np.ndarray:
     """num_splits_heuristic per row, evaluated once per distinct (tiles, n_blocks)."""
     t, n = np.broadcast_arrays(np.asarray(tiles, float), np.asarray(n_blocks, float))
     keys, inverse = np.unique(np.stack([t.ravel(), n.ravel()], axis=1), axis=0,
@@ -121,8 +166,8 @@ def heuristic_splits(tiles, sms: int, n_blocks, rule: int) -> np.ndarray:
     return values[inverse.reshape(-1)].reshape(t.shape)
 
 
-def splits(sms: int, batch, kv_heads, head_dim, group, kv_len, fp8: bool, graph_splits: float,
-           rule: int) -> dict[str, np.ndarray]:
+def splits(sms: int, batch, kv_heads, head_dim, group, kv_len, fp8: bool, graph_splits: int,
+           rule: str) -> dict[str, np.ndarray]:
     """The launch's static split bound, each sequence's dynamic count and the tile counts."""
     b = np.asarray(batch, float)
     kvh = np.asarray(kv_heads, float)
@@ -139,20 +184,67 @@ def splits(sms: int, batch, kv_heads, head_dim, group, kv_len, fp8: bool, graph_
             "n_blocks": n_blocks, "m_blocks": m_blocks}
 
 
-def predict(sms: int, b, h, kvh, d, kv_len, kv_bytes: float, fp8: bool, p: dict,
-            bandwidth, pnorm, mma_flops_per_sm_s: float | None = None) -> np.ndarray:
-    """Seconds per row; `bandwidth` is the KV cache's (HBM or warm L2, attention.py), `pnorm`
-    the smooth maximum attention.py uses, `mma_flops_per_sm_s` one SM's tensor peak in the
-    kernel's dtype (needed by the fa3_mma form only)."""
+@dataclass(frozen=True)
+class Fa3Structure:
+    graph_splits: int = 0  # the launch's split cap up to GRAPH_SPLITS_BATCH (0: the heuristic)
+    rule: str = "vllm-flash-attn"  # which num_splits_heuristic (RULES)
+    mma_bound: bool = False  # the key loop is the larger of the gather and the MMAs (FP8)
+
+    def __post_init__(self) -> None:
+        one_of("rule", self.rule, RULES)
+        if self.graph_splits < 0:
+            raise ValueError(f"graph_splits must be 0 or more, not {self.graph_splits}")
+
+
+class Fa3Decode(GenerationForm):
+    """FlashAttention-3's split decode on Hopper (the module docstring)."""
+
+    name = "generation/fa3"
+    Structure = Fa3Structure
+    frameworks = SPLITKV_FRAMEWORKS
+
+    def offered(self, setting: Setting) -> bool:
+        return setting.framework in self.frameworks and sm90(setting.dev)
+
+    def structures(self, setting: Setting, measured=None) -> tuple:
+        plain = tuple(Fa3Structure(g, r) for g, r in SPLIT_CHOICES[setting.framework])
+        if setting.variant != "fp8":
+            return plain
+        return plain + tuple(Fa3Structure(g, r, True) for g, r in SPLIT_CHOICES[setting.framework])
+
+    def params(self, setting: Setting, structure: Fa3Structure,
+               measured=None) -> tuple[Param, ...]:
+        fp8 = setting.variant == "fp8"
+        return self.bounded(setting, PARAMS + ((SERIAL,) if fp8 else ()) + (
+            (MMA,) if structure.mma_bound else ()))
+
+    def predict(self, setting: Setting, cols, constants, structure: Fa3Structure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        """Seconds per row (batch, heads, kv_heads, head_dim, kv_len). FA3 runs Q, K and V in
+        the cache's dtype (the variant): its MMAs at that dtype's tensor peak."""
+        dev = setting.dev
+        b, h, kvh, d, kv_len = decode_columns(cols)
+        fp8 = setting.variant == "fp8"
+        kv_bytes = DTYPE_BYTES[setting.variant]
+        bandwidth = kv_bandwidth(dev, b * kvh * kv_len * d * 2 * kv_bytes, constants, conditions)
+        mma_flops_per_sm_s = dev.matrix_flops_per_s.get("fp8" if fp8 else "bf16") / dev.core_count
+        return time(dev.core_count, b, h, kvh, d, kv_len, kv_bytes, fp8, constants, structure,
+                    bandwidth, mma_flops_per_sm_s)
+
+
+def time(sms: int, b, h, kvh, d, kv_len, kv_bytes: float, fp8: bool, p, structure: Fa3Structure,
+         bandwidth, mma_flops_per_sm_s: float) -> np.ndarray:
+    """Seconds per row (the module docstring's formula); `bandwidth` is the KV cache's (HBM, or
+    warm L2 under a benchmark's replays), `mma_flops_per_sm_s` one SM's tensor peak in the
+    kernel's dtype (read by `mma_bound` only)."""
     group = h / kvh
-    s = splits(sms, b, kvh, d, group, kv_len, fp8, p.get("fa3_graph_splits", 0.0),
-               int(round(p.get("fa3_rule", 1.0))))
+    s = splits(sms, b, kvh, d, group, kv_len, fp8, structure.graph_splits, structure.rule)
     split = s["static"] > 1
     dyn = s["dynamic"]
     items = b * kvh * s["m_blocks"] * dyn
     chunk = np.ceil(s["n_blocks"] / dyn) * s["block_n"]
     stream = chunk * d * 2 * kv_bytes / p["sm_bandwidth"]
-    if p.get("fa3_mma", 0.0) > 0.5:  # the larger of the gather and the MMAs on the padded tile
+    if structure.mma_bound:  # the larger of the gather and the MMAs on the padded tile
         mma = chunk * 4 * s["block_m"] * d / (mma_flops_per_sm_s * p["mma_efficiency"])
         if fp8:  # no intra-warpgroup overlap at head_dim 256: the softmax adds to the MMAs
             mma = np.where(d > 192, mma * (1.0 + p["serial_gain"]), mma)
@@ -165,4 +257,7 @@ def predict(sms: int, b, h, kvh, d, kv_len, kv_bytes: float, fp8: bool, p: dict,
               + b * p["seq_s"])
     kv = b * kvh * kv_len * d * 2 * kv_bytes
     floor = p["floor_s"] + np.where(split, p["multiblock_s"], 0.0)
-    return floor + pnorm(exec_s, kv / bandwidth, p["overlap_exponent"])
+    return floor + smooth_max(exec_s, kv / bandwidth, p["overlap_exponent"])
+
+
+FA3_DECODE = register(Fa3Decode())

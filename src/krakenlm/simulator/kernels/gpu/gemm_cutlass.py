@@ -1,5 +1,6 @@
 """vLLM's and SGLang's FP8 GEMM on Hopper and Blackwell: a quantisation kernel, then one CUTLASS
-kernel whose tile the framework's dispatch picks from M.
+kernel whose tile the framework's dispatch picks from M (forms `gemm/vllm-cutlass-fp8` and
+`gemm/sglang-cutlass-fp8`).
 
 What the aiconfigurator collectors time per FP8 row (collector/vllm/collect_gemm.py and
 collector/sglang/collect_gemm.py, 6 copies of the layer in a CUDA graph, latency / 6):
@@ -23,63 +24,52 @@ The tile (rows Mt x columns Nt of C per CTA) per M, as dispatched:
 * vLLM sm100 (scaled_mm_sm100_fp8_dispatch.cuh): M <= 16: 32 x 128 (swap-AB); M <= 64:
   64 x 128 (swap-AB), 64 x 64 when M = 64 and K < 4096; above: 128 x 128 per SM (256 x 128
   over an SM pair beyond M = 256).
-* SGLang sm90 (fp8_gemm_kernel.cu `sm90_fp8_dispatch_shape`): 64 x 64 up to M = 256, then
-  128 x 128; sm100: 64 x 64 up to M = 64, then 128 x 128 per SM.
-* `tile_table = 1` (a structural variant chosen on the fit half, for SGLang): 64 x 64 up to
-  M = 64, 64 x 128 up to 128, then 128 x 128 in clusters of 2 along M. The sm90 tables step
-  where this table does (SGLang's time at N = 1024, K = 4096 on H100: 7.5 us to M = 64,
-  10.3 us to 128, 17.5 us from 129, like vLLM's 128 x 128 tiles), not at M = 256 as the
-  source we read says: the measured sgl-kernel is newer than that source. The fit half picks
-  it on all four devices.
-* `tile_table = 2`: table 1 with 32-row tiles up to M = 32, a fit-half variant (no source read
-  says so): the fit half picks it on H100 (8.86 vs 9.03 % with oob_row_s, 8.38 vs 8.71 % with
-  power_efficiency too) and H200 (9.39 vs 9.71 %); B200 and GB200 keep table 1.
-* `tile_table = 3` (sm90 only): the dispatch the measured sgl-kernel runs, read in
-  csrc/cutlass_extensions/gemm/fp8_gemm_sm90_dispatch.cuh (sglang PR #25532, merged May 2026,
-  "SM90 swap-AB scaled_mm dispatch": `sgl_kernel.fp8_scaled_mm`, which the collector times with
-  per-token activation and per-channel weight scales, calls it on sm90). Up to M = 64 tokens
-  it swaps A and B (the weights fill the 64-row kernel tile, the tokens the narrow one) with
-  256-deep K tiles: 16 token columns up to M = 16 (clusters of 2 along the tokens when
-  N <= 1280), then 16 in clusters of 4 when N <= 1280, else 32 up to M = 32 and 64 up to 64;
-  M in (64, 128]: 64 x 64 (N <= 4096) or 64 x 128 in 2 x 1 clusters; beyond, 128 x 128 in
-  2 x 1 clusters, all 128-deep. The tables bear it out where tables 0-2 and vLLM's differ:
-  for N > 1280 and K >= 4096 SGLang's median time steps from M = 32 to 33 (+4 % H100, +21 %
-  H200) but not from 16 to 17 (+0 / +2 %), where vLLM's 64-token swap tile steps (+14 / +35 %;
-  fit half, `python benchmarks/sim_sglang_gemm_tables.py`).
-  Tables 1 and 2 were the fit half's approximations of it. (The older in-file dispatch of
-  fp8_gemm_kernel.cu, table 0, is what the source read before said.)
+* SGLang, structure `tile_table` (chosen on the fit half):
+  - 0: sm90 as fp8_gemm_kernel.cu's in-file dispatch reads (`sm90_fp8_dispatch_shape`):
+    64 x 64 up to M = 256, then 128 x 128; sm100: 64 x 64 up to M = 64, then 128 x 128 per SM.
+  - 1: 64 x 64 up to M = 64, 64 x 128 up to 128, then 128 x 128 in clusters of 2 along M. The
+    sm90 tables step where this table does (SGLang's time at N = 1024, K = 4096 on H100: 7.5 us
+    to M = 64, 10.3 us to 128, 17.5 us from 129, like vLLM's 128 x 128 tiles), not at M = 256
+    as table 0's source says: the measured sgl-kernel is newer than that source.
+  - 3 (sm90 only): the dispatch the measured sgl-kernel runs, read in
+    csrc/cutlass_extensions/gemm/fp8_gemm_sm90_dispatch.cuh (sglang PR #25532, "SM90 swap-AB
+    scaled_mm dispatch": `sgl_kernel.fp8_scaled_mm`, which the collector times with per-token
+    activation and per-channel weight scales, calls it on sm90). Up to M = 64 tokens it swaps
+    A and B (the weights fill the 64-row kernel tile, the tokens the narrow one) with 256-deep
+    K tiles: 16 token columns up to M = 16 (clusters of 2 along the tokens when N <= 1280),
+    then 16 in clusters of 4 when N <= 1280, else 32 up to M = 32 and 64 up to 64; M in
+    (64, 128]: 64 x 64 (N <= 4096) or 64 x 128 in 2 x 1 clusters; beyond, 128 x 128 in 2 x 1
+    clusters, all 128-deep. The tables bear it out where table 1 and vLLM's differ: for
+    N > 1280 and K >= 4096 SGLang's median time steps from M = 32 to 33 (+4 % H100, +21 % H200)
+    but not from 16 to 17 (+0 / +2 %), where vLLM's 64-token swap tile steps (+14 / +35 %; fit
+    half, `python benchmarks/sim_sglang_gemm_tables.py`).
 
 CUTLASS's persistent scheduler rounds the tile grid up to whole thread-block clusters (vLLM
-sm90: 2 x 1 tiles from M = 65; SGLang beyond M = 1024 as read, from 129 in `tile_table` 1):
-M = 257 runs 4 rows of 128-row tiles, not 3, and costs SGLang 20-40 % more than M = 256 on
-H200 (held-out H200 SGLang 10.5 -> 10.1 %, vLLM 7.3 -> 6.9 % with the clusters).
+sm90: 2 x 1 tiles from M = 65; SGLang beyond M = 1024 as read, from 129 in table 1): M = 257
+runs 4 rows of 128-row tiles, not 3, and costs SGLang 20-40 % more than M = 256 on H200.
 
-Time (same constants as gemm.py, plus `quant_cta_s`):
+Time (the constants of gemm.py without split-K, plus `quant_cta_s`; SGLang's also
+`oob_row_s` and the power-limited rate of gemm.power_time):
 
     compute = waves * max(2 Mt Nt K / (peak / SMs) / compute_efficiency,
                           ceil(K / 64) * k_step_latency_s) + waves * wave_overhead_s
-              + oob waves * ceil(K / 64) * oob rows * oob_row_s
-    compute = max(compute, t (1 + t / heat_s)), t = 2 M N K / (peak * power_efficiency)
-                                                 (gemm.power_time; SGLang only)
+              [+ oob waves * ceil(K / 64) * oob rows * oob_row_s]
+    compute = max(compute, t),  t = 2 M N K / (peak * power_efficiency)     (SGLang)
     memory  = max(DRAM bytes / (bandwidth * memory_efficiency),
                   (L2 bytes + padded bytes) / (L2 bandwidth * l2_efficiency)) + memory_latency_s
-    quant   = smooth max(3 M K bytes / (bandwidth * quantize_efficiency),
-                         quantisation CTAs * quant_cta_s)
-    time    = floor_s + smooth max(compute, memory) + quant
+    quant   = smooth_max(3 M K bytes / (bandwidth * quantize_efficiency),
+                         quantisation CTAs * quant_cta_s; p = 2.5)
+    time    = floor_s + smooth_max(compute, memory; p = 2.5) + quant
 
 SGLang's sm90 kernels all have 128-deep K tiles (TileShape Mt x Nt x 128; table 3's swap-AB
 ones 256-deep), so their main loop runs ceil(K / 128) whole tiles: K = 32 or 64 costs what
-K = 128 does (fit half H100 8.38 -> 8.30 %, H200 9.39 -> 9.25 % with everything else below).
+K = 128 does.
 
-`oob_row_s` (SGLang only; absent: no term): the rows of the last token tile past the last
-token are loaded as zeros (the TMA box crosses the tensor's edge) and multiplied like the
-others. On the fit half SGLang's FP8 rows just past a tile boundary (M = 129, 257, 513 ...)
-were 6 % too fast on H100 (mean signed error; 12 % of the absolute error from 9 % of the rows)
-with the tile work alone; charging each wave that holds such a tile a cost per zero-filled
-row and K step lowers the fit half 9.18 -> 9.03 % on H100 (8.38 % with power_efficiency and
-tile_table 2). The fitted cost is 3-4e-10 s per row and K step on H100/H200 (a 127-row pad
-then costs about a third of a 128 x 128 x 64 FP8 step at the per-SM peak) and ten times less on
-B200/GB200, where it buys nothing. Which waves hold such a tile follows CUTLASS's raster order.
+`oob_row_s` (SGLang): the rows of the last token tile past the last token are loaded as zeros
+(the TMA box crosses the tensor's edge) and multiplied like the others: SGLang's FP8 rows just
+past a tile boundary (M = 129, 257, 513 ...) take longer than the tile work alone gives, so
+each wave that holds such a tile is charged a cost per zero-filled row and K step. Which waves
+hold such a tile follows CUTLASS's raster order.
 
 Padded bytes (SGLang on sm90): the zero-filled token rows also cost like rows moved through
 L2, once per weight tile column: weight tile columns x padded rows x K bytes. On the fit half
@@ -87,13 +77,8 @@ the cost of a padded tile row grows with N, which a per-wave cost cannot give: t
 (127 padded rows of 128 x 128 tiles, or none) is 0.97 / 0.98 (H100 / H200) for N <= 4096 and
 1.26 / 1.30 above, and SGLang's 64 x 64 tiles (N <= 4096, twice vLLM's weight tile columns)
 pay t(65) / t(128) = 1.24 / 1.27 where vLLM's 64 x 128 pay 1.01 / 1.03 (`python
-benchmarks/sim_sglang_gemm_tables.py`). Counting them as L2 traffic lowers the fit half
-8.05 -> 7.85 % on H100 and 9.12 -> 8.81 % on H200, and brings l2_efficiency off its bound on
-H100 and memory_efficiency off it on H200 (l2_efficiency 0.27 / 0.32: the padding crosses at
-about 4 TB/s). With table 3 and no weight copies, counting every re-read of the token panel
-instead (real rows too) fits worse (H100 7.94 vs 7.87 %, H200 9.25 vs 8.85 %), and so does
-counting the padded rows as DRAM bytes (H100 8.44 %). Why zero-filled rows cost like loaded
-ones was not found in a source; Blackwell's tables were not examined for it.
+benchmarks/sim_sglang_gemm_tables.py`). Why zero-filled rows cost like loaded ones was not
+found in a source; Blackwell's tables were not examined for it.
 
 `quant_cta_s` is the GPU time a CTA of the quantisation kernel costs, spread over the SMs
 (launch, one load-convert-store chain): vLLM's one CTA per token costs 0.24 ms for 32768
@@ -102,10 +87,25 @@ tokens of K = 32 on H100 whatever N, where SGLang's 8-rows-per-CTA kernel costs 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ....hardware.schema import DTYPE_BYTES, Device
+from ..base import SERVING, Conditions, Setting, one_of, register
+from ..numerics import smooth_max
 from ..params import Param
+from .gemm import (
+    OVERLAP_EXPONENT,
+    PARAMS,
+    POWER,
+    GemmForm,
+    columns,
+    cutlass_fp8,
+    geometry,
+    power_time,
+    resident,
+)
 
 QUANT_CTA = Param("quant_cta_s", "seconds", 5e-9, "GPU time per CTA of the activation "
                   "quantisation kernel (vLLM: one CTA per token row), amortised over the SMs")
@@ -113,7 +113,9 @@ OOB_ROW = Param("oob_row_s", "seconds", 5e-10, "extra K-loop time per 64-deep K 
                 "row of a token tile that lies past the last token (the TMA load of a box "
                 "crossing the tensor's edge zero-fills those rows), paid once by every wave "
                 "that holds such a tile")
-VLLM, SGLANG = 1, 2  # values of the structural constant `library` (0: cuBLAS, gemm.py)
+VLLM, SGLANG = "vllm", "sglang"  # whose dispatch (the framework)
+CUTLASS_PARAMS = tuple(q for q in PARAMS if q.name != "split_k_overhead_s") + (QUANT_CTA,)
+SGLANG_TABLES = (0, 1, 3)  # tile tables (the module docstring); 3 is sm90's
 BLACKWELL_CLASS_FLOP_PER_CLK = 6000  # dense 16-bit flop per SM and clock: H100 4096, B200 8192
 K_STEP = 64
 SGLANG_SM90_K_TILE = 128  # fp8_gemm_kernel.cu: every sm90 TileShape is Mt x Nt x 128
@@ -132,7 +134,7 @@ def blackwell_class(dev: Device) -> bool:
     return lookup(dev).kernel_generation == "blackwell"
 
 
-def tiles(library: int, tile_table: int, blackwell: bool, M: np.ndarray, N: np.ndarray,
+def tiles(library: str, tile_table: int, blackwell: bool, M: np.ndarray, N: np.ndarray,
           K: np.ndarray) -> tuple[np.ndarray, ...]:
     """(Mt, Nt, cm, cn) per row: the C tile one CTA (one SM) computes, as the framework
     dispatches, and its thread-block cluster in tiles along M and N (CUTLASS's persistent
@@ -147,10 +149,6 @@ def tiles(library: int, tile_table: int, blackwell: bool, M: np.ndarray, N: np.n
         cm = np.select([(M <= 16) & (N <= SWAP_N_SMALL), (M <= 64) & (N <= SWAP_N_SMALL), M <= 64,
                         (M <= 128) & (N <= M128_N_SMALL)], [2, 4, 1, 1], 2)
         cn = one
-    elif library == SGLANG and tile_table == 2:  # tile_table 1 with 32 token rows to M = 32
-        mt = np.select([M <= 32, M <= 128], [32, 64], 128)
-        nt = np.select([M <= 64, M <= 128], [64, 128], 128)
-        cm, cn = np.where(M <= 128, 1, 2), one
     elif library == SGLANG and tile_table == 1:
         mt = np.where(M <= 128, 64, 128)
         nt = np.select([M <= 64, M <= 128], [64, 128], 128)
@@ -185,7 +183,7 @@ def tiles(library: int, tile_table: int, blackwell: bool, M: np.ndarray, N: np.n
 
 
 def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: np.ndarray,
-                   dtype: str, library: int, tile_table: int,
+                   dtype: str, library: str, tile_table: int,
                    resident: np.ndarray) -> dict:
     """Everything that does not depend on the constants; `resident` (per row) when the
     benchmark's weight copies and outputs all stay in L2 (gemm.py)."""
@@ -239,16 +237,78 @@ def build_geometry(dev: Device, M: np.ndarray, N: np.ndarray, K: np.ndarray, B: 
             * oob_rows}
 
 
-def predict(dev: Device, g: dict, p: dict[str, float], smooth_max,
-            power_time: np.ndarray) -> np.ndarray:
-    eff, kst, wo = p["compute_efficiency"], p["k_step_latency_s"], p["wave_overhead_s"]
-    bw = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
-    l2bw = dev.global_buffer_bandwidth_bytes_per_s * p["l2_efficiency"]
-    compute = (np.maximum(g["wave_work"] / eff, g["wave_steps"] * kst) + g["waves"] * wo
-               + g["oob_steps"] * p.get("oob_row_s", 0.0))
-    compute = np.maximum(compute, power_time)
-    memory = np.maximum(g["dram_bytes"] / bw, g["l2_bytes"] / l2bw) + p["memory_latency_s"]
-    quant = smooth_max(g["quant_bytes"] / (dev.memory.bandwidth_bytes_per_s
-                                           * p["quantize_efficiency"]),
-                       g["quant_ctas"] * p["quant_cta_s"])
-    return p["floor_s"] + smooth_max(compute, memory) + quant
+class _Cutlass(GemmForm):
+    """What both frameworks' CUTLASS forms share: offered for their FP8 GEMM on sm90+, timed
+    by the module docstring's formula."""
+
+    library: str
+    oob_rows = False  # zero-filled token rows charged per wave (oob_row_s)
+    power_limit = False  # the power-limited rate floors the compute time (POWER)
+
+    def offered(self, setting: Setting) -> bool:
+        return cutlass_fp8(setting) and setting.framework == self.library
+
+    def params(self, setting: Setting, structure, measured=None) -> tuple[Param, ...]:
+        return CUTLASS_PARAMS + ((OOB_ROW,) if self.oob_rows else ()) + (
+            (POWER,) if self.power_limit else ())
+
+    def predict(self, setting: Setting, cols, constants, structure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        dev, dtype, p = setting.dev, setting.variant, constants
+        table = getattr(structure, "tile_table", 0)  # vLLM: its one dispatch
+        copies = conditions.weight_copies
+
+        def build(d, c, t):
+            M, N, K, B = columns(c)
+            ebytes = DTYPE_BYTES[t]
+            in_l2 = resident(d, B * M * K * ebytes, B * K * N * ebytes, B * M * N * 2, copies)
+            return build_geometry(d, M, N, K, B, t, self.library, table, in_l2)
+
+        g = geometry(dev, cols, dtype, (self.library, table, copies), build)
+        eff, kst, wo = p["compute_efficiency"], p["k_step_latency_s"], p["wave_overhead_s"]
+        bw = dev.memory.bandwidth_bytes_per_s * p["memory_efficiency"]
+        l2bw = dev.global_buffer_bandwidth_bytes_per_s * p["l2_efficiency"]
+        compute = np.maximum(g["wave_work"] / eff, g["wave_steps"] * kst) + g["waves"] * wo
+        if self.oob_rows:
+            compute = compute + g["oob_steps"] * p["oob_row_s"]
+        power = p["power_efficiency"] if self.power_limit else None
+        compute = np.maximum(compute, power_time(dev, g["flops"], power, dtype, conditions))
+        memory = np.maximum(g["dram_bytes"] / bw, g["l2_bytes"] / l2bw) + p["memory_latency_s"]
+        quant = smooth_max(g["quant_bytes"] / (dev.memory.bandwidth_bytes_per_s
+                                               * p["quantize_efficiency"]),
+                           g["quant_ctas"] * p["quant_cta_s"], OVERLAP_EXPONENT)
+        return p["floor_s"] + smooth_max(compute, memory, OVERLAP_EXPONENT) + quant
+
+
+class VllmCutlass(_Cutlass):
+    """vLLM's `cutlass_scaled_mm` after its static per-tensor quantiser."""
+
+    name = "gemm/vllm-cutlass-fp8"
+    library = VLLM
+
+
+@dataclass(frozen=True)
+class SglangStructure:
+    tile_table: int  # one of SGLANG_TABLES (the module docstring)
+
+    def __post_init__(self) -> None:
+        one_of("tile_table", self.tile_table, SGLANG_TABLES)
+
+
+class SglangCutlass(_Cutlass):
+    """sgl-kernel's `fp8_scaled_mm` after its per-token quantiser, with the zero-filled token
+    rows and the power-limited rate its tables show."""
+
+    name = "gemm/sglang-cutlass-fp8"
+    library = SGLANG
+    Structure = SglangStructure
+    oob_rows = True
+    power_limit = True
+
+    def structures(self, setting: Setting, measured=None) -> tuple:
+        blackwell = blackwell_class(setting.dev)
+        return tuple(SglangStructure(t) for t in SGLANG_TABLES if not (t == 3 and blackwell))
+
+
+VLLM_CUTLASS = register(VllmCutlass())
+SGLANG_CUTLASS = register(SglangCutlass())

@@ -1,4 +1,4 @@
-"""Tile geometry of prefill (context) attention kernels, for `attention.predict_context`.
+"""Tile geometry of prefill (context) attention kernels, for attention.py's `context/flash`.
 
 A FlashAttention-style prefill kernel runs one CTA per tile of `block_m` query rows of one
 head (or of one KV head's group of query heads when it packs GQA) and loops over `block_n`-key
@@ -15,16 +15,16 @@ choice per framework, kept when it gives the lower fit-half error):
   block is the largest power of two that fits (`block_n`): FA2's split kernel and fmha_v2's
   Hopper kernels take 256 / 128 / 64 keys for head_dim <= 64 / <= 128 / <= 256 (16384
   elements), FA3's sm8x path 64 keys at head_dim 128 (8192). 0 keeps the fixed 128-key block
-  (FA3 on Hopper at head_dim 128, the form used before tile menus were read).
-* `pack_gqa`: 0 one head per tile; 1 the query heads of a GQA group packed into the rows of a
-  tile (FA3's PackGQA, forced with a non-TMA paged KV cache); 2 packed only for single-token
-  queries (FA2 swaps a GQA group into the query rows when seqlen_q == 1,
-  `seqlenq_ngroups_swapped`, and runs unpacked otherwise).
+  (FA3 on Hopper at head_dim 128).
+* `gqa_packing`: "none" one head per tile; "packed" the query heads of a GQA group packed into
+  the rows of a tile (FA3's PackGQA, forced with a non-TMA paged KV cache); "single_query"
+  packed only for single-token queries (FA2 swaps a GQA group into the query rows when
+  seqlen_q == 1, `seqlenq_ngroups_swapped`, and runs unpacked otherwise).
 
 Causal work is counted per tile, not averaged: tile j (1-based) holds the queries up to token
 ceil(j block_m / g), so it visits ceil(min(ceil(j block_m / g), isl) / block_n) key blocks.
-With 64-row tiles and 128-key blocks two consecutive tiles visit the same blocks; the old
-(nk + 1) / 2 average is exact only when block_m == block_n and g == 1.
+With 64-row tiles and 128-key blocks two consecutive tiles visit the same blocks; an
+(nk + 1) / 2 average would be exact only when block_m == block_n and g == 1.
 """
 
 from __future__ import annotations
@@ -54,12 +54,19 @@ def block_n(head_dim, kv_tile: float) -> np.ndarray:
     return np.clip(n, MIN_BLOCK_N, MAX_BLOCK_N)
 
 
-def query_group(isl, heads, kv_heads, pack_gqa: float) -> np.ndarray:
+PACKINGS = ("none", "packed", "single_query")
+
+
+def query_group(isl, heads, kv_heads, packing: str) -> np.ndarray:
     """Query heads sharing one tile's rows (1 unless the kernel packs GQA, see the docstring)."""
     g = np.asarray(heads, float) / np.asarray(kv_heads, float)
-    if pack_gqa > 1.5:  # FA2: only a single-token query is swapped into a GQA group's rows
+    if packing == "single_query":  # FA2: only a single-token query is swapped into the rows
         return np.where(np.asarray(isl) == 1, g, 1.0)
-    return g if pack_gqa > 0.5 else np.ones_like(g)
+    if packing == "packed":
+        return g
+    if packing == "none":
+        return np.ones_like(g)
+    raise ValueError(f"unknown GQA packing {packing!r}; known: {', '.join(PACKINGS)}")
 
 
 @functools.lru_cache(maxsize=4096)

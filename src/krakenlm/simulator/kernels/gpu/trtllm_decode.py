@@ -1,11 +1,35 @@
-"""TensorRT-LLM's decode-attention dispatch on Ampere, Ada and Hopper: XQA or masked MHA.
+"""TensorRT-LLM's decode attention: its XQA / masked-MHA dispatch (`generation/trtllm-xqa`) and
+a discrete stand-in for it (`generation/trtllm-discrete`).
 
-`attention.predict_generation` uses this form for TensorRT-LLM when the fitted parameters hold
-`decode_kernels` >= 1 (TRTLLM_VARIANTS in attention.py). It reproduces the launch decisions of
-TensorRT-LLM's C++ attention op, read in its public source (cpp/tensorrt_llm/kernels/
-decoderMaskedMultiheadAttention/: decoderXQAImplJIT.cpp, decoderXQAImplCommon.h,
-decoderXQAConstants.h, decoderXQAImplJIT/kernelUtils.cpp, decoderMaskedMultiheadAttentionLaunch.h;
-cpp/kernels/xqa/mha.h, mha.cu, mha_sm90.cu), and times each kernel with a few constants:
+The tables show TensorRT-LLM's decode kernels (XQA for GQA, masked MHA for MHA) follow discrete
+rules attention.py's smooth form cannot: (1) MHA and GQA rows differ already at 2 cached tokens
+(separate launch floors); (2) multi-block mode, when taken, adds a fixed ~4-5 us (the extra
+reduction pass: an H100 single-head batch takes 11 us at 256 tokens, 15 us at 512, then stays
+at 16 us up to 32k tokens); (3) a GQA CTA's time at short caches grows with head_dim and
+doubles past 16 query heads per KV head (one 16-row Q tile per pass).
+
+Discrete form (`generation/trtllm-discrete`; what fits the Blackwell tables, where TensorRT-LLM
+runs its trtllm-gen kernels instead of XQA: xqaDispatcher.cpp, mUseTllmGen = isSM100Family()):
+
+    blocks    = max(min(floor(kv_len / MULTIBLOCK_MIN_TOKENS), floor(MULTIBLOCK_WAVES * SMs
+                    / (batch * kv_heads))), 1)           (blocks per sequence, discrete)
+    items     = batch * kv_heads * blocks,  chunk as in attention.py with `blocks` for splits
+    item      = MHA:  mha_item_s + chunk * head_dim * 2 * kv_bytes / mha_sm_bandwidth
+                GQA:  item_s + ceil(group / q_tile_rows) * head_dim * row_tile_s
+                      + chunk * head_dim * 2 * kv_bytes / sm_bandwidth
+    floor     = (mha_floor_s if MHA else floor_s) + (blocks > 1) * (mha_multiblock_s | multiblock_s)
+    time      = floor + smooth_max(exec, kv / bandwidth; p = overlap_exponent)
+                (exec, kv, bandwidth as in attention.py)
+
+MULTIBLOCK_MIN_TOKENS and MULTIBLOCK_WAVES are fixed (of 256/512/1024 tokens and 1/2/4/8
+waves, the H100 fit half picks 256 and 4); the query-tile rows `q_tile_rows` (8 or 16) are
+the structure.
+
+Dispatch form (`generation/trtllm-xqa`): TensorRT-LLM's own launch decisions, read in its
+public source (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/:
+decoderXQAImplJIT.cpp, decoderXQAImplCommon.h, decoderXQAConstants.h,
+decoderXQAImplJIT/kernelUtils.cpp, decoderMaskedMultiheadAttentionLaunch.h; cpp/kernels/xqa/
+mha.h, mha.cu, mha_sm90.cu), each kernel timed with a few constants:
 
 Which kernel (per row)
   * MHA (group == 1): masked MHA ("MMHA"): XQA is not used for vanilla MHA at beam 1.
@@ -13,12 +37,12 @@ Which kernel (per row)
     >= SMs` (mayHavePerfGain), MMHA otherwise -- for the HMMA XQA kernel. The tables'
     Hopper FP8-KV rows never show MMHA on GQA (5.7 us at batch 1 where MMHA takes 9 us, no
     MMHA multi-block step), so the QGMMA form uses XQA for every GQA row.
-  * XQA kernel: `decode_kernels` 1 = HMMA (mha.cu; 16-row query tiles, warpTile.y =
-    roundUp(group, 16); RoPE and the KV-cache append in a separate preprocessing launch,
-    part of `floor_s`), 2 = Hopper QGMMA (mha_sm90.cu, FP8 KV cache; the query heads padded
-    to 8 rows, ctaNbQHeads = roundUp(group, 8); RoPE inside the kernel when the rotary
-    dimension fits the head, appliesRoPEInXqaKernel, otherwise the preprocessing launch runs
-    too: `rope_s`).
+  * XQA kernel (structure `kernel`): "hmma" (mha.cu; 16-row query tiles, warpTile.y =
+    roundUp(group, 16); RoPE and the KV-cache append in a separate preprocessing launch, part
+    of `floor_s`; Ampere, Ada, Hopper with a 16-bit cache) or "qgmma" (mha_sm90.cu, the Hopper
+    FP8-KV kernel, offered on sm90 only: supportConfigQGMMA; the query heads padded to 8 rows,
+    ctaNbQHeads = roundUp(group, 8); RoPE inside the kernel when the rotary dimension fits the
+    head, appliesRoPEInXqaKernel, otherwise the preprocessing launch runs too: `rope_s`).
 
 XQA: one CTA per (sequence, KV head, block); blocks per sequence (computeMultiBlockCount):
     mb = kv_len // XQA_MIN_HISTORY;  mb = min(mb, round(sqrt(8 mb)));  mb = max(mb, 1)
@@ -35,21 +59,16 @@ semaphore counts them) merges the mb partial outputs and row sums itself, one bl
 another: a few IO warps keep a handful of loads in flight and the math warps rescale and add
 each block in turn (mha_sm90.cu, the `isLastCta` loop; the HMMA kernel's 16-bit tables show the
 same shortfall, so both kernels carry the term). The merge is a serial chain of one L2 round
-trip per block, after the waves. Without it the fit half of H200 (both KV dtypes) was 20-55 %
-too fast at batch 1 and 8k-128k cached tokens, where mb
-reaches 23-91 (e.g. 1 x 8 heads / 1 KV head, head_dim 64, 131072 tokens: 31.6 us measured,
-14.1 us modelled); ~0.2 us per block closes it (H200 FP8 fit half 8.52 -> 7.32 %, one start;
-fitted merge_s 0.14-0.20 us on Hopper, 0.33 us on A100, 0.09 us on L40S).
+trip per block, after the waves; it matters at batch 1 with 8k-128k cached tokens, where mb
+reaches 23-91.
 
-QGMMA residency (`qgmma_residency`, a structural choice): mha_sm90.cu's launch bound gives 3
+QGMMA residency (structure `large_tile_residency`): mha_sm90.cu's launch bound gives 3
 resident CTAs per SM while ctaNbQHeads x headElems <= 128 x 16 and 2 beyond, i.e. a large
 tile's CTA holds 3/2 of what a small one does; with the rule the large tiles' waves count
-SMs x 2/3 slots. The H200 FP8 fit half shows exactly that split: tiles of up to 2048 rows x
-elements within +-3 % of the model at every batch, larger ones (32 x 128, 16 x 256, 32 x 256)
-6-37 % slower than it, worst at batch 512-2048 where throughput sets the time (fit half
-7.32 -> 6.95 %; the H100 FP8 fit half chooses it too). Still left: large tiles at batch
-1024-2048 remain 16-20 % too fast and at batch 64-128 7-10 % too slow (fit half), so the
-residency is not the whole story there.
+SMs x 2/3 slots. The H200 FP8 tables split the same way: tiles of up to 2048 rows x elements
+behave as the small-tile model at every batch, larger ones (32 x 128, 16 x 256, 32 x 256) run
+slower, most at batch 512-2048 where throughput sets the time. The residency does not explain
+all of the large tiles' behaviour at batch 64-128 and 1024-2048 (docs/results-simulator.md).
 
 MMHA: one CTA per (sequence, query head, tile) -- a GQA group reads its K/V once per query
 head. The launcher sizes the block by occupancy (mmha_launch_kernel_ex): 256 threads when the
@@ -76,8 +95,52 @@ tokens: 160 CTAs, 228 us).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from ....hardware.schema import DTYPE_BYTES
+from ..base import SERVING, Conditions, Setting, one_of, register
+from ..numerics import smooth_max
+from ..params import Param
+from .attention import (
+    DECODE_BLOCK,
+    GENERATION_PARAMS,
+    GenerationForm,
+    decode_columns,
+    generation_ceilings,
+    kv_bandwidth,
+    sm90,
+)
+
+# The constants of both forms: the smooth form's (attention.GENERATION_PARAMS) plus these
+DISCRETE_PARAMS = GENERATION_PARAMS + (
+    Param("mha_floor_s", "seconds", 7e-6, "fixed cost of the op when group == 1 (masked MHA)"),
+    Param("multiblock_s", "seconds", 2e-6,
+          "extra fixed cost of a GQA launch split into several blocks per sequence (reduction)"),
+    Param("mha_multiblock_s", "seconds", 2e-6,
+          "extra fixed cost of an MHA launch split into several blocks per sequence"),
+    Param("mha_sm_bandwidth", "positive", 6e10, "bytes/s one MHA CTA streams from memory"),
+    Param("row_tile_s", "seconds", 1e-8,
+          "GQA CTA time per head_dim element per Q_TILE_ROWS-row tile of query heads"),
+)
+XQA_PARAMS = DISCRETE_PARAMS + (
+    Param("token_tile_s", "seconds", 1e-11,
+          "XQA CTA time per cached token, head_dim element and query-row tile: the QK^T and PV "
+          "MMAs and the softmax of one tile row"),
+    Param("mha_loop_s", "seconds", 1e-6,
+          "masked-MHA CTA cost of entering its unrolled K loop (chunk >= keys one iteration "
+          "covers)"),
+    Param("merge_s", "seconds", 2e-7,
+          "XQA multi-block merge, per block of a sequence: the last CTA to finish walks the "
+          "blocks' partial outputs and row sums one after another (a few loads in flight), so "
+          "the merge is a serial chain of one L2 round trip per block"),
+)
+ROPE = Param("rope_s", "seconds", 2e-6,
+             "the separate RoPE/KV-append launch the Hopper QGMMA XQA kernel needs when the "
+             "rotary dimension exceeds the head (otherwise applied inside the kernel)")
+MULTIBLOCK_MIN_TOKENS = 256  # fewest cached tokens per block before a sequence is split
+MULTIBLOCK_WAVES = 4  # blocks per sequence are capped at this many waves of CTAs over the SMs
 XQA_MIN_HISTORY = 128  # kMinHistoryTokensPerBlock (decoderXQAConstants.h)
 XQA_ENABLE_FACTOR = 4.0  # kEnableMinBlockFactor: XQA only with >= SMs / 4 CTAs
 XQA_TARGET_WAVES = 8  # kTargetWaveFactor: blocks are cut back beyond 8 waves
@@ -134,58 +197,156 @@ def mmha_tiles(sms: int, batch, heads, kv_len, d_pad) -> np.ndarray:
     return np.maximum(np.minimum(by_sms, by_len), 1.0)
 
 
-def _smooth_max(a, b, q: float) -> np.ndarray:
-    scale = np.maximum(np.maximum(a, b), 1e-30)
-    return scale * ((a / scale) ** q + (b / scale) ** q) ** (1.0 / q)
-
-
 def waves_time(items, slots, cta_s, cta_bytes, bandwidth, q: float) -> np.ndarray:
     """Full waves of `slots` CTAs, then the partial last one; each the smooth maximum of one
     CTA's latency and the wave's bytes at `bandwidth`."""
     full = np.floor(items / slots)
     tail = items - full * slots
-    t_full = _smooth_max(cta_s, slots * cta_bytes / bandwidth, q)
-    t_tail = np.where(tail > 0, _smooth_max(cta_s, tail * cta_bytes / bandwidth, q), 0.0)
+    t_full = smooth_max(cta_s, slots * cta_bytes / bandwidth, q)
+    t_tail = np.where(tail > 0, smooth_max(cta_s, tail * cta_bytes / bandwidth, q), 0.0)
     return full * t_full + t_tail
 
 
-def predict(sms: int, hbm_bytes_per_s: float, l2_bytes: float, b, h, kvh, d, kv_len,
-            kv_bytes: float, p: dict, warm_l2: bool, rope_dim=None) -> np.ndarray:
-    """Seconds per row (arrays b, h, kvh, d, kv_len); `p` holds TRTLLM_GENERATION_PARAMS and
-    `decode_kernels` (1 HMMA XQA, 2 Hopper QGMMA XQA). `rope_dim` is the rotary dimension
-    (None: the whole head)."""
-    qgmma = p["decode_kernels"] > 1.5
-    group = h / kvh
-    dp = padded_head_dim(d)
-    xqa = (group > 1) & (qgmma | xqa_worth_it(sms, b, kvh, kv_len))
-    hbm = hbm_bytes_per_s * p["memory_efficiency"]
-    footprint = b * kvh * kv_len * d * 2 * kv_bytes
-    bandwidth = np.where((footprint <= l2_bytes) & warm_l2, hbm * (1 + p["l2_gain"]), hbm)
-    q = p["overlap_exponent"]
+def multiblock_count(sms: int, batch, kv_heads, kv_len) -> np.ndarray:
+    """Blocks per sequence of the discrete form: one per MULTIBLOCK_MIN_TOKENS cached tokens,
+    at most MULTIBLOCK_WAVES waves of CTAs over the SMs, at least one."""
+    pairs = np.asarray(batch, float) * np.asarray(kv_heads, float)
+    by_tokens = np.floor(np.asarray(kv_len, float) / MULTIBLOCK_MIN_TOKENS)
+    return np.maximum(np.minimum(by_tokens, np.floor(MULTIBLOCK_WAVES * sms / pairs)), 1.0)
 
-    blocks = xqa_blocks(sms, b, kvh, kv_len)
-    x_items = b * kvh * blocks
-    x_chunk = np.ceil(np.ceil(kv_len / blocks) / XQA_TILE_TOKENS) * XQA_TILE_TOKENS
-    q_tiles = np.ceil(group / (QGMMA_Q_ROWS if qgmma else HMMA_Q_ROWS))
-    x_slots = sms * np.where(qgmma & (q_tiles * QGMMA_Q_ROWS * dp > QGMMA_SMALL_TILE_ELEMS)
-                             & (p.get("qgmma_residency", 0.0) > 0.5), QGMMA_LARGE_TILE_SLOTS, 1.0)
-    x_cta = (p["item_s"] + q_tiles * dp * (p["row_tile_s"] + x_chunk * p["token_tile_s"])
-             + x_chunk * dp * 2 * kv_bytes / p["sm_bandwidth"])
-    rope = np.zeros_like(dp) if rope_dim is None else np.asarray(rope_dim, float)
-    separate_rope = qgmma & (rope > d)  # in-kernel RoPE needs rotary_dim <= head_size
-    merge = np.where(blocks > 1, p["multiblock_s"] + blocks * p.get("merge_s", 0.0), 0.0)
-    x_time = (p["floor_s"] + merge
-              + np.where(separate_rope, p["rope_s"], 0.0)
-              + waves_time(x_items, x_slots, x_cta, x_chunk * d * 2 * kv_bytes, bandwidth, q)
-              + x_items * group * p["head_s"] / sms)
 
-    tiles = mmha_tiles(sms, b, h, kv_len, dp)
-    m_chunk = np.ceil(kv_len / tiles)
-    threads = mmha_threads(sms, b * h)
-    first_loop = m_chunk >= threads / (dp / 8.0)
-    m_cta = (p["mha_item_s"] + np.where(first_loop, p["mha_loop_s"], 0.0)
-             + m_chunk * dp * 2 * kv_bytes / p["mha_sm_bandwidth"])
-    m_time = (p["mha_floor_s"] + np.where(tiles > 1, p["mha_multiblock_s"], 0.0)
-              + waves_time(b * h * tiles, sms * MMHA_MAX_THREADS / threads, m_cta,
-                           m_chunk * d * 2 * kv_bytes, bandwidth, q))
-    return np.where(xqa, x_time, m_time)
+class _TrtllmForm(GenerationForm):
+    frameworks = ("trtllm",)
+
+    def starts(self, setting: Setting, structure) -> tuple[dict[str, float], ...]:
+        """The bandwidth-like constants at half their device ceilings, besides the initial
+        values: from those alone the bounded fit can stop in a worse basin (the per-CTA
+        bandwidths near their ceilings, the per-CTA times compensating)."""
+        ceilings = generation_ceilings(setting.dev)
+        return ({name: 0.5 * ceilings[name] for name in ("sm_bandwidth", "mha_sm_bandwidth",
+                                                          "l2_gain")},)
+
+
+@dataclass(frozen=True)
+class DiscreteStructure:
+    q_tile_rows: int = 16  # query heads of a GQA group one pass serves (8 or 16)
+
+    def __post_init__(self) -> None:
+        one_of("q_tile_rows", self.q_tile_rows, (8, 16))
+
+
+class TrtllmDiscrete(_TrtllmForm):
+    """The discrete stand-in for TensorRT-LLM's decode (the module docstring)."""
+
+    name = "generation/trtllm-discrete"
+    Structure = DiscreteStructure
+
+    def structures(self, setting: Setting, measured=None) -> tuple:
+        return (DiscreteStructure(8), DiscreteStructure(16))
+
+    def params(self, setting: Setting, structure, measured=None) -> tuple[Param, ...]:
+        return self.bounded(setting, DISCRETE_PARAMS)
+
+    def predict(self, setting: Setting, cols, constants, structure: DiscreteStructure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        dev, p = setting.dev, constants
+        b, h, kvh, d, L = decode_columns(cols)
+        nbytes = DTYPE_BYTES[setting.variant]
+        sms = dev.core_count
+        group = h / kvh
+        mha = group == 1
+        splits = multiblock_count(sms, b, kvh, L)
+        items = b * kvh * splits
+        chunk = np.ceil(np.ceil(L / splits) / DECODE_BLOCK) * DECODE_BLOCK
+        stream_s = chunk * d * 2 * nbytes
+        item = np.where(mha, p["mha_item_s"] + stream_s / p["mha_sm_bandwidth"],
+                        p["item_s"] + np.ceil(group / structure.q_tile_rows) * d
+                        * p["row_tile_s"] + stream_s / p["sm_bandwidth"])
+        floor_s = (np.where(mha, p["mha_floor_s"], p["floor_s"])
+                   + np.where(splits > 1, np.where(mha, p["mha_multiblock_s"],
+                                                   p["multiblock_s"]), 0.0))
+        exec_s = np.ceil(items / sms) * item + items * group * p["head_s"] / sms
+        kv = b * kvh * L * d * 2 * nbytes
+        bandwidth = kv_bandwidth(dev, kv, p, conditions)
+        return floor_s + smooth_max(exec_s, kv / bandwidth, p["overlap_exponent"])
+
+
+@dataclass(frozen=True)
+class XqaStructure:
+    kernel: str = "hmma"  # the XQA kernel: "hmma" (mha.cu) or "qgmma" (mha_sm90.cu, sm90)
+    large_tile_residency: bool = False  # qgmma: 2 resident CTAs of large tiles, not 3
+
+    def __post_init__(self) -> None:
+        one_of("kernel", self.kernel, ("hmma", "qgmma"))
+
+
+class TrtllmXqa(_TrtllmForm):
+    """TensorRT-LLM's XQA / masked-MHA dispatch (the module docstring)."""
+
+    name = "generation/trtllm-xqa"
+    Structure = XqaStructure
+
+    def structures(self, setting: Setting, measured=None) -> tuple:
+        hmma = (XqaStructure("hmma"),)
+        if not sm90(setting.dev):  # the QGMMA kernel is sm90-only (supportConfigQGMMA)
+            return hmma
+        return hmma + (XqaStructure("qgmma", False), XqaStructure("qgmma", True))
+
+    def params(self, setting: Setting, structure: XqaStructure,
+               measured=None) -> tuple[Param, ...]:
+        rope = (ROPE,) if structure.kernel == "qgmma" else ()
+        return self.bounded(setting, XQA_PARAMS[:-1] + rope + XQA_PARAMS[-1:])
+
+    def predict(self, setting: Setting, cols, constants, structure: XqaStructure,
+                conditions: Conditions = SERVING) -> np.ndarray:
+        """Seconds per row (batch, heads, kv_heads, head_dim, kv_len; optionally rope_dim,
+        the rotary dimension, None: the whole head)."""
+        dev, p = setting.dev, constants
+        b, h, kvh, d, kv_len = decode_columns(cols)
+        kv_bytes = DTYPE_BYTES[setting.variant]
+        sms = dev.core_count
+        qgmma = structure.kernel == "qgmma"
+        group = h / kvh
+        dp = padded_head_dim(d)
+        xqa = (group > 1) & (qgmma | xqa_worth_it(sms, b, kvh, kv_len))
+        footprint = b * kvh * kv_len * d * 2 * kv_bytes
+        bandwidth = kv_bandwidth(dev, footprint, p, conditions)
+        q = p["overlap_exponent"]
+
+        blocks = xqa_blocks(sms, b, kvh, kv_len)
+        x_items = b * kvh * blocks
+        x_chunk = np.ceil(np.ceil(kv_len / blocks) / XQA_TILE_TOKENS) * XQA_TILE_TOKENS
+        q_tiles = np.ceil(group / (QGMMA_Q_ROWS if qgmma else HMMA_Q_ROWS))
+        x_slots = sms * np.where(qgmma & (q_tiles * QGMMA_Q_ROWS * dp > QGMMA_SMALL_TILE_ELEMS)
+                                 & structure.large_tile_residency, QGMMA_LARGE_TILE_SLOTS, 1.0)
+        x_cta = (p["item_s"] + q_tiles * dp * (p["row_tile_s"] + x_chunk * p["token_tile_s"])
+                 + x_chunk * dp * 2 * kv_bytes / p["sm_bandwidth"])
+        merge = np.where(blocks > 1, p["multiblock_s"] + blocks * p["merge_s"], 0.0)
+        x_time = p["floor_s"] + merge
+        if qgmma:  # in-kernel RoPE needs rotary_dim <= head_size
+            rope = _col_or_zero(cols, "rope_dim", dp)
+            x_time = x_time + np.where(rope > d, p["rope_s"], 0.0)
+        x_time = (x_time
+                  + waves_time(x_items, x_slots, x_cta, x_chunk * d * 2 * kv_bytes, bandwidth, q)
+                  + x_items * group * p["head_s"] / sms)
+
+        tiles = mmha_tiles(sms, b, h, kv_len, dp)
+        m_chunk = np.ceil(kv_len / tiles)
+        threads = mmha_threads(sms, b * h)
+        first_loop = m_chunk >= threads / (dp / 8.0)
+        m_cta = (p["mha_item_s"] + np.where(first_loop, p["mha_loop_s"], 0.0)
+                 + m_chunk * dp * 2 * kv_bytes / p["mha_sm_bandwidth"])
+        m_time = (p["mha_floor_s"] + np.where(tiles > 1, p["mha_multiblock_s"], 0.0)
+                  + waves_time(b * h * tiles, sms * MMHA_MAX_THREADS / threads, m_cta,
+                               m_chunk * d * 2 * kv_bytes, bandwidth, q))
+        return np.where(xqa, x_time, m_time)
+
+
+def _col_or_zero(cols, name: str, like: np.ndarray) -> np.ndarray:
+    if name not in cols:
+        return np.zeros_like(like)
+    return np.atleast_1d(np.asarray(cols[name], float))
+
+
+TRTLLM_DISCRETE = register(TrtllmDiscrete())
+TRTLLM_XQA = register(TrtllmXqa())
