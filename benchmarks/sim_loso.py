@@ -29,18 +29,22 @@ def tables(report, cov) -> str:
                  f"{o['mean_signed_pct']:+.1f} % ({o['n']} rows); shipped constants (fitted on "
                  f"the fit half of every source) {s['mape_pct']:.1f} % / {s['mean_signed_pct']:+.1f} %;"
                  f" 80 % interval covers {cov['overall']['coverage_pct']:.0f} % of unseen-source "
-                 "rows.\n")
+                 f"rows ({cov['mean_over_sources_pct']:.0f} % averaged over the {cov['sources']} "
+                 f"sources; median width {cov['overall']['median_width_pct']:.0f} % of the "
+                 f"prediction; between-source sd of ln(measured / predicted) "
+                 f"{cov['between_source_sd']:.3f}).\n")
     for key in SLICES:
         shipped = {g[key]: g for g in report.by((key,), "shipped_error_pct")}
         covered = {g[key]: g for g in cov[key]}
         lines.append(f"| {key.replace('_', ' ')} | n | LOSO MAPE | LOSO signed | shipped MAPE | "
-                     "shipped signed | 80 % interval covers |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|")
+                     "shipped signed | 80 % interval covers | median width |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for g in report.by((key,)):
             sh, c = shipped[g[key]], covered[g[key]]
             lines.append(f"| {g[key]} | {g['n']} | {g['mape_pct']:.1f} % | "
                          f"{g['mean_signed_pct']:+.1f} % | {sh['mape_pct']:.1f} % | "
-                         f"{sh['mean_signed_pct']:+.1f} % | {c['coverage_pct']:.0f} % |")
+                         f"{sh['mean_signed_pct']:+.1f} % | {c['coverage_pct']:.0f} % | "
+                         f"{c['median_width_pct']:.0f} % |")
         lines.append("")
     return "\n".join(lines)
 

@@ -2,12 +2,24 @@
 
 The table `constants/model_residuals.csv` holds one row per scored public end-to-end
 measurement: ln(measured / predicted) when the whole-model constants were fitted without that
-measurement's source (calibration/loso.py writes it). A query's nominal 80 % interval is its
-prediction times exp(the 10th and 90th percentile) of the residuals of the most specific
-comparable group that has at least `MIN_CASES` rows, tried in the order of `LEVELS`: same
-device class, TP, batch band and phase; then device, TP and phase; device and phase; phase;
-everything. The residuals keep their sign, so a systematic bias moves the interval off the
-prediction rather than widening it symmetrically.
+measurement's source (calibration/loso.py writes it). Errors are correlated within a source (an
+engine, a harness, a board brings one bias to all its rows), so the residuals of comparable cases
+understate the error on a source nobody measured. The interval therefore treats a residual as a
+source effect plus a within-source term (a one-way random-effects model):
+
+    ln(measured / predicted) = mu_group + b_source + e,   b ~ N(0, tau^2),  e ~ N(0, sigma_group^2)
+
+tau^2, the between-source variance, is estimated once from every source's mean residual (their
+variance less the part their own row noise explains, the method of moments); the group's centre
+mu is the mean of its sources' means and sigma^2 the pooled within-source variance of its rows.
+A new source's residual then has variance tau^2 (1 + 1/k_group) + sigma^2 (its own effect, and
+the uncertainty of a centre estimated from k_group sources), and the nominal 80 % interval is
+its prediction times exp(mu +- t sd), with t the Student quantile on (sources - 1) degrees of
+freedom because tau^2 itself comes from a handful of sources. The group is the most specific
+one with at least `MIN_CASES` rows from at least `MIN_SOURCES` sources, tried in the order of
+`LEVELS`: same device class, TP, batch band and phase; then device, TP and phase; device and
+phase; phase; everything. The centre keeps its sign, so a systematic bias moves the interval
+off the prediction rather than widening it symmetrically.
 
 A query outside every validated case (a device class, a TP on that device, a batch or prompt
 longer than any measured one on that device) still gets the interval of its group, with a
@@ -108,30 +120,33 @@ class Bands:
     max_batch: dict[str, int] = field(default_factory=dict)
     max_prompt: dict[str, int] = field(default_factory=dict)
 
+    between_source_var: float = 0.0   # tau^2 of ln(measured / predicted)
+    source_count: int = 0
+
     @classmethod
     def from_residuals(cls, rows: Iterable[tuple[Case, float, str]],
                        level: float = LEVEL) -> Bands:
-        """Bands from (case, ln(measured / predicted), source) rows. A group counts when it
-        has `MIN_CASES` rows from at least `MIN_SOURCES` sources; its interval is the quantiles
-        of every source's mean residual plus every row's deviation from its own source's mean:
-        an unseen source brings a bias of its own, and one source alone cannot say how large."""
+        """Bands from (case, ln(measured / predicted), source) rows (the model in the module
+        docstring). A group counts when it has `MIN_CASES` rows from at least `MIN_SOURCES`
+        sources."""
         rows = list(rows)
         bands = cls()
-        lo_q, hi_q = (1 - level) / 2, 1 - (1 - level) / 2
+        bands.between_source_var, bands.source_count = between_source_variance(
+            (r, source) for _, r, source in rows)
+        t = student_t_quantile(1 - (1 - level) / 2, max(1, bands.source_count - 1))
         for lv in LEVELS:
-            members: dict[tuple, list[tuple[float, str]]] = {}
+            members: dict[tuple, dict[str, list[float]]] = {}
             for case, r, source in rows:
-                members.setdefault((lv, case.key(lv)), []).append((r, source))
-            for k, values in members.items():
-                by_source: dict[str, list[float]] = {}
-                for r, source in values:
-                    by_source.setdefault(source, []).append(r)
-                if len(values) < MIN_CASES or len(by_source) < MIN_SOURCES:
+                members.setdefault((lv, case.key(lv)), {}).setdefault(source, []).append(r)
+            for k, by_source in members.items():
+                n = sum(len(v) for v in by_source.values())
+                if n < MIN_CASES or len(by_source) < MIN_SOURCES:
                     continue
-                bias = np.array([np.mean(v) for v in by_source.values()])
-                spread = np.concatenate([np.asarray(v) - np.mean(v) for v in by_source.values()])
-                q = _quantiles((bias[:, None] + spread[None, :]).ravel(), (lo_q, hi_q))
-                bands.groups[k] = (float(q[0]), float(q[1]), len(values))
+                centre = float(np.mean([np.mean(v) for v in by_source.values()]))
+                within = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2))
+                             for v in by_source.values()) / max(1, n - len(by_source))
+                sd = math.sqrt(bands.between_source_var * (1 + 1 / len(by_source)) + within)
+                bands.groups[k] = (centre - t * sd, centre + t * sd, n)
         for case, _, _ in rows:
             bands.tps.setdefault(case.device, set()).add(case.tp)
             bands.max_batch[case.device] = max(bands.max_batch.get(case.device, 0), case.batch)
@@ -167,17 +182,46 @@ class Bands:
         return "; ".join(beyond)
 
 
-def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
-    """Quantiles with linear interpolation between order statistics (numpy's default method;
-    written out because np.quantile's first call imports enough to cost a cold query ~0.1 s)."""
-    v = np.sort(values)
-    out = []
-    for q in qs:
-        x = q * (len(v) - 1)
-        i = int(math.floor(x))
-        j = min(i + 1, len(v) - 1)
-        out.append(float(v[i] + (v[j] - v[i]) * (x - i)))
-    return out
+def between_source_variance(rows: Iterable[tuple[float, str]]) -> tuple[float, int]:
+    """(tau^2, number of sources) from (residual, source) rows: the variance of the sources'
+    mean residuals less the mean variance those means owe to their own rows' scatter (the
+    method-of-moments estimate of a one-way random-effects model), floored at 0."""
+    by_source: dict[str, list[float]] = {}
+    for r, source in rows:
+        by_source.setdefault(source, []).append(r)
+    k = len(by_source)
+    if k < 2:
+        return 0.0, k
+    means = np.array([np.mean(v) for v in by_source.values()])
+    noise = np.mean([np.var(v, ddof=1) / len(v) if len(v) > 1 else 0.0
+                     for v in by_source.values()])
+    return max(0.0, float(np.var(means, ddof=1) - noise)), k
+
+
+@functools.lru_cache(maxsize=64)
+def student_t_quantile(p: float, df: int) -> float:
+    """The `p` quantile (0.5 <= p < 1) of Student's t with `df` degrees of freedom: Newton's
+    method on its distribution function (integrated with Simpson's rule), started at 0; the
+    function is concave there, so every step stays below the root and converges to it. Written
+    out because scipy would cost a cold query more than its whole simulation."""
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def pdf(x: float) -> float:
+        return scale * (1 + x * x / df) ** (-(df + 1) / 2)
+
+    def cdf(x: float, steps: int = 128) -> float:
+        h = x / steps
+        total = sum((1 if i in (0, steps) else 4 if i % 2 else 2) * pdf(i * h)
+                    for i in range(steps + 1))
+        return 0.5 + total * h / 3
+
+    x = 0.0
+    for _ in range(60):
+        step = (p - cdf(x)) / pdf(x)
+        x += step
+        if step < 1e-12:
+            break
+    return x
 
 
 def _describe(key: str, value: Any) -> str:

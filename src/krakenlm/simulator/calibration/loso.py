@@ -42,6 +42,7 @@ from ..uncertainty import (
     Bands,
     Case,
     batch_band,
+    between_source_variance,
     device_class,
     phase_of,
 )
@@ -261,6 +262,12 @@ def coverage(report: LosoReport, level: float = LEVEL) -> dict[str, Any]:
         for r in inside:
             groups.setdefault(r[key], []).append(r)
         out[key] = [{key: k, **share(v)} for k, v in sorted(groups.items(), key=lambda kv: _order(((kv[0],), None)))]
+    # one vote per source: the overall share is mostly the largest source's
+    out["mean_over_sources_pct"] = float(np.mean([g["coverage_pct"] for g in out["source"]])) \
+        if out["source"] else math.nan
+    tau2, k = between_source_variance((_log_ratio(r), r["source"]) for r in report.rows)
+    out["between_source_sd"] = math.sqrt(tau2)
+    out["sources"] = k
     return out
 
 
