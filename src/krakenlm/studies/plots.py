@@ -44,7 +44,10 @@ def plot_loss_curves(curves: dict[str, list[dict]], path: Path, *, title: str) -
     plt.close(fig)
 
 
-def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str) -> None:
+def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str,
+                       title: str = "Gap to the baseline as training goes on (95 % interval "
+                                    "over seeds)",
+                       xlabel: str = "training tokens") -> None:
     """Validation-perplexity gap to the baseline against training tokens, one line per model,
     its 95 % interval over seeds shaded where there are two seeds or more."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -58,9 +61,9 @@ def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str
             ax.fill_between(tokens, [100 * r["low"] for r in rows],
                             [100 * r["high"] for r in rows], color=f"C{i + 1}", alpha=0.15)
     ax.axhline(0.0, color="C0", linewidth=1, label=baseline)
-    ax.set_xlabel("training tokens")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"validation perplexity vs {baseline} (%)")
-    ax.set_title("Gap to the baseline as training goes on (95 % interval over seeds)")
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
