@@ -71,6 +71,35 @@ def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str
     plt.close(fig)
 
 
+def plot_ratio_vs_size(points, trend: dict | None, path: Path, *, title: str) -> None:
+    """Perplexity ratio against baseline parameters (log axis), each size with its 95 %
+    interval, and the fitted trend with its simulated 95 % band where there is one."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for p in points:
+        err = None if p.low is None else [[p.ratio - p.low], [p.high - p.ratio]]
+        ax.errorbar([p.params], [p.ratio], yerr=err, fmt="o", color="C1", capsize=4)
+        ax.annotate(p.label, (p.params, p.ratio), textcoords="offset points", xytext=(6, 6),
+                    fontsize=8)
+    if trend and trend["band"]:
+        band = trend["band"]
+        xs = [b["params"] for b in band]
+        ax.plot(xs, [b["ratio"] for b in band], "-", color="C1", label="weighted fit")
+        ax.fill_between(xs, [b["low"] for b in band], [b["high"] for b in band], color="C1",
+                        alpha=0.15, label="95 % band (simulated refits)")
+    ax.axhline(1.0, color="C0", linewidth=1, label="equal perplexity")
+    ax.axhline(trend["target_ratio"] if trend else 1.02, color="grey", linestyle=":",
+               linewidth=1, label="2 % gap")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters (baseline model)")
+    ax.set_ylabel("perplexity ratio to the baseline")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 ARCH_LABELS = {"gpt": "standard (Megatron TP)", "parallel": "parallel block", "kraken": "Kraken"}
 
 
