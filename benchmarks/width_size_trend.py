@@ -39,15 +39,15 @@ def main(argv: list[str] | None = None) -> int:
         points.sort(key=lambda p: p.params)
         trend = None
         if len(points) >= 2:
-            grid = [points[0].params * 10 ** (k / 8) for k in range(8 * 5)]  # to ~1e5 x
+            grid = [points[0].params * 10 ** (k / 8) for k in range(8 * 3 + 1)]  # 3 decades
             trend = extrapolate(points, target_ratio=args.target, band_params=grid)
     except KrakenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.plot.parent.mkdir(parents=True, exist_ok=True)
     plot_ratio_vs_size(points, trend, args.plot,
-                       title="Kraken 2-way / GPT perplexity ratio against size, equal tokens per "
-                             "parameter (95 % intervals)")
+                       title="Kraken 2-way / GPT perplexity ratio against size\n(equal tokens per "
+                             "parameter, 95 % intervals)")
     out = {"points": [vars(p) | {"log_se": p.log_se} for p in points], "trend": trend}
     write_text_atomically(args.json, json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in (trend or {}).items() if k != "band"}, indent=2))

@@ -90,6 +90,10 @@ def plot_ratio_vs_size(points, trend: dict | None, path: Path, *, title: str) ->
     ax.axhline(trend["target_ratio"] if trend else 1.02, color="grey", linestyle=":",
                linewidth=1, label="2 % gap")
     ax.set_xscale("log")
+    ax.set_yscale("log")  # a band in log ratio is symmetric on this axis
+    lows = [p.low or p.ratio for p in points]
+    highs = [p.high or p.ratio for p in points]
+    ax.set_ylim(min(lows + [0.9]) / 1.2, max(highs + [1.1]) * 1.2)  # the band may run off
     ax.set_xlabel("parameters (baseline model)")
     ax.set_ylabel("perplexity ratio to the baseline")
     ax.set_title(title, fontsize=10)
