@@ -225,6 +225,12 @@ CASES: list[BadInput] = [
     case("demo --out {tmp}/demo --seeds 1,x", "--seeds must be comma-separated integers"),
     case("demo --out {tmp}/demo --jobs 0", "--jobs must be >= 1"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --lrs 0,1e-3", "--lrs needs distinct"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --budgets 1000,x", "--budgets must be"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --budgets 0", "--budgets needs distinct"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --budgets 4096",
+         "--budgets needs --seq-len"),
+    case("study compare --out {tmp}/cmp --preset gpt-tiny --budgets 5000 --seq-len 64 "
+         "--batch-size 8", "--budgets 5,000 tokens is not a whole number of steps of 512"),
     case("study compare --out {tmp}/cmp --preset gpt-tiny --baseline kraken-tiny-2way",
          "--baseline kraken-tiny-2way is not one of the --preset models"),
     case("bench tp --sizes tiny --prompt-tokens 100000", "exceeds the 256-token context"),

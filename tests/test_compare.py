@@ -91,3 +91,77 @@ def test_parallel_jobs_train_the_same_models_as_one_at_a_time(tmp_path, small_co
     for a, b in zip(serial, jobs):
         assert (a["train_loss"], a["val_loss"]) == (b["train_loss"], b["val_loss"]), a["run"]
 
+
+
+def test_validation_slices_alternate_blocks_and_cover_the_split():
+    import numpy as np
+
+    from krakenlm.studies import compare
+
+    tokens = np.arange(5 * compare.VALIDATION_BLOCK_TOKENS + 100)
+    select, report = compare.validation_slices(tokens, seq_len=128)
+    block = compare.VALIDATION_BLOCK_TOKENS
+    assert select[:block].tolist() == list(range(block))  # block 0 selects
+    assert report[:block].tolist() == list(range(block, 2 * block))  # block 1 is reported
+    assert not set(select.tolist()) & set(report.tolist())
+    assert sorted(select.tolist() + report.tolist()) == tokens.tolist()
+    short_select, short_report = compare.validation_slices(np.arange(1000), seq_len=32)
+    assert short_select.tolist() == list(range(500)) and short_report.tolist() == list(range(500, 1000))
+    with pytest.raises(compare.KrakenError, match="validation split has 60 tokens"):
+        compare.validation_slices(np.arange(60), seq_len=32)
+
+
+def test_the_sweep_chooses_the_rate_on_the_selection_slice_not_the_reported_one(tmp_path,
+                                                                                 monkeypatch):
+    from krakenlm.studies import compare
+
+    def fake_outcome(spec):
+        # the reported loss prefers 1e-3, the selection slice prefers 1e-2
+        select = {1e-3: 5.0, 1e-2: 4.0}[spec.lr]
+        val = {1e-3: 4.5, 1e-2: 4.9}[spec.lr]
+        return compare.RunOutcome(spec=spec, params=1, non_embedding_params=1,
+                                  train_flops_per_token=1, steps=1, tokens=1, train_loss=5.0,
+                                  val_loss=val + 0.01 * spec.seed, val_perplexity=math.exp(val),
+                                  select_loss=select, tokens_per_s=1.0, train_time_s=1.0)
+
+    monkeypatch.setattr(compare, "_prepare_shared_data", lambda template: None)
+    monkeypatch.setattr(compare, "_run_all",
+                        lambda specs, template, out_dir, jobs: [fake_outcome(s) for s in specs])
+    specs = [RunSpec("gpt-tiny", seed) for seed in (1, 2)]
+    outcomes, sweep = compare.train_and_evaluate(specs, TrainConfig(out_dir=tmp_path), tmp_path,
+                                                 lrs=[1e-3, 1e-2])
+    assert [(o.spec.lr, o.spec.seed) for o in outcomes] == [(1e-2, 1), (1e-2, 2)]
+    assert set(sweep["gpt-tiny"]) == {1e-3, 1e-2}
+
+
+@pytest.mark.slow
+def test_budgets_train_each_budget_to_its_own_end_with_welch_beside_paired(tmp_path,
+                                                                          small_corpus):
+    from krakenlm.studies.compare import run_budgets
+
+    template = TrainConfig(out_dir=tmp_path, data=small_corpus, max_steps=10, batch_size=2,
+                           seq_len=32, warmup_steps=2, eval_interval=3, eval_batches=2,
+                           log_interval=1, checkpoint_interval=3, progress=False, threads=1)
+    specs = [RunSpec(p, s) for s in (1, 2) for p in ("gpt-tiny", "kraken-tiny-2way")]
+    report = run_budgets(specs, template, tmp_path, [192, 384], title="t")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(b["tokens"], b["steps"], b["warmup_steps"]) for b in summary["budgets"]] == [
+        (192, 3, 1), (384, 6, 1)]
+    short = [json.loads(line) for line in
+             (tmp_path / "tokens-192" / "gpt-tiny-seed1" / "metrics.jsonl").read_text().splitlines()]
+    long = [json.loads(line) for line in
+            (tmp_path / "tokens-384" / "gpt-tiny-seed1" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in short if "loss" in r) == 3
+    assert max(r["step"] for r in long if "loss" in r) == 6
+    lr_at = lambda rows, step: next(r["lr"] for r in rows if r.get("step") == step and "lr" in r)
+    assert lr_at(short, 3) < lr_at(long, 3)  # the short run decays to its own end
+    kraken = summary["budgets"][0]["models"]["kraken-tiny-2way"]
+    per_budget = json.loads((tmp_path / "tokens-192" / "summary.json").read_text())
+    assert kraken == per_budget["models"]["kraken-tiny-2way"]
+    paired, welch = kraken["ratio_to_baseline"], kraken["ratio_to_baseline_welch"]
+    assert welch["mean"] == pytest.approx(paired["mean"])  # same seeds: same point estimate
+    assert welch["low"] < welch["mean"] < welch["high"] and welch["low"] != paired["low"]
+    text = report.read_text()
+    assert "| 192 | 3 |" in text and "| 384 | 6 |" in text
+    assert (tmp_path / "gap_vs_budget.png").stat().st_size > 0
+    assert "ratio, Welch" in (tmp_path / "tokens-384" / "report.md").read_text()

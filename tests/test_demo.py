@@ -69,3 +69,17 @@ def test_demo_help_shows_the_plans_defaults(capsys):
     assert f"default: ({','.join(map(str, plan.seeds))})" in text
     assert f"default: ({plan.jobs})" in text
     assert f"Steps of {plan.batch_size} x {plan.seq_len} tokens" in text
+
+
+def test_the_demo_says_in_words_what_its_interval_means():
+    worse = demo.ratio_verdict({"mean": 1.19, "low": 1.04, "high": 1.36, "n": 3})
+    assert "**1.190** [95 % interval 1.040, 1.360] over 3 seeds" in worse
+    assert "measurably worse" in worse and "whole interval lies on one side of 1" in worse
+    assert "19 times in 20" in worse and "2 degrees of freedom" in worse
+    assert "nothing about other budgets or model sizes" in worse
+    unclear = demo.ratio_verdict({"mean": 1.3, "low": 0.88, "high": 1.95, "n": 3})
+    assert "contains 1" in unclear and "seeds alone" in unclear
+    assert "measurably better" in demo.ratio_verdict({"mean": 0.9, "low": 0.85, "high": 0.95,
+                                                      "n": 4})
+    one = demo.ratio_verdict({"mean": 1.1, "low": None, "high": None, "n": 1})
+    assert "one seed: no interval" in one

@@ -71,3 +71,25 @@ def test_models_json_cli(capsys):
     by_name = {r["name"]: r for r in rows}
     assert by_name["kraken-125m-2way"] == {"name": "kraken-125m-2way", "arch": "kraken",
                                            "params": 124012302}
+
+
+def test_mini8_width_ablations_change_only_their_one_field():
+    gpt, k2 = get_preset("gpt-mini8"), get_preset("kraken-mini8-2way")
+    assert k2.d_model == 112 and gpt.d_model == 128
+    w112 = get_preset("gpt-mini8-w112")
+    assert w112 == gpt.replace(d_model=112, ffn_dim=448)
+    untied = get_preset("kraken-mini8-2way-untied")
+    assert untied == k2.replace(tie_embeddings=False)
+    assert untied.num_params() - k2.num_params() == k2.vocab_size * k2.d_model
+    h4 = get_preset("kraken-mini8-2way-h4")
+    assert h4 == k2.replace(n_heads=gpt.n_heads) and h4.num_params() == k2.num_params()
+
+
+def test_mini8_size_trend_presets_span_4x_and_are_parameter_matched():
+    sizes = [get_preset(f"gpt-mini8-d{w}" if w != 128 else "gpt-mini8") for w in (64, 128, 160)]
+    assert [g.d_model for g in sizes] == [64, 128, 160]
+    assert sizes[-1].num_params() / sizes[0].num_params() >= 4
+    for width, gpt in zip((64, 128, 160), sizes):
+        kraken = get_preset(f"kraken-mini8-d{width}-2way" if width != 128 else "kraken-mini8-2way")
+        assert kraken.degree == 2 and kraken.n_layers == gpt.n_layers == 8
+        assert abs(kraken.num_params() - gpt.num_params()) / gpt.num_params() < 0.03, width

@@ -34,6 +34,16 @@ def _parse_lrs(text: str) -> list[float]:
     return values
 
 
+def _parse_budgets(text: str) -> list[int]:
+    try:
+        values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise KrakenError(f"--budgets must be comma-separated token counts, got {text!r}") from None
+    if not values or any(v < 1 for v in values) or len(set(values)) < len(values):
+        raise KrakenError(f"--budgets needs distinct positive token counts, got {text!r}")
+    return sorted(values)
+
+
 @study_app.command("compare")
 def compare_command(
     out: str = typer.Option(..., "--out", help="Directory for the runs and report.md."),
@@ -52,10 +62,12 @@ def compare_command(
     lrs: str = typer.Option(None, "--lrs", help="Learning-rate sweep, comma-separated: each preset is trained at every rate with the first seed, then at its own best rate with the other seeds (--lr is then unused)."),
     baseline: str = typer.Option(None, "--baseline", help="The preset the others are compared with (default: gpt-tiny if compared, else the first --preset)."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="gpt2 (default), bpe-4k or bpe-8k (a BPE trained on the corpus's training split)."),
+    budgets: str = typer.Option(None, "--budgets", help="Token budgets per run, comma-separated (e.g. 204800,409600): the whole comparison once per budget, each run with its own schedule to its own end (--max-steps then only sets the warm-up fraction, --warmup-steps / --max-steps); needs --seq-len."),
 ) -> None:
     """Train presets at an equal token budget and compare validation perplexity: per-seed
-    paired ratios with 95 % intervals, the gap against tokens, optionally each preset at its
-    own best learning rate (report + plots)."""
+    paired ratios and Welch ratios with 95 % intervals, the gap against tokens, optionally each
+    preset at its own best learning rate chosen on a validation slice apart from the reported
+    one, optionally at several budgets (report + plots)."""
     from ..studies.compare import compare_presets
     from ..training.trainer import TrainConfig
     from .train import out_dir
@@ -67,7 +79,8 @@ def compare_command(
                            eval_interval=eval_interval, checkpoint_interval=eval_interval,
                            eval_batches=25, threads=threads)
     report = compare_presets(presets, _parse_seeds(seeds), template, out, baseline=baseline,
-                             lrs=_parse_lrs(lrs) if lrs is not None else None, jobs=jobs)
+                             lrs=_parse_lrs(lrs) if lrs is not None else None, jobs=jobs,
+                             budgets=_parse_budgets(budgets) if budgets is not None else None)
     stderr_console().print(f"report: {report}")
     print(report.read_text())
 

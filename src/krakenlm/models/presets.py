@@ -125,6 +125,24 @@ def _build() -> dict[str, ModelConfig]:
     for degree in (2, 4):
         p[f"kraken-mini8-{degree}way"] = kraken_width_for_params(
             p["gpt-mini8"].num_params(), degree=degree, n_layers=8, n_heads=4 // degree, **small)
+
+    # Width ablations of the mini8 pair (is Kraken's small-scale gap a width effect?): GPT at
+    # Kraken 2-way's sub-layer width (112), Kraken 2-way with an untied LM head (its head no
+    # longer shares the 112-wide embedding; 0.46M more parameters), and Kraken 2-way with GPT's
+    # 4 heads per stream (heads of 28; the same parameters as kraken-mini8-2way).
+    k2 = p["kraken-mini8-2way"]
+    p["gpt-mini8-w112"] = p["gpt-mini8"].replace(d_model=k2.d_model, ffn_dim=4 * k2.d_model)
+    p["kraken-mini8-2way-untied"] = k2.replace(tie_embeddings=False)
+    p["kraken-mini8-2way-h4"] = k2.replace(n_heads=p["gpt-mini8"].n_heads)
+
+    # The mini8 pair at other widths (8 layers, 4 GPT heads, Kraken 2-way with 2 heads per
+    # stream, parameter-matched): 64 (0.67M parameters), 128 (gpt-mini8, 2.1M) and 160 (3.2M),
+    # for the gap against model size at equal tokens per parameter.
+    for width in (64, 160):
+        gpt = p["gpt-mini8"].replace(d_model=width, ffn_dim=4 * width)
+        p[f"gpt-mini8-d{width}"] = gpt
+        p[f"kraken-mini8-d{width}-2way"] = kraken_width_for_params(
+            gpt.num_params(), degree=2, n_layers=8, n_heads=2, **small)
     return p
 
 

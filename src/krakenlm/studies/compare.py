@@ -6,13 +6,21 @@ ordinary `train` run directory, so a comparison interrupted half-way resumes run
 
 With a learning-rate sweep (`lrs`), every preset is first trained at each rate with the first
 seed and then, at its own best rate (lowest validation loss), with the remaining seeds: each
-architecture is compared at its best, not at a rate tuned for another. Ratios to the baseline
-are paired by seed (same data order) with 95 % t intervals (studies/stats.py).
+architecture is compared at its best, not at a rate tuned for another. The rate is chosen on
+one half of the held-out split and the reported perplexity comes from the other half
+(`validation_slices`), so the reported number is not the one the choice was made on. Ratios to
+the baseline are paired by seed (same data order) with 95 % t intervals, and Welch's unpaired
+interval stands beside them (studies/stats.py).
+
+With `budgets` (`run_budgets`), the whole comparison is repeated once per token budget, each
+run with its own schedule (warm-up and cosine decay) ending at its own budget: the ratio at a
+budget is that of finished runs, not a reading in the middle of a longer run's schedule.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import statistics
 from dataclasses import dataclass, replace
@@ -27,7 +35,11 @@ from ..training.run_dir import ResumeOptionsChanged
 from ..training.signals import signal_of
 from ..training.trainer import METRICS_FILE, TrainConfig, TrainingInterrupted, train
 from .plots import plot_gap_vs_tokens, plot_loss_curves
-from .stats import mean_interval, ratio_interval
+from .stats import mean_interval, ratio_interval, welch_ratio_interval
+
+# The held-out split is cut into blocks of this many tokens, dealt alternately to the LR
+# selection slice and to the reported slice: both halves span every validation document.
+VALIDATION_BLOCK_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -51,8 +63,9 @@ class RunOutcome:
     steps: int
     tokens: int
     train_loss: float
-    val_loss: float
+    val_loss: float  # on the reported slice of the validation split
     val_perplexity: float
+    select_loss: float  # on the LR-selection slice: what a sweep chooses the rate by
     tokens_per_s: float
     train_time_s: float  # of the last training session (a resumed run restarts the clock)
 
@@ -80,8 +93,9 @@ def run_comparison(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
 
 def compare_presets(presets: list[str], seeds: list[int], template: TrainConfig, out_dir: Path,
                     *, baseline: str | None = None, lrs: list[float] | None = None,
-                    jobs: int = 1) -> Path:
-    """`krakenlm study compare`: every preset trained with every seed (see run_comparison).
+                    jobs: int = 1, budgets: list[int] | None = None) -> Path:
+    """`krakenlm study compare`: every preset trained with every seed (see run_comparison), at
+    each of `budgets` tokens per run when given (see run_budgets).
     The presets, the baseline, the tokenizer and the options against each model are checked
     before any training. Returns the report."""
     for name in presets:
@@ -107,9 +121,94 @@ def compare_presets(presets: list[str], seeds: list[int], template: TrainConfig,
         template.check(config)
         if template.memory_check:
             check_memory(config, template, DistEnv(), device)
-    return run_comparison([RunSpec(p, s) for s in seeds for p in presets], template, out_dir,
-                          title="Validation loss at equal token budget", baseline=baseline,
-                          lrs=lrs, jobs=jobs)
+    specs = [RunSpec(p, s) for s in seeds for p in presets]
+    title = "Validation loss at equal token budget"
+    if budgets is not None:
+        return run_budgets(specs, template, out_dir, budgets, title=title, baseline=baseline,
+                           lrs=lrs, jobs=jobs)
+    return run_comparison(specs, template, out_dir, title=title, baseline=baseline, lrs=lrs,
+                          jobs=jobs)
+
+
+def budget_template(template: TrainConfig, tokens: int, out_dir: Path) -> TrainConfig:
+    """The training setup of one token budget: as many steps as reach `tokens`, the warm-up the
+    same fraction of the run as in `template`, evaluations and checkpoints at most as far
+    apart as in `template` (and at the run's end). The cosine decay then ends at the budget."""
+    per_step = template.batch_size * template.seq_len * template.grad_accum
+    if tokens % per_step:
+        below = tokens // per_step * per_step
+        raise KrakenError(f"--budgets {tokens:,} tokens is not a whole number of steps of "
+                          f"{per_step:,} tokens (batch size x sequence length); use a multiple "
+                          f"such as {max(below, per_step):,} or {below + per_step:,}")
+    steps = tokens // per_step
+    warmup = max(1, round(template.warmup_steps * steps / template.max_steps))
+    return replace(template, out_dir=out_dir, max_steps=steps, warmup_steps=min(warmup, steps),
+                   eval_interval=min(template.eval_interval, steps),
+                   checkpoint_interval=min(template.checkpoint_interval, steps))
+
+
+def run_budgets(specs: list[RunSpec], template: TrainConfig, out_dir: Path,
+                budgets: list[int], *, title: str, notes: str = "", baseline: str | None = None,
+                lrs: list[float] | None = None, jobs: int = 1) -> Path:
+    """One whole comparison per token budget (`run_comparison` in out_dir/tokens-N, each with
+    its own schedule and, with `lrs`, its own learning-rate choice), then report.md and
+    summary.json in `out_dir` with the ratios against the budget. Returns the report."""
+    if template.seq_len is None:
+        raise KrakenError("--budgets needs --seq-len (a budget is counted in tokens of a step)")
+    make_out_dir(out_dir)
+    templates = {tokens: budget_template(template, tokens, out_dir / f"tokens-{tokens}")
+                 for tokens in budgets}  # every budget checked before any training
+    rows = []
+    for tokens, tc in templates.items():
+        run_comparison(specs, tc, tc.out_dir, title=f"{title}: {tokens:,} tokens per run",
+                       notes=notes, baseline=baseline, lrs=lrs, jobs=jobs)
+        summary = json.loads((tc.out_dir / "summary.json").read_text())
+        rows.append({"tokens": tokens, "steps": tc.max_steps, "warmup_steps": tc.warmup_steps,
+                     "baseline": summary["baseline"], "models": summary["models"]})
+    return _write_budgets_report(rows, out_dir, title=title, notes=notes)
+
+
+def _write_budgets_report(rows: list[dict], out_dir: Path, *, title: str, notes: str) -> Path:
+    baseline = rows[0]["baseline"]
+    others = [p for p in rows[0]["models"] if p != baseline]
+    gaps = {p: [] for p in others}
+    lines = [f"# {title}", ""] + ([notes, ""] if notes else []) + [
+        ("One comparison per token budget, each run with its own schedule ending at its budget "
+         f"(the per-budget reports are in tokens-N/). Perplexity ratio to {baseline}, 95 % "
+         "intervals over seeds, paired by seed / Welch:"), "",
+        "| tokens per run | steps | " + " | ".join(others) + " |",
+        "|---:|---:|" + "---:|" * len(others)]
+    for row in rows:
+        cells = []
+        for preset in others:
+            paired = row["models"][preset]["ratio_to_baseline"]
+            welch = row["models"][preset]["ratio_to_baseline_welch"]
+            cells.append(f"{_interval_text(paired)} / {_interval_text(welch)}")
+            if paired is not None:
+                gaps[preset].append({"tokens": row["tokens"], "gap": paired["mean"] - 1,
+                                     "low": None if paired["low"] is None else paired["low"] - 1,
+                                     "high": None if paired["high"] is None
+                                     else paired["high"] - 1, "seeds": paired["n"]})
+        lines.append(f"| {row['tokens']:,} | {row['steps']} | " + " | ".join(cells) + " |")
+    if others:
+        plot_gap_vs_tokens(gaps, out_dir / "gap_vs_budget.png", baseline=baseline,
+                           title="Gap to the baseline at the end of runs of each budget "
+                                 "(95 % interval, paired)",
+                           xlabel="training tokens per run (each run's own schedule)")
+        lines += ["", "![gap against budget](gap_vs_budget.png)"]
+    write_text_atomically(out_dir / "summary.json",
+                          json.dumps({"baseline": baseline, "budgets": rows}, indent=2) + "\n")
+    report = out_dir / "report.md"
+    write_text_atomically(report, "\n".join(lines) + "\n")
+    return report
+
+
+def _interval_text(interval: dict | None) -> str:
+    if interval is None:
+        return "-"
+    if interval["low"] is None:
+        return f"{interval['mean']:.3f} (1 seed)"
+    return f"{interval['mean']:.3f} [{interval['low']:.3f}, {interval['high']:.3f}]"
 
 
 def make_out_dir(out_dir: Path) -> None:
@@ -137,7 +236,7 @@ def train_and_evaluate(specs: list[RunSpec], template: TrainConfig, out_dir: Pat
         done = dict(zip(first, _run_all(first, template, out_dir, jobs)))
         for preset in presets:
             sweep[preset] = {lr: done[RunSpec(preset, seeds[0], lr)] for lr in lrs}
-        best = {p: min(runs, key=lambda lr: runs[lr].val_loss) for p, runs in sweep.items()}
+        best = {p: min(runs, key=lambda lr: runs[lr].select_loss) for p, runs in sweep.items()}
         rest = [RunSpec(p, seed, best[p]) for seed in seeds[1:] for p in presets]
         done.update(zip(rest, _run_all(rest, template, out_dir, jobs)))
         outcomes = [done[RunSpec(p, seed, best[p])] for seed in seeds for p in presets]
@@ -267,7 +366,9 @@ def _outcome(spec: RunSpec, run_dir: Path, tc: TrainConfig) -> RunOutcome:
     # The run's own tokenizer (a BPE run's validation split is in its ids, not GPT-2's).
     tokens = prepare_corpus(tc.data, tokenizer=checkpoint_tokenizer(run_dir),
                             progress=False).split("val")
-    val = evaluate(model, tokens, batch_size=tc.batch_size, seq_len=tc.seq_len)
+    select_tokens, report_tokens = validation_slices(tokens, tc.seq_len or model.config.context_len)
+    select = evaluate(model, select_tokens, batch_size=tc.batch_size, seq_len=tc.seq_len)
+    val = evaluate(model, report_tokens, batch_size=tc.batch_size, seq_len=tc.seq_len)
     rows = _read_metrics(run_dir)
     train_rows = [r for r in rows if "loss" in r]
     speeds = [r["tokens_per_s"] for r in train_rows[1:]] or [train_rows[-1]["tokens_per_s"]]
@@ -280,8 +381,29 @@ def _outcome(spec: RunSpec, run_dir: Path, tc: TrainConfig) -> RunOutcome:
                       steps=train_rows[-1]["step"],
                       tokens=train_rows[-1]["tokens"], train_loss=train_rows[-1]["loss"],
                       val_loss=val["loss"], val_perplexity=val["perplexity"],
+                      select_loss=select["loss"],
                       tokens_per_s=statistics.median(speeds),
                       train_time_s=train_rows[-1]["elapsed_s"])
+
+
+def validation_slices(tokens, seq_len: int):
+    """(LR-selection slice, reported slice) of a validation split: blocks of
+    VALIDATION_BLOCK_TOKENS (fewer for a short split) dealt alternately, even blocks to the
+    selection, odd ones to the report. Each slice holds at least one evaluation window."""
+    import numpy as np
+
+    n = len(tokens)
+    if n < 2 * (seq_len + 1):
+        raise KrakenError(f"the validation split has {n:,} tokens: choosing the learning rate on "
+                          f"one part and reporting another needs two windows of {seq_len + 1} "
+                          "tokens; use a larger corpus or a shorter --seq-len")
+    block = max(seq_len + 1, min(VALIDATION_BLOCK_TOKENS, n // 2))
+    starts = range(0, n, block)
+    select = [tokens[i:i + block] for k, i in enumerate(starts) if k % 2 == 0]
+    report = [tokens[i:i + block] for k, i in enumerate(starts) if k % 2 == 1]
+    if len(report[-1]) < seq_len + 1:  # a short last block: keep it on the selection side
+        select.append(report.pop())
+    return np.concatenate(select), np.concatenate(report)
 
 
 def write_report(outcomes: list[RunOutcome], template: TrainConfig, out_dir: Path, *,
@@ -326,39 +448,42 @@ def comparison_section(outcomes: list[RunOutcome], template: TrainConfig, out_di
     else:
         lr = f"{template.peak_lr:g}"
     lines += [f"Corpus: `{template.data or 'shakespeare'}` (validation: whole held-out "
-              f"documents), tokenizer `{template.tokenizer or 'gpt2'}`. Budget per run: "
+              "documents, cut into blocks dealt alternately to the learning-rate choice and to "
+              f"the reported perplexity), tokenizer `{template.tokenizer or 'gpt2'}`. Budget per run: "
               f"{template.max_steps} steps x {template.batch_size} sequences x {seq_len} tokens; "
               f"peak LR {lr}, warm-up {template.warmup_steps}, cosine to LR/10; precision "
               f"{template.precision}.", "",
               f"![loss curves]({plot_path.name})", "",
               "| run | params | non-embedding | train FLOPs/token | tokens | train loss | "
-              "val loss | val perplexity | tokens/s | train time |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "selection loss | val loss | val perplexity | tokens/s | train time |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for o in outcomes:
         lines.append(f"| {o.spec.name} | {o.params / 1e6:.2f}M | "
                      f"{o.non_embedding_params / 1e6:.2f}M | {o.train_flops_per_token / 1e6:.1f}M | "
-                     f"{o.tokens:,} | {o.train_loss:.3f} | {o.val_loss:.4f} | "
+                     f"{o.tokens:,} | {o.train_loss:.3f} | {o.select_loss:.4f} | {o.val_loss:.4f} | "
                      f"{o.val_perplexity:.2f} | {o.tokens_per_s:,.0f} | {o.train_time_s:.0f} s |")
     if sweep:
         lrs = sorted({lr for runs in sweep.values() for lr in runs})
-        lines += ["", f"Learning-rate sweep (seed {outcomes[0].spec.seed}; validation perplexity, "
-                  "best in bold):", "",
+        lines += ["", f"Learning-rate sweep (seed {outcomes[0].spec.seed}; perplexity on the "
+                  "selection slice, best in bold):", "",
                   "| model | " + " | ".join(f"LR {lr:g}" for lr in lrs) + " |",
                   "|---|" + "---:|" * len(lrs)]
         for preset, runs in sweep.items():
-            best = min(runs, key=lambda lr: runs[lr].val_loss)
-            cells = [(f"**{runs[lr].val_perplexity:.2f}**" if lr == best
-                      else f"{runs[lr].val_perplexity:.2f}") if lr in runs else "-" for lr in lrs]
+            best = min(runs, key=lambda lr: runs[lr].select_loss)
+            cells = [(f"**{math.exp(runs[lr].select_loss):.2f}**" if lr == best
+                      else f"{math.exp(runs[lr].select_loss):.2f}") if lr in runs else "-"
+                     for lr in lrs]
             lines.append(f"| {preset} | " + " | ".join(cells) + " |")
     summary = _summary(by_preset, baseline)
     if len(by_preset) > 1:
-        lines += ["", f"Per model (95 % t intervals over seeds; the ratio is paired by seed "
-                  f"against {baseline}):", "",
-                  "| model | seeds | val perplexity | ratio to baseline | "
-                  "gap at the end |", "|---|---:|---:|---:|---:|"]
+        lines += ["", f"Per model (95 % t intervals over seeds; the ratio to {baseline} paired "
+                  "by seed, and Welch's interval, which does not use the pairing):", "",
+                  "| model | seeds | val perplexity | ratio, paired | ratio, Welch | "
+                  "gap at the end |", "|---|---:|---:|---:|---:|---:|"]
         for preset, row in summary.items():
             lines.append(f"| {preset} | {row['seeds']} | {row['perplexity'].text('{:.2f}')} | "
                          f"{row['ratio'].text('{:.3f}') if row['ratio'] else '-'} | "
+                         f"{row['welch'].text('{:.3f}') if row['welch'] else '-'} | "
                          f"{row['gap_text']} |")
         lines += ["", "![gap against tokens](gap_vs_tokens.png)"]
     write_text_atomically(out_dir / "summary.json", json.dumps({
@@ -367,14 +492,18 @@ def comparison_section(outcomes: list[RunOutcome], template: TrainConfig, out_di
                   "non_embedding_params": o.non_embedding_params,
                   "train_flops_per_token": o.train_flops_per_token, "tokens": o.tokens,
                   "train_loss": o.train_loss, "val_loss": o.val_loss,
+                  "select_loss": o.select_loss,
                   "val_perplexity": o.val_perplexity, "tokens_per_s": o.tokens_per_s,
                   "train_time_s": o.train_time_s} for o in outcomes],
         "baseline": baseline,
         "models": {p: {"seeds": r["seeds"], "perplexity": vars(r["perplexity"]),
-                       "ratio_to_baseline": vars(r["ratio"]) if r["ratio"] else None}
+                       "ratio_to_baseline": vars(r["ratio"]) if r["ratio"] else None,
+                       "ratio_to_baseline_welch": vars(r["welch"]) if r["welch"] else None}
                    for p, r in summary.items()},
+        "validation": "val_loss on the reported slice; select_loss (and lr_sweep) on the "
+                      "learning-rate selection slice",
         "gap_by_tokens": gaps,
-        "lr_sweep": {p: {str(lr): o.val_loss for lr, o in runs.items()}
+        "lr_sweep": {p: {str(lr): o.select_loss for lr, o in runs.items()}
                      for p, runs in (sweep or {}).items()},
     }, indent=2) + "\n")
     return lines
@@ -386,10 +515,14 @@ def _summary(by_preset: dict[str, list[RunOutcome]], baseline: str) -> dict[str,
     for preset, runs in by_preset.items():
         paired = [o.val_loss - base[o.spec.seed].val_loss for o in runs if o.spec.seed in base]
         ratio = ratio_interval(paired) if preset != baseline and paired else None
+        welch = (welch_ratio_interval([o.val_loss for o in runs],
+                                      [o.val_loss for o in by_preset[baseline]])
+                 if preset != baseline else None)
         summary[preset] = {
             "seeds": len(runs),
             "perplexity": mean_interval([o.val_perplexity for o in runs]),
             "ratio": ratio,
+            "welch": welch,
             "gap_text": "-" if ratio is None else f"{100 * (ratio.mean - 1):+.1f} %",
         }
     return summary

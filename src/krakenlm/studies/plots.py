@@ -44,7 +44,10 @@ def plot_loss_curves(curves: dict[str, list[dict]], path: Path, *, title: str) -
     plt.close(fig)
 
 
-def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str) -> None:
+def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str,
+                       title: str = "Gap to the baseline as training goes on (95 % interval "
+                                    "over seeds)",
+                       xlabel: str = "training tokens") -> None:
     """Validation-perplexity gap to the baseline against training tokens, one line per model,
     its 95 % interval over seeds shaded where there are two seeds or more."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -58,9 +61,42 @@ def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str
             ax.fill_between(tokens, [100 * r["low"] for r in rows],
                             [100 * r["high"] for r in rows], color=f"C{i + 1}", alpha=0.15)
     ax.axhline(0.0, color="C0", linewidth=1, label=baseline)
-    ax.set_xlabel("training tokens")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"validation perplexity vs {baseline} (%)")
-    ax.set_title("Gap to the baseline as training goes on (95 % interval over seeds)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_ratio_vs_size(points, trend: dict | None, path: Path, *, title: str) -> None:
+    """Perplexity ratio against baseline parameters (log axis), each size with its 95 %
+    interval, and the fitted trend with its simulated 95 % band where there is one."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for p in points:
+        err = None if p.low is None else [[p.ratio - p.low], [p.high - p.ratio]]
+        ax.errorbar([p.params], [p.ratio], yerr=err, fmt="o", color="C1", capsize=4)
+        ax.annotate(p.label, (p.params, p.ratio), textcoords="offset points", xytext=(6, 6),
+                    fontsize=8)
+    if trend and trend["band"]:
+        band = trend["band"]
+        xs = [b["params"] for b in band]
+        ax.plot(xs, [b["ratio"] for b in band], "-", color="C1", label="weighted fit")
+        ax.fill_between(xs, [b["low"] for b in band], [b["high"] for b in band], color="C1",
+                        alpha=0.15, label="95 % band (simulated refits)")
+    ax.axhline(1.0, color="C0", linewidth=1, label="equal perplexity")
+    ax.axhline(trend["target_ratio"] if trend else 1.02, color="grey", linestyle=":",
+               linewidth=1, label="2 % gap")
+    ax.set_xscale("log")
+    ax.set_yscale("log")  # a band in log ratio is symmetric on this axis
+    lows = [p.low or p.ratio for p in points]
+    highs = [p.high or p.ratio for p in points]
+    ax.set_ylim(min(lows + [0.9]) / 1.2, max(highs + [1.1]) * 1.2)  # the band may run off
+    ax.set_xlabel("parameters (baseline model)")
+    ax.set_ylabel("perplexity ratio to the baseline")
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
