@@ -6,11 +6,12 @@ a seed."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import numpy as np
 import pytest
+
+from serving_cases import MODEL, replay, small_timer
 
 from krakenlm.models import get_preset
 from krakenlm.serving import vllm_v1
@@ -20,29 +21,17 @@ from krakenlm.serving.step_time import StepTimer
 from krakenlm.serving.traces import Request, Trace, synthetic_trace
 from krakenlm.serving.trtllm import TRTEngine
 from krakenlm.serving.vllm_v0 import V0Engine
-from krakenlm.serving.vllm_v1 import Seq, V1Engine, V1Options
+from krakenlm.serving.vllm_v1 import V1Engine, V1Options
 from krakenlm.simulator import Simulator
 
-MODEL = "gpt3-1.3b"
 
 
-@functools.cache
 def timer() -> StepTimer:
-    sim = Simulator("h100-80gb-x8", "vllm")
-    return StepTimer(sim, get_preset(MODEL), 1, max_tokens=1024, max_sequences=16)
+    return small_timer("vllm")
 
 
 def run(requests, blocks=100_000, block_tokens=0, engine_class=V1Engine, **options):
-    opt = V1Options(**{"max_num_batched_tokens": 1024, "max_num_seqs": 16, **options})
-    engine = engine_class(timer(), opt, blocks, block_tokens)
-    seqs = []
-    for req in requests:
-        engine.advance(req.arrival_s)
-        seq = Seq(req)
-        engine.add(seq)
-        seqs.append(seq)
-    engine.advance(float("inf"))
-    return engine, seqs
+    return replay(timer(), engine_class, requests, blocks, block_tokens, **options)
 
 
 def test_a_single_request_takes_one_prefill_step_then_one_decode_step_per_token():

@@ -6,38 +6,26 @@ the fewest output tokens, and the software profile picks the engine."""
 
 from __future__ import annotations
 
-import functools
 
 import pytest
+
+from serving_cases import MODEL, replay, small_timer
 
 from krakenlm.models import get_preset
 from krakenlm.serving.replay import serve
 from krakenlm.serving.sglang import INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, SGLangEngine
 from krakenlm.serving.step_time import StepTimer
 from krakenlm.serving.traces import Request, Trace
-from krakenlm.serving.vllm_v1 import Seq, V1Engine, V1Options
-from krakenlm.simulator import Simulator
-
-MODEL = "gpt3-1.3b"
+from krakenlm.serving.vllm_v1 import V1Engine
 
 
-@functools.cache
+
 def timer() -> StepTimer:
-    return StepTimer(Simulator("h100-80gb-x8", "sglang"), get_preset(MODEL), 1,
-                     max_tokens=1024, max_sequences=16)
+    return small_timer("sglang")
 
 
 def run(requests, blocks=100_000, block_tokens=0, engine_class=SGLangEngine, **options):
-    opt = V1Options(**{"max_num_batched_tokens": 1024, "max_num_seqs": 16, **options})
-    engine = engine_class(timer(), opt, blocks, block_tokens)
-    seqs = []
-    for req in requests:
-        engine.advance(req.arrival_s)
-        seq = Seq(req)
-        engine.add(seq)
-        seqs.append(seq)
-    engine.advance(float("inf"))
-    return engine, seqs
+    return replay(timer(), engine_class, requests, blocks, block_tokens, **options)
 
 
 def test_a_new_prompt_runs_alone_and_stalls_the_decodes():
