@@ -58,14 +58,7 @@ class V0Engine(V1Engine):
                 s = running[i]
                 need = -(-(s.computed + 1) // bs) - s.private - per * len(s.shared)
                 if need > 0:
-                    fits = True
-                    while not pool.take(need):
-                        victim = running.pop()
-                        self._preempt(victim)
-                        if victim is s:
-                            fits = False
-                            break
-                    if not fits:
+                    if not self._take_or_preempt(s, need)[0]:
                         break
                     s.private += need
                 sched.append((s, 1))

@@ -149,6 +149,19 @@ class V1Engine:
         self.preemptions += 1
         self.waiting.appendleft(s)
 
+    def _take_or_preempt(self, s: Seq, need: int) -> tuple[bool, bool]:
+        """Take `need` more KV blocks for running request `s`, preempting the last running
+        request (recompute) until they are free. Returns (s got them, anything was preempted);
+        `s` itself may be the one preempted, and then it did not get them."""
+        preempted = False
+        while not self.pool.take(need):
+            victim = self.running.pop()
+            self._preempt(victim)
+            preempted = True
+            if victim is s:
+                return False, True
+        return True, preempted
+
     def _decode_window(self, until: float) -> bool:
         """Run k pure-decode steps at once when the schedule cannot change during them: every
         running request decodes, none waits (arrivals come only between `advance` calls, and
@@ -259,14 +272,8 @@ class V1Engine:
                 new = budget
             need = -(-(c + new) // bs) - s.private - (per * len(s.shared) if per else 0)
             if need > 0:
-                fits = True
-                while not pool.take(need):
-                    victim = running.pop()
-                    self._preempt(victim)
-                    preempted = True
-                    if victim is s:
-                        fits = False
-                        break
+                fits, evicted = self._take_or_preempt(s, need)
+                preempted = preempted or evicted
                 if not fits:
                     break
                 s.private += need
