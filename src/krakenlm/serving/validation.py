@@ -1,0 +1,193 @@
+"""Validation of the serving simulator against public serving runs (`serving/data/
+serving_runs.json`, sources and rejected candidates in `serving/data/SOURCES.md`).
+
+Each run states its engine, model, GPUs, tensor-parallel degree, arrival process (Poisson at a
+rate, or every request at once) and the prompt and output tokens of every request, in the
+order the client sent them; `run_trace` rebuilds that workload (the arrival times drawn from a
+seeded generator: the client's own draw is not recorded) and `replay_run` serves it with the
+engine's default knobs. `score` compares a replay's summary with what the run measured: the
+relative error of every metric both give. Nothing of the simulator is fitted on these runs,
+so every score is already a held-out one (the leave-one-source-out score of the static
+simulator equals the plain score here).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import KrakenError
+from ..fileio import read_user_text
+from .traces import Request, Trace
+
+RUNS_FILE = Path(__file__).resolve().parent / "data" / "serving_runs.json"
+# (summary section, statistic) pairs a run may state, in the issue's order
+METRICS = (("e2e_s", "mean"), ("e2e_s", "p99"), ("ttft_s", "mean"), ("ttft_s", "p90"),
+           ("ttft_s", "p99"), ("tpot_s", "mean"), ("ttft_s", "p50"), ("tpot_s", "p50"),
+           ("tpot_s", "p99"), ("itl_s", "mean"), ("itl_s", "p50"), ("itl_s", "p99"),
+           ("throughput", "requests_per_s"), ("throughput", "output_tokens_per_s"))
+ARRIVALS = ("poisson", "burst")
+PREFIX_BLOCK_TOKENS = 16  # vLLM's block: the granularity its prefix cache hashes prompts at
+ID_STRIDE = 1 << 20  # prefix ids of prompt i: i * ID_STRIDE + block index
+WARM_GAP_S = 3600.0
+
+
+class ValidationDataError(KrakenError, ValueError):
+    """A serving-runs file that cannot be used; the message names the run and the field."""
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    id: str
+    source: str
+    locator: str
+    model: str
+    system: str
+    software: str
+    tp: int
+    arrival: str
+    rate_per_s: float | None
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    measured: dict[str, dict[str, float]]
+    kv_blocks_logged: int | None = None
+    capacity_per_s: float | None = None
+    served_before: tuple[str, ...] = ()
+    test_prompt_first: bool = False
+
+
+def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
+    """The sources and runs of a serving-runs file, checked."""
+    path = Path(path)
+    try:
+        data = json.loads(read_user_text(path, "serving runs file", ValidationDataError))
+    except json.JSONDecodeError as e:
+        raise ValidationDataError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    runs = []
+    for i, r in enumerate(data.get("runs", [])):
+        where = f"{path} run {r.get('id', i)}"
+        try:
+            run = ServingRun(
+                id=str(r["id"]), source=str(r["source"]), locator=str(r["locator"]),
+                model=str(r["model"]), system=str(r["system"]), software=str(r["software"]),
+                tp=int(r["tp"]), arrival=str(r["arrival"]),
+                rate_per_s=None if r["rate_per_s"] is None else float(r["rate_per_s"]),
+                prompt_tokens=tuple(int(x) for x in r["prompt_tokens"]),
+                output_tokens=tuple(int(x) for x in r["output_tokens"]),
+                measured=r["measured"], kv_blocks_logged=r.get("kv_blocks_logged"),
+                capacity_per_s=r.get("capacity_per_s"),
+                served_before=tuple(r.get("served_before", ())),
+                test_prompt_first=bool(r.get("test_prompt_first", False)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
+        if run.source not in data.get("sources", {}):
+            raise ValidationDataError(f"{where}: source {run.source!r} is not described")
+        if run.arrival not in ARRIVALS:
+            raise ValidationDataError(f"{where}: arrival {run.arrival!r} is not one of "
+                                      f"{', '.join(ARRIVALS)}")
+        if (run.rate_per_s is None) != (run.arrival == "burst"):
+            raise ValidationDataError(f"{where}: a Poisson run needs a rate, a burst none")
+        if not run.prompt_tokens or len(run.prompt_tokens) != len(run.output_tokens) or \
+                min(run.prompt_tokens + run.output_tokens) < 1:
+            raise ValidationDataError(f"{where}: prompt and output tokens must be equally "
+                                      "many counts of at least 1")
+        runs.append(run)
+    if not runs:
+        raise ValidationDataError(f"{path}: no runs")
+    return data.get("sources", {}), tuple(runs)
+
+
+def run_trace(run: ServingRun, runs: dict[str, ServingRun] | None = None,
+              seed: int = 0) -> tuple[Trace, int]:
+    """The run's workload, and the id of its first measured request.
+
+    The requests come in the order sent, all at once (a burst) or with exponential gaps at the
+    run's rate (the client sends the first at once). Each prompt carries one prefix id per
+    full `PREFIX_BLOCK_TOKENS` block, the same ids for the same prompt in every run of a
+    source (the same dataset sampled with the same seed), so vLLM's prefix cache can be
+    replayed: before the measured requests come the prompts the server processed earlier
+    (`served_before`: runs of the same server before this one, and the client's one-prompt
+    test run of the first request), each with one output token, an hour before the measured
+    ones start (the engine is idle again by then)."""
+    warm = []
+    for other in run.served_before:
+        if runs is None or other not in runs:
+            raise ValidationDataError(f"run {run.id}: served_before names unknown run {other!r}")
+        warm += list(enumerate(runs[other].prompt_tokens))
+    if run.test_prompt_first:
+        warm.append((0, run.prompt_tokens[0]))
+    n = len(run.prompt_tokens)
+    if run.arrival == "burst":
+        arrivals = np.zeros(n)
+    else:
+        gaps = np.random.default_rng(seed).exponential(1.0 / run.rate_per_s, n)
+        arrivals = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
+    start = WARM_GAP_S if warm else 0.0
+    requests = [Request(k, 0.0, p, 1, _ids(i, p)) for k, (i, p) in enumerate(warm)]
+    first = len(requests)
+    requests += [Request(first + i, start + float(t), p, o, _ids(i, p))
+                 for i, (t, p, o) in enumerate(zip(arrivals, run.prompt_tokens,
+                                                   run.output_tokens))]
+    return Trace(run.id, tuple(requests), PREFIX_BLOCK_TOKENS), first
+
+
+def _ids(position: int, prompt_tokens: int) -> tuple[int, ...]:
+    """Prefix ids of the prompt at `position` of a source's prompt list: one per full block."""
+    return tuple(position * ID_STRIDE + k for k in range(prompt_tokens // PREFIX_BLOCK_TOKENS))
+
+
+def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed: int = 0):
+    """Serve the run's workload with the engine's defaults on the run's system; returns the
+    report of the whole replay and the summary of the measured requests only (without the
+    inter-token latencies, which the engine records for all requests together)."""
+    from ..models import get_preset
+    from .replay import serve
+    from .report import summarise
+
+    trace, first = run_trace(run, runs, seed)
+    report = serve(trace, get_preset(run.model), run.system, software=run.software,
+                   tp=run.tp, model_name=run.model)
+    rows = [r for r in report.rows if r["id"] >= first]
+    start = min(r["arrival_s"] for r in rows)
+    arrivals = [r["arrival_s"] for r in rows]
+    summary = summarise(rows, np.array([]), np.array([]),
+                        duration_s=max(arrivals) - start,
+                        makespan_s=max(r["finish_s"] for r in rows) - start,
+                        slo_ttft_s=None, slo_tpot_s=None, preemptions=0,
+                        kv_used=np.array([]), usd_per_s=0.0)
+    return report, summary
+
+
+def score(run: ServingRun, summary: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per metric the run measured: predicted, measured and the relative error
+    |predicted - measured| / measured (and signed, `bias`)."""
+    out = {}
+    for section, stat in METRICS:
+        measured = run.measured.get(section, {}).get(stat)
+        predicted = (summary.get(section) or {}).get(stat)
+        if measured is None or predicted is None or not measured:
+            continue
+        out[f"{section.removesuffix('_s')}_{stat}"] = {
+            "predicted": float(predicted), "measured": float(measured),
+            "error": abs(predicted - measured) / measured,
+            "bias": (predicted - measured) / measured}
+    return out
+
+
+def medians(scores: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Median (and worst) relative error over the runs that measured each metric."""
+    keys = sorted({k for s in scores for k in s})
+    out = {}
+    for k in keys:
+        errors = [s[k]["error"] for s in scores if k in s]
+        out[k] = {"median": float(np.median(errors)), "worst": float(max(errors)),
+                  "runs": len(errors)}
+    return out
+
+
+def kv_block_error(predicted: int, logged: int | None) -> float | None:
+    return None if not logged else abs(predicted - logged) / logged

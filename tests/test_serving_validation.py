@@ -1,0 +1,109 @@
+"""The public serving runs the serving simulator is validated against (serving/data/) and the
+scorer of benchmarks/serve_validation.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from krakenlm.serving.validation import (
+    PREFIX_BLOCK_TOKENS,
+    RUNS_FILE,
+    WARM_GAP_S,
+    ValidationDataError,
+    load_runs,
+    medians,
+    run_trace,
+    score,
+)
+
+# the sums the source's JSON files print (total_input_tokens, total_output_tokens)
+SOURCE_TOTALS = {"llmk8s-a100-tp8-qps-01": 42722, "llmk8s-a100-tp8-qps-04": 42449,
+                 "llmk8s-a100-tp8-qps-16": 42770, "llmk8s-a100-tp8-qps-inf": 42398}
+
+
+def test_the_runs_file_parses_and_matches_the_source_totals():
+    sources, runs = load_runs()
+    assert {r.id for r in runs} == set(SOURCE_TOTALS)
+    for r in runs:
+        assert len(r.prompt_tokens) == len(r.output_tokens) == 200
+        assert sum(r.prompt_tokens) == 42659
+        assert sum(r.output_tokens) == SOURCE_TOTALS[r.id]
+        assert r.source in sources and r.locator.startswith(sources[r.source]["repo"] + "@")
+        assert set(r.served_before) < set(SOURCE_TOTALS)
+        assert r.measured["ttft_s"]["mean"] > 0
+
+
+def test_every_source_and_run_file_is_in_sources_md():
+    text = (RUNS_FILE.parent / "SOURCES.md").read_text()
+    sources, runs = load_runs()
+    for key, s in sources.items():
+        assert f"`{key}`" in text and s["commit"] in text
+    for r in runs:
+        assert r.locator.split(" ")[1].rsplit("_qps_", 1)[0].split("/")[-1] in text
+
+
+def _run():
+    return next(r for r in load_runs()[1] if r.id == "llmk8s-a100-tp8-qps-04")
+
+
+def test_score_is_the_relative_error_of_every_metric_both_give():
+    run = _run()
+    summary = {"ttft_s": {"mean": 1.1 * run.measured["ttft_s"]["mean"], "p99": None},
+               "tpot_s": {"mean": 0.75 * run.measured["tpot_s"]["mean"]}}
+    s = score(run, summary)
+    assert set(s) == {"ttft_mean", "tpot_mean"}  # None and unmeasured ones are skipped
+    assert s["ttft_mean"]["error"] == pytest.approx(0.10)
+    assert s["tpot_mean"]["bias"] == pytest.approx(-0.25)
+    m = medians([s, {"ttft_mean": {"error": 0.30}}, {"ttft_mean": {"error": 0.20}}])
+    assert m["ttft_mean"] == {"median": pytest.approx(0.20), "worst": pytest.approx(0.30),
+                              "runs": 3}
+    assert m["tpot_mean"]["runs"] == 1
+
+
+def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
+    _, runs = load_runs()
+    by_id = {r.id: r for r in runs}
+    burst = by_id["llmk8s-a100-tp8-qps-inf"]
+    trace, first = run_trace(burst, by_id)
+    assert first == 3 * 200 + 1  # three earlier runs and the client's one-prompt test
+    warm, measured = trace.requests[:first], trace.requests[first:]
+    assert all(r.output_tokens == 1 and r.arrival_s == 0 for r in warm)
+    assert [r.prompt_tokens for r in measured] == list(burst.prompt_tokens)
+    assert all(r.arrival_s == WARM_GAP_S for r in measured)  # a burst: all at once
+    # the same prompt has the same prefix ids in every run, one per full block
+    assert warm[5].hash_ids == measured[5].hash_ids
+    assert len(measured[5].hash_ids) == burst.prompt_tokens[5] // PREFIX_BLOCK_TOKENS
+    cold, first = run_trace(replace(burst, served_before=(), test_prompt_first=False))
+    assert first == 0 and cold.requests[0].arrival_s == 0.0
+    poisson = by_id["llmk8s-a100-tp8-qps-16"]
+    a = [r.arrival_s for r in run_trace(poisson, by_id, seed=1)[0].requests]
+    assert a == [r.arrival_s for r in run_trace(poisson, by_id, seed=1)[0].requests]
+    gaps = [y - x for x, y in zip(a[-200:], a[-199:])]
+    assert 0.5 / 16 < sum(gaps) / len(gaps) < 2 / 16
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda r: r.pop("tp"), "missing or bad field"),
+    (lambda r: r.update(arrival="closed"), "arrival 'closed' is not one of"),
+    (lambda r: r.update(rate_per_s=None), "a Poisson run needs a rate"),
+    (lambda r: r.update(output_tokens=[1]), "equally many counts"),
+    (lambda r: r.update(source="nowhere"), "source 'nowhere' is not described"),
+])
+def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
+    data = json.loads(RUNS_FILE.read_text())
+    data["runs"] = [data["runs"][1]]
+    change(data["runs"][0])
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValidationDataError, match=message) as e:
+        load_runs(path)
+    assert "llmk8s-a100-tp8-qps-04" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_run_naming_an_unknown_earlier_run_is_an_error():
+    run = replace(_run(), served_before=("nowhere",))
+    with pytest.raises(ValidationDataError, match="unknown run 'nowhere'"):
+        run_trace(run, {})
