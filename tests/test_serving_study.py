@@ -63,3 +63,24 @@ def test_bad_input_is_one_error_line(extra, message, capsys, tmp_path):
     assert info.value.code == 2
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+def test_the_recorded_command_names_the_trace(monkeypatch, tmp_path):
+    """The report's command reproduces the study: a --trace given is part of it."""
+    from krakenlm.errors import KrakenError
+    from krakenlm.studies import serving_load
+
+    seen = []
+
+    def fake(out, plan, command, progress=None):
+        seen.append(command)
+        raise KrakenError("stopped")
+
+    monkeypatch.setattr(serving_load, "run_serving_study", fake)
+    trace = tmp_path / "code.csv"
+    trace.write_text("x")
+    for extra, expected in (([], None), (["--trace", str(trace)], f"--trace {trace} --out")):
+        with pytest.raises(SystemExit):
+            main(["study", "serving", "--out", str(tmp_path / "s"), *extra])
+        assert ("--trace" in seen[-1]) == (expected is not None)
+        assert expected is None or expected in seen[-1]

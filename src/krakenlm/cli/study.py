@@ -197,7 +197,8 @@ def serving_command(
                        **({"trace": trace} if trace else {}))
     command = (f"krakenlm study serving --model {model} --system {system} --software {software} "
                f"--tp {tp} --rates {rates} --seeds {seeds} --requests {requests} "
-               f"--slo-ttft-s {slo_ttft_s:g} --slo-tpot-s {slo_tpot_s:g} --out {out}")
+               f"--slo-ttft-s {slo_ttft_s:g} --slo-tpot-s {slo_tpot_s:g}"
+               + (f" --trace {trace}" if trace else "") + f" --out {out}")
     err = stderr_console()
     study = run_serving_study(out, plan, command, progress=err.print)
     err.print(f"report: {study.report}")
