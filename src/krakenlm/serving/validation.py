@@ -187,7 +187,3 @@ def medians(scores: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, fl
         out[k] = {"median": float(np.median(errors)), "worst": float(max(errors)),
                   "runs": len(errors)}
     return out
-
-
-def kv_block_error(predicted: int, logged: int | None) -> float | None:
-    return None if not logged else abs(predicted - logged) / logged
