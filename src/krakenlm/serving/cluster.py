@@ -85,7 +85,7 @@ def parse_pools(spec: str, option: str = "--replicas") -> tuple[PoolSpec, ...]:
 
 def is_pool_spec(text: str) -> bool:
     """Whether `--replicas` names pools (else it is a replica count)."""
-    return not text.strip().isdigit()
+    return re.fullmatch(r"\s*[+-]?\d+\s*", text) is None
 
 
 class Replica:
