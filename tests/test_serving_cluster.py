@@ -200,3 +200,25 @@ def test_pd_search_reports_capacity_per_device_for_each_split():
         assert r["capacity_per_s"] > 0 and r["per_usd_hour"] > 0
     assert result.rows[0]["kv_transfer_mean_s"] is None
     assert result.rows[1]["kv_transfer_mean_s"] > 0
+
+
+def test_the_cli_serves_disaggregated_and_writes_the_transfer_columns(tmp_path, capsys):
+    import json
+
+    from krakenlm.cli import main
+
+    argv = ["sim", "serve", "--model", MODEL, "--system", "h100-80gb-x8",
+            "--max-num-batched-tokens", "1024", "--max-num-seqs", "16", "--trace", "synthetic",
+            "--rate", "30", "--requests", "120", "--lengths", "fixed:512,32", "--seed", "1",
+            "--prefill-replicas", "1", "--decode-replicas", "h100-80gb-x8:tp1:1",
+            "--router", "jsq-tokens", "--json", "--out", str(tmp_path / "pd")]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out = capsys.readouterr()
+    assert info.value.code == 0, out.err
+    report = json.loads(out.out)
+    assert report["setup"]["disaggregated"]["prefill"] == ["h100-80gb-x8:tp1:1"]
+    assert report["setup"]["devices"] == 2 and report["summary"]["requests"] == 120
+    header = (tmp_path / "pd" / "requests.csv").read_text().splitlines()[0]
+    assert header.endswith("preemptions,decode_replica,kv_transfer_s,kv_ready_s,"
+                           "decode_admitted_s")
