@@ -81,8 +81,9 @@ def test_jsq_tokens_picks_the_replica_with_the_fewest_outstanding_tokens():
 
 def test_a_homogeneous_pool_replays_exactly_like_serve():
     trace, config = _trace(), get_preset(MODEL)
-    from krakenlm.serving.replay import default_options
     from dataclasses import replace
+
+    from krakenlm.serving.replay import default_options
     opt = replace(default_options("vllm-v1", load_system("h100-80gb-x8"), config), **SMALL)
     a = serve(trace, config, "h100-80gb-x8", replicas=2, router="least-loaded", options=opt)
     b = serve_cluster(trace, config, parse_pools("h100-80gb-x8:tp1:2"), router="least-loaded",

@@ -61,8 +61,7 @@ def serve_cmd(
 
 def _run(given: dict):
     """The report of one `sim serve`: the replay, or the capacity search and its replay."""
-    from ..serving.command import (ServeOptions, capacity_command, pd_search_command,
-                                   serve_command)
+    from ..serving.command import ServeOptions, capacity_command, pd_search_command, serve_command
 
     options = ServeOptions(**{k: v for k, v in given.items()
                               if k in ServeOptions.__dataclass_fields__})

@@ -33,12 +33,20 @@ from ..models import ModelConfig
 from ..simulator import Simulator
 from .kv_cache import KVSizing, size_kv_cache
 from .pipeline import PipelineTimer, activation_bytes_per_device, stage_config
-from .replay import (ENGINES, SECONDS_PER_YEAR, ServeError, _check_requests, _row, _step_timer,
-                     default_options, scheduler_for)
+from .replay import (
+    ENGINES,
+    SECONDS_PER_YEAR,
+    ServeError,
+    _check_requests,
+    _row,
+    _step_timer,
+    default_options,
+    scheduler_for,
+)
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
 from .routing import check_router, choose
 from .traces import Request, Trace
-from .transfer import Network, link_between, send_s
+from .transfer import Network, send_s
 from .vllm_v1 import Seq
 
 _FIELD = re.compile(r"^(tp|pp|x)?(\d+)$")

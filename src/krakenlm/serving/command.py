@@ -191,10 +191,10 @@ def _cluster_replay(o: ServeOptions, progress):
     check_router(o.router)
     model, label = _model(o)
     trace = _trace(o)
-    common = dict(software=o.software, router=o.router, overrides=_overrides(o),
-                  scheduler=o.scheduler, dtype=o.dtype, model_name=label,
-                  slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s, network=network,
-                  progress=progress)
+    common = {"software": o.software, "router": o.router, "overrides": _overrides(o),
+              "scheduler": o.scheduler, "dtype": o.dtype, "model_name": label,
+              "slo_ttft_s": o.slo_ttft_s, "slo_tpot_s": o.slo_tpot_s, "network": network,
+              "progress": progress}
     if o.prefill_replicas is not None:
         return (lambda tr, skip: serve_disaggregated(tr, model, prefill, decode,
                                                      skip_long=skip, **common)), trace

@@ -40,12 +40,19 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..hardware.schema import DTYPE_BYTES
 from ..models import ModelConfig
 from ..simulator.memory import kv_cache_bytes
 from .capacity import Capacity, find_capacity
-from .cluster import (PoolSpec, Replica, build_pools, build_replicas, check_slos, cluster_report,
-                      placements, serve_cluster)
+from .cluster import (
+    PoolSpec,
+    Replica,
+    build_pools,
+    build_replicas,
+    check_slos,
+    cluster_report,
+    placements,
+    serve_cluster,
+)
 from .replay import ServeError, _row
 from .report import ServeReport
 from .routing import check_router, choose
@@ -134,13 +141,14 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
     check_router(router)
     check_slos(slo_ttft_s, slo_tpot_s)
     network = network or Network()
-    common = dict(software=software, scheduler=scheduler, overrides=overrides or {},
-                  dtype=dtype, model_name=model_name, skip_long=skip_long, network=network)
+    common = {"software": software, "scheduler": scheduler, "overrides": overrides or {},
+              "dtype": dtype, "model_name": model_name, "skip_long": skip_long,
+              "network": network}
     p_built, trace = build_pools(prefill, trace, model, **common)
     d_built, trace = build_pools(decode, trace, model, **{**common, "skip_long": False})
     for p in d_built:
         if p.kind not in DECODE_SCHEDULERS:
-            raise ServeError(f"disaggregated decode runs vLLM's scheduler (" +
+            raise ServeError("disaggregated decode runs vLLM's scheduler (" +
                              ", ".join(DECODE_SCHEDULERS) + f"), not {p.kind}; use "
                              "--software vllm")
     nodes = placements(p_built + d_built)
