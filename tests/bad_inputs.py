@@ -124,6 +124,7 @@ def verdict(bad: BadInput, exit_code: int, stderr: str) -> str:
 
 
 SIM_RUN = "sim run --system a100-80gb-x8 --model llama3-8b --tp 8"
+SIM_SERVE = "sim serve --model gpt3-1.3b --trace synthetic --rate 5 --requests 20"
 
 CASES: list[BadInput] = [
     # usage: typer's own checks, reported as one line
@@ -215,6 +216,25 @@ CASES: list[BadInput] = [
     case("sim sweep --cores 0", "--cores takes whole numbers of at least 1, got 0"),
     case("sim sweep --global-buffers 0", "--global-buffers takes sizes above 0 MiB"),
     case("sim sweep --memories HBM9-5", "--memories: unknown ['HBM9-5']; write TECHNOLOGY-UNITS"),
+    # sim serve, cluster level (caught before any step time is tabulated)
+    case(f"{SIM_SERVE} --replicas h100-80gb-x8:tq4",
+         "'tq4' is not tpN, ppN or a replica count"),
+    case(f"{SIM_SERVE} --replicas h100-80gb-x8:tp2:tp4", "gives tp twice"),
+    case(f"{SIM_SERVE} --replicas h100-80gb-x8:tp0", "tp must be at least 1, got 0"),
+    case(f"{SIM_SERVE} --replicas nope:tp2", "unknown system 'nope'"),
+    case(f"{SIM_SERVE} --replicas h100-80gb-x8:tp16", "tp 16 exceeds the 8 devices"),
+    case(f"{SIM_SERVE} --replicas 2", "give --system"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --pp 0", "--pp must be at least 1, got 0"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --router jsq", "--router 'jsq' is not one of"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1",
+         "needs both --prefill-replicas and --decode-replicas"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1 --decode-replicas 0",
+         "--decode-replicas must be at least 1, got 0"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1 --decode-replicas 1 "
+         "--network-gbps 0", "--network-gbps must be a positive number"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --pd-search 1 --slo-ttft-s 1",
+         "a P:D split needs at least 2 instances"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --pd-search 4", "--pd-search needs an SLO"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study serving --seeds 3 --out {tmp}/serving", "--seeds needs at least two seeds"),

@@ -17,14 +17,19 @@ from .sim import sim_app
 def serve_cmd(
     trace: str = typer.Option(..., "--trace", help="Request trace: an Azure 2023 CSV, a Mooncake JSONL (with prefix-block hash_ids), a Vidur-style CSV, or 'synthetic' (with --rate, --arrival, --cv, --requests, --lengths)."),
     model: str = typer.Option(..., "--model", help="Model preset (see `krakenlm models`) or a path to a config.json (Hugging Face or krakenlm)."),
-    system: str = typer.Option(..., "--system", help="Hardware preset (see `krakenlm sim systems`) or a YAML file."),
+    system: str = typer.Option(None, "--system", help="Hardware preset (see `krakenlm sim systems`) or a YAML file (not needed when --replicas names pools)."),
     software: str = typer.Option("vllm", "--software", help="Serving software profile; its engine's scheduler is replayed (vllm: vLLM V1, vllm-v0: vLLM V0, trtllm: TensorRT-LLM in-flight batching)."),
     scheduler: str = typer.Option(None, "--scheduler", help="Replay this scheduler instead of the profile's own (vllm-v1, vllm-v0, trtllm)."),
     arch: str = typer.Option(None, "--arch", help="gpt | parallel | kraken: serve the model as this architecture (kraken: the parameter-matched Kraken with degree = tp)."),
     kraken_rule: str = typer.Option("engine", "--kraken-rule", help="With --arch kraken: engine or head-count (see `sim run`)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree per replica."),
-    replicas: int = typer.Option(1, "--replicas", help="Engine replicas (each with --tp devices)."),
-    router: str = typer.Option("round-robin", "--router", help="round-robin, least-loaded (fewest running + waiting requests) or prefix-affinity (longest cached prefix of the request's blocks, then least-loaded)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (pp batches in flight, as vLLM's virtual engines)."),
+    replicas: str = typer.Option("1", "--replicas", help="Engine replicas (each with --tp x --pp devices of --system), or pools SYSTEM[:tpN][:ppN][:COUNT],... (heterogeneous replicas, e.g. h100-80gb-x8:tp4:2,a100-80gb-x8:tp8:1)."),
+    router: str = typer.Option("round-robin", "--router", help="round-robin, least-loaded (fewest running + waiting requests), prefix-affinity (longest cached prefix of the request's blocks, then least-loaded) or jsq-tokens (fewest outstanding prefill + decode tokens)."),
+    prefill_replicas: str = typer.Option(None, "--prefill-replicas", help="Disaggregated serving: prefill instances (a count of --system/--tp/--pp instances, or pools); needs --decode-replicas."),
+    decode_replicas: str = typer.Option(None, "--decode-replicas", help="Disaggregated serving: decode instances (a count or pools), fed by the KV transfer."),
+    pd_search: int = typer.Option(None, "--pd-search", help="Search every P:D split of this many --system/--tp/--pp instances (and as many aggregated replicas): capacity under the SLOs per device and per $."),
+    network_gbps: float = typer.Option(400.0, "--network-gbps", help="Inter-node network per device and direction, Gb/s (KV transfers and pipeline sends between nodes)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the trace's request rate (arrival times divided by it)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload's RNG (the output is identical for a seed)."),
     arrival: str = typer.Option("poisson", "--arrival", help="Synthetic arrivals: poisson or gamma (with --cv)."),
@@ -56,11 +61,14 @@ def serve_cmd(
 
 def _run(given: dict):
     """The report of one `sim serve`: the replay, or the capacity search and its replay."""
-    from ..serving.command import ServeOptions, capacity_command, serve_command
+    from ..serving.command import ServeOptions, capacity_command, pd_search_command, serve_command
 
     options = ServeOptions(**{k: v for k, v in given.items()
                               if k in ServeOptions.__dataclass_fields__})
     tty = sys.stderr.isatty()
+    if given["pd_search"] is not None:
+        return pd_search_command(options, given["pd_search"], given["slo_percentile"],
+                                 progress=_split if tty else None)
     if given["capacity"]:
         shown = capacity_command(options, given["slo_percentile"],
                                  progress=_searched if tty else None)
@@ -86,6 +94,10 @@ def _warn_if_overloaded(s: dict) -> None:
 def _routed(done: int, total: int) -> None:
     print(f"\r{done:,} / {total:,} requests routed", end="" if done < total else "\n",
           file=sys.stderr, flush=True)
+
+
+def _split(name: str) -> None:
+    print(f"P:D {name}: searching its capacity", file=sys.stderr, flush=True)
 
 
 def _searched(row: dict) -> None:

@@ -14,9 +14,13 @@ from ..hardware import load_system
 from ..simulator import arch_variant, resolve_model
 from ..simulator.constants.software import load_software
 from .capacity import Capacity, find_capacity
+from .cluster import PoolSpec, is_pool_spec, parse_pools, serve_cluster
+from .disagg import PDSearch, pd_search, serve_disaggregated
 from .replay import SCHEDULERS, default_options, serve
 from .report import ServeReport
+from .routing import check_router
 from .traces import Trace, read_trace, scale_rate, synthetic_trace
+from .transfer import Network
 
 SYNTHETIC = "synthetic"
 
@@ -25,14 +29,19 @@ SYNTHETIC = "synthetic"
 class ServeOptions:
     trace: str
     model: str
-    system: str
+    system: str | None
     software: str = "vllm"
     scheduler: str | None = None
     arch: str | None = None
     kraken_rule: str = "engine"
     tp: int = 1
-    replicas: int = 1
+    replicas: int | str = 1  # a count, or pools SYSTEM[:tpN][:ppN][:COUNT],... (cluster.py)
     router: str = "round-robin"
+    pp: int = 1
+    # disaggregated prefill/decode: counts (of --system/--tp/--pp instances) or pools
+    prefill_replicas: str | None = None
+    decode_replicas: str | None = None
+    network_gbps: float = 400.0
     rate_scale: float = 1.0
     seed: int = 0
     # synthetic workloads (--trace synthetic)
@@ -58,8 +67,15 @@ class ServeOptions:
 
 def serve_command(o: ServeOptions,
                   progress: Callable[[int, int], None] | None = None) -> ServeReport:
+    check_router(o.router)
+    if _is_cluster(o):
+        replay, trace = _cluster_replay(o, progress)
+        report = replay(trace, o.skip_long)
+        report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
+        return report
     trace, config, label, system, options = _setup(o)
-    report = serve(trace, config, system, software=o.software, tp=o.tp, replicas=o.replicas,
+    report = serve(trace, config, system, software=o.software, tp=o.tp,
+                   replicas=int(o.replicas),
                    router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
                    model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
                    skip_long=o.skip_long, progress=progress)
@@ -70,11 +86,24 @@ def serve_command(o: ServeOptions,
 def capacity_command(o: ServeOptions, percentile: int = 99,
                      progress: Callable[[dict], None] | None = None) -> Capacity:
     """The largest rate scale of the trace (times `o.rate_scale`) meeting the SLOs."""
+    check_router(o.router)
+    if _is_cluster(o):
+        cluster_replay, trace = _cluster_replay(o, None)
+
+        def scaled(scale: float) -> ServeReport:
+            report = cluster_replay(scale_rate(trace, scale), False)
+            report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale * scale})
+            return report
+
+        if o.skip_long:
+            trace = _without_long(trace, _model(o)[0](_first_tp(o)))
+        return find_capacity(scaled, trace.rate_per_s(), slo_ttft_s=o.slo_ttft_s,
+                             slo_tpot_s=o.slo_tpot_s, percentile=percentile, progress=progress)
     trace, config, label, system, options = _setup(o)
 
     def replay(scale: float) -> ServeReport:
         report = serve(scale_rate(trace, scale), config, system, software=o.software, tp=o.tp,
-                       replicas=o.replicas, router=o.router, options=options,
+                       replicas=int(o.replicas), router=o.router, options=options,
                        scheduler=o.scheduler, dtype=o.dtype, model_name=label,
                        slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
                        skip_long=False)
@@ -98,17 +127,119 @@ def _without_long(trace: Trace, config) -> Trace:
     return Trace(trace.name, keep, trace.hash_block_tokens) if keep else trace
 
 
-def _setup(o: ServeOptions):
+def _is_cluster(o: ServeOptions) -> bool:
+    """Whether the replay needs the cluster layer (pools, PP, token-weighted routing or
+    disaggregation) rather than `replay.serve`'s identical replicas."""
+    return (is_pool_spec(str(o.replicas)) or o.pp != 1 or o.router == "jsq-tokens"
+            or o.prefill_replicas is not None or o.decode_replicas is not None)
+
+
+def _pools(o: ServeOptions, text: str | int, option: str) -> tuple[PoolSpec, ...]:
+    """Pools from a pool spec, or `text` replicas of --system/--tp/--pp."""
     from .replay import ServeError
 
-    rng = np.random.default_rng(o.seed)
+    if is_pool_spec(str(text)):
+        return parse_pools(str(text), option)
+    count = int(text)
+    if count < 1:
+        raise ServeError(f"{option} must be at least 1, got {count}")
+    if o.system is None:
+        raise ServeError(f"{option} {count} needs --system (or pools: {option} "
+                         "SYSTEM:tpN:COUNT,...)")
+    if o.pp < 1:
+        raise ServeError(f"--pp must be at least 1, got {o.pp}")
+    return (PoolSpec(o.system, o.tp, o.pp, count),)
+
+
+def _model(o: ServeOptions):
+    """The model for a TP degree (Kraken's degree follows the TP), and its label."""
+    name, original = resolve_model(o.model)
+    label = name if o.arch in (None, original.arch) else f"{name} as {o.arch}"
+    return (lambda tp: arch_variant(original, o.arch, tp, o.kraken_rule)), label
+
+
+def _first_tp(o: ServeOptions) -> int:
+    spec = o.prefill_replicas if o.prefill_replicas is not None else o.replicas
+    return _pools(o, spec, "--replicas")[0].tp
+
+
+def _overrides(o: ServeOptions) -> dict:
+    """The engine knobs the user gave (each pool keeps its device's defaults for the rest)."""
+    given = {"max_num_batched_tokens": o.max_num_batched_tokens,
+             "max_num_seqs": o.max_num_seqs, "block_size": o.block_size,
+             "enable_prefix_caching": o.prefix_caching, "chunked_prefill": o.chunked_prefill}
+    out = {k: v for k, v in given.items() if v is not None}
+    out.update(gpu_memory_utilization=o.gpu_memory_utilization,
+               capacity_policy=o.capacity_policy, schedule_policy=o.schedule_policy)
+    return out
+
+
+def _cluster_replay(o: ServeOptions, progress):
+    """(replay(trace, skip_long) -> ServeReport, the trace) for a cluster or a
+    disaggregated setup; every option is checked before anything is tabulated."""
+    from .replay import ServeError
+
+    if (o.prefill_replicas is None) != (o.decode_replicas is None):
+        raise ServeError("disaggregated serving needs both --prefill-replicas and "
+                         "--decode-replicas")
+    network = Network(o.network_gbps)
+    if o.prefill_replicas is not None:
+        prefill = _pools(o, o.prefill_replicas, "--prefill-replicas")
+        decode = _pools(o, o.decode_replicas, "--decode-replicas")
+    else:
+        pools = _pools(o, o.replicas, "--replicas")
+    check_router(o.router)
+    model, label = _model(o)
+    trace = _trace(o)
+    common = {"software": o.software, "router": o.router, "overrides": _overrides(o),
+              "scheduler": o.scheduler, "dtype": o.dtype, "model_name": label,
+              "slo_ttft_s": o.slo_ttft_s, "slo_tpot_s": o.slo_tpot_s, "network": network,
+              "progress": progress}
+    if o.prefill_replicas is not None:
+        return (lambda tr, skip: serve_disaggregated(tr, model, prefill, decode,
+                                                     skip_long=skip, **common)), trace
+    return (lambda tr, skip: serve_cluster(tr, model, pools, skip_long=skip, **common)), trace
+
+
+def pd_search_command(o: ServeOptions, instances: int, percentile: int = 99,
+                      progress: Callable[[str], None] | None = None) -> PDSearch:
+    """Every P:D split of `instances` instances of --system/--tp/--pp (`disagg.pd_search`)."""
+    from .replay import ServeError
+
+    if o.slo_ttft_s is None and o.slo_tpot_s is None:
+        raise ServeError("--pd-search needs an SLO: give --slo-ttft-s and/or --slo-tpot-s")
+    (instance,) = _pools(o, 1, "--pd-search")
+    check_router(o.router)
+    model, label = _model(o)
+    trace = _trace(o)
+    if o.skip_long:
+        trace = _without_long(trace, model(instance.tp))
+    return pd_search(trace, model, instance, instances, percentile=percentile,
+                     slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s, progress=progress,
+                     software=o.software, router=o.router, overrides=_overrides(o),
+                     scheduler=o.scheduler, dtype=o.dtype, model_name=label,
+                     network=Network(o.network_gbps))
+
+
+def _trace(o: ServeOptions) -> Trace:
+    from .replay import ServeError
+
     if o.trace == SYNTHETIC:
         if o.rate is None:
             raise ServeError("--trace synthetic needs --rate (requests per second)")
-        trace = synthetic_trace(rng, o.requests, o.rate, o.lengths, o.arrival, o.cv)
+        trace = synthetic_trace(np.random.default_rng(o.seed), o.requests, o.rate, o.lengths,
+                                o.arrival, o.cv)
     else:
         trace = read_trace(o.trace)
-    trace = scale_rate(trace, o.rate_scale)
+    return scale_rate(trace, o.rate_scale)
+
+
+def _setup(o: ServeOptions):
+    from .replay import ServeError
+
+    if o.system is None:
+        raise ServeError("give --system (or pools in --replicas SYSTEM:tpN:COUNT,...)")
+    trace = _trace(o)
     name, original = resolve_model(o.model)
     config = arch_variant(original, o.arch, o.tp, o.kraken_rule)
     label = name if o.arch in (None, original.arch) else f"{name} as {o.arch}"

@@ -115,8 +115,11 @@ class ServeReport:
         """requests.csv, timeline.csv, summary.json (without wall-clock fields: byte-identical
         for a seed) and serve.png, each written atomically."""
         out = Path(out)
-        paths = [write_csv_atomically(out / "requests.csv", REQUEST_COLUMNS,
-                                      [{k: _cell(r[k]) for k in REQUEST_COLUMNS}
+        # a disaggregated replay's rows carry their KV transfer after the common columns
+        columns = REQUEST_COLUMNS + tuple(k for k in (self.rows[0] if self.rows else ())
+                                          if k not in REQUEST_COLUMNS)
+        paths = [write_csv_atomically(out / "requests.csv", columns,
+                                      [{k: _cell(r[k]) for k in columns}
                                        for r in self.rows])]
         names = list(self.timeline)
         paths.append(write_csv_atomically(out / "timeline.csv", names, [
