@@ -99,6 +99,19 @@ def test_trtllm_before_0_8_reduces_with_nccl():
     assert all_reduce_s(nccl) > all_reduce_s(custom) > 0
 
 
+def test_vllm_eager_host_time_per_step_is_its_sourced_formula():
+    """The 2023 engine's host work per step: 4 ms (vLLM #6913's trace) plus 0.22 ms per sequence
+    (output processing, #6913, and the per-request sampling loop, #249), not Vidur's values."""
+    from krakenlm.simulator.run import step_overhead
+
+    p = load_software("vllm-eager")
+    assert step_overhead(p.host, p, "decode", 32) == pytest.approx(4e-3 + 32 * 2.2e-4)
+    assert step_overhead(p.host, p, "prefill", 1) == pytest.approx(4e-3 + 2.2e-4)
+    cited = p.sources["VS"]
+    assert "issues/6913" in cited and "issues/249" in cited
+    assert "Sarathi" in cited  # Vidur is named as what the value is not
+
+
 def _names(cfg, options, tp=4):
     return [o.name for g in model_graphs(cfg, tp, 1, 64, 64, "prefill", 2, options=options)
             for o in g.ops]
