@@ -76,6 +76,42 @@ def test_custom_all_reduce_up_to_the_profiles_limit():
     assert not load_software("eager").uses_custom_all_reduce(1)
 
 
+def test_trtllm_before_0_8_reduces_with_nccl():
+    """Engine era: TensorRT-LLM 0.5-0.7 built the NCCL plugin unless --use_custom_all_reduce was
+    passed; a row of such a version is simulated with NCCL, a 0.9 row with the custom kernel."""
+    from krakenlm.simulator.measurements.harness import engine_era
+
+    trt = load_software("trtllm")
+    assert trt.collectives.custom_since == "0.8"
+    old = engine_era(trt, "0.5")
+    assert old.collectives.all_reduce == "nccl" and not old.uses_custom_all_reduce(16384)
+    assert old.host == trt.host and old.name == "trtllm"  # only the collective changes
+    assert engine_era(trt, "0.9.0") is trt and engine_era(trt, "") is trt
+    assert engine_era(load_software("eager"), "0.1") is load_software("eager")
+    cfg = get_preset("llama2-7b")
+    nccl = simulate(cfg, A100, 4, 1, 128, 1, software=old)
+    custom = simulate(cfg, A100, 4, 1, 128, 1, software=trt)
+    # a 1 MiB prefill all-reduce on 4 A100s: NCCL's ring is slower than the one-shot kernel
+
+    def all_reduce_s(r):
+        return sum(op["time_s"] for name, op in r.prefill.ops.items() if "allreduce" in name)
+
+    assert all_reduce_s(nccl) > all_reduce_s(custom) > 0
+
+
+def test_vllm_eager_host_time_per_step_is_its_sourced_formula():
+    """The 2023 engine's host work per step: 4 ms (vLLM #6913's trace) plus 0.22 ms per sequence
+    (output processing, #6913, and the per-request sampling loop, #249), not Vidur's values."""
+    from krakenlm.simulator.run import step_overhead
+
+    p = load_software("vllm-eager")
+    assert step_overhead(p.host, p, "decode", 32) == pytest.approx(4e-3 + 32 * 2.2e-4)
+    assert step_overhead(p.host, p, "prefill", 1) == pytest.approx(4e-3 + 2.2e-4)
+    cited = p.sources["VS"]
+    assert "issues/6913" in cited and "issues/249" in cited
+    assert "Sarathi" in cited  # Vidur is named as what the value is not
+
+
 def _names(cfg, options, tp=4):
     return [o.name for g in model_graphs(cfg, tp, 1, 64, 64, "prefill", 2, options=options)
             for o in g.ops]

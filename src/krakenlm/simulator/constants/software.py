@@ -86,6 +86,9 @@ class Prefill:
 class Collectives:
     all_reduce: str = "nccl"         # "custom" (framework kernel) or "nccl"
     custom_max_bytes: float = 0.0    # custom all-reduce up to this many bytes; 0: any size
+    # the first engine version whose all-reduce is the custom kernel by default; a measurement
+    # of an older version ran NCCL (measurements/harness.py `engine_era`); "": every version
+    custom_since: str = ""
 
 
 @dataclass(frozen=True)

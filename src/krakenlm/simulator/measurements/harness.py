@@ -13,6 +13,7 @@ with (or fitted to) that source's numbers, and never in a query of a served mode
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...hardware.schema import Device, System
@@ -20,6 +21,7 @@ from ...models import ModelConfig
 from ..constants.software import SoftwareProfile
 from ..constants.template import CalibrationError, OpConstants
 from ..kernels.base import BurstHeat, Conditions
+from ..kernels.gpu.allreduce_routes import version_tuple
 from ..kernels.params import Param
 from ..kernels.template.collectives import collective_time
 from ..kernels.template.elementwise import simulate_stream
@@ -150,10 +152,25 @@ def simulate_row_times(row: ModelRow, config: ModelConfig, software: SoftwarePro
                           for r in results))
 
 
+def engine_era(software: SoftwareProfile, version: str) -> SoftwareProfile:
+    """The profile as engine `version` ran it: before the profile's `collectives.custom_since`
+    the engine reduced with NCCL, not its custom all-reduce (TensorRT-LLM before 0.8 built the
+    custom kernel only when asked: `--use_custom_all_reduce`, a store_true flag). The host
+    constants stay the profile's: an older version is scored with what the others fitted."""
+    c = software.collectives
+    if c.all_reduce != "custom" or not c.custom_since or not version \
+            or version_tuple(version) >= version_tuple(c.custom_since):
+        return software
+    return dataclasses.replace(software, collectives=dataclasses.replace(c, all_reduce="nccl"))
+
+
 def row_results(row: ModelRow, config: ModelConfig, software: SoftwareProfile, **kwargs: Any):
-    """The simulations a row needs: (prefill run, decode run or None). A source that prefills
-    its prompts one at a time gets a batch-1 prefill run (see SEQUENTIAL_PREFILL)."""
+    """The simulations a row needs: (prefill run, decode run or None), with the collectives of
+    the row's engine version (`engine_era`). A source that prefills its prompts one at a time
+    gets a batch-1 prefill run (see SEQUENTIAL_PREFILL)."""
     from ..run import simulate
+
+    software = engine_era(software, row.version)
 
     dtype = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}[row.dtype]
     gen = 1 if row.metric == "ttft" else max(2, row.output)
