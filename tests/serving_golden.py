@@ -39,31 +39,31 @@ def cases() -> dict[str, dict]:
     load = synthetic_trace(np.random.default_rng(7), 150, 60.0, "lognormal:400,60,0.9")
     both = synthetic_trace(np.random.default_rng(8), 120, 12.0, "lognormal:300,80,0.8")
     return {
-        "vllm-v1 preempting": dict(trace=load, software="vllm",
-                                   options=V1Options(1024, 16, gpu_memory_utilization=TIGHT)),
-        "vllm-v1 prefix cache 2 replicas prefix-affinity": dict(
-            trace=prefix_trace(), software="vllm", replicas=2, router="prefix-affinity",
-            options=V1Options(512, 16, gpu_memory_utilization=TIGHT)),
-        "vllm-v1 roomy 3 replicas least-loaded": dict(
-            trace=both, software="vllm", replicas=3, router="least-loaded",
-            options=V1Options(1024, 16)),
-        "vllm-v0 preempting": dict(trace=load, software="vllm-v0",
-                                   options=V1Options(2048, 16, gpu_memory_utilization=TIGHT,
+        "vllm-v1 preempting": {"trace": load, "software": "vllm",
+                                   "options": V1Options(1024, 16, gpu_memory_utilization=TIGHT)},
+        "vllm-v1 prefix cache 2 replicas prefix-affinity": {
+            "trace": prefix_trace(), "software": "vllm", "replicas": 2, "router": "prefix-affinity",
+            "options": V1Options(512, 16, gpu_memory_utilization=TIGHT)},
+        "vllm-v1 roomy 3 replicas least-loaded": {
+            "trace": both, "software": "vllm", "replicas": 3, "router": "least-loaded",
+            "options": V1Options(1024, 16)},
+        "vllm-v0 preempting": {"trace": load, "software": "vllm-v0",
+                                   "options": V1Options(2048, 16, gpu_memory_utilization=TIGHT,
                                                      enable_prefix_caching=False,
-                                                     chunked_prefill=False)),
-        "trtllm no-evict": dict(trace=load, software="trtllm",
-                                options=V1Options(2048, 16, 32, TIGHT,
+                                                     chunked_prefill=False)},
+        "trtllm no-evict": {"trace": load, "software": "trtllm",
+                                "options": V1Options(2048, 16, 32, TIGHT,
                                                   enable_prefix_caching=False,
-                                                  chunked_prefill=False)),
-        "trtllm max-utilization chunked": dict(
-            trace=load, software="trtllm",
-            options=V1Options(1024, 16, 32, TIGHT, enable_prefix_caching=False,
-                              capacity_policy="max-utilization")),
-        "sglang lpm prefix cache": dict(trace=prefix_trace(seed=6), software="sglang",
-                                        options=V1Options(512, 16, 16, TIGHT)),
-        "sglang fcfs preempting": dict(trace=load, software="sglang",
-                                       options=V1Options(1024, 16, 16, TIGHT,
-                                                         schedule_policy="fcfs")),
+                                                  chunked_prefill=False)},
+        "trtllm max-utilization chunked": {
+            "trace": load, "software": "trtllm",
+            "options": V1Options(1024, 16, 32, TIGHT, enable_prefix_caching=False,
+                              capacity_policy="max-utilization")},
+        "sglang lpm prefix cache": {"trace": prefix_trace(seed=6), "software": "sglang",
+                                        "options": V1Options(512, 16, 16, TIGHT)},
+        "sglang fcfs preempting": {"trace": load, "software": "sglang",
+                                       "options": V1Options(1024, 16, 16, TIGHT,
+                                                         schedule_policy="fcfs")},
     }
 
 

@@ -283,7 +283,7 @@ class StepTimer:
         written out here (the same operations in the same order, so the same floats) and the
         host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
-        captured, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
+        _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
         xs = self.tokens_grid
         if tokens <= xs[0]:
             i = j = 0
@@ -310,9 +310,7 @@ class StepTimer:
             head = self._head_floor
         gpu += head
         overhead = per_step + sequences * per_seq + launch
-        if overlaps:
-            return gpu if gpu >= overhead else overhead
-        return gpu + overhead
+        return max(gpu, overhead) if overlaps else gpu + overhead
 
     def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
         """Wall times of `steps` consecutive pure-decode steps of `sequences` sequences whose
