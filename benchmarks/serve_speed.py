@@ -8,13 +8,15 @@ Llama-2-70B, TP 4 on the H100 preset, vLLM V1 (chunked prefill with vLLM's H100 
 1. the Azure 2023 conversation trace as recorded (19,366 requests over 58 minutes; the 1,611
    longer than Llama 2's 4,096-token context dropped), one replica and two (round-robin);
 2. N requests (default 10^5) with lengths resampled from that trace, Poisson arrivals at
-   4 requests/s (a rate one replica sustains: below its throughput on the trace), one replica.
+   4 requests/s (a rate one replica sustains: below its throughput on the trace), one replica;
+3. the same N requests at 8 x the rate on 8 replicas (round-robin).
 
 Reported per case: wall time of the whole replay, of which the step-time oracle's tables,
 requests per second of wall time excluding the tables (the replay loop) and including them,
 the process's CPU time and requests per CPU second (on a shared, loaded machine the CPU time
 is the comparable figure: wall time counts other processes' turns on the core),
-engine steps, and the simulated p50/p99 TTFT (so a speed-up that changes results shows).
+engine steps, the simulated p50/p99 TTFT and a digest of every output (so a speed-up that
+changes results shows).
 The process is pinned to one core (os.sched_setaffinity).
 """
 
