@@ -8,19 +8,22 @@ Llama-2-70B, TP 4 on the H100 preset, vLLM V1 (chunked prefill with vLLM's H100 
 1. the Azure 2023 conversation trace as recorded (19,366 requests over 58 minutes; the 1,611
    longer than Llama 2's 4,096-token context dropped), one replica and two (round-robin);
 2. N requests (default 10^5) with lengths resampled from that trace, Poisson arrivals at
-   4 requests/s (a rate one replica sustains: below its throughput on the trace), one replica.
+   4 requests/s (a rate one replica sustains: below its throughput on the trace), one replica;
+3. the same N requests at 8 x the rate on 8 replicas (round-robin).
 
 Reported per case: wall time of the whole replay, of which the step-time oracle's tables,
 requests per second of wall time excluding the tables (the replay loop) and including them,
 the process's CPU time and requests per CPU second (on a shared, loaded machine the CPU time
 is the comparable figure: wall time counts other processes' turns on the core),
-engine steps, and the simulated p50/p99 TTFT (so a speed-up that changes results shows).
+engine steps, the simulated p50/p99 TTFT and a digest of every output (so a speed-up that
+changes results shows).
 The process is pinned to one core (os.sched_setaffinity).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -31,9 +34,17 @@ import numpy as np
 
 from krakenlm.models import get_preset
 from krakenlm.serving.replay import serve
-from krakenlm.serving.traces import Trace, read_trace, synthetic_trace
+from krakenlm.serving.traces import Trace, read_trace, scale_rate, synthetic_trace
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def digest(report) -> str:
+    """sha256 of every request row, the summary and the timeline (floats in repr): equal
+    digests before and after a change to the engines mean identical replays."""
+    text = json.dumps({"rows": report.rows, "summary": report.summary,
+                       "timeline": report.timeline}, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def case(name: str, trace: Trace, replicas: int) -> dict:
@@ -49,7 +60,8 @@ def case(name: str, trace: Trace, replicas: int) -> dict:
            "requests_per_s_total": round(s["requests"] / report.wall_s),
            "cpu_s": round(cpu, 2), "requests_per_cpu_s": round(s["requests"] / cpu),
            "steps": s["steps"], "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p99_s": s["ttft_s"]["p99"],
-           "preemptions": s["kv_cache"]["preemptions"], "overloaded": s["overloaded"]}
+           "preemptions": s["kv_cache"]["preemptions"], "overloaded": s["overloaded"],
+           "digest": digest(report)}
     print(json.dumps(row), flush=True)
     return row
 
@@ -71,6 +83,8 @@ def main() -> None:
     long = synthetic_trace(np.random.default_rng(0), args.requests, 4.0, f"trace:{conv}")
     rows.append(case(f"{args.requests:,} requests, Azure conv lengths, Poisson 4/s, 1 replica",
                      long, 1))
+    rows.append(case(f"{args.requests:,} requests, Azure conv lengths, Poisson 32/s, 8 replicas "
+                     "(round-robin)", scale_rate(long, 8.0), 8))
     if args.json:
         from krakenlm.fileio import write_text_atomically
         write_text_atomically(args.json, json.dumps(rows, indent=2) + "\n")

@@ -139,4 +139,5 @@ def test_capacity_search_needs_a_reachable_slo(tmp_path):
                    "fixed:512,8", "--capacity"]
     assert "a capacity search needs an SLO" in cli_one_line_or_success(argv)
     err = cli_one_line_or_success(argv + ["--slo-ttft-s", "0.0001"])
-    assert "no request rate meets the SLOs: at 0.000976562x the trace's rate the p99 TTFT is" in err
+    assert "no request rate meets the SLOs: at " in err
+    assert "x the trace's rate the p99 TTFT is" in err

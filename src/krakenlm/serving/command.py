@@ -5,6 +5,7 @@ the rate scale, the model (a preset or a config.json, as another architecture if
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -13,10 +14,10 @@ import numpy as np
 from ..hardware import load_system
 from ..simulator import arch_variant, resolve_model
 from ..simulator.constants.software import load_software
-from .capacity import Capacity, find_capacity
+from .capacity import Capacity, find_capacity, ttft_misses_deciding
 from .cluster import PoolSpec, is_pool_spec, parse_pools, serve_cluster
 from .disagg import PDSearch, pd_search, serve_disaggregated
-from .replay import SCHEDULERS, default_options, serve
+from .replay import SCHEDULERS, default_options, serve, throughput_bound_per_s
 from .report import ServeReport
 from .routing import check_router
 from .traces import Trace, read_trace, scale_rate, synthetic_trace
@@ -100,20 +101,31 @@ def capacity_command(o: ServeOptions, percentile: int = 99,
         return find_capacity(scaled, trace.rate_per_s(), slo_ttft_s=o.slo_ttft_s,
                              slo_tpot_s=o.slo_tpot_s, percentile=percentile, progress=progress)
     trace, config, label, system, options = _setup(o)
+    if o.skip_long:  # drop once, warn once
+        trace = _without_long(trace, config)
+    stop = ttft_misses_deciding(len(trace.requests), percentile) \
+        if o.slo_ttft_s is not None else None
 
     def replay(scale: float) -> ServeReport:
         report = serve(scale_rate(trace, scale), config, system, software=o.software, tp=o.tp,
                        replicas=int(o.replicas), router=o.router, options=options,
                        scheduler=o.scheduler, dtype=o.dtype, model_name=label,
                        slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
-                       skip_long=False)
+                       skip_long=False, stop_after_ttft_misses=stop)
         report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale * scale})
         return report
 
-    if o.skip_long:  # drop once, warn once
-        trace = _without_long(trace, config)
-    return find_capacity(replay, trace.rate_per_s(), slo_ttft_s=o.slo_ttft_s,
-                         slo_tpot_s=o.slo_tpot_s, percentile=percentile, progress=progress)
+    base = trace.rate_per_s()
+    start = 1.0
+    if o.slo_ttft_s is not None or o.slo_tpot_s is not None:
+        bound = throughput_bound_per_s(trace, config, system, software=o.software, tp=o.tp,
+                                       replicas=int(o.replicas), options=options,
+                                       scheduler=o.scheduler, dtype=o.dtype, model_name=label)
+        if math.isfinite(base) and base > 0:
+            start = bound / base
+    return find_capacity(replay, base, slo_ttft_s=o.slo_ttft_s,
+                         slo_tpot_s=o.slo_tpot_s, percentile=percentile, progress=progress,
+                         start_scale=start)
 
 
 def _without_long(trace: Trace, config) -> Trace:

@@ -54,6 +54,30 @@ class ServeError(KrakenError, ValueError):
     """A serving replay that cannot run as asked; the message says why and what to do."""
 
 
+class ReplayStopped(ServeError):
+    """A replay given up early (`serve`'s `stop_after_ttft_misses`)."""
+
+
+STOP_CHECK_EVERY = 64  # arrivals between two counts of the TTFT SLO misses
+
+
+def _ttft_misses(pending: list[Seq], misses: int, engines: list,
+                 slo_ttft_s: float) -> tuple[int, list[Seq]]:
+    """Add the pending requests now known to miss the TTFT SLO: their first token came after
+    it, or it has not come and their replica's clock is already past it (a first token still
+    to come ends a later step). Returns the count and the requests still undecided."""
+    left = []
+    for s in pending:
+        first = s.first_token_s
+        if not math.isnan(first):  # decided
+            misses += first - s.req.arrival_s > slo_ttft_s
+        elif engines[s.replica].now - s.req.arrival_s > slo_ttft_s:
+            misses += 1
+        else:
+            left.append(s)
+    return misses, left
+
+
 def scheduler_for(profile_name: str, scheduler: str | None) -> str:
     """The scheduler a software profile's engine runs (vLLM V1 and V0, TensorRT-LLM, SGLang)."""
     if scheduler is not None:
@@ -113,13 +137,13 @@ def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: 
     return trace
 
 
-def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: str = "vllm",
-          tp: int = 1, replicas: int = 1, router: str = "round-robin",
-          options: V1Options | None = None, scheduler: str | None = None, dtype: str = "fp16",
-          model_name: str = "model", slo_ttft_s: float | None = None,
-          slo_tpot_s: float | None = None, skip_long: bool = False,
-          progress: Callable[[int, int], None] | None = None) -> ServeReport:
-    started = time.perf_counter()
+def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, software: str,
+             tp: int, replicas: int, router: str, options: V1Options | None,
+             scheduler: str | None, dtype: str, model_name: str, slo_ttft_s: float | None,
+             slo_tpot_s: float | None, skip_long: bool):
+    """Check a replay's setup and build what it runs on: (system, simulator, scheduler,
+    options, KV sizing, the trace without dropped requests, step-time oracle, seconds spent
+    tabulating it)."""
     system = load_system(system) if isinstance(system, str) else system
     if replicas < 1:
         raise ServeError(f"--replicas must be at least 1, got {replicas}")
@@ -164,10 +188,57 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens))
     built = time.perf_counter() - built
+    return system, sim, kind, opt, sizing, trace, timer, built
+
+
+def throughput_bound_per_s(trace: Trace, config: ModelConfig, system: System | str, *,
+                           software: str = "vllm", tp: int = 1, replicas: int = 1,
+                           options: V1Options | None = None, scheduler: str | None = None,
+                           dtype: str = "fp16", model_name: str = "model",
+                           skip_long: bool = False) -> float:
+    """The static throughput bound: requests per second the replicas could finish at most on
+    this trace's mean lengths. Every request needs `output` decode steps; a replica runs at
+    most B = min(max_num_seqs, KV blocks / blocks of a mean request) of them per step, each
+    step at least the oracle's pure-decode step of B sequences at the mean KV length, and
+    prefill only adds time. So rate <= replicas x B / (mean output x that step). The capacity
+    search starts from it (`capacity.find_capacity`'s `start_scale`)."""
+    _, _, _, opt, sizing, trace, timer, _ = _prepare(
+        trace, config, system, software=software, tp=tp, replicas=replicas,
+        router="round-robin", options=options, scheduler=scheduler, dtype=dtype,
+        model_name=model_name, slo_ttft_s=None, slo_tpot_s=None, skip_long=skip_long)
+    prompt = float(np.mean([r.prompt_tokens for r in trace.requests]))
+    output = float(np.mean([r.output_tokens for r in trace.requests]))
+    per_request = math.ceil((prompt + output) / opt.block_size)
+    batch = max(1, min(opt.max_num_seqs, sizing.blocks // per_request))
+    step = timer.step_s(batch, batch, batch,
+                        timer.decode_attention_s(batch, prompt + output / 2), False)
+    return replicas * batch / (output * step)
+
+
+def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: str = "vllm",
+          tp: int = 1, replicas: int = 1, router: str = "round-robin",
+          options: V1Options | None = None, scheduler: str | None = None, dtype: str = "fp16",
+          model_name: str = "model", slo_ttft_s: float | None = None,
+          slo_tpot_s: float | None = None, skip_long: bool = False,
+          progress: Callable[[int, int], None] | None = None,
+          stop_after_ttft_misses: int | None = None) -> ServeReport:
+    """Replay `trace` (see the module docstring). `stop_after_ttft_misses` (with
+    `slo_ttft_s`): give up, raising `ReplayStopped`, once that many requests are known to
+    miss the TTFT SLO (their first token came later, or they have waited longer already);
+    a capacity probe then fails without replaying the rest of a diverging queue."""
+    started = time.perf_counter()
+    prep = _prepare(trace, config, system, software=software, tp=tp, replicas=replicas,
+                    router=router, options=options, scheduler=scheduler, dtype=dtype,
+                    model_name=model_name, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
+                    skip_long=skip_long)
+    system, sim, kind, opt, sizing, trace, timer, built = prep
     engines = [ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
     seqs = []
     total = len(trace.requests)
+    watch = stop_after_ttft_misses is not None and slo_ttft_s is not None
+    pending: list[Seq] = []  # requests whose TTFT SLO outcome is not known yet
+    misses = 0
     for k, req in enumerate(trace.requests):
         if router == "round-robin":
             engine = engines[k % replicas]
@@ -183,6 +254,13 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         seq = Seq(req, engine.index)
         engine.add(seq)
         seqs.append(seq)
+        if watch:
+            pending.append(seq)
+            if (k + 1) % STOP_CHECK_EVERY == 0 or k + 1 == total:
+                misses, pending = _ttft_misses(pending, misses, engines, slo_ttft_s)
+                if misses >= stop_after_ttft_misses:
+                    raise ReplayStopped(f"stopped after {k + 1} of {total} requests: {misses} "
+                                        f"already miss the TTFT SLO of {slo_ttft_s} s")
         if progress is not None and (k + 1) % 1000 == 0:
             progress(k + 1, total)
     for e in engines:

@@ -105,6 +105,19 @@ class Linear1D:
         return self.y[i - 1] * (1 - w) + self.y[i] * w
 
 
+def _at(table: tuple[list[float], list[float]], x: float) -> float:
+    """`Linear1D.__call__` on its (x, y) lists, without the call through the object."""
+    xs, ys = table
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    x0, x1 = xs[i - 1], xs[i]
+    w = (x - x0) / (x1 - x0)
+    return ys[i - 1] * (1 - w) + ys[i] * w
+
+
 def _bracket(xs: list[float], x: float) -> tuple[int, int, float]:
     if x <= xs[0]:
         return 0, 0, 0.0
@@ -146,8 +159,10 @@ class StepTimer:
                                             sim.options).ops)
         self._head = Linear1D(self.seq_grid, [self._head_s(n) for n in self.seq_grid])
         self.build_s = 0.0
+        self._fast_tables, self._host, self._head_floor = self._fast_constants()
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
+        self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -213,6 +228,25 @@ class StepTimer:
             rows.append(Linear1D(kv, self.sim.timer.time_steps(first, second, kv)))
         return rows
 
+    def _fast_constants(self):
+        """What `step_s` reads on every call, gathered once: per bound, each graph table's
+        rows as (x, y) lists with the kernel-launch floor and repeat count; per phase
+        (prefill True/False) the host constants of `run.step_overhead` and the GPU scaling."""
+        host, sw = self.profile.host, self.profile
+        per_kernel = host.per_kernel_s
+        tables = {bound: [([(r.x, r.y) for r in t.residual[bound]], t.attention,
+                           t.kernels * per_kernel, t.count) for t in self._tables]
+                  for bound in ("compute", "memory")}
+        consts = {}
+        for prefill in (True, False):
+            captured = sw.graphs.prefill if prefill else sw.graphs.decode
+            consts[prefill] = (
+                captured, host.prefill_gpu_time_scale if prefill else 1.0,
+                not captured and per_kernel > 0,
+                host.prefill_step_s if prefill else host.decode_step_s, host.per_sequence_s,
+                host.graph_launch_s if captured else 0.0, host.step_overlaps_gpu)
+        return tables, consts, self._head_kernels * per_kernel
+
     # --------------------------------------------------------------------------- queries
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         """Attention time (one layer) of `chunk` new prompt tokens after `context` cached ones."""
@@ -226,40 +260,57 @@ class StepTimer:
         """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
         if sequences <= 0:
             return 0.0
-        rows, grid = self._decode_attention, self.seq_grid
+        rows, grid = self._decode_rows, self.seq_grid
         if sequences > grid[-1]:  # beyond the table: proportional to the sequences
-            return rows[-1](mean_kv) * sequences / grid[-1]
-        i, j, w = _bracket(grid, sequences)
-        a = rows[i](mean_kv)
-        return a if w == 0.0 else a * (1 - w) + rows[j](mean_kv) * w
+            return _at(rows[-1], mean_kv) * sequences / grid[-1]
+        if sequences <= grid[0]:
+            return _at(rows[0], mean_kv)
+        if sequences == grid[-1]:
+            return _at(rows[-1], mean_kv)
+        j = bisect.bisect_right(grid, sequences)
+        i = j - 1
+        w = (sequences - grid[i]) / (grid[j] - grid[i])
+        a = _at(rows[i], mean_kv)
+        return a if w == 0.0 else a * (1 - w) + _at(rows[j], mean_kv) * w
 
     def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
                prefill: bool, attention_bound: str | None = None) -> float:
         """Wall time of one step: `tokens` in all, `sequences` in the batch, `logits` of them
         sampling, `attention_s` the per-layer attention time, `prefill` whether any prompt
-        token is in it (the host model of a prefill step, else of a decode step)."""
+        token is in it (the host model of a prefill step, else of a decode step).
+
+        The engines' hot path: the interpolations of `Linear1D.__call__` and `_bracket` are
+        written out here (the same operations in the same order, so the same floats) and the
+        host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
-        host, sw = self.profile.host, self.profile
-        captured = sw.graphs.prefill if prefill else sw.graphs.decode
-        scale = host.prefill_gpu_time_scale if prefill else 1.0
-        per_kernel = host.per_kernel_s
-        i, j, w = _bracket(self.tokens_grid, tokens)
+        _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
+        xs = self.tokens_grid
+        if tokens <= xs[0]:
+            i = j = 0
+            w = 0.0
+        elif tokens >= xs[-1]:
+            i = j = len(xs) - 1
+            w = 0.0
+        else:
+            j = bisect.bisect_right(xs, tokens)
+            i = j - 1
+            w = (tokens - xs[i]) / (xs[j] - xs[i])
+        a = attention_s
         gpu = 0.0
-        for table in self._tables:
-            rows = table.residual[bound]
-            r = rows[i](attention_s)
+        for tables, attention, kernel_floor, count in self._fast_tables[bound]:
+            r = _at(tables[i], a)
             if w:
-                r = r * (1 - w) + rows[j](attention_s) * w
-            t = (r + (attention_s if table.attention else 0.0)) * scale
-            if not captured and per_kernel > 0:
-                t = max(t, table.kernels * per_kernel)
-            gpu += t * table.count
+                r = r * (1 - w) + _at(tables[j], a) * w
+            t = (r + (a if attention else 0.0)) * scale
+            if floor and t < kernel_floor:
+                t = kernel_floor
+            gpu += t * count
         head = self._head(max(1, logits)) * scale
-        if not captured and per_kernel > 0:
-            head = max(head, self._head_kernels * per_kernel)
+        if floor and head < self._head_floor:
+            head = self._head_floor
         gpu += head
-        overhead = step_overhead(host, sw, "prefill" if prefill else "decode", sequences)
-        return max(gpu, overhead) if host.step_overlaps_gpu else gpu + overhead
+        overhead = per_step + sequences * per_seq + launch
+        return max(gpu, overhead) if overlaps else gpu + overhead
 
     def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
         """Wall times of `steps` consecutive pure-decode steps of `sequences` sequences whose
