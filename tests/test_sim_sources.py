@@ -17,7 +17,7 @@ from krakenlm.simulator.measurements.models import data_path, load_rows, row_sof
 NEW_SOURCES = {
     "fastertransformer_gpt": (55, 0, "trtllm", "07fdd2fc6aa46f961f304d5f3791efad016e38a3"),
     "vllm_pr2192": (2, 0, "vllm-v0", "pull request #2192"),
-    "llm_inference_bench": (171, 15, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
+    "llm_inference_bench": (391, 19, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
 }
 
 
@@ -46,7 +46,7 @@ def test_a_new_source_rows_are_well_formed_and_located(source):
         assert r["metric"] == "e2e" and Decimal(r["value_ms"]) > 0
         assert r["split"] == "held_out", "a new source is never fitted on"
         assert locator in r["notes"]
-        setup = (r["model"], r["tp"], r["batch"], r["prompt_tokens"], r["output_tokens"],
+        setup = (r["system"], r["model"], r["tp"], r["batch"], r["prompt_tokens"], r["output_tokens"],
                  r["framework_version"])
         assert setup not in setups, f"duplicate setup {setup}"
         setups.add(setup)
