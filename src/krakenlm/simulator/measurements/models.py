@@ -7,7 +7,9 @@ latency, with its source in data/SOURCES.md. Rows the data's curator flagged `AN
 that did not do what their setup says) are marked.
 
 Software per row: TensorRT-LLM (and NVIDIA NIM, which serves these models with TensorRT-LLM
-engines) -> `trtllm`; vLLM before 0.8 -> `vllm-v0`, later -> `vllm`, Splitwise's 2023 engine
+engines) -> `trtllm`; FasterTransformer (NVIDIA's C++ engine that TensorRT-LLM's runtime and
+kernels grew out of: static batch, fused kernels, no Python between steps) -> `trtllm`, an
+approximation of its 2022 kernels stated in data/SOURCES.md; vLLM before 0.8 -> `vllm-v0`, later -> `vllm`, Splitwise's 2023 engine
 -> `vllm-eager` (SOURCE_SOFTWARE says why); LMDeploy's TurboMind (a C++
 engine with its own kernels, not measured in the kernel tables) -> `lmdeploy`; SGLang ->
 `sglang`; plain PyTorch -> `eager`. A row whose software has no profile is listed as skipped.
@@ -143,7 +145,7 @@ def row_software(row: ModelRow) -> str | None:
 def software_for(framework: str, version: str) -> str | None:
     """The profile that models a measured framework (None: not modelled)."""
     framework = framework.lower()
-    if framework in ("trtllm", "nim"):
+    if framework in ("trtllm", "nim", "fastertransformer"):
         return "trtllm"
     if framework == "vllm":
         return "vllm" if version and _version(version) >= (0, 8) else "vllm-v0"

@@ -1,0 +1,93 @@
+"""The whole-model sources added to measurements/data/model_measurements.csv in issue 22 (item 2):
+each parses, its rows are well-formed and traceable, and the scorer sees every row it should."""
+
+import csv
+import json
+import re
+from decimal import Decimal
+
+import pytest
+
+from krakenlm.cli import main
+from krakenlm.hardware import load_system
+from krakenlm.models import PRESETS
+from krakenlm.simulator.measurements.models import data_path, load_rows, row_software
+
+# source -> (rows, rows flagged ANOMALY, the software profile its rows run on, locator in notes)
+NEW_SOURCES = {
+    "fastertransformer_gpt": (55, 0, "trtllm", "07fdd2fc6aa46f961f304d5f3791efad016e38a3"),
+    "vllm_pr2192": (2, 0, "vllm-v0", "pull request #2192"),
+    "llm_inference_bench": (391, 19, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
+}
+
+
+def _csv_rows(source: str) -> list[dict[str, str]]:
+    with open(data_path("model_measurements.csv"), newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r["source"] == source]
+
+
+@pytest.mark.parametrize("source", sorted(NEW_SOURCES))
+def test_a_new_source_parses_with_its_row_count(source):
+    n, anomalous, software, _ = NEW_SOURCES[source]
+    rows = [r for r in load_rows() if r.source == source]
+    assert len(rows) == n
+    assert sum(r.anomalous for r in rows) == anomalous
+    assert {row_software(r) for r in rows} == {software}
+
+
+@pytest.mark.parametrize("source", sorted(NEW_SOURCES))
+def test_a_new_source_rows_are_well_formed_and_located(source):
+    locator = NEW_SOURCES[source][3]
+    rows = _csv_rows(source)
+    setups = set()
+    for r in rows:
+        assert r["model"] in PRESETS and load_system(r["system"])
+        assert r["gpus"] == r["tp"] and int(r["tp"]) in (1, 2, 4, 8)
+        assert r["metric"] == "e2e" and Decimal(r["value_ms"]) > 0
+        assert r["split"] == "held_out", "a new source is never fitted on"
+        assert locator in r["notes"]
+        setup = (r["system"], r["model"], r["tp"], r["batch"], r["prompt_tokens"], r["output_tokens"],
+                 r["framework_version"])
+        assert setup not in setups, f"duplicate setup {setup}"
+        setups.add(setup)
+
+
+def test_llm_inference_bench_rows_match_the_printed_latency_and_throughput():
+    """Each row's value is the source's Latency (s) x 1000, and the source's own Throughput
+    column (batch x (input + output) / Latency) checks the transcription digit by digit."""
+    for r in _csv_rows("llm_inference_bench"):
+        m = re.search(r"Latency (\S+) s x 1000 -> ms \(Throughput (\S+) =", r["notes"])
+        latency_s, throughput = Decimal(m.group(1)), float(m.group(2))
+        assert Decimal(r["value_ms"]) == latency_s * 1000
+        batch, length = int(r["batch"]), int(r["prompt_tokens"])
+        assert int(r["output_tokens"]) == length
+        assert batch * 2 * length / float(latency_s) == pytest.approx(throughput, rel=1e-12)
+
+
+def test_fastertransformer_rows_are_the_guide_tables():
+    rows = _csv_rows("fastertransformer_gpt")
+    by_model = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    assert {m: len(v) for m, v in by_model.items()} == {
+        "gpt3-175b": 13, "gpt3-6.7b": 14, "gpt3-1.3b": 14, "gpt2-350m": 14}
+    assert {r["tp"] for r in by_model["gpt3-175b"]} == {"8"}
+    first = next(r for r in by_model["gpt3-175b"] if r["batch"] == "1" and r["prompt_tokens"] == "128")
+    assert first["value_ms"] == "488.86" and first["output_tokens"] == "8"
+
+
+@pytest.mark.parametrize("source", sorted(NEW_SOURCES))
+def test_the_scorer_scores_every_usable_row_of_a_new_source(source, tmp_path, capsys):
+    n, anomalous, _, _ = NEW_SOURCES[source]
+    rows = _csv_rows(source)
+    path = tmp_path / f"{source}.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "validate", "--level", "models", "--models-csv", str(path), "--json"])
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["skipped"] == []
+    assert out["models"]["overall"]["n"] == n - anomalous
