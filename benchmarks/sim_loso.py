@@ -54,7 +54,9 @@ def plot(report, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(SLICES), figsize=(3.2 * len(SLICES), 3.6), sharey=True)
+    widths = [max(1, len(report.by((key,)))) for key in SLICES]
+    fig, axes = plt.subplots(1, len(SLICES), figsize=(0.55 * sum(widths) + 2, 4.2), sharey=True,
+                             gridspec_kw={"width_ratios": widths})
     for ax, key in zip(axes, SLICES):
         loso = report.by((key,))
         ship = {g[key]: g for g in report.by((key,), "shipped_error_pct")}
@@ -66,7 +68,8 @@ def plot(report, path: Path) -> None:
         ax.axhspan(-5, 5, color="0.9", zorder=0)
         ax.set_xticks(list(x))
         ax.set_xticklabels([str(g[key]).replace("_v", "\nv").replace("_llm", "\nllm")
-                            for g in loso], fontsize=7, rotation=45)
+                            for g in loso], fontsize=7, rotation=60, ha="right",
+                           rotation_mode="anchor")
         ax.set_title(key.replace("_", " "))
         ax.axhline(0, color="k", lw=0.5)
     axes[0].set_ylabel("mean signed error %")
