@@ -43,8 +43,6 @@ class Dataset:
     latency_s: np.ndarray
     keys: list[str]
     notes: list[str] = field(default_factory=list)
-    # the data's own fit rows (Vidur's file marks them), instead of the CRC-32 split of keys
-    split: np.ndarray | None = None
 
     @property
     def framework(self) -> str:
