@@ -20,24 +20,19 @@ allreduceOp.cpp, common/customAllReduceUtils.h)
   tokens go to NCCL, otherwise MIN_LATENCY, whose kernel is one-shot up to kOneShotMaxToken =
   128 tokens, i.e. one-shot up to 1 MiB at hidden 4096, NCCL above (as PR #5432 states it;
   a main-branch snapshot of that time, commit 4bb1ef8, exempts two GPUs).
-* from 1.1 (PR #7870, Sept 2025): a measured best-strategy table, AllReduceBestStrategyTable
-  [SM][TP][fusion][hidden][tokens] (every pre-Blackwell GPU uses the SM90 table, Blackwell the
-  SM100 one; 4 = ONESHOT, 5 = TWOSHOT, 0 = NCCL; tokens beyond 16384 -> NCCL), and messages
-  larger than the 64 MiB fusion workspace (PR #9145) -> NCCL. TRT_LUT holds the rows for
-  fusion NONE and hidden 4096; every table row starts with ONESHOT at one token, which covers
-  the collector's [1, elements] tensors.
+* from 1.1 (PR #7870, Sept 2025): AllReduceBestStrategyTable [SM][TP][fusion][hidden][tokens]
+  (SM90 table before Blackwell, SM100 on it; tokens beyond 16384 -> NCCL; TRT_LUT: fusion
+  NONE, hidden 4096), and messages larger than the 64 MiB fusion workspace (PR #9145) -> NCCL.
 
 vLLM (vllm/distributed/device_communicators: cuda_communicator.py all_reduce, custom_all_reduce,
-symm_mem, all_reduce_utils; read at 0.24.0, the version of the Hopper and Blackwell tables; the
-A100 table's 0.14.0 has no symmetric-memory path on Ampere either way)
+symm_mem, all_reduce_utils; read at 0.24.0, the Hopper and Blackwell tables' version)
 * its custom all-reduce for messages below max_size = 8 MiB (`inp_size < max_size`), and with
   symmetric memory available (Hopper "9.0", Blackwell "10.0") below
   min(8 MiB, CUSTOM_ALL_REDUCE_MAX_SIZES[cc][n]); one-shot or two-shot by ONESHOT_BELOW
   (csrc/custom_all_reduce.cuh);
 * else, on Hopper/Blackwell, PyTorch symmetric memory up to SYMM_MEM_ALL_REDUCE_MAX_SIZES
-  [cc][n] (`<=`): the input is copied into the symmetric buffer, reduced by
-  torch.ops.symm_mem.multimem_all_reduce_ (NVLink SHARP: n in 4, 6, 8 on Hopper, 6, 8 on
-  Blackwell) or two_shot_all_reduce_, and copied out;
+  [cc][n] (`<=`): torch.ops.symm_mem.multimem_all_reduce_ (NVLink SHARP: n in 4, 6, 8 on
+  Hopper, 6, 8 on Blackwell) or two_shot_all_reduce_, input copied in and out;
 * else NCCL. Ampere has no symmetric-memory path: custom below 8 MiB, NCCL from it.
 
 SGLang (python/sglang/srt/distributed/parallel_state.py, device_communicators/)

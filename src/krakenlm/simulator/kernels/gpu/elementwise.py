@@ -9,11 +9,9 @@ and writes over the bandwidth it reaches,
     per_row   = ceil(rows / SMs) * (bytes / rows) / row_bandwidth        (`elementwise/row`)
     time      = floor_s + max(streaming, per_row)
 
-Row kernels (norms, SiLU-and-mul, rotary) run one CTA per row walking the row's columns, so a
-few long rows leave the SMs idle and stream at what one CTA pulls (`row_bandwidth`, at most the
-SM's L1 load path). A flat elementwise grid has no such term; which form a measured kernel is,
-the fit chooses. A working set that fits in the L2 cache (device.global_buffer.capacity_bytes)
-is served from it when it was just written (the previous kernel's output) or re-read.
+Row kernels (norms, SiLU-and-mul, rotary) run one CTA per row, so a few long rows stream at what
+one CTA pulls (`row_bandwidth`, at most the SM's L1 load path); which form a measured kernel
+is, the fit chooses. A working set that fits the L2 was just written or is re-read.
 
 The tables' constants are fitted on their one purely memory-bound kernel, static FP8
 quantisation (aiconfigurator's `scale_matrix_perf`: read 16-bit, write 8-bit); the vLLM
