@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from krakenlm.simulator.constants.software import load_software
+from krakenlm.simulator.measurements.models import stats
 from krakenlm.simulator.validation.models import validate_models
 
 
@@ -42,12 +43,7 @@ def _summary(report) -> dict:
 
 
 def _mape(rows: list[dict]) -> dict:
-    errors = [r["predicted_s"] / r["measured_s"] - 1 for r in rows]
-    if not errors:
-        return {"n": 0}
-    return {"n": len(errors), "mape_pct": 100 * sum(map(abs, errors)) / len(errors),
-            "mean_signed_pct": 100 * sum(errors) / len(errors),
-            "too_fast": sum(e < 0 for e in errors)}
+    return stats(rows) if rows else {"n": 0}
 
 
 def case_subsets(report) -> dict:

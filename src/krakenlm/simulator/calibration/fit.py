@@ -166,11 +166,11 @@ def minimise(objective: Callable[[np.ndarray], float], starts: list[np.ndarray],
 def fit_model(name: str, predict: Callable[[dict[str, np.ndarray], dict[str, float]], np.ndarray],
               params: tuple[Param, ...], cols: dict[str, np.ndarray], measured_s: np.ndarray,
               keys: list[str], *, max_fit_rows: int = 4000, starts: list[dict] | None = None,
-              seed: int = 0, split: np.ndarray | None = None) -> FitResult:
+              seed: int = 0) -> FitResult:
     """Fit `params` of `predict(cols, values) -> seconds` on the fit half of the rows (the
-    CRC-32 of `keys`, or `split` when the data declares its own fit rows)."""
+    CRC-32 of `keys`, split.fit_half)."""
     measured_s = np.asarray(measured_s, float)
-    fit_mask = fit_half(keys) if split is None else np.asarray(split, bool)
+    fit_mask = fit_half(keys)
     fit_idx, held_idx = np.flatnonzero(fit_mask), np.flatnonzero(~fit_mask)
     need = MIN_POINTS_PER_PARAM * len(params)
     if len(fit_idx) < need:
@@ -214,7 +214,7 @@ def fit_dataset(ds: "Dataset", system_name: str) -> FitResult:
     """Fit every (form, structure, harness condition) of `ds` in turn; the lowest fit-half
     error wins. Its kernel constants are `params`, the harness's choice and fitted constants
     `harness`."""
-    fit_mask = fit_half(ds.keys) if ds.split is None else np.asarray(ds.split, bool)
+    fit_mask = fit_half(ds.keys)
     measured = Measured(ds.cols, ds.latency_s, fit_mask)
     extra = harness.params(ds.source, ds.family, ds.framework)
     names = {q.name for q in extra}
@@ -232,7 +232,7 @@ def fit_dataset(ds: "Dataset", system_name: str) -> FitResult:
 
                 r = fit_model(f"{ds.family} {ds.variant} ({ds.framework}, {system_name})",
                               predict, params, ds.cols, ds.latency_s, ds.keys,
-                              starts=[{}, *starts] if starts else None, split=ds.split)
+                              starts=[{}, *starts] if starts else None)
                 if best is None or r.mape_fit < best.mape_fit:
                     r.form, r.structure = form.name, structure
                     r.harness = {**choice, **{k: r.params.pop(k) for k in names}}

@@ -71,11 +71,7 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
             if progress:
                 progress(ds, None, str(exc))
             continue
-        results.append((ds, result))
-        if ds.family == "nccl":
-            sets[i + 1:] = with_nccl(sets[i + 1:], result.params, result.structure)
-        if progress:
-            progress(ds, result, "")
+        _keep(results, sets, i, ds, result, progress)
     if not results:
         raise FitError(f"nothing could be fitted for {system_name}")
     for fw in {ds.framework for ds, _ in results} | ({"nccl"} & set(excluded_families)):
@@ -98,6 +94,17 @@ def calibrate(system_name: str, frameworks: list[str] | None = None, root: str |
     return cal
 
 
+def _keep(results: list[tuple[Dataset, FitResult]], sets: list[Dataset], i: int, ds: Dataset,
+          result: FitResult,
+          progress: Callable[[Dataset, FitResult | None, str], None] | None) -> None:
+    """Keep a fit; a fitted NCCL entry times the framework hand-offs of the sets after it."""
+    results.append((ds, result))
+    if ds.family == "nccl":
+        sets[i + 1:] = with_nccl(sets[i + 1:], result.params, result.structure)
+    if progress:
+        progress(ds, result, "")
+
+
 def _entry(ds: Dataset, result: FitResult) -> Entry:
     return Entry(result.form, result.structure, result.params, result.harness,
                  result.summary(), ds.notes + result.notes)
@@ -116,11 +123,7 @@ def _refit_families(system_name: str, cal: DeviceCalibration, sets: list[Dataset
                 progress(ds, None, f"not fitted: {why}")
             continue
         result = fit_dataset(ds, system_name)  # a FitError leaves the file as it was
-        results.append((ds, result))
-        if ds.family == "nccl":
-            sets[i + 1:] = with_nccl(sets[i + 1:], result.params, result.structure)
-        if progress:
-            progress(ds, result, "")
+        _keep(results, sets, i, ds, result, progress)
     if not results:
         raise FitError(f"nothing to refit for {system_name}: the tables have none of these "
                        "families for the frameworks asked")

@@ -7,9 +7,8 @@ sarathi-serve kernels, validation_data/layer_measurements.csv) show vLLM's RMSNo
 TB/s on an H100 with a 6 us floor, SiLU-and-mul at ~1.9 TB/s, rotary at ~1.5 TB/s; vLLM's
 own kernel benchmark (vllm-project/vllm#11241, H100) has its RMSNorm at ~0.7 TB/s. So each
 kind gets its own constants of an elementwise form (kernels/gpu/elementwise.py), fitted on the rows
-of `layer_measurements.csv` whose `split` column says `fit` (the data declare their split:
-within each system and op, sorted by TP and tokens, every other row, an exact half of so few
-rows) and scored on the `held_out` ones; GEMM and all-reduce rows only validate. They are stored under the `vllm`
+of `layer_measurements.csv` in the fit half of measurements/split.py (the CRC-32 of the layer's
+setup, `split_key`) and scored on the held-out ones; GEMM and all-reduce rows only validate. They are stored under the `vllm`
 framework of the device (families `elementwise`, variants `norm`, `activation`, `rope`,
 `residual`): the profiles whose kernels are vLLM's use them; the others keep the constants
 fitted on their own quantisation kernel.
@@ -37,8 +36,10 @@ SOURCE = "vidur"  # the measured layers' harness: CUDA kernel times, nothing to 
 KINDS = {"rmsnorm": "norm", "mlp_act": "activation", "rope": "rope", "residual_add": "residual"}
 
 
-def layer_key(row: dict[str, str]) -> str:
-    return f"{row['system']}|{row['op']}|{row['tp']}|{row['tokens']}"
+def split_key(row: dict[str, str]) -> str:
+    """The measured layer's setup, which split.fit_half hashes: every op of one layer (and the
+    same layer on every system) falls in the same half."""
+    return f"{row['model']},{row['tp']},{row['tokens']}"
 
 
 def streamed_bytes(op: str, rows: int, cols: int, bytes_per_value: int = 2) -> float:
@@ -74,16 +75,15 @@ def calibrate_layers(system_name: str, cal: DeviceCalibration,
             moved.append(streamed_bytes(op, rows_, cols_))
             n_rows.append(rows_)
             lat.append(float(r["value_ms"]) * 1e-3)
-            # the data's own split: rows marked fit are fitted, the rest scored
-            keys.append(layer_key(r) if r["split"] == "fit" else layer_key(r) + "|held")
+            keys.append(split_key(r))
         cols = {"bytes": np.array(moved), "rows": np.array(n_rows)}
         dataset = Dataset(SOURCE, Setting(system, "vllm", kind), "elementwise", cols,
-                          np.array(lat), keys, split=np.array([r["split"] == "fit" for r in sel]))
+                          np.array(lat), keys)
         result = fit_dataset(dataset, f"{system_name}, Vidur layers")
         cal.put("vllm", version, "elementwise", kind,
                 Entry(result.form, result.structure, result.params, result.harness,
                       result.summary(),
-                      [f"fitted on Vidur's Llama-2-70B {vidur_op} rows marked fit in "
+                      [f"fitted on the fit half of Vidur's Llama-2-70B {vidur_op} rows in "
                        "validation_data/layer_measurements.csv (MLSys 2024, MIT)"]))
         out.append((kind, result))
     return out

@@ -49,6 +49,8 @@ from ..uncertainty import (
 from .software import MIN_ROWS, fit_host_rows, predict_host, simulate_rows
 
 SLICES = ("source", "tp", "batch_band", "device", "phase")
+# the prediction each error column of a scored row is of
+PREDICTED = {"error_pct": "predicted_s", "shipped_error_pct": "shipped_predicted_s"}
 
 
 @functools.cache
@@ -80,11 +82,12 @@ class LosoReport:
         """MAPE and mean signed error (%) of the scored rows per value of `keys`."""
         out: dict[tuple, list[dict]] = {}
         for r in self.rows:
-            out.setdefault(tuple(r[k] for k in keys), []).append({"error_pct": r[error]})
-        return [{**dict(zip(keys, k)), **stats(v)} for k, v in sorted(out.items(), key=_order)]
+            out.setdefault(tuple(r[k] for k in keys), []).append(r)
+        return [{**dict(zip(keys, k)), **stats(v, PREDICTED[error], error)}
+                for k, v in sorted(out.items(), key=_order)]
 
     def overall(self, error: str = "error_pct") -> dict[str, float]:
-        return stats([{"error_pct": r[error]} for r in self.rows])
+        return stats(self.rows, PREDICTED[error], error)
 
     coverage: dict[str, Any] | None = None  # coverage(self), filled by loso_report()
 

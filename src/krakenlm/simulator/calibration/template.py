@@ -128,8 +128,8 @@ def fit_calibration(measured: MeasuredSet, systems: dict[str, System],
     if "A100" in devices:
         devices["default"] = devices["A100"]
     meta = {"command": command, "created": today(),
-            "fit_half": "even-indexed rows (0, 2, 4, ...) of every operator file; odd rows and "
-                        "the transformer layer files are held out",
+            "fit_half": "even CRC-32 of each operator point's shape (measurements/split.py); "
+                        "odd ones and the transformer layer files are held out",
             "systems": {d: s.name for d, s in systems.items()},
             "default": "devices without measurements use a measured device of the same vendor "
                        f"({TEMPLATE_CONSTANTS_BY_VENDOR}), others the A100's constants (a guess)"}

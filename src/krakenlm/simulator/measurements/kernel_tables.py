@@ -43,8 +43,6 @@ class Dataset:
     latency_s: np.ndarray
     keys: list[str]
     notes: list[str] = field(default_factory=list)
-    # the data's own fit rows (Vidur's file marks them), instead of the CRC-32 split of keys
-    split: np.ndarray | None = None
 
     @property
     def framework(self) -> str:
@@ -131,15 +129,20 @@ def elementwise_datasets(system: System, framework: str, root: str | None) -> li
     return [ds] if ds else []
 
 
+def _table_or_none(read, system, framework: str, root: str | None):
+    """`read`'s table of `framework` on `system`, None where the tables have none."""
+    try:
+        return read(system.name, framework, root=root)
+    except aic.CalibrationSourceError:
+        return None
+
+
 def attention_datasets(system: System, framework: str, root: str | None) -> list[Dataset]:
     """Context attention per kernel dtype (TensorRT-LLM computes in FP8 whenever its KV cache is
     FP8) and generation attention per KV-cache dtype."""
     dev = system.device
     out = []
-    try:
-        ctx = aic.read_context_attention(system.name, framework, root=root)
-    except aic.CalibrationSourceError:
-        ctx = None
+    ctx = _table_or_none(aic.read_context_attention, system, framework, root)
     if ctx is not None:
         c = ctx.columns
         kernel = np.array([context_kernel_dtype(framework, d, k, dev)
@@ -154,10 +157,7 @@ def attention_datasets(system: System, framework: str, root: str | None) -> list
                          "context_attention", {k: v[sel] for k, v in c.items()},
                          ctx.latency_s[sel], ctx.notes)
             out += [ds] if ds else []
-    try:
-        gen = aic.read_generation_attention(system.name, framework, root=root)
-    except aic.CalibrationSourceError:
-        gen = None
+    gen = _table_or_none(aic.read_generation_attention, system, framework, root)
     if gen is not None:
         c = gen.columns
         for kv_dtype in ("bf16", "fp8"):

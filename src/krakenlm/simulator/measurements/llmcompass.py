@@ -3,9 +3,8 @@
 File names say what they hold: `{matmul,softmax,layernorm,gelu}_{DEVICE}.csv`,
 `allreduce_{DEVICE}x{N}.csv`, `transformer_{DEVICE}.csv` (one GPT-3 175B layer, prefill) and
 `transformerAR_{DEVICE}.csv` (the same layer, decode). Separators are ", "; only the all-reduce
-file has a header. Every point gets its row index within its file: the *fit half* is the
-even-indexed rows (0, 2, 4, ...) of every operator file, the *held-out half* the odd ones;
-layer files are never fitted on.
+file has a header. Every point keeps its row index within its file. A point's half is
+split.fit_half of its shape (`Point.key`); layer files are never fitted on.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from ...errors import KrakenError
 from ...fileio import read_user_text
+from .split import fit_half
 
 OPERATOR_FILES = re.compile(r"^(matmul|softmax|layernorm|gelu)_([A-Za-z0-9-]+)\.csv$")
 ALLREDUCE_FILE = re.compile(r"^allreduce_([A-Za-z0-9-]+)x(\d+)\.csv$")
@@ -54,8 +54,13 @@ class Point:
     row: int
 
     @property
+    def key(self) -> str:
+        """The shape as the split hashes it ("M,N,K" like a GEMM table's key)."""
+        return ",".join(str(v) for v in self.shape)
+
+    @property
     def fit_half(self) -> bool:
-        return self.row % 2 == 0
+        return bool(fit_half([self.key])[0])
 
 
 @dataclass

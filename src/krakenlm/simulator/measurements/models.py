@@ -25,6 +25,7 @@ from typing import Any
 
 from ...errors import KrakenError
 from ..constants.software import software_names
+from .split import mape
 
 DATA_PACKAGE = "krakenlm.simulator.measurements"
 
@@ -74,12 +75,16 @@ class ModelRow:
                 f"{self.prompt}|{self.output}")
 
 
-def stats(rows: list[dict[str, Any]]) -> dict[str, float]:
+def stats(rows: list[dict[str, Any]], predicted: str = "predicted_s",
+          error: str = "error_pct") -> dict[str, float]:
+    """MAPE (split.mape of `predicted` against `measured_s`), mean signed error and how many
+    rows are too fast, over scored rows."""
     if not rows:
         return {"n": 0, "mape_pct": float("nan"), "mean_signed_pct": float("nan"),
                 "too_fast": 0}
-    errors = [r["error_pct"] for r in rows]
-    return {"n": len(rows), "mape_pct": sum(abs(e) for e in errors) / len(errors),
+    errors = [r[error] for r in rows]
+    return {"n": len(rows),
+            "mape_pct": mape([r[predicted] for r in rows], [r["measured_s"] for r in rows]),
             "mean_signed_pct": sum(errors) / len(errors),
             "too_fast": sum(1 for e in errors if e < 0)}
 

@@ -1,13 +1,15 @@
 """The fit/held-out split of measured shapes and the error every score is stated in.
 
-Kernel tables are split by shape, not by row: a shape's key (e.g. "m,n,k") is hashed (CRC-32);
-even hashes form the fit half, odd ones the held-out half. The same shape therefore falls in the
-same half for every framework and device, and re-running a calibration gives the same split.
-The end-to-end set is split the same way by each row's setup (calibration/software.mark_split
-writes the halves into its CSV, so TTFT, TPOT and end-to-end rows of a setup stay together).
-Two small sets declare their halves in the data instead: the Vidur layer rows (`split` column:
-every other row of each system and op) and the LLMCompass operator files (even-indexed rows,
-measurements/llmcompass.Point.fit_half).
+Every measured set is split by one rule: a row's key is hashed (CRC-32); even hashes form the
+fit half, odd ones the held-out half. The key names what was measured, not where, so the same
+shape falls in the same half for every framework and device, and re-running a calibration gives
+the same split:
+- kernel tables and the LLMCompass operator files: the shape ("m,n,k"; a form's `key`,
+  measurements/llmcompass.Point.key);
+- the Vidur layer rows: the layer's setup ("model,tp,tokens", calibration/layers.split_key), so
+  every operator of one measured layer lands in the same half;
+- the end-to-end set: each row's setup (calibration/software.mark_split writes the halves into
+  its CSV, so TTFT, TPOT and end-to-end rows of a setup stay together).
 """
 
 from __future__ import annotations

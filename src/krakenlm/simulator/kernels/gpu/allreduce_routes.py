@@ -5,9 +5,9 @@ GPU generation and framework version) it picks its own one-shot or two-shot kern
 symmetric-memory kernels, or hands the message to NCCL. `route_for` returns that rule as a
 function of (n, bytes); collectives.py's `custom_all_reduce/framework` form then times each
 row with the chosen kernel's model. The rules below are read from the frameworks' sources
-(cited per rule), not fitted: only the kernels' constants are. A framework or version without a known rule gets no
-route, and the calibration falls back on reading its NCCL hand-off off the fit half
-(`collectives.detect_handoff`).
+(cited per rule), not fitted: only the kernels' constants are. A framework or version without a
+known rule gets no route, and the calibration falls back on reading its NCCL hand-off off the
+fit half (`collectives.detect_handoff`).
 
 Message sizes are the whole buffer in bytes (16-bit elements), as aiconfigurator's collector
 measures them. Its tensors are [tokens, 4096] (hidden 4096; [1, elements] up to 4096
@@ -18,29 +18,21 @@ TensorRT-LLM (torch op `AllreduceOp`, strategy AUTO, no fusion; cpp/tensorrt_llm
 allreduceOp.cpp, common/customAllReduceUtils.h)
 * up to 1.0: PR #5432 ("use 128 tokens as the NCCL/MIN_LATENCY threshold"): more than 128
   tokens go to NCCL, otherwise MIN_LATENCY, whose kernel is one-shot up to kOneShotMaxToken =
-  128 tokens, i.e. one-shot up to 1 MiB at hidden 4096, NCCL above. (A main-branch snapshot
-  of that time, commit 4bb1ef8, exempts two GPUs from the token threshold: MIN_LATENCY up to
-  the 16 MB workspace, two-shot beyond 128 tokens. PR #5432's description has no such
-  exception; the A100 1.0.0 table's fit half has no 2-GPU size between 1 and 16 MiB that could
-  tell the two apart. The rule here follows the PR.)
-* from 1.1 (PR #7870, Sept 2025): a measured best-strategy table, AllReduceBestStrategyTable
-  [SM][TP][fusion][hidden][tokens] (every pre-Blackwell GPU uses the SM90 table, Blackwell the
-  SM100 one; 4 = ONESHOT, 5 = TWOSHOT, 0 = NCCL; tokens beyond 16384 -> NCCL), and messages
-  larger than the 64 MiB fusion workspace (PR #9145) -> NCCL. TRT_LUT holds the rows for
-  fusion NONE and hidden 4096; every table row starts with ONESHOT at one token, which covers
-  the collector's [1, elements] tensors.
+  128 tokens, i.e. one-shot up to 1 MiB at hidden 4096, NCCL above (as PR #5432 states it;
+  a main-branch snapshot of that time, commit 4bb1ef8, exempts two GPUs).
+* from 1.1 (PR #7870, Sept 2025): AllReduceBestStrategyTable [SM][TP][fusion][hidden][tokens]
+  (SM90 table before Blackwell, SM100 on it; tokens beyond 16384 -> NCCL; TRT_LUT: fusion
+  NONE, hidden 4096), and messages larger than the 64 MiB fusion workspace (PR #9145) -> NCCL.
 
 vLLM (vllm/distributed/device_communicators: cuda_communicator.py all_reduce, custom_all_reduce,
-symm_mem, all_reduce_utils; read at 0.24.0, the version of the Hopper and Blackwell tables; the
-A100 table's 0.14.0 has no symmetric-memory path on Ampere either way)
+symm_mem, all_reduce_utils; read at 0.24.0, the Hopper and Blackwell tables' version)
 * its custom all-reduce for messages below max_size = 8 MiB (`inp_size < max_size`), and with
   symmetric memory available (Hopper "9.0", Blackwell "10.0") below
   min(8 MiB, CUSTOM_ALL_REDUCE_MAX_SIZES[cc][n]); one-shot or two-shot by ONESHOT_BELOW
   (csrc/custom_all_reduce.cuh);
 * else, on Hopper/Blackwell, PyTorch symmetric memory up to SYMM_MEM_ALL_REDUCE_MAX_SIZES
-  [cc][n] (`<=`): the input is copied into the symmetric buffer, reduced by
-  torch.ops.symm_mem.multimem_all_reduce_ (NVLink SHARP: n in 4, 6, 8 on Hopper, 6, 8 on
-  Blackwell) or two_shot_all_reduce_, and copied out;
+  [cc][n] (`<=`): torch.ops.symm_mem.multimem_all_reduce_ (NVLink SHARP: n in 4, 6, 8 on
+  Hopper, 6, 8 on Blackwell) or two_shot_all_reduce_, input copied in and out;
 * else NCCL. Ampere has no symmetric-memory path: custom below 8 MiB, NCCL from it.
 
 SGLang (python/sglang/srt/distributed/parallel_state.py, device_communicators/)
@@ -49,9 +41,7 @@ SGLang (python/sglang/srt/distributed/parallel_state.py, device_communicators/)
 * from 0.5.12 (PRs #24363, #24742: CustomAllReduceV2 by default): V2's kernels up to
   max_pull_size = 16 MiB, NCCL above: one-shot push (each GPU writes its input into every
   peer's workspace), one-shot pull or two-shot pull by per-GPU-count thresholds measured on
-  H200 and B200 (THRESHOLD_2_SHOT_MAP; read at 0.5.10, where V2 was opt-in). The fit half
-  shows V2's eager host time stepping up where the push kernel ends (4 GPUs: 29.5 -> 34.6 us at
-  512 KiB, 8 GPUs: 30 -> 38 us at 512 KiB on H100), where those thresholds put it.
+  H200 and B200 (THRESHOLD_2_SHOT_MAP; read at 0.5.10, where V2 was opt-in).
 (aiconfigurator's collector turns SGLang's torch symmetric-memory and MSCCL++ paths off.)
 """
 

@@ -1,19 +1,15 @@
 """Fused attention on a GPU: prefill ("context") and decode ("generation") kernel forms.
 
-Forms with a handful of physical constants each, fitted per device, framework and dtype on
-measured kernels (aiconfigurator-core's tables, measurements/aiconfigurator.py) like gemm.py.
-Peak tensor rate, memory and L2 bandwidth, L2 capacity and SM count come from the hardware
-description; nothing here is specific to one GPU. Here: the context form `context/flash`, the
-generation family's shared rows and constants, and its forms `generation/smooth` and
-`generation/flash-splitkv`; TensorRT-LLM's decode forms are in trtllm_decode.py,
-FlashAttention-3's in fa3_decode.py.
+Constants are fitted per device, framework and dtype on aiconfigurator-core's tables; rates,
+L2 and SM count come from the hardware description. TensorRT-LLM's decode forms are in
+trtllm_decode.py, FlashAttention-3's in fa3_decode.py.
 
 Context attention (causal self-attention over a whole prompt, q_len = kv_len = isl)
 ----------------------------------------------------------------------------------
 FlashAttention-2/3 and TensorRT-LLM's FMHA run one CTA (a *work item*) per tile of block_m query
-rows of one head (or, when the kernel packs the query heads of a GQA group into the rows of one
-tile -- FA3's PackGQA -- of one KV head), looping over block_n-key blocks up to the diagonal
-(prefill_tiles.py: the tile menus and their sources, the causal block count):
+rows of one head (or of one KV head's GQA group when the kernel packs it, FA3's PackGQA),
+looping over block_n-key blocks up to the diagonal (prefill_tiles.py: the tile menus and their
+sources):
 
     g         = heads / kv_heads if the kernel packs GQA else 1      (query heads per tile)
     tiles     = ceil(isl * g / block_m)                  (query tiles per sequence and head group)
@@ -27,64 +23,25 @@ tile -- FA3's PackGQA -- of one KV head), looping over block_n-key blocks up to 
     time      = floor_s + smooth_max(compute, memory; p = overlap_exponent)
                 [+ batch * isl * min(kv_heads * head_dim, 512) * cache_write_thread_s / SMs]
 
-The head-dim dependence is physical, not a table: per score element a tile spends 4 head_dim
-FLOPs in the MMAs and a fixed `softmax_s` in the online softmax (exp, max, rescale on the
-SFU/FMA pipes), so the achieved fraction of peak rises with head_dim (64 -> 128 -> 256 measured
-~0.42 -> 0.51 -> 0.54 of peak on H100 TRT-LLM, 0.47 -> 0.60 -> 0.70 on vLLM FA3) and one
-parameter set covers every head_dim. The memory term counts Q read and O written once and K/V
-`kv_passes` times: the attention kernel's read plus whatever else the measured op does to K and
-V (the KV-cache write, RoPE, TRT-LLM's QKV preprocessing); it dominates short prompts with many
-sequences. `item_s` is the part of a CTA that is not MMA: launch, Q load, first K/V tile
-latency, epilogue; with one CTA per SM it is exposed once per wave. `floor_s` absorbs the op's
-fixed cost (TRT-LLM's context op has a ~13 us floor: it includes QKV preprocessing, RoPE and
-the KV-cache write as separate launches).
-
-Which kernel runs is structural, not fitted: the tile shape (`block_m`, `kv_tile`) and the GQA
-packing (`gqa_packing`) are read from the libraries' sources (CONTEXT_MENUS, per framework);
-the calibration fits each and keeps the one with the lower fit-half error. What the tables
-chose, by device:
-
-* A100: TensorRT-LLM 64-row fmha_v2 tiles, packed; vLLM FA2's split-KV kernel (64 x 128 at
-  head_dim 128, GQA swapped into the rows only for single-token queries); SGLang FA3's sm8x
-  path (128 x 64, packed).
-* H100/H200: TensorRT-LLM's warp-specialised fmha_v2 (128 rows, 256/128/64 keys by head_dim,
-  unpacked); vLLM and SGLang FA3 at 128 x 128, packed.
-* B200/GB200: the 128-row forms, unpacked: TensorRT-LLM's kernels, which SGLang (trtllm_mha)
-  also runs there (its 256/128/64-key menu); vLLM-FlashInfer the 128 x 128 form (its cache
-  write and decode-kernel rows out).
-* L40S: the same menus as A100. Its collectors replay the op on the same tensors, and on this
-  96 MB-L2, 0.86 TB/s-GDDR6 card a footprint (Q, O, K, V and the cache copy) that fits the L2
-  streams at the L2's bandwidth: TensorRT-LLM and SGLang take ~10x longer per token once a
-  batch exceeds ~4k tokens of 32 x 128-dim heads (fit half: 140 us at 4096 tokens, 557 us at
-  8192 for TRT-LLM at isl 32). That is the harness's `Conditions.warm_replay`
-  (measurements/harness.py, chosen on the fit half); a query of a served model never has it.
+`softmax_s` is the online softmax's fixed cost per score element beside the MMAs' 4 head_dim
+FLOPs, so one parameter set covers every head_dim. K and V cross HBM `kv_passes` times (the
+read plus the measured op's cache write, RoPE, TRT-LLM's QKV preprocessing). The tile shape
+(`block_m`, `kv_tile`) and GQA packing (`gqa_packing`) are structural (CONTEXT_MENUS per
+framework, each fitted in turn). The L40S collectors replay the op on the same tensors: a
+footprint that fits the L2 streams at the L2's bandwidth under the harness's
+`Conditions.warm_replay` (measurements/harness.py), never in a query.
 
 vLLM times its KV-cache write with the attention (structure `cache_write`):
-`reshape_and_cache_flash` launches one CTA per token with min(kv_heads x head_dim, 512)
-threads, latency-bound, so with few KV heads the write, not the attention, sets the time of
-short prompts (A100 fit half, batch x heads = 512 at isl 256: 4 heads 488 us, 16 heads 236 us
-for the same FLOPs and bytes; SGLang and TensorRT-LLM show no such dependence).
-`cache_write_thread_s` is that CTA's latency per resident thread; a model graph that writes the
-cache in an op of its own passes the column `cache_write` False.
-
-Rows that are another kernel are left out of the fits (`supported`): sliding windows,
-head_dim > 256, SGLang's Triton fallback (head_dim 64/192 on L40S, 192/256 on B200) and
-vLLM-FlashInfer's decode kernel for single-token queries (B200), when the dataset also has the
-main kernel; SGLang's FA3 at head_dim 192, which adds a fixed ~7 us pass as in decode (H200
-fit half, isl <= 64 and batch <= 4: median 18.3 us, against 11.6 and 13.2 us at head_dim 128
-and 256).
-
-The kernel's compute dtype is not always the table's `attn_dtype`: TensorRT-LLM runs its FP8
-context FMHA whenever the KV cache is FP8 on Hopper and Blackwell (rows bf16/fp8 take 0.99x the
-time of fp8/fp8 rows and up to 1.28x the BF16 peak), not on Ada (L40S: its bf16/fp8 rows run
-like bf16/bf16), see `context_kernel_dtype`.
+`reshape_and_cache_flash` launches one latency-bound CTA per token with min(kv_heads x
+head_dim, 512) threads; a model graph that writes the cache in an op of its own passes the
+column `cache_write` False. TensorRT-LLM runs its FP8 context FMHA whenever the KV cache is FP8
+on Hopper and Blackwell, not on Ada (`context_kernel_dtype`).
 
 Generation attention (one new token per sequence over kv_len cached tokens)
 --------------------------------------------------------------------------
-FlashDecoding / split-KV (`generation/smooth`): a CTA handles one (sequence, KV head) -- all
+FlashDecoding / split-KV (`generation/smooth`): a CTA handles one (sequence, KV head) -- the
 `group = heads / kv_heads` query heads of a GQA group share one read of K and V -- and, when
-there are fewer such pairs than SMs, a slice of the sequence (`splits`, at least DECODE_CHUNK
-keys each):
+there are fewer such pairs than SMs, a slice of the sequence of at least DECODE_CHUNK keys:
 
     splits    = clip(floor(SMs / (batch * kv_heads)), 1, ceil(kv_len / DECODE_CHUNK))
     items     = batch * kv_heads * splits
@@ -96,23 +53,11 @@ keys each):
     time      = floor_s + smooth_max(exec, kv / (HBM bandwidth * memory_efficiency);
                                      p = overlap_exponent)
 
-`exec` is the latency-bound side: each CTA pays a fixed setup/epilogue and streams its chunk at
-the rate one CTA sustains (`sm_bandwidth`), which is the achieved-bandwidth ramp of small reads
-(few CTAs cannot saturate HBM); the per-query-head work (`head_s`: Q load, softmax rows, O
-store) is SM time that runs in parallel warps of a lone CTA, so it counts as throughput
-(items * group / SMs), not as latency. MHA gets its own CTA latency because frameworks switch
-kernels there (TensorRT-LLM: masked-MHA for MHA, XQA for GQA; ~1 us vs ~4.5 us of SM time per
-CTA).
+The per-query-head work (`head_s`) runs in parallel warps: throughput, not latency. MHA has
+its own CTA latency (frameworks switch kernels there). Under the benchmark's warm replay a KV
+cache that fits the L2 is read at HBM x memory_efficiency x (1 + l2_gain) (`kv_bandwidth`).
 
-The benchmark re-runs the same kernel on the same cache (`Conditions.warm_replay`, every
-generation table), so a KV cache smaller than the L2 (50 MB on H100) is partly read from L2
-(H100 SGLang: 33.5 MB in 6.6 us above the floor, ~5 TB/s, against ~3.1 TB/s for the bytes
-beyond the L2 capacity): under it the bandwidth is HBM x memory_efficiency x (1 + l2_gain)
-when kv fits the L2. `l2_gain` >= 0 keeps that bandwidth at or above the HBM one. In a real
-decode step the other layers evict the cache: a query reads it from HBM.
-
-vLLM and SGLang decode with FlashAttention's split-KV kernels, whose split count is a heuristic
-on wave efficiency rather than `floor(SMs / pairs)` (`generation/flash-splitkv`):
+vLLM and SGLang decode with FlashAttention's split-KV kernels (`generation/flash-splitkv`):
 
     tiles     = batch * kv_heads * ceil(group / SPLIT_Q_ROWS)
     slots     = SMs * ctas_per_sm                        (CTAs resident at once)
@@ -122,41 +67,16 @@ on wave efficiency rather than `floor(SMs / pairs)` (`generation/flash-splitkv`)
     floor     = floor_s + (splits > 1) * multiblock_s    (the combine kernel of the partials)
     exec      = ceil(items / slots) * item + items * group * head_s / SMs
 
-with item, kv and bandwidth as in the smooth form; `ctas_per_sm` (1 or 2) and `split_mha`
-(whether MHA rows are split at all) are structural choices fitted in turn.
+with item, kv and bandwidth as in the smooth form; `ctas_per_sm` (1 or 2) and `split_mha` are
+structural. Structure `fa2_swap` is FlashAttention-2's varlen decode (vllm_flash_attn,
+flash_api.cpp mha_varlen_fwd; vLLM on A100): 2 CTAs per SM, MHA never split, and GQA query
+heads swapped into the rows of one tile (seqlenq_ngroups_swapped), which copies q and the
+output unless the batch or the KV heads are 1 (`swap_copy_s`). Generation forms are fitted
+within their device's ceilings (`generation_ceilings`).
 
-vLLM 0.14 on A100 runs FlashAttention-2 (vllm_flash_attn, kernel_source "vllm_flash_attn"),
-whose varlen decode (flash_api.cpp, mha_varlen_fwd) is the structure `fa2_swap`: 2 CTAs per SM
-in the heuristic, MHA never split, and for GQA the query heads swapped into the rows of one
-tile (seqlenq_ngroups_swapped): q is reshaped (batch, kv_heads, group) -> (batch x group,
-kv_heads), a copy unless the batch or the KV heads are 1, and the output back, so those rows
-pay two small kernels more (`swap_copy_s`). The tables show it as a step of ~6 us between
-batch 1 and 2 at every cache length, absent when kv_heads = 1 (A100 vLLM: 12.5 -> 18.7 us at
-2 cached tokens with 32/8 heads; 12.3 -> 12.4 us with 8/1).
-
-Every generation form is fitted within its device's ceilings (`generation_ceilings`). A
-constant at its ceiling says the term does not bind in the data (`Param.at_bound`).
-
-Anomalies found in the tables (`plausible` and `supported` of both families)
--------------------------------------------------------------------------------------------
-* Rows "above peak" in context attention are sliding-window rows, not broken rows: the vLLM
-  0.24.0 H100 row at batch 1, 32 heads, head_dim 128, isl 16384 with 326 us has window=128
-  (kv_heads 8); the full-causal row of that shape takes 3310 us (0.54 of peak). Counting only
-  the keys inside the window (`causal_pairs`) no context row of any table (A100, H100, H200,
-  B200; all frameworks) exceeds the tensor peak, while 23 % of vLLM's window-128 rows would
-  exceed it if counted as full causal. Window rows are not modelled (excluded from fitting).
-* A100 TensorRT-LLM 1.0.0 generation: 289 of 5026 rows (265 of them GQA) imply more than
-  1.1x the HBM bandwidth for KV caches far larger than the L2 (up to 1.69x; e.g. batch 64,
-  64 heads / 8 KV heads, kv_len 4096: 342 us for 1.07 GB). The same KV bytes in MHA form take
-  2x longer, as do vLLM's and SGLang's: these GQA rows do not read the whole cache (they
-  measure something else); `plausible` rejects them. No other table has a row above the
-  bandwidth once L2-resident footprints are compared with the L2 bandwidth and sliding windows
-  with their window.
-* Kernel switches that are not these forms: head_dim > 256 (FA3's limit; vLLM runs an FA4
-  port, SGLang a Triton kernel at 0.05-0.36 of peak); TensorRT-LLM decode with groups > 32
-  (XQA's limit: it falls back to a kernel that reads K/V once per query head, 15x slower);
-  SGLang decode at head_dim 192 (a ~7 us extra pass: 16-18 us where head_dim 128 and 256 take
-  9-11 us). These rows are left out of the fits by `supported`.
+Rows of other kernels (`supported`: sliding windows, head_dim > 256, fallbacks) and rows
+faster than the device allows (`plausible`; A100 TensorRT-LLM 1.0.0 has GQA decode rows up to
+1.69x the HBM bandwidth) are left out of the fits.
 """
 
 from __future__ import annotations
@@ -267,9 +187,7 @@ CONTEXT_KEY = ("batch", "isl", "heads", "kv_heads", "head_dim", "window")
 def context_kernel_dtype(framework: str, dtype: str, kv_dtype: str,
                          dev: Device | None = None) -> str:
     """The dtype the context kernel computes in: TRT-LLM runs FP8 FMHA with an FP8 KV cache on
-    Hopper and Blackwell (`dev` None: assumed). Not on Ada: the L40S fit half's bf16-attention
-    rows with an FP8 cache take 0.80x the time of its FP8-FMHA rows, as its bf16/bf16 rows do
-    (0.81x; H100 1.01x, B200 1.03x)."""
+    Hopper and Blackwell (`dev` None: assumed), not on Ada."""
     if dtype == "fp8":
         return "fp8"
     if framework == "trtllm" and kv_dtype == "fp8" and (dev is None or hopper_class(dev)):
@@ -406,12 +324,9 @@ SERIAL_GAIN_CEILING = 1.0
 
 
 def generation_ceilings(dev: Device) -> dict[str, float]:
-    """Upper limits no fit may pass, from the device's description: a decode CTA cannot stream
-    faster than its SM's L1 load path (local_sram_bandwidth_bytes_per_cycle x clock, with the
-    boost margin), and an L2-resident KV cache cannot be read faster than the L2 delivers
-    (1 + l2_gain <= L2 / DRAM bandwidth, with the margin). Without them a fit runs the per-CTA
-    bandwidth and l2_gain off to any value where a term does not bind, which reads as a claim
-    about the GPU."""
+    """Upper limits no fit may pass, from the device's description: a decode CTA streams at
+    most its SM's L1 load path, an L2-resident KV cache at most 1 + l2_gain <= L2 / DRAM
+    bandwidth (both with the boost margin)."""
     sm_load = sm_load_bytes_per_s(dev)
     return {"sm_bandwidth": sm_load, "mha_sm_bandwidth": sm_load,
             "l2_gain": max(l2_over_dram(dev) - 1.0, 0.1), "serial_gain": SERIAL_GAIN_CEILING}
@@ -469,9 +384,8 @@ class GenerationForm(KernelForm):
         return "not this kernel (sliding window, head dim > 256, fallback kernels)"
 
     def plausible(self, setting: Setting, cols, latency_s) -> np.ndarray:
-        """False for rows reading K/V faster than the memory they must come from allows: a KV
-        cache that fits the L2 is compared with the L2 bandwidth (the benchmark re-reads a warm
-        cache), a larger one with the HBM bandwidth, both with PLAUSIBLE_MARGIN."""
+        """False for rows reading K/V faster than PLAUSIBLE_MARGIN x the bandwidth of the
+        memory they come from (the L2 for a cache that fits it: the benchmark replays warm)."""
         dev = setting.dev
         kv = generation_bytes(cols, setting.variant)
         bandwidth = np.where(kv <= dev.global_buffer.capacity_bytes,
@@ -557,9 +471,8 @@ SPLIT_Q_ROWS = 64  # query rows of one split-KV tile (the query heads of a group
 
 @dataclass(frozen=True)
 class SplitKVStructure:
-    """The split heuristic's CTA slots per SM, whether MHA (group 1) rows split at all, and
-    FlashAttention-2's varlen decode with the query heads swapped into rows (module
-    docstring: 2 slots, MHA never split, the swap copies)."""
+    """The split heuristic's CTA slots per SM, whether MHA rows split, FA2's swapped varlen
+    decode (the module docstring)."""
 
     ctas_per_sm: int = 1
     split_mha: bool = True
@@ -618,10 +531,8 @@ def splitkv_count(slots: float, tiles, kv_len) -> np.ndarray:
 
 
 def _splitkv_unique(slots: float, tiles: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
-    """Splits per tile chosen by wave efficiency (FlashAttention's split-KV rule, written out):
-    none when the tiles already fill SPLIT_BUSY of the slots; else the fewest splits s (at most
-    SPLIT_MAX, the slots and the DECODE_BLOCK-key blocks) whose last wave is filled to within
-    SPLIT_EFFICIENCY of the best s, counting only s that change the blocks per split."""
+    """Splits per tile by wave efficiency: the module docstring's `splits` of
+    `generation/flash-splitkv`."""
     blocks = np.ceil(kv_len / DECODE_BLOCK)
     s = np.arange(1, SPLIT_MAX + 1, dtype=float)[None, :]
     waves = tiles[:, None] * s / slots

@@ -3,58 +3,39 @@ frameworks' own all-reduce kernels (form `custom_all_reduce/framework`), each a 
 constants on top of the interconnect's link bandwidth.
 
 Notation: n GPUs, S the message in bytes in nccl-tests' convention (the whole buffer: for
-all-reduce the array every GPU holds; for all-gather the gathered output, for reduce-scatter the
-input, so each GPU owns S/n), B = links_per_device x link_bandwidth (bytes/s leaving one GPU, one
-direction). `bytes` in the aiconfigurator tables follows that convention (the collector runs
-nccl-tests with `-b S -e S`): at large S an all-gather over n GPUs takes ~(n-1)/n S / B_eff, not
-(n-1) S / B_eff, and the 8-GPU time is only ~1.3x the 2-GPU time (A100: 2288 vs 1790 us at 512 MiB).
+all-reduce the array every GPU holds, for all-gather the gathered output, for reduce-scatter
+the input; the aiconfigurator collector runs nccl-tests with `-b S -e S`), B =
+links_per_device x link_bandwidth (bytes/s leaving one GPU, one direction).
 
 NCCL
 ----
 A ring collective takes `steps` = 2(n-1) (all-reduce) or n-1 (all-gather, reduce-scatter) steps
-of S/n bytes. Per protocol p (what NCCL calls LL, LL128, Simple: lower latency, lower bandwidth):
+of S/n bytes. Per protocol (NCCL's LL, LL128, Simple: lower latency, lower bandwidth):
 
     wire      = (steps + ring_fill_steps) * S / n            bytes through a GPU's port
     LL        = floor + steps * ll_step + ramp(S, n) * ll_ramp     + wire / (B * ll_efficiency)
     LL128     = floor + ll128_latency + steps * ll_step           + wire / (B * ll128_efficiency)
     Simple    = floor + simple_latency + steps * simple_step      + wire / (B * simple_efficiency)
 
-`ring_fill_steps` (~0.5) is the measured excess of small rings: at large S a 2-GPU ring runs at
-~70 % of the bus bandwidth of an 8-GPU ring, as if the ring needed steps + 0.5 steps of S/n.
 `ramp` rises from 0 to 1 (in log2 S) between S = 2 KiB x n and 8 KiB x n, where NCCL grows LL's
-thread block to 512 threads and starts adding channels (enqueue.cc thread thresholds: 8 B per
-thread per rank); the extra CTAs cost ~1-2 us of synchronisation.
+thread block to 512 threads and adds channels (enqueue.cc thread thresholds: 8 B per thread per
+rank).
 
 NVLS (all-reduce with NVLink SHARP, n > 2: NCCL disables NVLS for two GPUs, nvls.cc): the switch
 reduces (multimem.ld_reduce) and multicasts (multimem.st); every GPU sends and receives
-S + S/n bytes (its whole buffer into the switch, its reduced shard back; its shard out, every
-shard back):
+S + S/n bytes:
 
     W    = (n + 1) / n * S / (B * nvls_efficiency)
     NVLS = floor + (n - 1) nvls_peer + W + W F / (W + F),   F = n * C / (B * nvls_efficiency)
 
-the reduce-scatter and all-gather halves overlap only once each of NCCL's NVLS channels has
-several chunks in flight: below C = channels x 128 KiB per rank (16 channels on Hopper, 32 on
-Blackwell: 2 / 4 MiB) the halves run back to back (2W), above it the un-overlapped part is one
-pipeline fill F. C is NCCL's default, not fitted. The latency grows with the group
-(`nvls_peer` per GPU: with a constant latency the 8-GPU tables at 2-16 MiB take longer than
-the 4-GPU ones allow). The conventional bus bandwidth 2 (n-1)/n S / t of NVLS can exceed B
-(by up to 2 (n-1)/(n+1) x nvls_efficiency: 1.02 B at n = 8 on H100); the bytes a GPU moves
-cannot (`nccl_wire_bytes` / t <= B).
+The reduce-scatter and all-gather halves overlap only once each NVLS channel has several chunks
+in flight: below C = channels x 128 KiB per rank (NVLS_NCHANNELS_SM90 = 16, _SM100 = 32,
+src/transport/nvls.cc) they run back to back, above it one pipeline fill F stays exposed.
 
-Which (algorithm, protocol) runs is NCCL's choice, made by its own cost model (tuning.cc:
-latency = baseLat + steps x hwLat, bandwidth = channels x per-link NVLink bandwidth x protocol
-factor); `nccl_choice` evaluates that model with NCCL's published constants (NCCL_TUNER below),
-so protocol switch points fall where NCCL puts them, also where NCCL's choice is not the fastest
-(A100, 2 GPUs: Simple from 1 MiB, ~1.6x slower than LL would be). The measured time is then the
-fitted cost of the chosen protocol. Tree, PAT and NVLS all-gather/reduce-scatter are not
-modelled (NCCL's model makes them win at most in narrow bands between measured sizes).
-
-Parameters are fitted per device, shared by the three collectives and n = 2, 4, 8: the
-collective and n enter only through `steps`, `wire` and the NVLS traffic. Per-collective sets
-are not possible on these tables: a (device, op) has 21 sizes x 3 n = 63 shapes, ~31 in the fit
-half (the H100/H200/B200 tables repeat each shape 2-3 times, which adds rows, not shapes), enough
-for 6 constants (fit.MIN_POINTS_PER_PARAM = 5) where the protocol structure needs 10-12.
+Which (algorithm, protocol) runs is NCCL's choice by its own cost model (tuning.cc: latency =
+baseLat + steps x hwLat, bandwidth = channels x per-link NVLink bandwidth x protocol factor),
+which `nccl_choice` evaluates with NCCL's constants (NCCL_TUNER). Tree, PAT and NVLS
+all-gather / reduce-scatter are not modelled. One constant set per device serves every op and n.
 
 Framework all-reduce ("custom")
 -------------------------------
@@ -63,61 +44,29 @@ symmetric memory:
 
     barrier  = barrier_peer + ramp'(S) * blocks_peer          per peer and barrier
     one-shot = oneshot_latency + (n-1) barrier + (n-1) S / (B * oneshot_efficiency)
-               every GPU reads (or pushes) the n-1 peers' whole buffers and reduces locally
     two-shot = twoshot_latency + 2 (n-1) barrier + 2 (n-1)/n S / (B * twoshot_efficiency)
-               reduce-scatter then all-gather through peer memory
+    symm     = symm_latency + 4 S / memory bandwidth + W / (B * efficiency)
 
 ramp'(S) rises from 0 to 1 between 2 and 16 KiB (in log2 S), where the kernels go from one
-thread block to many (each block synchronises with every peer). vLLM on Hopper and Blackwell
-also sends mid-size messages through PyTorch's symmetric-memory kernels, which copy the input
-into a symmetric buffer and the result back out (4 S bytes of device memory):
+thread block to many. `symm` is PyTorch's symmetric-memory path (vLLM on Hopper and Blackwell:
+input copied in and out), W = (n+1)/n S for multimem_all_reduce_ (NVLink SHARP;
+multimem_efficiency) or 2 (n-1)/n S for two_shot_all_reduce_ (symm_twoshot_efficiency).
 
-    symm     = symm_latency + 4 S / memory bandwidth + W / (B * efficiency)
-               W = (n+1)/n S for multimem_all_reduce_ (NVLink SHARP reduces in the switch and
-               multicasts, like NCCL's NVLS; multimem_efficiency), 2 (n-1)/n S for
-               two_shot_all_reduce_ (symm_twoshot_efficiency)
+Which kernel runs for a message, and which messages go to NCCL (timed by the device's NCCL
+constants, `Setting.nccl`), is the framework's own rule, read from its sources
+(allreduce_routes.py; structure `route` "framework"). Without a known rule, or where the fit
+half's NCCL messages are not NCCL's measured times (`nccl_mismatch`), `detect_handoff` reads the
+hand-off off the fit half (`route` "handoff").
 
-Which kernel runs for a message, and which messages go to NCCL (the NCCL form with the
-device's NCCL constants, `Setting.nccl`), is the framework's own rule for the measured version and GPU
-generation: allreduce_routes.py, read from the frameworks' sources (TensorRT-LLM's AUTO
-strategy: a token threshold up to 1.0, a measured best-strategy table from 1.1; vLLM: its
-custom kernel below 8 MiB or less, symmetric memory up to 32-128 MiB on Hopper/Blackwell;
-SGLang: CustomAllreduce up to 8 MiB, from 0.5.12 CustomAllReduceV2 up to 16 MiB). The
-framework's switch points are inputs, not fitted constants (structure `route` "framework"). A
-framework or version without a known rule, or whose NCCL messages on the fit half are not
-NCCL's measured times (`nccl_mismatch`), falls back on `detect_handoff` (`route` "handoff"):
-the hand-off read off the fit half where measured rows equal NCCL's (`handoff_bytes`), the
-framework's kernels below it (ONESHOT_BELOW).
-
-The collector also times eager (not CUDA-graph) calls, its rows with `graph` False, which a
-harness with `Conditions.eager` describes (measurements/harness.py; a query runs every
-collective as a CUDA-graph call). An eager call pays the framework's host path: the GPU waits
-for the host to issue the call, and the collector's eager loop also clones the input (2 S
-bytes of device-memory traffic at the memory bandwidth of the device):
+Eager (not CUDA-graph) rows, `graph` False, run under the harness's `Conditions.eager`
+(measurements/harness.py; a query is always a CUDA-graph call): the call waits for the host,
+and the collector's eager loop clones the input:
 
     eager = smooth_max(eager_host, device + 2 S / memory bandwidth; p = 8)
 
-Kernels that stage their input through a shared buffer (vLLM's symmetric memory; SGLang V2's
-pull kernels, which read the peers' inputs in place inside CUDA graphs but copy in and out when
-eager: another 4 S / memory bandwidth) issue more work per call: their host time is
-staged_eager_host (H100: 36-40 us against 22-30 us).
-
-Fitting the eager rows with the graph rows costs one constant (eager_host) and makes the
-host-bound plateau (20-45 us) and the device-bound tail (the clone adds ~20 % at 1 GiB) part of
-the model. Graph rows do not depend on eager_host, and eager rows constrain the device constants
-only where the device time exceeds the host time, so a graph-only fit gives nearly the same
-device constants and eager_host is then the median eager time of small messages.
-
-Contention (for schedule.py, which charges a running collective COMM_CORE_SHARE = 10 % of the
-cores): NCCL runs one CTA (thread block, one SM) per channel. NVLS uses 16 channels on Hopper
-and 32 on Blackwell (NCCL src/transport/nvls.cc NVLS_NCHANNELS_SM90 / _SM100); rings use the
-channels NCCL's topology search finds on an 8-GPU NVSwitch board (typically 16-32; NCCL_DEBUG=
-INFO prints them), but for small messages NCCL drops channels until each thread has enough work
-(enqueue.cc thread thresholds), so a small all-reduce holds 1-2 SMs. A large ring collective
-thus takes 16-32 of 108 (A100) / 132 (H100) SMs, 12-30 %; NVLS 16/132 = 12 % (H100), 32/148 =
-22 % (B200); a size-dependent share would be min(channels, S / (threads x bytes per thread)) /
-SMs. The frameworks' one-/two-shot kernels launch up to 36 (vLLM) blocks, for a few
-microseconds.
+with `staged_eager_host` for kernels that stage their input through a shared buffer (vLLM's
+symmetric memory; SGLang V2's pull kernels, which also copy in and out: + 4 S / memory
+bandwidth).
 """
 
 from __future__ import annotations
@@ -186,9 +135,8 @@ CUSTOM_PARAMS = (
           "copy out issued per call"),
 )
 
-# Extra starting points of a custom all-reduce fit (screened on the fit half, fit.py): the
-# objective is kinked where a kernel's time crosses the eager host time, so Nelder-Mead from the
-# initial values alone can stop in a worse basin (one-shot efficiency 0.50 instead of 0.70).
+# Extra starting points of a custom all-reduce fit: the objective is kinked where a kernel's
+# time crosses the eager host time, so each side is a separate basin.
 CUSTOM_FIT_STARTS = tuple({"oneshot_efficiency": one, "twoshot_efficiency": two,
                            "multimem_efficiency": two, "symm_twoshot_efficiency": two}
                           for one in (0.45, 0.75) for two in (0.45, 0.75))
@@ -358,8 +306,8 @@ def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float
 
 
 def nccl_wire_bytes(system: System, cols: dict[str, Any]) -> np.ndarray:
-    """Bytes each GPU sends (and receives) per row with the algorithm NCCL picks: ring
-    steps x S / n, NVLS (n + 1) / n x S (`p` is not used: the choice is NCCL's tuner's)."""
+    """Bytes each GPU sends (and receives) per row with the algorithm NCCL's tuner picks: ring
+    steps x S / n, NVLS (n + 1) / n x S."""
     n, size, ar = _arrays(cols)
     n_safe = np.maximum(n, 1.0)
     ring = _steps(ar, n) * size / n_safe
@@ -370,9 +318,7 @@ def nccl_wire_bytes(system: System, cols: dict[str, Any]) -> np.ndarray:
 @dataclass(frozen=True)
 class NcclStructure:
     """Which protocols have constants: LL128's when NCCL's tuner picks it for some fitted row,
-    NVLS's on a fabric that reduces in the switch (a protocol no row runs has nothing to fit
-    its constants: GB200's table has no 8-GPU rows, the only ones where the tuner picks LL128).
-    Where the tuner picks a protocol without constants, the fastest fitted one times the row."""
+    NVLS's on a fabric that reduces in the switch; otherwise the fastest fitted one times it."""
 
     ll128: bool = True
     nvls: bool = True
@@ -581,12 +527,8 @@ def predict_custom(system: System, cols: dict[str, Any], p, *, nccl=None,
                    oneshot_below: dict[int, float] | None = None,
                    eager: bool = False) -> np.ndarray:
     """Seconds per row of `cols` (arrays n, bytes and optionally graph) for a framework's
-    all-reduce. `route` (route_for) is the framework's choice of kernel per row; without one,
-    messages above handoff[n] bytes are NCCL's and `oneshot_below` ({n: bytes}) switches one-
-    to two-shot (legacy_kernels). NCCL rows take `nccl(cols)`'s time (without it the
-    framework's own kernel times them). With `eager` (a harness's eager calls), rows with
-    graph False add the eager host path: p["eager_host_s"], or p["staged_eager_host_s"] for
-    the kernels that stage their input."""
+    all-reduce: kernels by `route` (route_for), else by legacy_kernels; NCCL rows by `nccl`;
+    with `eager`, rows with graph False take the eager host path (the module docstring)."""
     n, size, _ = _arrays(cols)
     if route is None:
         kernels = legacy_kernels(cols, handoff if nccl is not None else None, oneshot_below)
@@ -641,11 +583,9 @@ def nccl_mismatch(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarra
 
 def detect_handoff(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarray,
                    mask: np.ndarray | None = None, tolerance: float = 0.12) -> dict[int, float]:
-    """Per n, the byte size above which a framework's graph rows are NCCL's: the geometric middle
-    between the largest size whose time is not within `tolerance` of NCCL's (`nccl_s`, same rows;
-    NaN where NCCL was not measured, such rows are skipped) and the next measured size, provided
-    every larger size is within it. Only rows in `mask` are looked at. An n whose largest
-    messages are not NCCL's gets no entry."""
+    """Per n, the byte size above which the graph rows of `mask` are NCCL's (within
+    `tolerance` of `nccl_s`, NaN rows skipped): the geometric middle between the largest size
+    that is not and the next, when every larger size is; no entry otherwise."""
     n, size, _ = _arrays(cols)
     graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
     ratio = np.asarray(latency_s, float) / np.asarray(nccl_s, float)
@@ -666,9 +606,8 @@ def detect_handoff(cols: dict[str, Any], latency_s: np.ndarray, nccl_s: np.ndarr
 
 
 def bus_bandwidth(op: str, n: int, size_bytes: float, seconds: float) -> float:
-    """nccl-tests' bus bandwidth: algorithm bandwidth S / t times 2(n-1)/n (all-reduce) or
-    (n-1)/n (all-gather, reduce-scatter). For NVLS all-reduce it can exceed the port bandwidth
-    (each GPU moves (n+1)/n S, not 2(n-1)/n S)."""
+    """nccl-tests' bus bandwidth: S / t times 2(n-1)/n (all-reduce) or (n-1)/n (all-gather,
+    reduce-scatter); above the port bandwidth for NVLS, which moves (n+1)/n S per GPU."""
     factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
     return size_bytes / seconds * factor
 

@@ -4,27 +4,19 @@ forms `elementwise/row` (one CTA per row) and `elementwise/flat` (a flat grid).
 Such a kernel streams its operands once: its time is a launch floor plus the bytes it reads
 and writes over the bandwidth it reaches,
 
-    streaming = bytes / (bandwidth * memory_efficiency * (cache_speedup if the bytes fit in
-                                                               the L2 cache))
-    per_row   = ceil(rows / SMs) * (bytes / rows) / row_bandwidth
+    streaming = bytes / (bandwidth * memory_efficiency * (max(cache_speedup, 1) if the bytes
+                                                          fit in the L2 cache))
+    per_row   = ceil(rows / SMs) * (bytes / rows) / row_bandwidth        (`elementwise/row`)
     time      = floor_s + max(streaming, per_row)
 
-The second term is how row kernels (norms, SiLU-and-mul, rotary) are written: one CTA per row
-walking the row's columns, so a few long rows leave the SMs idle and stream at what one CTA
-pulls (`row_bandwidth`, at most the SM's L1 load path): Vidur's H100 SiLU-and-mul over one
-token takes 15 us at 28672 columns and 2 us at 3584. A kernel written as a flat elementwise
-grid has no such term (`elementwise/flat`; which form a measured kernel is, the fit half
-chooses: the tables' static FP8 quantiser is flat, its fit ran a per-row rate to 10-300x what
-one SM can load).
+Row kernels (norms, SiLU-and-mul, rotary) run one CTA per row, so a few long rows stream at what
+one CTA pulls (`row_bandwidth`, at most the SM's L1 load path); which form a measured kernel
+is, the fit chooses. A working set that fits the L2 was just written or is re-read.
 
-A working set that fits in the L2 cache (device.global_buffer.capacity_bytes) is served from
-it when it was just written (the previous kernel's output) or re-read: the measurements show
-it, e.g. H100 streams ~4 TB/s below its 50 MB L2 and ~3.0 TB/s (90 % of HBM3) above.
-
-The constants are fitted on the one purely memory-bound kernel of the measured tables: static
-FP8 quantisation (read a 16-bit tensor, write it as 8-bit; aiconfigurator's
-`scale_matrix_perf`). Norms and activations do a few more FLOPs per byte, which the vector
-units hide; their bytes per element are in krakenlm.simulator.elementwise (TENSORS_READ).
+The tables' constants are fitted on their one purely memory-bound kernel, static FP8
+quantisation (aiconfigurator's `scale_matrix_perf`: read 16-bit, write 8-bit); the vLLM
+kernels' kinds (OPS_OF_KIND) on Vidur's layer rows (calibration/layers.py). Bytes per element
+of each op are in kernels/template/elementwise.py (TENSORS_READ, TENSORS_WRITTEN).
 """
 
 from __future__ import annotations

@@ -6,15 +6,15 @@ The form follows the launch decisions of FlashAttention's hopper/ code as vLLM's
 (mha_fwd, mha_fwd_get_scheduler_metadata, get_num_splits, get_pack_gqa), heuristics.h
 (num_splits_heuristic), flash_prepare_scheduler.cu (prepare_varlen_num_blocks), tile_size.h
 (tile_size_fwd_sm90) -- and how the two frameworks call it (vLLM
-v1/attention/backends/flash_attn.py; SGLang flashattention_backend.py), then times the kernels
-with the split-KV constants of attention.py plus four of its own. Its structure: the split cap
-(`graph_splits`), which version of FA3's split heuristic runs (`rule`), and whether the key loop
-is bound by its MMAs (`mma_bound`, FP8 caches only).
+v1/attention/backends/flash_attn.py; SGLang flashattention_backend.py), timed with the split-KV
+constants of attention.py plus four of its own. Structure: the split cap (`graph_splits`), the
+version of FA3's split heuristic (`rule`), whether the key loop is bound by its MMAs
+(`mma_bound`, FP8 caches only).
 
-Tile (tile_size_fwd_sm90, decode: one query token, the paged cache read without TMA because the
-query group never exceeds the tile's rows, `get_pagedkv_tma`): the query heads of a GQA group
-are packed into the rows of one tile (PackGQA, always on for a paged non-TMA cache), so a CTA
-serves one (sequence, KV head, split) with `block_m` rows and streams `block_n`-key tiles:
+Tile (tile_size_fwd_sm90; a decode's paged cache is read without TMA, `get_pagedkv_tma`): the
+query heads of a GQA group are packed into the rows of one tile (PackGQA, always on for a paged
+non-TMA cache), so a CTA serves one (sequence, KV head, split) with `block_m` rows and streams
+`block_n`-key tiles:
 
     16-bit: head_dim 64: 192 x 160;  128: 64 x 128 (one MMA warpgroup while the packed group
             fits 64 rows, use_one_mma_wg), else 128 x 128;  192: 128 x 96;  256: 128 x 80
@@ -25,25 +25,18 @@ serves one (sequence, KV head, split) with `block_m` rows and streams `block_n`-
 Splits: `num_splits` is fixed once per launch as an upper bound, then each sequence gets its own
 count in prepare_varlen_num_blocks (the scheduler metadata vLLM computes ahead of the step):
 
-    static  = graph_splits (vLLM: 32), batch <= 512 -- vLLM passes max_num_splits =
-              flash_attn_max_num_splits_for_cuda_graph (32) whenever the step fits its full
-              CUDA graphs (max_cudagraph_capture_size = min(2 max_num_seqs, 512) by default)
-              otherwise num_splits_heuristic(kv_heads x m_blocks, SMs, n_blocks), batch taken
-              as 1 for a varlen launch ("one long sequence and the rest short"); `rule`
-              "vllm-flash-attn" is that fork's version (first count within 0.95 of the best wave efficiency,
-              x0.85 below 4 blocks per split, none up to 8 blocks with >= 32 tiles), "upstream"
-              (0.85, none up to 4 blocks); no split for a batch above 992 (one prepare CTA)
+    static  = graph_splits, batch <= 512 (vLLM passes flash_attn_max_num_splits_for_cuda_graph
+              = 32 whenever the step fits its full CUDA graphs, max_cudagraph_capture_size)
+              otherwise num_splits_heuristic(kv_heads x m_blocks, SMs, n_blocks), batch 1 for a
+              varlen launch; `rule` "vllm-flash-attn" (within 0.95 of the best wave efficiency,
+              x0.85 below 4 blocks per split, none up to 8 blocks with >= 32 tiles) or
+              "upstream" (0.85, none up to 4 blocks); no split above batch 992
     dynamic = clip(ceil(n_blocks / ceil(batch m_blocks n_blocks x 1.1 x kv_heads / SMs)),
                    1, static)                       (aims at ~SMs / 1.1 CTAs in all)
 
-A launch with static > 1 runs the kernel compiled with Split even where every sequence gets one
-split: its CTAs write fp32 partials (`split_item_s` more each) and a combine kernel follows
-(`multiblock_s` launch, `combine_row_s` per (sequence, query head, split) row). The tables show
-it: vLLM's H100 FP8 rows at 2 cached tokens cost 5.8 us per wave of 132 CTAs at batch <= 512
-(graph path, split kernel) and 4.2 us at batch >= 1024 with one KV head; batch 1 with one KV
-head and 128k cached tokens runs 32 CTAs (the cap), not the ~110 of a wave-efficiency rule.
-
-Time: the kernel is persistent (one CTA per SM takes tiles from a semaphore), so
+With static > 1 the Split kernel runs even where a sequence gets one split: fp32 partials
+(`split_item_s` per CTA) and a combine kernel (`multiblock_s`, `combine_row_s` per row). The
+kernel is persistent (one CTA per SM takes tiles from a semaphore):
 
     items  = batch x kv_heads x m_blocks x dynamic;  chunk = ceil(n_blocks / dynamic) block_n
     item   = item_s + chunk head_dim 2 kv_bytes / sm_bandwidth (x (1 + serial_gain): FP8 at
@@ -55,23 +48,10 @@ Time: the kernel is persistent (one CTA per SM takes tiles from a semaphore), so
              + [split] batch heads dynamic combine_row_s / SMs + batch seq_s
     time   = floor_s + [split] multiblock_s + smooth_max(exec, kv / bandwidth; p = overlap_exponent)
 
-The key loop of a CTA is warp-specialised: a producer warpgroup gathers the paged K and V tiles
-(cp.async, no TMA for a paged cache; with FP8 it also transposes V in shared memory) while the
-MMA warpgroups compute QK^T, the softmax and PV for all block_m rows of the tile, of which only
-`group` are real query heads. Either side can bind. The first form charges the gather
-(`sm_bandwidth`, bytes per key) and scales it at FP8 head_dim > 192; `mma_bound` (FP8
-caches only, chosen on the fit half) takes per key the larger of the gather and the MMAs' time
-on the padded tile, 4 block_m head_dim FLOP at the tensor peak of the cache's dtype times
-`mma_efficiency`, and there adds the serialised softmax as `serial_gain` times the MMAs' time
-(no intra-warpgroup overlap: the softmax cannot hide under the next tile's MMAs, and it costs
-less than they do, SERIAL_GAIN_CEILING). Its evidence (fit half, single-wave rows far from the
-bandwidth limit): per key 5.2 / 5.7 / 15.9 ns at head_dim 64 / 128 / 256 in SGLang's H200 FP8
-table and the same on H100 (SM-bound, not HBM-bound), against 3.3 / 4.4 / 8.7 ns of MMAs at
-the FP8 peak (block_m 192 / 128 / 128), where bytes per key go 1 : 2 : 4.
-
-`seq_s` is the varlen tile scheduler: a persistent CTA finds its tile's sequence by walking the
-per-sequence block counts (31 sequences per warp step), so the walk grows with the batch, not
-with the CTAs (fit half: 1/1 and 8/8 heads at equal batch differ by the CTAs, not the walk).
+A producer warpgroup gathers the paged K and V tiles (cp.async; with FP8 it also transposes V)
+while the MMA warpgroups compute all block_m rows of the tile, of which only `group` are real
+query heads: either side can bind. `seq_s` is the varlen tile scheduler's walk over the
+per-sequence block counts (31 sequences per warp step), which grows with the batch.
 """
 
 from __future__ import annotations

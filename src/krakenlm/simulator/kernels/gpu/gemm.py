@@ -1,83 +1,44 @@
 """GEMM (and batched GEMM) on a GPU: CUDA thread-block tiles in waves over the SMs.
 
 C[b, M, N] = A[b, M, K] @ B[b, K, N] runs as thread blocks (CTAs), each computing an Mt x Nt
-tile of C over a K range. A library has a menu of kernels; a form builds the menu of the
-device's architecture class and takes the kernel the library would run. Forms of the family:
-`gemm/cublas` here (cuBLAS, which TensorRT-LLM's FP8 path and every 16-bit table measure), and
-vLLM's and SGLang's FP8 CUTLASS kernels on Hopper and Blackwell in gemm_cutlass.py.
+tile of C over a K range. A form builds the kernel menu of the device's class and takes the
+kernel the library would run: `gemm/cublas` here (cuBLAS: TensorRT-LLM's FP8 path and every
+16-bit table), vLLM's and SGLang's FP8 CUTLASS kernels in gemm_cutlass.py.
 
-cuBLAS (`gemm/cublas`). Candidates, for every tile (Mt, Nt) of the class and every K split s
-in 1, 2, 4, 8, 16:
+cuBLAS (`gemm/cublas`), for every tile (Mt, Nt) of the class and every K split s in SPLITS:
 
-    CTAs      = b * ceil(M / Mt) * ceil(N / Nt) * s
-    waves     = ceil(CTAs / SMs)                 (the last wave may be partial)
-    CTA time  = max(2 Mt Nt ceil(K/s) / (peak / SMs) / compute_efficiency,
-                    ceil(ceil(K/s) / 64) * k_step_latency_s) + wave_overhead_s
-    compute   = waves * CTA time
+    CTAs    = b * ceil(M / Mt) * ceil(N / Nt) * s
+    waves   = ceil(CTAs / SMs)                 (the last wave may be partial)
+    compute = waves * (max(2 Mt Nt ceil(K/s) / (peak / SMs) / compute_efficiency,
+                           ceil(ceil(K/s) / 64) * k_step_latency_s) + wave_overhead_s)
+    memory  = max(DRAM bytes / (bandwidth * memory_efficiency),
+                  (A + B + C bytes) / (L2 bandwidth * l2_efficiency)) + memory_latency_s
+    time    = floor_s + min over candidates of [smooth_max(compute, memory; p = 2.5)
+              + split cost]
 
-A split (s > 1) needs a K slice of at least 256 and costs `split_k_overhead_s` plus the fp32
-partial sums written and read once. Hopper-class devices also have persistent stream-K kernels:
-the same tiles with the MAC loop spread evenly over the SMs (waves = CTAs / SMs, not rounded
-up), and a fix-up of split tiles costing `split_k_overhead_s` when CTAs is not a multiple of
-SMs.
+A split (s > 1) needs a K slice of at least MIN_SPLIT_K and costs `split_k_overhead_s` plus its
+fp32 partial sums written and read once. B and C cross DRAM; A is re-read from L2 when it fits
+there (the previous kernel left it there). The smooth maximum (kernels/numerics.py): compute
+and memory overlap well but not perfectly.
 
-Memory: the weights B stream from DRAM; the activations A are re-read from L2 when they fit in
-it (the measured benchmarks, like a transformer layer, read an activation that the previous
-kernel or call left in L2), from DRAM otherwise; the output C goes to DRAM. Every byte also
-crosses L2:
+Device classes, by the declared kernel generation (hardware/identity.py):
+* Ampere (cuBLAS sm80 kernels): AMPERE_TILES, data-parallel only, and the C store runs after
+  each CTA's main loop (+ C bytes / (bandwidth * memory_efficiency), not overlapped). cuBLAS's
+  heuristic: for K <= BIG_TILE_MAX_K its largest tiles (256x128, 128x256) whenever they give
+  at least BIG_TILE_MIN_FILL x SMs CTAs, even with a nearly empty last wave; else the fastest.
+* Hopper and Blackwell (sm90, sm100): warp-specialised persistent kernels, HOPPER_TILES, an
+  epilogue that overlaps the next tile's main loop, and stream-K: the same tiles with the MAC
+  loop spread evenly over the SMs (waves = CTAs / SMs, not rounded up) plus
+  `split_k_overhead_s` of fix-up when CTAs is not a multiple of SMs; the fastest candidate.
 
-    memory = max(DRAM bytes / (bandwidth * memory_efficiency),
-                 (A + B + C bytes) / (L2 bandwidth * l2_efficiency)) + memory_latency_s
-    time   = floor_s + min over candidates of smooth_max(compute, memory; p = 2.5)
-             [+ split costs]
+FP8 (variant "fp8"): TensorRT-LLM's path quantises A in a separate static-scale kernel, then
+calls cuBLAS: + 3 b M K / (bandwidth * quantize_efficiency); C is 16-bit.
 
-The smooth maximum (kernels/numerics.py, p = OVERLAP_EXPONENT) says compute and memory overlap
-well but not perfectly.
-
-Architecture classes, told apart by the dense 16-bit tensor rate per SM and clock (Ampere 2048
-flop/clk, Hopper 4096, Blackwell 8192; HOPPER_CLASS_FLOP_PER_CLK):
-* Ampere class (cuBLAS sm80 kernels): tiles 64..256 x 64..256, data-parallel only (no
-  stream-K), and the epilogue (C store) runs after each CTA's main loop, so the C write time
-  adds to the kernel rather than overlapping. cuBLAS's heuristic is not the fastest candidate:
-  for K <= BIG_TILE_MAX_K it takes its largest tiles (256x128 or 128x256) whenever they give
-  at least BIG_TILE_MIN_FILL x SMs CTAs, even when that leaves a nearly empty last wave
-  (n = k = 4096 on A100: m = 1024 takes 204 us, m = 768 104 us). Otherwise the fastest
-  candidate is taken.
-* Hopper class (sm90, sm100 kernels): warp-specialised persistent kernels, tiles up to
-  128x256 / 256x128, stream-K, an epilogue that overlaps the next tile's main loop; the fastest
-  candidate is taken.
-
-FP8 (variant "fp8"): the measured call also quantises the 16-bit activation A (read 2 bytes,
-write 1 per element, a separate kernel): + 3 b M K / (bandwidth * quantize_efficiency). The
-output C is 16-bit. That is TensorRT-LLM's FP8 path (a static-scale quantiser, then cuBLAS).
-
-Power-limited rate (structure `power_limit`, offered for SGLang's tables): the tile model's
-rate grows with K (fewer prologues per flop), but in SGLang's tables the rate of large GEMMs
-falls with K: on the fit half, M, N >= 4096, median 1133 -> 1067 -> 918 TFLOP/s for FP8 on
-H100 at K in (1024, 4096], (4096, 8192], > 8192 (H200 1184 -> 1140 -> 1076; bf16 H100 720 ->
-722 -> 710, H200 706 -> 689 -> 679). We read this as the clocks dropping below boost once a
-long GEMM holds the board at its power limit (the collector's weights are uniform over the
-whole FP8 range: many toggling bits), so the cap is a rate, not a tile property:
-
-    compute >= t = 2 b M N K / (peak * power_efficiency)          (every candidate)
-
-and compute_efficiency is left to describe short GEMMs at boost clocks. How far the rate falls
-further as the die heats during the benchmark's bursts is a property of that benchmark, not of
-the kernel (measurements/harness.py: `Conditions.burst_heat`): with it the floor becomes
-t (1 + gain (1 - exp(-t / time_constant_s))); a served model's layer never has it.
-
-The benchmark (aiconfigurator's collectors) times 5 (TensorRT-LLM) or 6 (vLLM, SGLang) copies
-of the layer in turn, each with its own weights, and divides by the copies. When all the
-copies' weights and outputs fit in L2 together with the activation (`weight_copies` x (B + C
-bytes) + A bytes <= L2), the weights are read from L2, not DRAM (`Conditions.weight_copies`,
-chosen on the fit half with the harness; it matters on L40S: 96 MB of L2 in front of 864 GB/s
-of GDDR6). A real model's layer reads its weights once per step: a query runs with no copies.
-
-The fit starts from FIT_STARTS as well as the initial values: the objective is kinked (the
-fastest candidate changes with the constants), so each combination of K-step and per-wave
-regimes is a separate basin. The geometry of the shapes (everything that does not depend on
-the constants) is kept for the last few column sets, so a fit re-evaluates only the constants'
-arithmetic, as a handful of arrays (rows x candidates).
+Power limit (structure `power_limit`, SGLang's tables): there the rate of large GEMMs falls with
+K, read as the clocks dropping below boost under the board's power limit: every candidate's
+compute is at least 2 b M N K / (peak * power_efficiency). The die heating over a benchmark's
+bursts and its weight copies kept in L2 belong to the harness (measurements/harness.py:
+`Conditions.burst_heat`, `weight_copies`); a query has neither.
 """
 
 from __future__ import annotations
@@ -121,7 +82,6 @@ FIT_STARTS = tuple({"k_step_latency_s": ks, "wave_overhead_s": wo}
                    for ks in (1e-9, 3e-8, 3e-7) for wo in (4e-7, 1.5e-6))
 
 OVERLAP_EXPONENT = 2.5  # p of the smooth max of compute and memory time
-HOPPER_CLASS_FLOP_PER_CLK = 3000  # dense 16-bit flop per SM and clock: A100 2048, H100 4096
 AMPERE_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64), (128, 256),
                 (256, 128))
 HOPPER_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (64, 256), (128, 256), (256, 128))

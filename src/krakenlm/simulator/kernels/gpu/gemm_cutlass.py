@@ -2,21 +2,17 @@
 kernel whose tile the framework's dispatch picks from M (forms `gemm/vllm-cutlass-fp8` and
 `gemm/sglang-cutlass-fp8`).
 
-What the aiconfigurator collectors time per FP8 row (collector/vllm/collect_gemm.py and
-collector/sglang/collect_gemm.py, 6 copies of the layer in a CUDA graph, latency / 6):
+Per FP8 row the collectors (collector/{vllm,sglang}/collect_gemm.py) time:
 
 * vLLM (`RowParallelLinear` with `Fp8Config(activation_scheme="static")`,
   CutlassFP8ScaledMMLinearKernel): `static_scaled_fp8_quant` (csrc/quantization/w8a8/fp8/
-  common.cu: one 256-thread CTA per token row; reads the 16-bit activation, writes FP8), then
-  `cutlass_scaled_mm`.
+  common.cu: one 256-thread CTA per token row), then `cutlass_scaled_mm`.
 * SGLang: `sgl_per_token_quant_fp8` (sgl-kernel per_token_quant_fp8.cu: a dynamic per-token
-  scale, so each row's amax is found before it is quantised; one CTA per row below 16 rows per
-  SM, one warp per row and 8 rows per CTA above), then sgl-kernel's `fp8_scaled_mm`.
+  scale; one CTA per row below 16 rows per SM, one warp per row and 8 rows per CTA above), then
+  sgl-kernel's `fp8_scaled_mm`.
 
-Neither CUTLASS kernel splits K or uses stream-K: the tiles run in waves over the SMs
-(persistent, data-parallel), so a GEMM of a few large tiles leaves SMs idle, unlike cuBLAS's
-stream-K kernels that TensorRT-LLM's FP8 path and the 16-bit tables measure (gemm.py).
-The tile (rows Mt x columns Nt of C per CTA) per M, as dispatched:
+Neither CUTLASS kernel splits K or uses stream-K: the tiles run in persistent, data-parallel
+waves over the SMs. The tile (Mt x Nt of C per CTA) per M, as dispatched:
 
 * vLLM sm90 (scaled_mm_sm90_fp8_dispatch.cuh): M <= 16: 16 x 64 (swap-AB: a 64-wide tile of
   weights against 16 tokens); M <= 64: 16 x 64 when N <= 1280, else 64 x 64; M <= 128:
@@ -24,65 +20,38 @@ The tile (rows Mt x columns Nt of C per CTA) per M, as dispatched:
 * vLLM sm100 (scaled_mm_sm100_fp8_dispatch.cuh): M <= 16: 32 x 128 (swap-AB); M <= 64:
   64 x 128 (swap-AB), 64 x 64 when M = 64 and K < 4096; above: 128 x 128 per SM (256 x 128
   over an SM pair beyond M = 256).
-* SGLang, structure `tile_table` (chosen on the fit half):
-  - 0: sm90 as fp8_gemm_kernel.cu's in-file dispatch reads (`sm90_fp8_dispatch_shape`):
-    64 x 64 up to M = 256, then 128 x 128; sm100: 64 x 64 up to M = 64, then 128 x 128 per SM.
-  - 1: 64 x 64 up to M = 64, 64 x 128 up to 128, then 128 x 128 in clusters of 2 along M. The
-    sm90 tables step where this table does (SGLang's time at N = 1024, K = 4096 on H100: 7.5 us
-    to M = 64, 10.3 us to 128, 17.5 us from 129, like vLLM's 128 x 128 tiles), not at M = 256
-    as table 0's source says: the measured sgl-kernel is newer than that source.
-  - 3 (sm90 only): the dispatch the measured sgl-kernel runs, read in
-    csrc/cutlass_extensions/gemm/fp8_gemm_sm90_dispatch.cuh (sglang PR #25532, "SM90 swap-AB
-    scaled_mm dispatch": `sgl_kernel.fp8_scaled_mm`, which the collector times with per-token
-    activation and per-channel weight scales, calls it on sm90). Up to M = 64 tokens it swaps
-    A and B (the weights fill the 64-row kernel tile, the tokens the narrow one) with 256-deep
-    K tiles: 16 token columns up to M = 16 (clusters of 2 along the tokens when N <= 1280),
-    then 16 in clusters of 4 when N <= 1280, else 32 up to M = 32 and 64 up to 64; M in
-    (64, 128]: 64 x 64 (N <= 4096) or 64 x 128 in 2 x 1 clusters; beyond, 128 x 128 in 2 x 1
-    clusters, all 128-deep. The tables bear it out where table 1 and vLLM's differ: for
-    N > 1280 and K >= 4096 SGLang's median time steps from M = 32 to 33 (+4 % H100, +21 % H200)
-    but not from 16 to 17 (+0 / +2 %), where vLLM's 64-token swap tile steps (+14 / +35 %; fit
-    half, `python benchmarks/sim_sglang_gemm_tables.py`).
+* SGLang, structure `tile_table` (chosen by the fit):
+  - 0: fp8_gemm_kernel.cu's in-file dispatch (`sm90_fp8_dispatch_shape`): sm90 64 x 64 up to
+    M = 256, then 128 x 128; sm100 64 x 64 up to M = 64, then 128 x 128 per SM.
+  - 1: 64 x 64 up to M = 64, 64 x 128 up to 128, then 128 x 128 in clusters of 2 along M (the
+    sm90 tables step at M = 64 and 128, not at 256: the measured sgl-kernel is newer than
+    table 0's source).
+  - 3 (sm90 only): csrc/cutlass_extensions/gemm/fp8_gemm_sm90_dispatch.cuh (sglang PR #25532,
+    "SM90 swap-AB scaled_mm dispatch"). Up to M = 64 it swaps A and B (the weights fill the
+    64-row kernel tile) with 256-deep K tiles: 16 token columns up to M = 16 (clusters of 2
+    along the tokens when N <= 1280), then 16 in clusters of 4 when N <= 1280, else 32 up to
+    M = 32 and 64 up to 64; M in (64, 128]: 64 x 64 (N <= 4096) or 64 x 128 in 2 x 1
+    clusters; beyond, 128 x 128 in 2 x 1 clusters, all 128-deep.
 
-CUTLASS's persistent scheduler rounds the tile grid up to whole thread-block clusters (vLLM
-sm90: 2 x 1 tiles from M = 65; SGLang beyond M = 1024 as read, from 129 in table 1): M = 257
-runs 4 rows of 128-row tiles, not 3, and costs SGLang 20-40 % more than M = 256 on H200.
+CUTLASS's persistent scheduler rounds the tile grid up to whole thread-block clusters (`tiles`).
+SGLang's sm90 main loop runs whole 128-deep K tiles (256 for table 3's swap-AB ones):
+K' = ceil(K / K tile) * K tile. Time (gemm.py's constants without split-K, plus `quant_cta_s`):
 
-Time (the constants of gemm.py without split-K, plus `quant_cta_s`; SGLang's also
-`oob_row_s` and the power-limited rate of gemm.power_time):
-
-    compute = waves * max(2 Mt Nt K / (peak / SMs) / compute_efficiency,
-                          ceil(K / 64) * k_step_latency_s) + waves * wave_overhead_s
-              [+ oob waves * ceil(K / 64) * oob rows * oob_row_s]
-    compute = max(compute, t),  t = 2 M N K / (peak * power_efficiency)     (SGLang)
+    compute = waves * (max(2 Mt Nt K' / (peak / SMs) / compute_efficiency,
+                           ceil(K' / 64) * k_step_latency_s) + wave_overhead_s)
+              [+ oob waves * ceil(K' / 64) * oob rows * oob_row_s]           (SGLang)
+    compute = max(compute, 2 M N K / (peak * power_efficiency))             (SGLang)
     memory  = max(DRAM bytes / (bandwidth * memory_efficiency),
                   (L2 bytes + padded bytes) / (L2 bandwidth * l2_efficiency)) + memory_latency_s
     quant   = smooth_max(3 M K bytes / (bandwidth * quantize_efficiency),
                          quantisation CTAs * quant_cta_s; p = 2.5)
     time    = floor_s + smooth_max(compute, memory; p = 2.5) + quant
 
-SGLang's sm90 kernels all have 128-deep K tiles (TileShape Mt x Nt x 128; table 3's swap-AB
-ones 256-deep), so their main loop runs ceil(K / 128) whole tiles: K = 32 or 64 costs what
-K = 128 does.
-
-`oob_row_s` (SGLang): the rows of the last token tile past the last token are loaded as zeros
-(the TMA box crosses the tensor's edge) and multiplied like the others: SGLang's FP8 rows just
-past a tile boundary (M = 129, 257, 513 ...) take longer than the tile work alone gives, so
-each wave that holds such a tile is charged a cost per zero-filled row and K step. Which waves
-hold such a tile follows CUTLASS's raster order.
-
-Padded bytes (SGLang on sm90): the zero-filled token rows also cost like rows moved through
-L2, once per weight tile column: weight tile columns x padded rows x K bytes. On the fit half
-the cost of a padded tile row grows with N, which a per-wave cost cannot give: t(129) / t(256)
-(127 padded rows of 128 x 128 tiles, or none) is 0.97 / 0.98 (H100 / H200) for N <= 4096 and
-1.26 / 1.30 above, and SGLang's 64 x 64 tiles (N <= 4096, twice vLLM's weight tile columns)
-pay t(65) / t(128) = 1.24 / 1.27 where vLLM's 64 x 128 pay 1.01 / 1.03 (`python
-benchmarks/sim_sglang_gemm_tables.py`). Why zero-filled rows cost like loaded ones was not
-found in a source; Blackwell's tables were not examined for it.
-
-`quant_cta_s` is the GPU time a CTA of the quantisation kernel costs, spread over the SMs
-(launch, one load-convert-store chain): vLLM's one CTA per token costs 0.24 ms for 32768
-tokens of K = 32 on H100 whatever N, where SGLang's 8-rows-per-CTA kernel costs 0.02 ms.
+SGLang loads the rows of the last token tile past the last token as zeros (the TMA box crosses
+the tensor's edge) and multiplies them: each wave holding such a tile (CUTLASS's raster order)
+pays `oob_row_s` per row and K step, and on sm90 they cross L2 once per weight tile column
+(padded bytes = weight tile columns x padded rows x K' bytes; read from the tables, not a
+source). `quant_cta_s`: one quantisation CTA's GPU time, spread over the SMs.
 """
 
 from __future__ import annotations
@@ -116,7 +85,6 @@ OOB_ROW = Param("oob_row_s", "seconds", 5e-10, "extra K-loop time per 64-deep K 
 VLLM, SGLANG = "vllm", "sglang"  # whose dispatch (the framework)
 CUTLASS_PARAMS = tuple(q for q in PARAMS if q.name != "split_k_overhead_s") + (QUANT_CTA,)
 SGLANG_TABLES = (0, 1, 3)  # tile tables (the module docstring); 3 is sm90's
-BLACKWELL_CLASS_FLOP_PER_CLK = 6000  # dense 16-bit flop per SM and clock: H100 4096, B200 8192
 K_STEP = 64
 SGLANG_SM90_K_TILE = 128  # fp8_gemm_kernel.cu: every sm90 TileShape is Mt x Nt x 128
 SWAP_K_TILE = 256  # fp8_gemm_sm90_dispatch.cuh: the swap-AB TileShapes are 64 x Nt x 256

@@ -1,10 +1,7 @@
 """Tile geometry of prefill (context) attention kernels, for attention.py's `context/flash`.
 
-A FlashAttention-style prefill kernel runs one CTA per tile of `block_m` query rows of one
-head (or of one KV head's group of query heads when it packs GQA) and loops over `block_n`-key
-blocks up to the causal diagonal. Which tiles a kernel uses is read from the libraries'
-sources, not fitted; `attention.py` names the kernels whose menus are tried (a structural
-choice per framework, kept when it gives the lower fit-half error):
+Which tiles a prefill kernel uses is read from the libraries' sources, not fitted
+(attention.CONTEXT_MENUS names the menus each framework's fit tries):
 
 * `block_m`: 64 for FlashAttention-2's split-KV kernel (vLLM on Ampere: a paged KV cache
   forces that kernel, `kBlockM = 64` for every head size) and TensorRT-LLM's fmha_v2 Ampere
@@ -21,10 +18,8 @@ choice per framework, kept when it gives the lower fit-half error):
   packed only for single-token queries (FA2 swaps a GQA group into the query rows when
   seqlen_q == 1, `seqlenq_ngroups_swapped`, and runs unpacked otherwise).
 
-Causal work is counted per tile, not averaged: tile j (1-based) holds the queries up to token
+Causal work is counted per tile: tile j (1-based) holds the queries up to token
 ceil(j block_m / g), so it visits ceil(min(ceil(j block_m / g), isl) / block_n) key blocks.
-With 64-row tiles and 128-key blocks two consecutive tiles visit the same blocks; an
-(nk + 1) / 2 average would be exact only when block_m == block_n and g == 1.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """TensorRT-LLM's decode attention: its XQA / masked-MHA dispatch (`generation/trtllm-xqa`) and
 a discrete stand-in for it (`generation/trtllm-discrete`).
 
-The tables show TensorRT-LLM's decode kernels (XQA for GQA, masked MHA for MHA) follow discrete
-rules attention.py's smooth form cannot: (1) MHA and GQA rows differ already at 2 cached tokens
-(separate launch floors); (2) multi-block mode, when taken, adds a fixed ~4-5 us (the extra
-reduction pass: an H100 single-head batch takes 11 us at 256 tokens, 15 us at 512, then stays
-at 16 us up to 32k tokens); (3) a GQA CTA's time at short caches grows with head_dim and
-doubles past 16 query heads per KV head (one 16-row Q tile per pass).
-
 Discrete form (`generation/trtllm-discrete`; what fits the Blackwell tables, where TensorRT-LLM
 runs its trtllm-gen kernels instead of XQA: xqaDispatcher.cpp, mUseTllmGen = isSM100Family()):
 
@@ -21,28 +14,19 @@ runs its trtllm-gen kernels instead of XQA: xqaDispatcher.cpp, mUseTllmGen = isS
     time      = floor + smooth_max(exec, kv / bandwidth; p = overlap_exponent)
                 (exec, kv, bandwidth as in attention.py)
 
-MULTIBLOCK_MIN_TOKENS and MULTIBLOCK_WAVES are fixed (of 256/512/1024 tokens and 1/2/4/8
-waves, the H100 fit half picks 256 and 4); the query-tile rows `q_tile_rows` (8 or 16) are
-the structure.
+The structure is the query-tile rows `q_tile_rows` (8 or 16).
 
-Dispatch form (`generation/trtllm-xqa`): TensorRT-LLM's own launch decisions, read in its
-public source (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/:
-decoderXQAImplJIT.cpp, decoderXQAImplCommon.h, decoderXQAConstants.h,
-decoderXQAImplJIT/kernelUtils.cpp, decoderMaskedMultiheadAttentionLaunch.h; cpp/kernels/xqa/
-mha.h, mha.cu, mha_sm90.cu), each kernel timed with a few constants:
-
-Which kernel (per row)
-  * MHA (group == 1): masked MHA ("MMHA"): XQA is not used for vanilla MHA at beam 1.
+Dispatch form (`generation/trtllm-xqa`): TensorRT-LLM's launch decisions, read in
+cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/ (decoderXQAImplJIT.cpp,
+decoderXQAImplCommon.h, decoderXQAConstants.h, decoderXQAImplJIT/kernelUtils.cpp,
+decoderMaskedMultiheadAttentionLaunch.h) and cpp/kernels/xqa/ (mha.h, mha.cu, mha_sm90.cu):
+  * MHA (group == 1): masked MHA ("MMHA"); XQA is not used for vanilla MHA at beam 1.
   * GQA: XQA when `batch * kv_heads * max(1, kv_len // XQA_MIN_HISTORY) * XQA_ENABLE_FACTOR
-    >= SMs` (mayHavePerfGain), MMHA otherwise -- for the HMMA XQA kernel. The tables'
-    Hopper FP8-KV rows never show MMHA on GQA (5.7 us at batch 1 where MMHA takes 9 us, no
-    MMHA multi-block step), so the QGMMA form uses XQA for every GQA row.
+    >= SMs` (mayHavePerfGain), MMHA otherwise; the QGMMA form uses XQA for every GQA row.
   * XQA kernel (structure `kernel`): "hmma" (mha.cu; 16-row query tiles, warpTile.y =
-    roundUp(group, 16); RoPE and the KV-cache append in a separate preprocessing launch, part
-    of `floor_s`; Ampere, Ada, Hopper with a 16-bit cache) or "qgmma" (mha_sm90.cu, the Hopper
-    FP8-KV kernel, offered on sm90 only: supportConfigQGMMA; the query heads padded to 8 rows,
-    ctaNbQHeads = roundUp(group, 8); RoPE inside the kernel when the rotary dimension fits the
-    head, appliesRoPEInXqaKernel, otherwise the preprocessing launch runs too: `rope_s`).
+    roundUp(group, 16); RoPE and the cache append in a preprocessing launch, part of
+    `floor_s`) or "qgmma" (mha_sm90.cu, Hopper FP8-KV only, supportConfigQGMMA; ctaNbQHeads =
+    roundUp(group, 8); RoPE in the kernel when appliesRoPEInXqaKernel, else `rope_s`).
 
 XQA: one CTA per (sequence, KV head, block); blocks per sequence (computeMultiBlockCount):
     mb = kv_len // XQA_MIN_HISTORY;  mb = min(mb, round(sqrt(8 mb)));  mb = max(mb, 1)
@@ -54,43 +38,26 @@ XQA: one CTA per (sequence, KV head, block); blocks per sequence (computeMultiBl
     time = floor_s + (mb > 1) (multiblock_s + mb merge_s) + [rope_s] + waves(cta, slots)
            + items * group * head_s / SMs
 
-Multi-block merge (`merge_s`): with mb > 1 the CTA of a sequence that finishes last (a
-semaphore counts them) merges the mb partial outputs and row sums itself, one block after
-another: a few IO warps keep a handful of loads in flight and the math warps rescale and add
-each block in turn (mha_sm90.cu, the `isLastCta` loop; the HMMA kernel's 16-bit tables show the
-same shortfall, so both kernels carry the term). The merge is a serial chain of one L2 round
-trip per block, after the waves; it matters at batch 1 with 8k-128k cached tokens, where mb
-reaches 23-91.
+`merge_s`: with mb > 1 the last CTA of a sequence merges the mb partial outputs itself, one
+block after another (mha_sm90.cu, the `isLastCta` loop): a serial chain after the waves.
 
-QGMMA residency (structure `large_tile_residency`): mha_sm90.cu's launch bound gives 3
-resident CTAs per SM while ctaNbQHeads x headElems <= 128 x 16 and 2 beyond, i.e. a large
-tile's CTA holds 3/2 of what a small one does; with the rule the large tiles' waves count
-SMs x 2/3 slots. The H200 FP8 tables split the same way: tiles of up to 2048 rows x elements
-behave as the small-tile model at every batch, larger ones (32 x 128, 16 x 256, 32 x 256) run
-slower, most at batch 512-2048 where throughput sets the time. The residency does not explain
-all of the large tiles' behaviour at batch 64-128 and 1024-2048 (docs/results-simulator.md).
+Structure `large_tile_residency`: mha_sm90.cu's launch bound gives 3 resident CTAs per SM
+while ctaNbQHeads x headElems <= 128 x 16 and 2 beyond (SMs x 2/3 slots for large tiles).
 
-MMHA: one CTA per (sequence, query head, tile) -- a GQA group reads its K/V once per query
-head. The launcher sizes the block by occupancy (mmha_launch_kernel_ex): 256 threads when the
-CTAs fill MMHA_BLOCKS_PER_SM waves, else 256 x min(ceil(MMHA_BLOCKS_PER_SM SMs / CTAs), 4)
-rounded down to 256/512/1024; smaller blocks share an SM (1024 / threads resident). Tiles per
-sequence (multi_block_grid_setup): min(ceil(SMs / (batch heads)), ceil((kv_len + 1) /
-keys_per_loop)) with keys_per_loop = 1024 / (d_pad / 8) * 8 (one unrolled K loop of a
-1024-thread block, d_pad / 8 threads per key). A CTA whose chunk reaches one K-loop
-iteration (threads / (d_pad / 8) keys) pays `mha_loop_s` once: the tables show a ~1.5-2 us
-step exactly there at every block size (H100 bf16: 64 keys at 1024 threads, 32 at 512, 16 at
-256; fit half).
+MMHA: one CTA per (sequence, query head, tile): a GQA group reads its K/V once per query head.
+Block size by occupancy (mmha_launch_kernel_ex, `mmha_threads`); tiles per sequence
+(multi_block_grid_setup): min(ceil(SMs / (batch heads)), ceil((kv_len + 1) / keys_per_loop)),
+keys_per_loop = 1024 / (d_pad / 8) * 8. A CTA whose chunk reaches one K-loop iteration
+(threads / (d_pad / 8) keys) pays `mha_loop_s` once:
     cta  = mha_item_s + [mha_loop_s] + chunk * d_pad * 2 * kv_bytes / mha_sm_bandwidth
     time = mha_floor_s + (tiles > 1) mha_multiblock_s + waves(cta)
 
 Head sizes are padded to 64/128/256 inside both kernels (XQA headElems, MMHA dh_max): `d_pad`
 times the CTA, the valid `head_dim` the HBM bytes.
 
-waves(cta): CTAs run in waves of `slots` (SMs x resident CTAs); a full wave takes the smooth
-maximum (p = overlap_exponent) of one CTA's latency and the wave's bytes at the HBM (or warm L2)
-bandwidth, the last partial wave the same with its own bytes, so a small tail wave is
-latency-bound even when the full waves are bandwidth-bound (H100 MHA, batch 1, 32 heads, 32k
-tokens: 160 CTAs, 228 us).
+waves(cta): CTAs run in waves of `slots` (SMs x resident CTAs); each wave, the partial last one
+with its own bytes, takes the smooth maximum (p = overlap_exponent) of one CTA's latency and the
+wave's bytes at the HBM (or warm L2) bandwidth.
 """
 
 from __future__ import annotations
@@ -179,7 +146,9 @@ def xqa_worth_it(sms: int, batch, kv_heads, kv_len) -> np.ndarray:
 
 
 def mmha_threads(sms: int, ctas) -> np.ndarray:
-    """Threads per masked-MHA block: the launcher grows the block while CTAs leave SMs idle."""
+    """Threads per masked-MHA block (mmha_launch_kernel_ex): 256 when the CTAs fill
+    MMHA_BLOCKS_PER_SM waves, else 256 x min(ceil(MMHA_BLOCKS_PER_SM SMs / CTAs), 4) rounded
+    down to 256/512/1024."""
     ctas = np.asarray(ctas, float)
     factor = np.minimum(np.ceil(MMHA_BLOCKS_PER_SM * sms / ctas),
                         MMHA_MAX_THREADS / MMHA_MIN_THREADS)
