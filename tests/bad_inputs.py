@@ -192,6 +192,8 @@ CASES: list[BadInput] = [
     case("sim run --system a100-80gb-x8 --model llama3-8b --tp 3 --prompt 8 --gen 2",
          "does not divide"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --dtype fp7", "fp7"),
+    case("sim run --system a100-80gb-x8 --model kraken-mini8-2way-head128 --prompt 8 --gen 2",
+         "widens its LM head (lm_head_width 128), a training ablation the simulator does not"),
     case("sim run --system nope --model llama3-8b --prompt 8 --gen 2", "unknown system 'nope'"),
     case("sim run --system {badhw} --model llama3-8b --prompt 8 --gen 2", "bandwith"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software nope", "nope"),

@@ -235,6 +235,7 @@ def test_cli_export_then_load(tmp_path, capsys):
     ("out-not-empty", "already exists and is not empty; choose another directory or pass --force"),
     ("out-is-file", "is a file; give a directory path"),
     ("out-is-the-checkpoint", "would replace the model being read"),
+    ("widened-head", "widens its LM head \\(lm_head_width 32\\).*does not carry"),
 ])
 def test_cli_export_errors_are_one_line(case, message, tmp_path, capsys):
     ckpt, out = tmp_path / "c", tmp_path / "hf"
@@ -250,6 +251,8 @@ def test_cli_export_errors_are_one_line(case, message, tmp_path, capsys):
     if case == "out-is-the-checkpoint":
         checkpoint_of(random_model(CONFIGS["gpt"]), ckpt)
         out = ckpt
+    if case == "widened-head":
+        checkpoint_of(random_model({**CONFIGS["kraken-2way"], "lm_head_width": 32}), ckpt)
     code, err = _cli(["export", "hf", "--checkpoint", str(ckpt), "--out", str(out), "--force"]
                      if case == "out-is-the-checkpoint" else
                      ["export", "hf", "--checkpoint", str(ckpt), "--out", str(out)], capsys)

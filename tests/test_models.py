@@ -104,7 +104,8 @@ def test_kraken_first_layer_sublayers_do_not_interact():
 
 @pytest.mark.parametrize("name", ["gpt-tiny", "parallel-tiny", "kraken-tiny-2way",
                                   "kraken-tiny-4way", "kraken-125m-2way", "kraken-125m-6way",
-                                  "gpt2-124m", "parallel-124m"])
+                                  "gpt2-124m", "parallel-124m", "kraken-mini8-2way-head128",
+                                  "kraken-mini8-2way-untied"])
 def test_module_parameter_count_equals_config(name):
     cfg = get_preset(name)
     with torch.device("meta"):
@@ -122,6 +123,41 @@ def test_optional_features_count_and_run(kw, arch, degree):
     assert model.num_params() == cfg.num_params()
     idx = torch.randint(0, cfg.vocab_size, (2, 9))
     assert model(idx).shape == (2, 9, cfg.vocab_size)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(tie_embeddings=False), dict(bias=True)])
+def test_widened_head_has_its_width_counts_and_trains_one_step(kw):
+    """lm_head_width: the conjunction maps the streams to w, the head has rank w; a tied
+    embedding is w wide and projected down to e; one AdamW step moves every parameter."""
+    torch.manual_seed(0)
+    cfg = tiny("kraken", degree=2, lm_head_width=48, **kw)
+    model = Transformer(cfg)
+    assert model.num_params() == cfg.num_params()
+    assert model.head_weight.shape == (cfg.vocab_size, 48)
+    assert torch.linalg.matrix_rank(model.head_weight).item() == 48
+    assert model.conj.weight.shape == (2, 32, 48)
+    tied = cfg.tie_embeddings
+    assert model.tok_emb.weight.shape[1] == (48 if tied else 32)
+    assert (model.emb_proj is not None) == tied
+    if tied:  # the projection keeps the embedding's scale
+        assert model.emb_proj(model.tok_emb.weight).std().item() == pytest.approx(0.02, rel=0.1)
+    idx = torch.randint(0, cfg.vocab_size, (2, 9))
+    assert model(idx).shape == (2, 9, cfg.vocab_size)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loss = model(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    optimizer.step()
+    assert math.isfinite(loss.item())
+    unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
+    assert unchanged == []
+
+
+def test_widened_head_is_kraken_only():
+    with pytest.raises(ConfigError, match="'lm_head_width': only Kraken"):
+        tiny("gpt", lm_head_width=48)
+    with pytest.raises(ConfigError, match="'lm_head_width': must be a positive integer"):
+        tiny("kraken", degree=2, lm_head_width=0)
 
 
 def test_init_follows_spec():

@@ -83,6 +83,11 @@ def test_mini8_width_ablations_change_only_their_one_field():
     assert untied.num_params() - k2.num_params() == k2.vocab_size * k2.d_model
     h4 = get_preset("kraken-mini8-2way-h4")
     assert h4 == k2.replace(n_heads=gpt.n_heads) and h4.num_params() == k2.num_params()
+    head128 = get_preset("kraken-mini8-2way-head128")
+    assert head128 == k2.replace(lm_head_width=128)
+    assert head128.head_width == gpt.head_width == 128 and k2.head_width == 112
+    # a wider tied embedding, its 128 -> 112 projection, a wider conjunction and final norm
+    assert head128.num_params() - k2.num_params() == 4096 * 16 + 128 * 112 + 2 * 112 * 16 + 16
 
 
 def test_mini8_size_trend_presets_span_4x_and_are_parameter_matched():

@@ -21,6 +21,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from ..errors import KrakenError
 from ..fileio import os_error_from
 from ..models.config import ModelConfig
 from ..runtime.model_and_tokenizer import load_model_and_tokenizer
@@ -67,6 +68,10 @@ def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
     check_output_dir(out_dir, force, "Hugging Face model", Path(checkpoint_dir))
     model, tokenizer = load_model_and_tokenizer(checkpoint_dir)
     config = model.config
+    if config.lm_head_width is not None:
+        raise KrakenError(f"checkpoint {checkpoint_dir} widens its LM head (lm_head_width "
+                          f"{config.lm_head_width}), a training ablation the Hugging Face "
+                          "export does not carry; only models without it can be exported")
     family = None if remote_code else native.native_family(config)
     state = {name: t.detach() for name, t in model.state_dict().items()}
     if family == "gpt2":

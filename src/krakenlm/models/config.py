@@ -52,6 +52,10 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # Kraken only, a width ablation: the conjunction maps the d streams to this width (instead
+    # of e), the final norm and LM head work at it, and a tied embedding is this wide, projected
+    # down to e before the streams. None: e (the spec's model).
+    lm_head_width: int | None = None
 
     def __post_init__(self) -> None:
         self._validate()
@@ -95,6 +99,12 @@ class ModelConfig:
              f"is {self.position!r}; use one of {POSITIONS}")
         need(self.position != "rope" or self.head_dim % 2 == 0, "position",
              f"rope needs an even head dimension, got {self.head_dim}")
+        need(self.lm_head_width is None or (isinstance(self.lm_head_width, int)
+                                             and not isinstance(self.lm_head_width, bool)
+                                             and self.lm_head_width > 0), "lm_head_width",
+             f"must be a positive integer (or null: d_model), got {self.lm_head_width!r}")
+        need(self.lm_head_width is None or self.arch == "kraken", "lm_head_width",
+             f"only Kraken has a conjunction to widen; use null for {self.arch!r}")
         need(self.norm_eps > 0, "norm_eps", "must be positive")
         need(self.rope_theta > 0, "rope_theta", "must be positive")
 
@@ -106,6 +116,22 @@ class ModelConfig:
     @property
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def head_width(self) -> int:
+        """Width of the final norm and LM head (Kraken's conjunction output): d_model unless
+        `lm_head_width` widens it."""
+        return self.d_model if self.lm_head_width is None else self.lm_head_width
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the token embedding: the head's when it is tied, else d_model."""
+        return self.head_width if self.tie_embeddings else self.d_model
+
+    @property
+    def has_embedding_projection(self) -> bool:
+        """A tied embedding wider than the streams is projected down to d_model first."""
+        return self.embedding_width != self.d_model
 
     @property
     def has_conjunction(self) -> bool:
@@ -145,17 +171,19 @@ class ModelConfig:
 
     def embedding_params(self) -> int:
         positions = self.context_len * self.d_model if self.position == "learned" else 0
-        return self.vocab_size * self.d_model + positions
+        projection = self.embedding_width * self.d_model if self.has_embedding_projection else 0
+        return self.vocab_size * self.embedding_width + projection + positions
 
     def num_params(self) -> int:
         """Every parameter counted once (a tied LM head is the token embedding)."""
         total = self.embedding_params()
         total += self.n_layers * self.degree * self.params_per_sublayer()
+        w = self.head_width
         if self.has_conjunction:
-            total += self.degree * self.d_model * self.d_model + (self.d_model if self.bias else 0)
-        total += self.norm_params()  # final norm
+            total += self.degree * self.d_model * w + (w if self.bias else 0)
+        total += self.norm_params() * w // self.d_model  # final norm, over the head's width
         if not self.tie_embeddings:
-            total += self.vocab_size * self.d_model
+            total += self.vocab_size * w
         return total
 
     def kv_cache_values_per_token(self) -> int:
@@ -171,9 +199,11 @@ class ModelConfig:
         t = self.context_len if context_tokens is None else context_tokens
         dense = self.n_layers * self.degree * (self.attention_params_per_sublayer()
                                                + self.ffn_params_per_sublayer())
+        if self.has_embedding_projection:
+            dense += self.embedding_width * self.d_model
         if self.has_conjunction:
-            dense += self.degree * self.d_model * self.d_model
-        dense += self.vocab_size * self.d_model  # LM head
+            dense += self.degree * self.d_model * self.head_width
+        dense += self.vocab_size * self.head_width  # LM head
         attention = self.n_layers * self.degree * 2 * self.d_model * t  # QK^T and AV
         return 2 * dense + 2 * attention
 

@@ -134,6 +134,12 @@ def _build() -> dict[str, ModelConfig]:
     p["gpt-mini8-w112"] = p["gpt-mini8"].replace(d_model=k2.d_model, ffn_dim=4 * k2.d_model)
     p["kraken-mini8-2way-untied"] = k2.replace(tie_embeddings=False)
     p["kraken-mini8-2way-h4"] = k2.replace(n_heads=p["gpt-mini8"].n_heads)
+    # Kraken 2-way with GPT's full-width (128) head: the conjunction maps the two 112-wide
+    # streams to 128 (2 x 112 x 128), the final norm and the tied LM head are 128 wide (rank
+    # 128, like gpt-mini8's), and the tied 128-wide embedding is projected down to the streams'
+    # 112 (a 128 x 112 matrix). Streams, heads and layers unchanged: 2.20M parameters, 84k
+    # (4 %) more than kraken-mini8-2way, 2.13M for gpt-mini8.
+    p["kraken-mini8-2way-head128"] = k2.replace(lm_head_width=p["gpt-mini8"].d_model)
 
     # The mini8 pair at other widths (8 layers, 4 GPT heads, Kraken 2-way with 2 heads per
     # stream, parameter-matched): 64 (0.67M parameters), 128 (gpt-mini8, 2.1M) and 160 (3.2M),

@@ -294,15 +294,18 @@ class Transformer(nn.Module):
         self.config, self.shard = config, shard
         self.sizes = local_sizes(config, shard)
         self.comm: Communicator = comm if comm is not None else LocalComm()
-        e = config.d_model
-        self.tok_emb = nn.Embedding(config.vocab_size, e)
+        e, w = config.d_model, config.head_width
+        self.tok_emb = nn.Embedding(config.vocab_size, config.embedding_width)
+        # A tied embedding wider than the streams (lm_head_width) is projected down to e.
+        self.emb_proj = (nn.Linear(config.embedding_width, e, bias=False)
+                         if config.has_embedding_projection else None)
         self.pos_emb = nn.Embedding(config.context_len, e) if config.position == "learned" else None
         self.layers = nn.ModuleList(Layer(config, self.sizes, i) for i in range(config.n_layers))
-        self.conj = (StackedLinear(self.sizes.sublayers, e, e, False)
+        self.conj = (StackedLinear(self.sizes.sublayers, e, w, False)
                      if config.has_conjunction else None)
-        self.conj_bias = nn.Parameter(torch.zeros(e)) if config.has_conjunction and config.bias else None
-        self.norm_f = StackedNorm(1, e, config.norm, config.bias, config.norm_eps)
-        self.lm_head = None if config.tie_embeddings else nn.Linear(e, config.vocab_size, bias=False)
+        self.conj_bias = nn.Parameter(torch.zeros(w)) if config.has_conjunction and config.bias else None
+        self.norm_f = StackedNorm(1, w, config.norm, config.bias, config.norm_eps)
+        self.lm_head = None if config.tie_embeddings else nn.Linear(w, config.vocab_size, bias=False)
         if config.position == "rope":
             cos, sin = rope_tables(config)
             self.register_buffer("rope_cos", cos, persistent=False)
@@ -329,6 +332,8 @@ class Transformer(nn.Module):
             if parameter_kind(name) != "matrix" or param.is_meta:
                 continue  # norms start at scale 1 and biases at 0 (set at construction)
             std = out_std if name.endswith(("attn.out.weight", "ffn.down.weight")) else 0.02
+            if name == "emb_proj.weight":  # keeps the embedding's scale: std 0.02 in and out
+                std = 1 / math.sqrt(param.shape[1])
             param.copy_(torch.randn(param.shape, generator=gen) * std)
 
     def decay_parameter_names(self) -> set[str]:
@@ -347,12 +352,15 @@ class Transformer(nn.Module):
 
     def hidden_states(self, idx: torch.Tensor, *, cache: KVCache | None = None,
                       start_pos: int = 0, last_only: bool = False) -> torch.Tensor:
-        """idx: [b, t] token ids -> final-norm output [b, t, e] ([b, 1, e] with last_only)."""
+        """idx: [b, t] token ids -> final-norm output [b, t, w] ([b, 1, w] with last_only; w is
+        the head width, e unless `lm_head_width` widens it)."""
         b, t = idx.shape
         if start_pos + t > self.config.context_len:
             raise ConfigError(f"{start_pos + t} tokens exceed the model's context of "
                               f"{self.config.context_len} tokens")
         x = self.tok_emb(idx)
+        if self.emb_proj is not None:
+            x = self.emb_proj(x)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(start_pos, start_pos + t, device=idx.device))
         # Every local sub-layer starts from the same embedding: x_i = x0.
@@ -400,5 +408,5 @@ class Transformer(nn.Module):
             return x[0]  # GPT and parallel: the (replicated) single stream
         n, b, t, e = x.shape
         partial = self.conj(x.reshape(n, b * t, e)).sum(dim=0)
-        z = self.comm.all_reduce(partial).view(b, t, e)
+        z = self.comm.all_reduce(partial).view(b, t, self.config.head_width)
         return z if self.conj_bias is None else z + self.conj_bias

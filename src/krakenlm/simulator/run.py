@@ -465,6 +465,11 @@ class Simulator:
             model_name: str = "model", exact_decode: bool = False) -> Result:
         started = time.perf_counter()
         system, profile, opts = self.system, self.profile, self.options
+        if config.lm_head_width is not None:
+            raise SimulationError(
+                f"model {model_name!r} widens its LM head (lm_head_width {config.lm_head_width}),"
+                " a training ablation the simulator does not model; simulate it without "
+                "lm_head_width")
         for name, value, low in (("batch", batch, 1), ("prompt", prompt_tokens, 1),
                                  ("gen", gen_tokens, 1), ("tp", tp, 1)):
             if value < low:
