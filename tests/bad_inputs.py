@@ -14,6 +14,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {notckpt}    a directory that is not a checkpoint
   {file}       a regular file (so `{file}/x` cannot be created)
   {badhw}      a hardware YAML with a typo'd field
+  {badhostlink} a hardware YAML whose host_link_bandwidth_bytes_per_s is not a number
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
   {binarycorpus} a corpus directory whose one .txt file is random bytes
@@ -194,6 +195,8 @@ CASES: list[BadInput] = [
     case(f"{SIM_RUN} --prompt 8 --gen 2 --dtype fp7", "fp7"),
     case("sim run --system nope --model llama3-8b --prompt 8 --gen 2", "unknown system 'nope'"),
     case("sim run --system {badhw} --model llama3-8b --prompt 8 --gen 2", "bandwith"),
+    case("sim run --system {badhostlink} --model llama3-8b --prompt 8 --gen 2",
+         "device.host_link_bandwidth_bytes_per_s: expected a number in bytes_per_s"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software nope", "nope"),
     case("sim calibrate --source nope", "--source 'nope'"),
     case("sim calibrate --source aiconfigurator", "needs --system"),
@@ -665,6 +668,8 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     preset = resources.files("krakenlm.hardware").joinpath("presets/a100-80gb-x8.yaml")
     (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
+    (root / "bad-host-link.yaml").write_text(preset.read_text().replace(
+        "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "bad.json").write_text("{not json\n")
     (root / "binary.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     (root / "latin1.yaml").write_bytes("device:\n  name: Caf\xe9 GPU\n".encode("latin-1"))
@@ -684,6 +689,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
+            "badhostlink": str(root / "bad-host-link.yaml"),
             "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),
