@@ -43,6 +43,8 @@ def serve_cmd(
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM: share of device memory the engine may use (weights, activations, KV cache); TensorRT-LLM: its free_gpu_memory_fraction (share of what the model leaves)."),
     chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help="TensorRT-LLM: chunked context (default off; vLLM V1 always chunks, V0 never)."),
     capacity_policy: str = typer.Option("guaranteed-no-evict", "--capacity-policy", help="TensorRT-LLM: guaranteed-no-evict (default) or max-utilization."),
+    preemption_mode: str = typer.Option("recompute", "--preemption-mode", help="vLLM V0: recompute (default) or swap (KV blocks to host memory over the hardware YAML's host link, resumed without recompute)."),
+    swap_space: float = typer.Option(4.0, "--swap-space", help="vLLM V0 with --preemption-mode swap: CPU swap space in GiB per GPU (vLLM's default 4)."),
     schedule_policy: str = typer.Option("lpm", "--schedule-policy", help="SGLang: lpm (longest prefix match first, the default) or fcfs."),
     prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default: the engine's: on in vLLM V1, off in V0 and TensorRT-LLM)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),
