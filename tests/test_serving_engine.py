@@ -310,3 +310,19 @@ def test_swap_preemption_is_checked_against_engine_and_hardware():
                    options=V1Options(2048, 256, enable_prefix_caching=False,
                                      chunked_prefill=False, preemption_mode="swap"))
     assert report.summary["swapped_blocks"] == 0
+
+
+@pytest.mark.parametrize("policy", ["guaranteed-no-evict", "max-utilization"])
+def test_trtllm_kv_block_reuse_skips_the_cached_prefix(policy):
+    st = timer()
+    first = Request(0, 0.0, 1600, 2, (1, 2, 3, 4))
+    second = Request(1, 10.0, 1600, 2, (1, 2, 3, 9))  # the first 3 x 512 tokens repeat
+    trt = dict(engine_class=TRTEngine, block_tokens=512, block_size=32, chunked_prefill=False,
+               capacity_policy=policy, max_num_batched_tokens=2048)
+    on, (a, b) = run([first, second], enable_prefix_caching=True, **trt)
+    off, (_, b_off) = run([first, second], enable_prefix_caching=False, **trt)
+    assert (a.cached_tokens, b.cached_tokens, b_off.cached_tokens) == (0, 1536, 0)
+    assert sum(on.timeline.tokens) == sum(off.timeline.tokens) - 1536
+    assert b.first_token_s - 10.0 == pytest.approx(st.batch_s([(64, 1536)], []), rel=1e-12)
+    assert b_off.first_token_s - 10.0 == pytest.approx(a.first_token_s, rel=1e-12)
+    assert on.pool.available == on.pool.total

@@ -46,7 +46,7 @@ def serve_cmd(
     preemption_mode: str = typer.Option("recompute", "--preemption-mode", help="vLLM V0: recompute (default) or swap (KV blocks to host memory over the hardware YAML's host link, resumed without recompute)."),
     swap_space: float = typer.Option(4.0, "--swap-space", help="vLLM V0 with --preemption-mode swap: CPU swap space in GiB per GPU (vLLM's default 4)."),
     schedule_policy: str = typer.Option("lpm", "--schedule-policy", help="SGLang: lpm (longest prefix match first, the default) or fcfs."),
-    prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching (default: the engine's: on in vLLM V1, off in V0 and TensorRT-LLM)."),
+    prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching, TensorRT-LLM's KV block reuse (default: on in vLLM V1, off in V0 and TensorRT-LLM)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),
     slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),
     slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
