@@ -15,6 +15,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {file}       a regular file (so `{file}/x` cannot be created)
   {badhw}      a hardware YAML with a typo'd field
   {badhostlink} a hardware YAML whose host_link_bandwidth_bytes_per_s is not a number
+  {badsince}   TensorRT-LLM's software profile with collectives.custom_since "abc"
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
   {binarycorpus} a corpus directory whose one .txt file is random bytes
@@ -540,6 +541,8 @@ NEW_USER_CASES: list[BadInput] = [
     case(f"{SIM_RUN} --prompt 8 --gen 2 --dtype fp8", "has no matrix rate for dtype 'fp8'"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badjson}}", "is not valid YAML"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{emptyfile}}", "expected a mapping"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badsince}}",
+         "collectives.custom_since: 'abc' is not an engine version"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{tmp}}/missing.yaml",
          "No such file or directory"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{emptyfile}}",
@@ -674,6 +677,10 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     preset = resources.files("krakenlm.hardware").joinpath("presets/a100-80gb-x8.yaml")
     (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
+    trtllm = resources.files("krakenlm.simulator.constants").joinpath(
+        "software_profiles/trtllm.yaml")
+    (root / "bad-since.yaml").write_text(trtllm.read_text().replace(
+        'custom_since: "0.8"', 'custom_since: "abc"', 1))
     (root / "bad-host-link.yaml").write_text(preset.read_text().replace(
         "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "bad.json").write_text("{not json\n")
@@ -696,6 +703,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
             "badhostlink": str(root / "bad-host-link.yaml"),
+            "badsince": str(root / "bad-since.yaml"),
             "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),
