@@ -317,8 +317,8 @@ def test_trtllm_kv_block_reuse_skips_the_cached_prefix(policy):
     st = timer()
     first = Request(0, 0.0, 1600, 2, (1, 2, 3, 4))
     second = Request(1, 10.0, 1600, 2, (1, 2, 3, 9))  # the first 3 x 512 tokens repeat
-    trt = dict(engine_class=TRTEngine, block_tokens=512, block_size=32, chunked_prefill=False,
-               capacity_policy=policy, max_num_batched_tokens=2048)
+    trt = {"engine_class": TRTEngine, "block_tokens": 512, "block_size": 32,
+           "chunked_prefill": False, "capacity_policy": policy, "max_num_batched_tokens": 2048}
     on, (a, b) = run([first, second], enable_prefix_caching=True, **trt)
     off, (_, b_off) = run([first, second], enable_prefix_caching=False, **trt)
     assert (a.cached_tokens, b.cached_tokens, b_off.cached_tokens) == (0, 1536, 0)
