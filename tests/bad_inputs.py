@@ -14,6 +14,8 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {notckpt}    a directory that is not a checkpoint
   {file}       a regular file (so `{file}/x` cannot be created)
   {badhw}      a hardware YAML with a typo'd field
+  {badhostlink} a hardware YAML whose host_link_bandwidth_bytes_per_s is not a number
+  {badsince}   TensorRT-LLM's software profile with collectives.custom_since "abc"
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
   {binarycorpus} a corpus directory whose one .txt file is random bytes
@@ -196,6 +198,8 @@ CASES: list[BadInput] = [
          "widens its LM head (lm_head_width 128), a training ablation the simulator does not"),
     case("sim run --system nope --model llama3-8b --prompt 8 --gen 2", "unknown system 'nope'"),
     case("sim run --system {badhw} --model llama3-8b --prompt 8 --gen 2", "bandwith"),
+    case("sim run --system {badhostlink} --model llama3-8b --prompt 8 --gen 2",
+         "device.host_link_bandwidth_bytes_per_s: expected a number in bytes_per_s"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software nope", "nope"),
     case("sim calibrate --source nope", "--source 'nope'"),
     case("sim calibrate --source aiconfigurator", "needs --system"),
@@ -228,6 +232,12 @@ CASES: list[BadInput] = [
     case(f"{SIM_SERVE} --replicas 2", "give --system"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --pp 0", "--pp must be at least 1, got 0"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --router jsq", "--router 'jsq' is not one of"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --preemption-mode swap",
+         "--preemption-mode swap is vLLM V0's"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm-v0 --preemption-mode evict",
+         "--preemption-mode 'evict' is not one of recompute, swap"),
+    case(f"{SIM_SERVE} --system l40s-x8 --software vllm-v0 --preemption-mode swap",
+         "needs the host link of l40s-x8"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1",
          "needs both --prefill-replicas and --decode-replicas"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1 --decode-replicas 0",
@@ -533,6 +543,8 @@ NEW_USER_CASES: list[BadInput] = [
     case(f"{SIM_RUN} --prompt 8 --gen 2 --dtype fp8", "has no matrix rate for dtype 'fp8'"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badjson}}", "is not valid YAML"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{emptyfile}}", "expected a mapping"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badsince}}",
+         "collectives.custom_since: 'abc' is not an engine version"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{tmp}}/missing.yaml",
          "No such file or directory"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{emptyfile}}",
@@ -667,6 +679,12 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     preset = resources.files("krakenlm.hardware").joinpath("presets/a100-80gb-x8.yaml")
     (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
+    trtllm = resources.files("krakenlm.simulator.constants").joinpath(
+        "software_profiles/trtllm.yaml")
+    (root / "bad-since.yaml").write_text(trtllm.read_text().replace(
+        'custom_since: "0.8"', 'custom_since: "abc"', 1))
+    (root / "bad-host-link.yaml").write_text(preset.read_text().replace(
+        "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "bad.json").write_text("{not json\n")
     (root / "binary.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     (root / "latin1.yaml").write_bytes("device:\n  name: Caf\xe9 GPU\n".encode("latin-1"))
@@ -686,6 +704,8 @@ def fixture_paths(root: Path) -> dict[str, str]:
     return {"tmp": str(root / "tmp"), "gpt": str(gpt), "kraken": str(kraken),
             "mismatch": str(mismatch), "nan": str(nan), "notckpt": str(root / "notckpt"),
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
+            "badhostlink": str(root / "bad-host-link.yaml"),
+            "badsince": str(root / "bad-since.yaml"),
             "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),

@@ -109,3 +109,14 @@ def test_yaml_file_with_bad_field_names_file_and_field(tmp_path, a100_dict):
 def test_unknown_system():
     with pytest.raises(HardwareError, match="unknown system 'nope'.*sim systems"):
         load_system("nope")
+
+
+def test_host_link_is_optional_and_validated(a100_dict):
+    assert system_from_dict(a100_dict).device.host_link_bandwidth_bytes_per_s == 32e9
+    a100_dict["device"].pop("host_link_bandwidth_bytes_per_s")
+    assert system_from_dict(a100_dict).device.host_link_bandwidth_bytes_per_s is None
+    a100_dict["device"]["host_link_bandwidth_bytes_per_s"] = "64 GB/s"
+    assert system_from_dict(a100_dict).device.host_link_bandwidth_bytes_per_s == 64e9
+    a100_dict["device"]["host_link_bandwidth_bytes_per_s"] = 32
+    with pytest.raises(HardwareError, match=r"device\.host_link_bandwidth_bytes_per_s.*implausible"):
+        system_from_dict(a100_dict)

@@ -246,3 +246,83 @@ def test_prefix_affinity_routes_a_shared_prefix_to_the_replica_that_caches_it():
     assert rows["prefix-affinity"][2]["replica"] == 0
     assert rows["prefix-affinity"][2]["cached_tokens"] == 3 * 512
 
+
+
+def _swap_run(bytes_per_block: float, mode: str = "swap"):
+    """A(60, 60) and B(60, 60) on 12 blocks of 16 tokens under vLLM V0: both prefill (4 blocks
+    each), grow to 6 blocks each at 96 tokens, then A's seventh block evicts B (6 blocks out);
+    A finishes at 8 blocks and B comes back (its 6 blocks in, 7 held for token 97)."""
+    engine = V0Engine(timer(), V1Options(1024, 16, 16, preemption_mode=mode), 12, 0)
+    if mode == "swap":
+        engine.enable_swap(bytes_per_block, 32e9, cpu_blocks=100)
+    seqs = []
+    for req in (Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)):
+        seq = vllm_v1.Seq(req)
+        engine.add(seq)
+        seqs.append(seq)
+    engine.advance(float("inf"))
+    return engine, seqs
+
+
+def test_vllm_v0_swap_moves_the_victims_blocks_over_the_host_link_and_resumes_it():
+    st = timer()
+    free, (a0, b0) = _swap_run(0.0)
+    assert free.swapped_blocks_total == 12 and b0.preemptions == 1 and a0.preemptions == 0
+    # resumed without recompute: after A finishes, B only decodes tokens 97..119 of its KV
+    decodes = sum(st.batch_s([], [t]) for t in range(97, 120))
+    assert b0.finish_s == pytest.approx(a0.finish_s + decodes, rel=1e-12)
+    # each copied block costs bytes / host-link bandwidth, charged before its step's model
+    engine, (a, b) = _swap_run(1e6)
+    per_block_s = 1e6 / 32e9
+    assert engine.swapped_blocks_total == 12
+    assert a.finish_s - a0.finish_s == pytest.approx(6 * per_block_s, rel=1e-9)
+    assert b.finish_s - b0.finish_s == pytest.approx(12 * per_block_s, rel=1e-9)
+    assert engine.pool.available == engine.pool.total and engine.cpu_blocks_free == 100
+    # recompute (the default) re-prefills B's 96 tokens instead: unchanged by this option
+    _, (ar, br) = _swap_run(0.0, mode="recompute")
+    _, (a_def, b_def) = run([Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)], blocks=12,
+                            engine_class=V0Engine)
+    assert (ar.finish_s, br.finish_s) == (a_def.finish_s, b_def.finish_s)
+    assert br.preemptions == 1 and br.finish_s > b0.finish_s
+
+
+def test_vllm_v0_swap_space_that_is_full_aborts_like_vllm():
+    from krakenlm.serving.kv_cache import KVCacheError
+
+    engine = V0Engine(timer(), V1Options(1024, 16, 16, preemption_mode="swap"), 12, 0)
+    engine.enable_swap(1e6, 32e9, cpu_blocks=5)
+    for req in (Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)):
+        engine.add(vllm_v1.Seq(req))
+    with pytest.raises(KVCacheError, match="needs 6 KV blocks of CPU swap space and 5 are free"):
+        engine.advance(float("inf"))
+
+
+def test_swap_preemption_is_checked_against_engine_and_hardware():
+    trace = Trace("t", (Request(0, 0.0, 100, 10),), 0)
+    llama = get_preset(MODEL)
+    with pytest.raises(ServeError, match="--preemption-mode swap is vLLM V0's"):
+        serve(trace, llama, "h100-80gb-x8", options=V1Options(preemption_mode="swap"))
+    with pytest.raises(ServeError, match="needs the host link of l40s-x8"):
+        serve(trace, llama, "l40s-x8", software="vllm-v0",
+              options=V1Options(2048, 256, enable_prefix_caching=False, chunked_prefill=False,
+                                preemption_mode="swap"))
+    report = serve(trace, llama, "h100-80gb-x8", software="vllm-v0",
+                   options=V1Options(2048, 256, enable_prefix_caching=False,
+                                     chunked_prefill=False, preemption_mode="swap"))
+    assert report.summary["swapped_blocks"] == 0
+
+
+@pytest.mark.parametrize("policy", ["guaranteed-no-evict", "max-utilization"])
+def test_trtllm_kv_block_reuse_skips_the_cached_prefix(policy):
+    st = timer()
+    first = Request(0, 0.0, 1600, 2, (1, 2, 3, 4))
+    second = Request(1, 10.0, 1600, 2, (1, 2, 3, 9))  # the first 3 x 512 tokens repeat
+    trt = {"engine_class": TRTEngine, "block_tokens": 512, "block_size": 32,
+           "chunked_prefill": False, "capacity_policy": policy, "max_num_batched_tokens": 2048}
+    on, (a, b) = run([first, second], enable_prefix_caching=True, **trt)
+    off, (_, b_off) = run([first, second], enable_prefix_caching=False, **trt)
+    assert (a.cached_tokens, b.cached_tokens, b_off.cached_tokens) == (0, 1536, 0)
+    assert sum(on.timeline.tokens) == sum(off.timeline.tokens) - 1536
+    assert b.first_token_s - 10.0 == pytest.approx(st.batch_s([(64, 1536)], []), rel=1e-12)
+    assert b_off.first_token_s - 10.0 == pytest.approx(a.first_token_s, rel=1e-12)
+    assert on.pool.available == on.pool.total

@@ -41,6 +41,13 @@ def test_malformed_profiles_are_errors_naming_the_field(tmp_path):
         profile_from_dict({"name": "x"}, "f")
     with pytest.raises(SoftwareError, match="expected a number >= 0"):
         profile_from_dict({"name": "x", "kernels": "v", "host": {"per_kernel_s": -1}}, "f")
+    with pytest.raises(SoftwareError, match=r"^f: collectives\.custom_since: 'abc' is not an "
+                       "engine version"):
+        profile_from_dict({"name": "x", "kernels": "v", "collectives": {"custom_since": "abc"}},
+                          "f")
+    for good in ("0.8", "1.0.0rc1", "0.5.6.post2", ""):
+        profile_from_dict({"name": "x", "kernels": "v", "collectives": {"custom_since": good}},
+                          "f")
     with pytest.raises(SoftwareError, match="unknown software 'tgi'"):
         load_software("tgi")
     bad = tmp_path / "p.yaml"

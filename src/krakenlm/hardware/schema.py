@@ -122,6 +122,9 @@ class Device:
     process_node_nm: float = _f("nm")
     die_area_mm2: float | None = _f("mm2", default=None, doc="published die area, for comparison")
     price_usd: float | None = _f("usd", default=None, doc="street price, for comparison only")
+    host_link_bandwidth_bytes_per_s: float | None = _f(
+        "bytes_per_s", default=None, doc="host<->device link (PCIe) per direction: KV swap "
+        "to host memory; absent: swap preemption cannot be simulated")
     identity: Identity = _f(default=Identity(), doc="vendor, family, sm_version, calibration "
                             "(hardware/identity.py); absent: a custom device, template models")
 

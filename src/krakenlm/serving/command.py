@@ -60,6 +60,8 @@ class ServeOptions:
     chunked_prefill: bool | None = None  # TensorRT-LLM only (None: its default, off)
     capacity_policy: str = "guaranteed-no-evict"  # TensorRT-LLM only
     schedule_policy: str = "lpm"  # SGLang only
+    preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
+    swap_space: float = 4.0  # vLLM V0 only: CPU swap space, GiB per GPU
     dtype: str = "fp16"
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -177,6 +179,12 @@ def _first_tp(o: ServeOptions) -> int:
 
 def _overrides(o: ServeOptions) -> dict:
     """The engine knobs the user gave (each pool keeps its device's defaults for the rest)."""
+    from .replay import ServeError
+
+    if o.preemption_mode != "recompute":
+        raise ServeError(f"--preemption-mode {o.preemption_mode} is modelled on one pool of "
+                         "replicas (--replicas N) only; drop it for clusters and "
+                         "disaggregated serving")
     given = {"max_num_batched_tokens": o.max_num_batched_tokens,
              "max_num_seqs": o.max_num_seqs, "block_size": o.block_size,
              "enable_prefix_caching": o.prefix_caching, "chunked_prefill": o.chunked_prefill}
@@ -270,5 +278,6 @@ def _setup(o: ServeOptions):
                       chunked_prefill=defaults.chunked_prefill
                       if o.chunked_prefill is None or kind != "trtllm" else o.chunked_prefill,
                       capacity_policy=o.capacity_policy,
-                      schedule_policy=o.schedule_policy)
+                      schedule_policy=o.schedule_policy,
+                      preemption_mode=o.preemption_mode, swap_space_gib=o.swap_space)
     return trace, config, label, system, options

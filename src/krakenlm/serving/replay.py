@@ -39,7 +39,7 @@ from .sglang import SGLangEngine
 from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
-from .vllm_v0 import V0Engine
+from .vllm_v0 import PREEMPTION_MODES, V0Engine
 from .vllm_v1 import Seq, V1Engine, V1Options
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
@@ -170,6 +170,7 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
     if opt.capacity_policy not in POLICIES:
         raise ServeError(f"--capacity-policy {opt.capacity_policy!r} is not one of "
                          f"{', '.join(POLICIES)}")
+    _check_swap(opt, kind, system)
     sizing = size_kv_cache(sim, config, tp, block_size=opt.block_size,
                            gpu_memory_utilization=opt.gpu_memory_utilization,
                            max_num_batched_tokens=opt.max_num_batched_tokens,
@@ -189,6 +190,24 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
                         max(longest, opt.max_num_batched_tokens))
     built = time.perf_counter() - built
     return system, sim, kind, opt, sizing, trace, timer, built
+
+
+def _check_swap(opt: V1Options, kind: str, system: System) -> None:
+    """Swap preemption needs vLLM V0, a host link in the hardware YAML and some swap space."""
+    if opt.preemption_mode not in PREEMPTION_MODES:
+        raise ServeError(f"--preemption-mode {opt.preemption_mode!r} is not one of "
+                         f"{', '.join(PREEMPTION_MODES)}")
+    if opt.preemption_mode != "swap":
+        return
+    if kind != "vllm-v0":
+        raise ServeError(f"--preemption-mode swap is vLLM V0's (the {kind} scheduler preempts "
+                         "by recompute); use --software vllm-v0 or --scheduler vllm-v0")
+    if system.device.host_link_bandwidth_bytes_per_s is None:
+        raise ServeError(f"--preemption-mode swap needs the host link of {system.name}: add "
+                         "device.host_link_bandwidth_bytes_per_s to its hardware YAML")
+    if not (math.isfinite(opt.swap_space_gib) and opt.swap_space_gib > 0):
+        raise ServeError(f"--swap-space must be a positive number of GiB, got "
+                         f"{opt.swap_space_gib}")
 
 
 def throughput_bound_per_s(trace: Trace, config: ModelConfig, system: System | str, *,
@@ -234,6 +253,11 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     system, sim, kind, opt, sizing, trace, timer, built = prep
     engines = [ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
+    if opt.preemption_mode == "swap":  # vllm_v0.py: swap space per GPU, one TP shard's blocks
+        cpu_blocks = int(opt.swap_space_gib * 2**30 // sizing.bytes_per_block)
+        for e in engines:
+            e.enable_swap(sizing.bytes_per_block, system.device.host_link_bandwidth_bytes_per_s,
+                          cpu_blocks)
     seqs = []
     total = len(trace.requests)
     watch = stop_after_ttft_misses is not None and slo_ttft_s is not None
@@ -288,6 +312,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                         preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
                         usd_per_s=usd_per_s)
     summary["steps"] = sum(e.steps for e in engines)
+    if opt.preemption_mode == "swap":
+        summary["swapped_blocks"] = sum(e.swapped_blocks_total for e in engines)
     setup = {"trace": trace.name, "model": model_name, "arch": config.arch,
              "system": system.name, "software": sim.profile.name, "scheduler": kind,
              "tp": tp, "replicas": replicas, "router": router, "dtype": dtype,

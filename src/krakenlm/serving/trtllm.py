@@ -21,7 +21,19 @@ Each iteration (NVIDIA/TensorRT-LLM, C++ batch manager):
 
 Defaults (`tensorrt_llm/llmapi/llm_args.py` @fcd3f316): max_num_tokens 8192, max_batch_size
 2048, tokens_per_block 32, free_gpu_memory_fraction 0.9 (of the memory left after the model),
-enable_chunked_prefill off, GUARANTEED_NO_EVICT. KV block reuse is not modelled.
+enable_chunked_prefill off, GUARANTEED_NO_EVICT.
+
+KV block reuse (`KvCacheConfig.enable_block_reuse`, `tensorrt_llm/llmapi/llm_args.py`
+@fcd3f316, where it defaults to True; here `--prefix-caching`, off unless given, so replays
+made before it was modelled keep their numbers): when a request is added its prompt's leading
+blocks already in the cache are reused (`BlockManager::addSequence` -> `loadOrAllocateBlocks`,
+`cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp` @b35ac1b6), at most prompt - 1 tokens
+(`LlmRequest::setPrepopulatedPromptLen` checks prepopulated < prompt length,
+`cpp/include/tensorrt_llm/batch_manager/llmRequest.h` @d879430b), and its context starts
+after them; a finished request's blocks are stored for reuse (`storeBlocks` in
+`releaseBlocks`) and evicted least recently used. The cache is `kv_cache.BlockPool`, the same
+as vLLM's prefix cache, keyed by the trace's prefix-block ids; reused blocks are not counted
+again in the GUARANTEED_NO_EVICT reservation.
 """
 
 from __future__ import annotations
@@ -70,15 +82,25 @@ class TRTEngine(V1Engine):
         while waiting and budget > 0 and len(running) < opt.max_num_seqs:
             s = waiting[0]
             tokens = s.prompt + s.generated
-            take = tokens if not chunked else _chunk(tokens, budget, bs)
+            hits = pool.hit_ids(s.ids, tokens) if per else 0  # KV block reuse
+            computed = hits * pool.hash_tokens
+            rest = tokens - computed
+            take = rest if not chunked else _chunk(rest, budget, bs)
             if take <= 0 or take > budget:
                 break
-            need = -(-(s.prompt + s.output) // bs) if no_evict else -(-take // bs)
+            end = s.prompt + s.output if no_evict else computed + take
+            need = max(-(-end // bs) - per * hits, 0)
+            hit_ids = list(s.ids[:hits])
+            pool.share(hit_ids)
             if not pool.take(need):
+                pool.release(0, hit_ids)
                 break
             waiting.popleft()
             running.append(s)
             s.private = need
+            if hits:
+                s.computed, s.shared, s.next_id = computed, hit_ids, hits
+                s.cached_tokens += computed
             if s.first_scheduled_s != s.first_scheduled_s:
                 s.first_scheduled_s = self.now
             sched.append((s, take))

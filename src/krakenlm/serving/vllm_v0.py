@@ -16,28 +16,98 @@ single-sequence request):
 So a V0 step is all prefills or all decodes: a new prompt stalls the decodes of every running
 request for its whole prefill (the inter-token spikes chunked prefill removes). Defaults
 (vllm/config.py `SchedulerConfig`, without chunked prefill): `max_num_batched_tokens` =
-max(max_model_len, 2048), `max_num_seqs` = 256; prefix caching off. Swap preemption is not
-modelled.
+max(max_model_len, 2048), `max_num_seqs` = 256; prefix caching off.
+
+Swap preemption (`preemption_mode="swap"`, vLLM's `--preemption-mode swap`; vLLM uses it by
+itself only for multi-sequence groups such as beam search, `Scheduler._preempt` @0dce2b29):
+the victim's KV blocks are copied to CPU swap space (`_preempt_by_swap` -> `_swap_out`; the
+engine aborts when the swap space is full, "Aborted due to the lack of CPU swap space", here a
+one-line error) and it joins the swapped queue with its computed tokens kept. In
+`_schedule_default`, prompts are admitted only while nothing is swapped; after the decodes,
+when the step preempted nobody, swapped requests come back in order while `max_num_seqs` and
+the blocks (with the watermark) allow (`_schedule_swapped`, `can_swap_in`) and decode in that
+same step, without recompute. The worker copies the step's swap-in and swap-out blocks before
+it runs the model (`Worker.execute_worker` -> `cache_swap_in` / `cache_swap_out`), so the
+step is longer by blocks x bytes per block / the host link's bandwidth (each GPU copies its own
+shard over its own link: `device.host_link_bandwidth_bytes_per_s`). The swap space holds
+swap_space GiB per GPU / bytes per block blocks (`CacheEngine`, `swap_space` default 4 GiB).
 """
 
 from __future__ import annotations
 
+from .kv_cache import KVCacheError
 from .vllm_v1 import Seq, V1Engine
 
 WATERMARK = 0.01  # vLLM V0 BlockSpaceManager: blocks kept free when admitting a prompt
 
 
+PREEMPTION_MODES = ("recompute", "swap")
+
+
 class V0Engine(V1Engine):
     """One replica running vLLM V0's default scheduler."""
+
+    swap_bytes_per_block = 0.0  # set by `enable_swap`
+    host_link_bytes_per_s = 0.0
+    cpu_blocks_free = 0
+    swap_blocks = 0  # blocks copied over the host link in the current step
+    swapped_blocks_total = 0  # blocks copied over the host link so far, in and out
+
+    def enable_swap(self, bytes_per_block: float, host_link_bytes_per_s: float,
+                    cpu_blocks: int) -> None:
+        """Preempt by swapping to `cpu_blocks` host blocks over a link of that bandwidth."""
+        self.swap_bytes_per_block = bytes_per_block
+        self.host_link_bytes_per_s = host_link_bytes_per_s
+        self.cpu_blocks_free = cpu_blocks
+        self._held: dict[int, int] = {}  # id(seq) -> blocks it holds in host memory
+
+    def _preempt(self, s: Seq) -> None:
+        if self.opt.preemption_mode != "swap":
+            super()._preempt(s)
+            return
+        per = self.pool.per_id
+        blocks = s.private + per * len(s.shared)
+        if blocks > self.cpu_blocks_free:
+            raise KVCacheError(
+                f"vLLM V0 aborts: request {s.req.id} needs {blocks} KV blocks of CPU "
+                f"swap space and {self.cpu_blocks_free} are free; raise --swap-space (GiB per "
+                "GPU) or use --preemption-mode recompute")
+        self.pool.release(s.private, s.shared)
+        s.private, s.shared = 0, []
+        self.cpu_blocks_free -= blocks
+        self._held[id(s)] = blocks
+        self.swap_blocks += blocks
+        s.preemptions += 1
+        self.preemptions += 1
+        self.swapped.append(s)
+
+    def _swap_in(self, sched: list[tuple[Seq, int]], budget: int, watermark: int) -> None:
+        """Bring swapped requests back, in order, each decoding one token this step."""
+        pool, bs, swapped, running = self.pool, self.opt.block_size, self.swapped, self.running
+        while swapped and budget >= 1 and len(running) < self.opt.max_num_seqs:
+            s = swapped[0]
+            held = self._held[id(s)]
+            need = max(held, -(-(s.computed + 1) // bs))
+            if pool.available - need < watermark or not pool.take(need):
+                break
+            swapped.popleft()
+            del self._held[id(s)]
+            self.cpu_blocks_free += held
+            self.swap_blocks += held
+            s.private, s.next_id = need, len(s.ids)
+            running.append(s)
+            sched.append((s, 1))
+            budget -= 1
 
     def step(self) -> bool:
         opt, pool, bs = self.opt, self.pool, self.opt.block_size
         per = pool.per_id
         running, waiting = self.running, self.waiting
         sched: list[tuple[Seq, int]] = []
+        self.swap_blocks = 0
         budget = opt.max_num_batched_tokens
         watermark = int(WATERMARK * pool.total)
-        while waiting:
+        while waiting and not self.swapped:
             s = waiting[0]
             tokens = s.prompt + s.generated
             need = -(-tokens // bs)
@@ -53,6 +123,7 @@ class V0Engine(V1Engine):
             sched.append((s, tokens))
             budget -= tokens
         if not sched:
+            before = self.preemptions
             i = 0
             while i < len(running):
                 s = running[i]
@@ -63,7 +134,12 @@ class V0Engine(V1Engine):
                     s.private += need
                 sched.append((s, 1))
                 i += 1
+            if self.swapped and self.preemptions == before:
+                self._swap_in(sched, budget - len(sched), watermark)
+        if self.swap_blocks:  # the worker copies the step's blocks before the model runs
+            self.swapped_blocks_total += self.swap_blocks
+            self.now += self.swap_blocks * self.swap_bytes_per_block / self.host_link_bytes_per_s
         if not sched:
-            return False
+            return self.swap_blocks > 0
         self._execute(sched)
         return True

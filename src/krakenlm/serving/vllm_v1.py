@@ -47,6 +47,7 @@ class V1Options:
     """The engine knobs the schedulers read (vLLM's names; TensorRT-LLM's max_num_tokens,
     max_batch_size, tokens_per_block and free_gpu_memory_fraction map onto the first four).
     `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only,
+    `preemption_mode` and `swap_space_gib` by vLLM V0's,
     `schedule_policy` by SGLang's (whose chunked_prefill_size, max_running_requests,
     mem_fraction_static and page_size are the first four)."""
     max_num_batched_tokens: int = 8192
@@ -57,6 +58,8 @@ class V1Options:
     chunked_prefill: bool = True
     capacity_policy: str = "guaranteed-no-evict"
     schedule_policy: str = "lpm"  # SGLang only: lpm or fcfs
+    preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
+    swap_space_gib: float = 4.0  # vLLM V0 only: CPU swap space per GPU (vLLM's `swap_space`)
 
     @staticmethod
     def defaults_for(device_name: str, memory_bytes: float) -> V1Options:
@@ -117,6 +120,7 @@ class V1Engine:
         self.now = 0.0
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
+        self.swapped: deque[Seq] = deque()  # vLLM V0 swap preemption only (vllm_v0.py)
         self.preemptions = 0
         self.itl_s = array("d")  # inter-token gaps, one per token
         self.itl_window_s = array("d")  # gaps of decode windows, each for `itl_weight` tokens
@@ -126,7 +130,7 @@ class V1Engine:
 
     @property
     def outstanding(self) -> int:
-        return len(self.running) + len(self.waiting)
+        return len(self.running) + len(self.waiting) + len(self.swapped)
 
     def add(self, seq: Seq) -> None:
         self.waiting.append(seq)
@@ -135,9 +139,10 @@ class V1Engine:
         """Run steps while the engine has work and its clock is before `until`; an idle engine
         waits until then."""
         while self.now < until:
-            if self.running and not self.waiting and self._decode_window(until):
+            if self.running and not (self.waiting or self.swapped) and \
+                    self._decode_window(until):
                 continue
-            if not (self.running or self.waiting) or not self.step():
+            if not (self.running or self.waiting or self.swapped) or not self.step():
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
                 return
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -160,6 +161,10 @@ _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": 
              "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy}
 
 
+# an engine version `measurements.harness.engine_era` can compare: "0.8", "1.0.0rc1", "0.5.6.post2"
+_VERSION = re.compile(r"\d+(\.\d+)*((rc|a|b|\.post|\.dev)\d+)?")
+
+
 def _finite(number: float) -> bool:
     try:
         return math.isfinite(number)
@@ -196,6 +201,10 @@ def _section(cls: type, data: Any, where: str) -> Any:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of {PRECISIONS}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
+            if cls is Collectives and name == "custom_since" and value \
+                    and not _VERSION.fullmatch(value):
+                raise SoftwareError(f"{where}.{name}: {value!r} is not an engine version such "
+                                    "as \"0.8\" or \"1.0.0rc1\" (or \"\" for every version)")
         kwargs[name] = value
     return cls(**kwargs)
 
