@@ -122,4 +122,5 @@ def serve_search_cmd(
     from ..studies.serving_search import search_configs
 
     print_report(search_configs(load_space(space), processes=processes, backend=backend,
-                                address=address, chunk=chunk, top=top, out=out), as_json)
+                                address=address, chunk=chunk, top=top, out=out,
+                                progress=sys.stderr.isatty()), as_json)

@@ -115,17 +115,22 @@ def _rank(row: dict[str, Any]) -> tuple:
 
 def search_configs(space: ConfigSpace, *, processes: int = 1, backend: str = "local",
                    address: str | None = None, chunk: int = 1, top: int = 10,
-                   out: str | Path | None = None) -> ServeSearchReport:
+                   out: str | Path | None = None, progress: bool = False) -> ServeSearchReport:
     """Every configuration of `space`'s grid, replayed and ranked (see the module docstring)."""
     if top < 0:
         raise KrakenError(f"--top must be >= 0 (rows to print), got {top}")
     if chunk < 1:
         raise KrakenError(f"--chunk must be at least 1, got {chunk}")
     started = time.perf_counter()
+    from tqdm import tqdm
+
+    grid = space.grid()
     rows: list[dict[str, Any]] = []
-    for got in map_chunks(evaluate_configs, (space.fixed,), space.grid(), processes=processes,
-                          backend=backend, address=address, chunk=chunk):
-        rows.extend(got)
+    with tqdm(total=len(grid), unit="config", disable=not progress, desc="configurations") as bar:
+        for got in map_chunks(evaluate_configs, (space.fixed,), grid, processes=processes,
+                              backend=backend, address=address, chunk=chunk):
+            rows.extend(got)
+            bar.update(len(got))
     rows.sort(key=_rank)
     feasible = [dict(r, feasible=True) for r in rows if not r["error"]]
     front = [{k: v for k, v in r.items() if k != "feasible"}
