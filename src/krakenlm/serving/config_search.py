@@ -60,6 +60,8 @@ def parse_space(data: Any, where: str) -> ConfigSpace:
         raise ConfigSpaceError(f"{where}: unknown option {unknown[0]!r}; the fixed options are "
                                "`sim serve`'s (trace, model, system, rate, requests, lengths, "
                                "seed, slo_ttft_s, ...)")
+    for name, value in fixed.items():
+        _check_fixed(where, name, value, str(fields[name].type))
     for need in ("trace", "model"):
         if need not in fixed:
             raise ConfigSpaceError(f"{where}: give `{need}:` (as `sim serve --{need}`)")
@@ -84,6 +86,26 @@ def parse_space(data: Any, where: str) -> ConfigSpace:
     if "system" not in fixed and "system" not in checked:
         raise ConfigSpaceError(f"{where}: give `system:` (fixed) or search it in `space:`")
     return ConfigSpace(fixed, checked)
+
+
+def _check_fixed(where: str, name: str, value: Any, annotation: str) -> None:
+    """A fixed option's value has the type `sim serve` takes for it (from ServeOptions'
+    annotation), so that a typo is one error here rather than one per configuration."""
+    kinds = {k.strip() for k in annotation.split("|")} - {"None"}
+    if value is None and "None" in annotation:
+        return
+    if kinds == {"bool"}:
+        ok = isinstance(value, bool)
+    elif kinds <= {"int", "float"}:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and ("float" in kinds or isinstance(value, int))
+    elif kinds == {"str"}:
+        ok = isinstance(value, str)
+    else:  # int | str (replicas): a count or a pool spec
+        ok = isinstance(value, (int, str)) and not isinstance(value, bool)
+    if not ok:
+        raise ConfigSpaceError(f"{where}: option {name!r} takes {' or '.join(sorted(kinds))}, "
+                               f"got {value!r}")
 
 
 def load_space(path: str | Path) -> ConfigSpace:

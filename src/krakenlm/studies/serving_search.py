@@ -121,6 +121,9 @@ def search_configs(space: ConfigSpace, *, processes: int = 1, backend: str = "lo
         raise KrakenError(f"--top must be >= 0 (rows to print), got {top}")
     if chunk < 1:
         raise KrakenError(f"--chunk must be at least 1, got {chunk}")
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise KrakenError(f"--out {out} is a file; give a directory for configs.csv, "
+                          "front.csv and search.png")
     started = time.perf_counter()
     from tqdm import tqdm
 
