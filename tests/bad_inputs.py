@@ -33,6 +33,9 @@ and for the new-user rows (NEW_USER_CASES):
   {emptyfile}  an empty file          {listjson}   a JSON list, not an object
   {zeroheads}  a model config with n_heads 0     {hugevocab} one with 10^12 tokens
   {badspace}   a design space YAML with a typo'd knob
+  {servespace} {badservespace} {zerotpspace} {badyamlspace} {badratespace}
+               serving configuration spaces: a valid one, a typo'd option, a TP of 0,
+               unclosed brackets, a rate that is not a number
   {hfbert} {hfllama} {hfbadweights}
                Hugging Face directories: a BERT config; a Llama config with no weights and no
                tokenizer; a GPT-2 config whose model.safetensors is not safetensors
@@ -609,6 +612,16 @@ NEW_USER_CASES: list[BadInput] = [
     case(f"{EXPLORE} --out {{file}}/table.csv", "File exists"),
     case("sim explore --space {emptyfile}", "a design space is a mapping"),
     case("sim explore --space {badspace}", "unknown knob 'corez'"),
+    # sim serve-search (the configuration space file, checked before any replay)
+    case("sim serve-search --space {emptyfile}", "a configuration space is a mapping"),
+    case("sim serve-search --space {latin1}", "is not UTF-8 text"),
+    case("sim serve-search --space {badspace}", "needs a non-empty `space:` mapping"),
+    case("sim serve-search --space {tmp}/none.yaml", "none.yaml"),
+    case("sim serve-search --space {badservespace}", "space option 'tpp' cannot be searched"),
+    case("sim serve-search --space {zerotpspace}", "space option 'tp' takes positive integers"),
+    case("sim serve-search --space {badyamlspace}", "is not valid YAML at line"),
+    case("sim serve-search --space {badratespace}", "option 'rate' takes float, got 'fast'"),
+    case("sim serve-search --space {servespace} --out {file}", "is a file; give a directory"),
     # sim search
     case("sim search --knob cores=16:160 --trials 0", "--trials must be at least 1, got 0"),
     case("sim search --knob cores=16:160 --population 0", "--population must be at least 2"),
@@ -741,6 +754,11 @@ _SMALL_FILES = {
     "zeroheads": "zero-heads.json",
     "hugevocab": "huge-vocab.json",
     "badspace": "bad-space.yaml",
+    "badservespace": "bad-serve-space.yaml",
+    "zerotpspace": "zero-tp-space.yaml",
+    "badyamlspace": "bad-yaml-space.yaml",
+    "badratespace": "bad-rate-space.yaml",
+    "servespace": "serve-space.yaml",
     "hfbert": "hf-bert",
     "hfllama": "hf-llama",
     "hfbadweights": "hf-bad-weights",
@@ -765,6 +783,12 @@ def _write_small_files(root: Path) -> None:
     (root / "zero-heads.json").write_text(json.dumps({**tiny, "n_heads": 0}))
     (root / "huge-vocab.json").write_text(json.dumps({**tiny, "vocab_size": 10**12}))
     (root / "bad-space.yaml").write_text("corez: [64, 108]\n")
+    serve = "trace: synthetic\nmodel: gpt3-1.3b\nsystem: a100-80gb-x8\nspace:\n"
+    (root / "bad-serve-space.yaml").write_text(serve + "  tpp: [1, 2]\n")
+    (root / "zero-tp-space.yaml").write_text(serve + "  tp: [0, 2]\n")
+    (root / "bad-yaml-space.yaml").write_text(serve + "  tp: [1, 2\n")
+    (root / "serve-space.yaml").write_text(serve + "  tp: [1, 2]\n")
+    (root / "bad-rate-space.yaml").write_text("rate: fast\n" + serve + "  tp: [1, 2]\n")
     for name, config in (("hf-bert", {"model_type": "bert", "hidden_size": 64}),
                          ("hf-llama", _TINY_LLAMA), ("hf-bad-weights", _TINY_GPT2)):
         (root / name).mkdir()

@@ -256,6 +256,23 @@ def check_space(data: bytes) -> Any:
     return _write_and_call(data, ".yaml", load)
 
 
+def serve_space_seeds() -> list[str]:
+    """Serving configuration spaces as docs/serving.md writes them (`sim serve-search`)."""
+    return [
+        (Path(__file__).parent.parent / "benchmarks" / "serve_search_space.yaml").read_text(),
+        ("trace: synthetic\nmodel: gpt2-124m\nrate: 2\nslo_ttft_s: 2\n"
+         "space:\n  system: [h100-80gb-x8, a100-80gb-x8]\n  replicas: [2, 1]\n"),
+    ]
+
+
+def check_serve_space(data: bytes) -> Any:
+    from krakenlm.serving.config_search import load_space
+
+    def load(path: Path) -> None:
+        load_space(path).grid()  # what `sim serve-search` does before any replay
+    return _write_and_call(data, ".yaml", load)
+
+
 # --------------------------------------------------------------- explore table + sidecar
 EXPLORE_KNOBS = ("cores", "memory")
 
@@ -669,6 +686,9 @@ TARGETS: tuple[Target, ...] = (
            _yaml_inputs(space_seeds), check_space),
     Target("design-space-not-utf8", "design space YAML, not UTF-8", "design.knobs.load_space",
            _not_utf8(space_seeds), check_space),
+    Target("serve-space", "serving configuration space YAML (--space)",
+           "serving.config_search.load_space", _yaml_inputs(serve_space_seeds),
+           check_serve_space),
     Target("explore-table", "explore table + .meta.json sidecar",
            "design.runner.Table (sim explore --out, resumed)",
            explore_inputs, check_explore_table),

@@ -105,3 +105,24 @@ def _split(name: str) -> None:
 def _searched(row: dict) -> None:
     print(f"rate {row['rate_per_s']:.3f}/s: {'meets' if row['meets'] else 'misses'} the SLOs",
           file=sys.stderr, flush=True)
+
+
+@sim_app.command("serve-search")
+def serve_search_cmd(
+    space: str = typer.Option(..., "--space", help="Configuration space YAML: the fixed `sim serve` options (trace, model, rate, requests, lengths, seed, slo_ttft_s, ...) and `space:` with lists of tp, replicas, max_num_batched_tokens (the prefill chunk), max_num_seqs, system, arch."),
+    processes: int = typer.Option(1, "--processes", help="Local worker processes."),
+    backend: str = typer.Option("local", "--backend", help="local or dask (pip install 'krakenlm[cluster]')."),
+    address: str = typer.Option(None, "--address", help="Dask scheduler address (default: a local cluster)."),
+    chunk: int = typer.Option(1, "--chunk", help="Configurations per unit of work sent to a worker."),
+    top: int = typer.Option(10, "--top", help="Configurations to print."),
+    out: str = typer.Option(None, "--out", help="Directory for configs.csv (every configuration), front.csv (goodput against $/hour) and search.png."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Replay a trace on every configuration of a space (TP x replicas x chunk x max_num_seqs x
+    GPU x architecture) and rank them by goodput per $. docs/serving.md."""
+    from ..serving.config_search import load_space
+    from ..studies.serving_search import search_configs
+
+    print_report(search_configs(load_space(space), processes=processes, backend=backend,
+                                address=address, chunk=chunk, top=top, out=out,
+                                progress=sys.stderr.isatty()), as_json)

@@ -59,8 +59,8 @@ def _evaluator(base: str, objective: dict, reference: dict | None = None) -> Eva
     return ev
 
 
-def evaluate_chunk(base: str, objective: dict, designs: list[dict],
-                   reference: dict | None = None) -> list[dict]:
+def evaluate_chunk(base: str, objective: dict, reference: dict | None,
+                   designs: list[dict]) -> list[dict]:
     """A worker's unit of work (picklable arguments only: runs under fork, spawn or Dask)."""
     ev = _evaluator(base, objective, reference)
     return [ev.evaluate(d) for d in designs]
@@ -214,24 +214,24 @@ def _chunks(items: Iterable[dict], size: int) -> Iterator[list[dict]]:
         yield chunk
 
 
-def _local(base: str, objective: dict, chunks: Iterator[list[dict]], processes: int,
-           reference: dict | None = None):
+def _local(work, fixed: tuple, chunks: Iterator[list[dict]], processes: int):
     if processes <= 1:
         for chunk in chunks:
-            yield evaluate_chunk(base, objective, chunk, reference)
+            yield work(*fixed, chunk)
         return
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with mp.get_context(method).Pool(processes) as pool:
-        args = ((base, objective, c, reference) for c in chunks)
+        args = ((work, fixed, c) for c in chunks)
         yield from pool.imap_unordered(_star, args)
 
 
 def _star(args: tuple) -> list[dict]:
-    return evaluate_chunk(*args)
+    work, fixed, chunk = args
+    return work(*fixed, chunk)
 
 
-def _dask(base: str, objective: dict, chunks: Iterator[list[dict]], processes: int,
-          address: str | None, reference: dict | None = None):
+def _dask(work, fixed: tuple, chunks: Iterator[list[dict]], processes: int,
+          address: str | None):
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -245,8 +245,7 @@ def _dask(base: str, objective: dict, chunks: Iterator[list[dict]], processes: i
         in_flight = 4 * max(1, len(client.scheduler_info().get("workers", {})))
         pending = as_completed()
         for chunk in chunks:  # bounded submission: a 10^5-design space never sits in memory
-            pending.add(client.submit(evaluate_chunk, base, objective, chunk, reference,
-                                      pure=False))
+            pending.add(client.submit(work, *fixed, chunk, pure=False))
             if pending.count() >= in_flight:
                 yield next(pending).result()
         for future in pending:
@@ -255,6 +254,29 @@ def _dask(base: str, objective: dict, chunks: Iterator[list[dict]], processes: i
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def check_backend(backend: str, processes: int, address: str | None) -> None:
+    if backend not in BACKENDS:
+        raise KrakenError(f"--backend {backend!r} is not one of {BACKENDS}")
+    if processes < 1:
+        raise KrakenError(f"--processes must be at least 1, got {processes}")
+    if address is not None and backend != "dask":
+        raise KrakenError(f"--address {address} names a Dask scheduler: add --backend dask (the "
+                          f"{backend} backend would ignore it)")
+
+
+def map_chunks(work, fixed: tuple, items: Iterable[dict], *, processes: int = 1,
+               backend: str = "local", address: str | None = None,
+               chunk: int = DEFAULT_CHUNK) -> Iterator[list[dict]]:
+    """`work(*fixed, chunk)` for chunks of `items`, in this process, a local pool or on Dask
+    (see the module docstring); yields each chunk's rows as they come (in any order). `work`
+    must be a module-level function and `fixed` picklable."""
+    check_backend(backend, processes, address)
+    chunks = _chunks(items, chunk)
+    if backend == "local":
+        return _local(work, fixed, chunks, processes)
+    return _dask(work, fixed, chunks, processes, address)
 
 
 def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100-80gb-x8", *,
@@ -268,13 +290,7 @@ def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100
 
     from tqdm import tqdm
 
-    if backend not in BACKENDS:
-        raise KrakenError(f"--backend {backend!r} is not one of {BACKENDS}")
-    if processes < 1:
-        raise KrakenError(f"--processes must be at least 1, got {processes}")
-    if address is not None and backend != "dask":
-        raise KrakenError(f"--address {address} names a Dask scheduler: add --backend dask (the "
-                          f"{backend} backend would ignore it)")
+    check_backend(backend, processes, address)
     if out is not None and Path(out).is_dir():
         raise KrakenError(f"--out {out} is a directory; give the CSV file to stream the table "
                           "to (e.g. designs.csv)")
@@ -299,9 +315,8 @@ def run_designs(designs: Iterable[dict], objective: Objective, base: str = "a100
             yield d
     rows: list[dict[str, Any]] = []
     obj = objective.to_dict()
-    chunks = _chunks(todo(), chunk)
-    stream = _local(base, obj, chunks, processes, reference) if backend == "local" else \
-        _dask(base, obj, chunks, processes, address, reference)
+    stream = map_chunks(evaluate_chunk, (base, obj, reference), todo(), processes=processes,
+                        backend=backend, address=address, chunk=chunk)
     bar = tqdm(total=total, unit="design", disable=not progress, desc="designs")
     try:
         for got in stream:

@@ -1,0 +1,72 @@
+"""The serving configuration search (`sim serve-search`): the best of a space whose answer is
+known by construction, determinism across worker counts, a configuration that cannot run, and
+the written files."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from krakenlm.serving.config_search import evaluate_config, load_space, parse_space
+from krakenlm.studies.serving_search import search_configs
+
+# a light load every configuration serves within the SLOs: goodput is the offered rate for all
+# of them, so goodput per $ ranks by cost: one replica beats two (twice the GPUs), and the
+# A100 beats the H100 (the cheaper device)
+FIXED = {"trace": "synthetic", "model": "gpt2-124m", "rate": 2.0, "requests": 40,
+         "lengths": "fixed:64,16", "seed": 3, "slo_ttft_s": 2.0, "slo_tpot_s": 0.5}
+SPACE = {**FIXED, "space": {"system": ["h100-80gb-x8", "a100-80gb-x8"], "replicas": [2, 1]}}
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    out = tmp_path_factory.mktemp("search")
+    return search_configs(parse_space(SPACE, "test"), processes=1, out=out), out
+
+
+def test_best_configuration_is_the_one_known_by_construction(searched):
+    report, _ = searched
+    assert report.best["cfg_system"] == "a100-80gb-x8" and report.best["cfg_replicas"] == 1
+    worst = report.rows[-1]
+    assert (worst["cfg_system"], worst["cfg_replicas"]) == ("h100-80gb-x8", 2)
+    by = {(r["cfg_system"], r["cfg_replicas"]): r for r in report.rows}
+    for system in ("a100-80gb-x8", "h100-80gb-x8"):
+        one, two = by[(system, 1)], by[(system, 2)]
+        assert one["attainment"] == two["attainment"] == 1.0
+        assert two["usd_per_hour"] == pytest.approx(2 * one["usd_per_hour"])
+        assert two["goodput_requests_per_usd"] == pytest.approx(
+            one["goodput_requests_per_usd"] / 2, rel=0.05)
+    # the cheapest configuration is on the goodput/$-per-hour front
+    assert report.front[0]["key"] == report.best["key"]
+
+
+def test_rows_do_not_depend_on_worker_count(searched):
+    report, _ = searched
+    again = search_configs(parse_space(SPACE, "test"), processes=2)
+    assert again.rows == report.rows and again.front == report.front
+
+
+def test_files_written(searched):
+    report, out = searched
+    rows = list(csv.DictReader((out / "configs.csv").read_text().splitlines()))
+    assert [r["key"] for r in rows] == [r["key"] for r in report.rows]
+    front = list(csv.DictReader((out / "front.csv").read_text().splitlines()))
+    assert len(front) == len(report.front)
+    assert (out / "search.png").read_bytes()[:4] == b"\x89PNG"
+    assert {"cfg_system", "cfg_replicas", "goodput_requests_per_usd"} <= set(rows[0])
+
+
+def test_a_configuration_that_cannot_run_is_a_row_with_its_error():
+    row = evaluate_config({**FIXED, "system": "a100-80gb-x8"}, {"tp": 16})
+    assert "--tp 16 must be between 1 and the 8 devices" in row["error"]
+    assert row["goodput_requests_per_usd"] is None
+
+
+def test_space_file_grid_in_file_order(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("trace: synthetic\nmodel: gpt2-124m\nrate: 1\n"
+                    "space:\n  system: [a100-80gb-x8]\n  tp: [1, 2]\n  arch: [gpt, kraken]\n")
+    grid = load_space(path).grid()
+    assert grid == [{"system": "a100-80gb-x8", "tp": t, "arch": a}
+                    for t in (1, 2) for a in ("gpt", "kraken")]
