@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from ..hardware import load_system
 from ..hardware.cost import system_cost
 from ..hardware.schema import DTYPE_BYTES, System
@@ -41,6 +39,7 @@ from .replay import (
     _row,
     _step_timer,
     default_options,
+    engine_series,
     scheduler_for,
 )
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
@@ -297,11 +296,7 @@ def cluster_report(trace: Trace, built: Sequence[BuiltPool], replicas: Sequence[
     start = trace.requests[0].arrival_s
     makespan = max(r["finish_s"] for r in rows) - start
     usd_per_s = sum(p.usd_per_device_s * p.devices for p in built)
-    itl = np.concatenate([np.array(e.itl_s) for e in engines] +
-                         [np.array(e.itl_window_s) for e in engines])
-    weights = np.concatenate([np.ones(len(e.itl_s)) for e in engines] +
-                             [np.array(e.itl_weight) for e in engines])
-    kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
+    itl, weights, kv_used = engine_series(engines)
     summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan,
                         slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
                         preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,

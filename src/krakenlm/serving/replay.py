@@ -234,6 +234,17 @@ def throughput_bound_per_s(trace: Trace, config: ModelConfig, system: System | s
     return replicas * batch / (output * step)
 
 
+
+def engine_series(engines) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The inter-token latencies, their weights and the KV use over time of every engine, in
+    engine order: what `summarise` reads of a replay."""
+    itl_parts, weight_parts = [], []
+    for e in engines:
+        itl_parts += [np.array(e.itl_s), np.array(e.itl_window_s)]
+        weight_parts += [np.ones(len(e.itl_s)), np.array(e.itl_weight)]
+    kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
+    return np.concatenate(itl_parts), np.concatenate(weight_parts), kv_used
+
 def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: str = "vllm",
           tp: int = 1, replicas: int = 1, router: str = "round-robin",
           options: V1Options | None = None, scheduler: str | None = None, dtype: str = "fp16",
@@ -301,12 +312,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     gpus = tp * replicas
     usd_per_s = system_cost(system).system_usd / system.device_count * gpus / \
         (AMORTISATION_YEARS * SECONDS_PER_YEAR)
-    itl_parts, weight_parts = [], []
-    for e in engines:
-        itl_parts += [np.array(e.itl_s), np.array(e.itl_window_s)]
-        weight_parts += [np.ones(len(e.itl_s)), np.array(e.itl_weight)]
-    itl, weights = np.concatenate(itl_parts), np.concatenate(weight_parts)
-    kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
+    itl, weights, kv_used = engine_series(engines)
     summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan,
                         slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
                         preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
