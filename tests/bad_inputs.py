@@ -16,6 +16,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {badhw}      a hardware YAML with a typo'd field
   {badhostlink} a hardware YAML whose host_link_bandwidth_bytes_per_s is not a number
   {badsince}   TensorRT-LLM's software profile with collectives.custom_since "abc"
+  {baduntil}   vLLM V0's software profile with host.per_sequence_until "soon"
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
   {binarycorpus} a corpus directory whose one .txt file is random bytes
@@ -548,6 +549,8 @@ NEW_USER_CASES: list[BadInput] = [
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{emptyfile}}", "expected a mapping"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badsince}}",
          "collectives.custom_since: 'abc' is not an engine version"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{baduntil}}",
+         "host.per_sequence_until: 'soon' is not an engine version"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{tmp}}/missing.yaml",
          "No such file or directory"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{emptyfile}}",
@@ -696,6 +699,10 @@ def fixture_paths(root: Path) -> dict[str, str]:
         "software_profiles/trtllm.yaml")
     (root / "bad-since.yaml").write_text(trtllm.read_text().replace(
         'custom_since: "0.8"', 'custom_since: "abc"', 1))
+    vllm_v0 = resources.files("krakenlm.simulator.constants").joinpath(
+        "software_profiles/vllm-v0.yaml")
+    (root / "bad-until.yaml").write_text(vllm_v0.read_text().replace(
+        'per_sequence_until: "0.6.0"', 'per_sequence_until: "soon"', 1))
     (root / "bad-host-link.yaml").write_text(preset.read_text().replace(
         "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "bad.json").write_text("{not json\n")
@@ -719,6 +726,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
             "badhostlink": str(root / "bad-host-link.yaml"),
             "badsince": str(root / "bad-since.yaml"),
+            "baduntil": str(root / "bad-until.yaml"),
             "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),

@@ -48,6 +48,10 @@ def test_malformed_profiles_are_errors_naming_the_field(tmp_path):
     for good in ("0.8", "1.0.0rc1", "0.5.6.post2", ""):
         profile_from_dict({"name": "x", "kernels": "v", "collectives": {"custom_since": good}},
                           "f")
+    with pytest.raises(SoftwareError, match=r"^f: host\.per_sequence_until: 'soon' is not an "
+                       "engine version"):
+        profile_from_dict({"name": "x", "kernels": "v", "host": {"per_sequence_until": "soon"}},
+                          "f")
     with pytest.raises(SoftwareError, match="unknown software 'tgi'"):
         load_software("tgi")
     bad = tmp_path / "p.yaml"
@@ -104,6 +108,33 @@ def test_trtllm_before_0_8_reduces_with_nccl():
         return sum(op["time_s"] for name, op in r.prefill.ops.items() if "allreduce" in name)
 
     assert all_reduce_s(nccl) > all_reduce_s(custom) > 0
+
+
+def test_vllm_v0_output_processing_is_per_sequence_until_0_6():
+    """vLLM V0 before 0.6.0 processed each sequence's output (detokenisation, stop checks) while
+    the GPU waited: 0.10 ms per sequence per step (vLLM #6913). From 0.6.0 the asynchronous
+    output processor (#7049) runs it beside the next step: a 0.7.3 row carries none."""
+    from krakenlm.simulator.measurements.harness import row_host, simulate_row_times
+    from krakenlm.simulator.measurements.models import ModelRow
+    from krakenlm.simulator.run import step_overhead
+
+    v0 = load_software("vllm-v0")
+    assert v0.host.per_sequence_s == pytest.approx(1e-4)
+    assert step_overhead(v0.host, v0, "decode", 64) == pytest.approx(1.5e-3 + 64 * 1e-4 + 1e-5)
+
+    def row(version):
+        return ModelRow("s", "llama2-7b", "h100-80gb-x8", 1, "vllm", version, "fp16", 32, 128, 16,
+                        "e2e", 1.0, "held_out", "")
+
+    for version in ("0.5.4-0.6.x", "0.2.6 + PR #2192", ""):
+        assert row_host(row(version), v0.host) is v0.host, version
+    for version in ("0.6.0", "0.7.3 (ROCm fork)"):
+        assert row_host(row(version), v0.host) == dataclasses.replace(v0.host, per_sequence_s=0)
+    cfg = get_preset("llama2-7b")
+    ttft_old, tpot_old = simulate_row_times(row("0.5.4"), cfg, v0)
+    ttft_new, tpot_new = simulate_row_times(row("0.7.3"), cfg, v0)
+    assert tpot_old - tpot_new == pytest.approx(32 * 1e-4, rel=1e-6)
+    assert ttft_old - ttft_new == pytest.approx(32 * 1e-4, rel=1e-6)
 
 
 def test_vllm_eager_host_time_per_step_is_its_sourced_formula():

@@ -148,13 +148,14 @@ def simulate_rows(rows: list[ModelRow], profile: SoftwareProfile,
 
 def predict_host(rows: list[ModelRow], host: Host, results: dict[ModelRow, Any]) -> np.ndarray:
     """Each row's metric (s) under host constants `host`, from its cached simulations."""
-    from ..measurements.harness import combine
+    from ..measurements.harness import combine, row_host
 
     out = []
     for r in rows:
         main, single = results[r]
-        ttft, tpot = combine(r, main.retimed(host),
-                             single.retimed(host) if single is not None else (0.0, 0.0))
+        h = row_host(r, host)
+        ttft, tpot = combine(r, main.retimed(h),
+                             single.retimed(h) if single is not None else (0.0, 0.0))
         out.append(_metric(r, ttft, tpot))
     return np.array(out)
 

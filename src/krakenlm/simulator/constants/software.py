@@ -63,6 +63,10 @@ class Host:
     per_sequence_s: float = 0.0      # per sequence a step carries (prefill and decode alike)
     graph_launch_s: float = 0.0      # per CUDA-graph replay
     step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
+    # the first engine version whose per-sequence work runs beside the GPU (vLLM 0.6.0's
+    # asynchronous output processor): a measurement of that version or later carries no
+    # per-sequence host time (measurements/harness.py `row_host`); "": every version carries it
+    per_sequence_until: str = ""
     # Not host work: the measured prefill GPU time of this stack on this system over what the
     # kernel models give (1: as calibrated). Fitted per system on end-to-end rows, never
     # sourced; it carries what a source's long forward passes ran slower than the kernel
@@ -201,7 +205,7 @@ def _section(cls: type, data: Any, where: str) -> Any:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of {PRECISIONS}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
-            if cls is Collectives and name == "custom_since" and value \
+            if name in ("custom_since", "per_sequence_until") and value \
                     and not _VERSION.fullmatch(value):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not an engine version such "
                                     "as \"0.8\" or \"1.0.0rc1\" (or \"\" for every version)")
