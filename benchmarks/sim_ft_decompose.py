@@ -15,15 +15,25 @@ simulator's constants; the predictions are the shipped constants' (as `sim valid
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
 
 from krakenlm.fileio import write_text_atomically
+from krakenlm.models import PRESETS
 from krakenlm.simulator.constants.software import load_software
-from krakenlm.simulator.measurements.harness import row_results, simulate_row_times
+from krakenlm.simulator.measurements.harness import engine_era, row_results, simulate_row_times
 from krakenlm.simulator.measurements.models import load_rows, row_software
-from krakenlm.simulator.run import resolve_model
+from krakenlm.simulator.run import resolve_model, simulate
+
+# GPT-20B (48 heads of 128, 44 layers, FFN 24576, vocabulary 51200), FP16, top_p 0.9, the same
+# 8x A100-80GB SuperPod node: "Performance of GPT-20B", NVIDIA/FasterTransformer@07fdd2fc6aa46f961f304d5f3791efad016e38a3
+# docs/gpt_guide.md, latency ms at TP 1 / 2 / 4 / 8. Not a scored source (no preset; SOURCES.md):
+# a check of the same engine on one more model, with the shape built from the table's header.
+GPT20B_MS = {(1, 128, 20): (566, 362, 254, 217), (64, 128, 20): (2157, 1379, 832, 634),
+             (1, 80, 200): (5609, 3532, 2438, 2053), (64, 80, 200): (8290, 6003, 3815, 3173),
+             (64, 20, 8): (452, 314, 200, 169)}
 
 
 def decompose(row) -> dict:
@@ -82,12 +92,33 @@ def report(source: str) -> str:
     return "\n".join(lines + summary) + "\n"
 
 
+def gpt20b_report() -> str:
+    """The GPT-20B table against the simulator (FasterTransformer's era: NCCL all-reduce)."""
+    config = dataclasses.replace(PRESETS["gpt3-6.7b"], n_layers=44, d_model=6144, n_heads=48,
+                                 ffn_dim=24576, vocab_size=51200)
+    software = engine_era(load_software("trtllm"), "", "fastertransformer")
+    lines = ["", ("GPT-20B (FasterTransformer gpt_guide, not a scored source): measured / "
+             "predicted ms, signed error"), "",
+             "| batch | in / out | TP 1 | TP 2 | TP 4 | TP 8 |", "|---:|---|---|---|---|---|"]
+    for (batch, prompt, output), measured in GPT20B_MS.items():
+        cells = []
+        for tp, ms in zip((1, 2, 4, 8), measured):
+            r = simulate(config, "a100-80gb-x8", tp, batch, prompt, output, dtype="fp16",
+                         software=software, check_memory=False, check_context=False,
+                         model_name="ft-gpt-20b")
+            cells.append(f"{ms} / {r.e2e_s * 1e3:.0f} ({(r.e2e_s * 1e3 - ms) / ms * 100:+.1f} %)")
+        lines.append(f"| {batch} | {prompt} / {output} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default="fastertransformer_gpt")
     ap.add_argument("--out", help="also write the tables to this Markdown file")
     args = ap.parse_args()
     text = report(args.source)
+    if args.source == "fastertransformer_gpt":
+        text += gpt20b_report()
     print(text, end="")
     if args.out:
         write_text_atomically(args.out, text)
