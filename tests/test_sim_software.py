@@ -110,6 +110,25 @@ def test_trtllm_before_0_8_reduces_with_nccl():
     assert all_reduce_s(nccl) > all_reduce_s(custom) > 0
 
 
+def test_fastertransformer_rows_reduce_with_nccl():
+    """FasterTransformer predates the `trtllm` profile's versions and its custom all-reduce was
+    opt-in (enable_custom_all_reduce=0): its rows, which carry no version, are simulated with
+    NCCL; a version-less TensorRT-LLM row keeps the profile's custom kernel."""
+    from krakenlm.simulator.measurements.harness import engine_era, row_results
+    from krakenlm.simulator.measurements.models import load_rows
+    from krakenlm.simulator.run import resolve_model
+
+    trt = load_software("trtllm")
+    ft = engine_era(trt, "", "FasterTransformer")
+    assert ft.collectives.all_reduce == "nccl" and ft.host == trt.host
+    assert engine_era(trt, "", "trtllm") is trt
+    assert engine_era(load_software("eager"), "", "fastertransformer") is load_software("eager")
+    row = next(r for r in load_rows() if r.source == "fastertransformer_gpt" and r.tp == 8)
+    assert row.version == ""
+    main, _ = row_results(row, resolve_model(row.model)[1], trt)
+    assert main.profile.collectives.all_reduce == "nccl"
+
+
 def test_vllm_v0_output_processing_is_per_sequence_until_0_6():
     """vLLM V0 before 0.6.0 processed each sequence's output (detokenisation, stop checks) while
     the GPU waited: 0.10 ms per sequence per step (vLLM #6913). From 0.6.0 the asynchronous

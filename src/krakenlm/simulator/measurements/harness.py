@@ -164,14 +164,27 @@ def row_host(row: ModelRow, host: Host) -> Host:
     return dataclasses.replace(host, per_sequence_s=0.0)
 
 
-def engine_era(software: SoftwareProfile, version: str) -> SoftwareProfile:
-    """The profile as engine `version` ran it: before the profile's `collectives.custom_since`
-    the engine reduced with NCCL, not its custom all-reduce (TensorRT-LLM before 0.8 built the
-    custom kernel only when asked: `--use_custom_all_reduce`, a store_true flag). The host
-    constants stay the profile's: an older version is scored with what the others fitted."""
+# Engines measured on a profile whose versions they predate, so they are older than any
+# `collectives.custom_since`: FasterTransformer (2022), TensorRT-LLM's predecessor, run on the
+# `trtllm` profile. Its custom all-reduce was opt-in: `enable_custom_all_reduce=0` in the GPT
+# example's config (NVIDIA/FasterTransformer@4c014fba0f1bad9b5078eb1b29d163b87749a470
+# examples/cpp/multi_gpu_gpt/gpt_config.ini), read into `ParallelGpt(..., enable_custom_all_reduce)`.
+PREDECESSOR_ENGINES = frozenset({"fastertransformer"})
+
+
+def engine_era(software: SoftwareProfile, version: str, framework: str = "") -> SoftwareProfile:
+    """The profile as engine `version` of `framework` ran it: before the profile's
+    `collectives.custom_since` (or on an engine that predates the profile's versions,
+    PREDECESSOR_ENGINES) the engine reduced with NCCL, not its custom all-reduce (TensorRT-LLM
+    before 0.8 built the custom kernel only when asked: `--use_custom_all_reduce`, a store_true
+    flag). The host constants stay the profile's: an older version is scored with what the
+    others fitted."""
     c = software.collectives
-    if c.all_reduce != "custom" or not c.custom_since or not version \
-            or version_tuple(version) >= version_tuple(c.custom_since):
+    if c.all_reduce != "custom" or not c.custom_since:
+        return software
+    older = framework.lower() in PREDECESSOR_ENGINES or bool(version) and \
+        version_tuple(version) < version_tuple(c.custom_since)
+    if not older:
         return software
     return dataclasses.replace(software, collectives=dataclasses.replace(c, all_reduce="nccl"))
 
@@ -182,7 +195,7 @@ def row_results(row: ModelRow, config: ModelConfig, software: SoftwareProfile, *
     gets a batch-1 prefill run (see SEQUENTIAL_PREFILL)."""
     from ..run import simulate
 
-    software = engine_era(software, row.version)
+    software = engine_era(software, row.version, row.framework)
 
     dtype = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}[row.dtype]
     gen = 1 if row.metric == "ttft" else max(2, row.output)
