@@ -125,7 +125,7 @@ def _plot(results: list[dict]) -> bytes:
             bias = [100 * r["scores"][k]["bias"] if k in r["scores"] else np.nan
                     for k in metrics]
             rate = "burst" if r["rate_per_s"] is None else f"{r['rate_per_s']:g}/s"
-            ax.bar(np.arange(len(metrics)) + i * width, bias, width,
+            ax.bar(np.arange(len(metrics)) + i * width, bias, width, color=plt.cm.tab20(i),
                    label=f"{r['id'].removeprefix(name + '-')} ({rate})")
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xticks(np.arange(len(metrics)) + 0.4 - width / 2, metrics, rotation=30,
