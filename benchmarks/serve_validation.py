@@ -7,9 +7,11 @@ Every run of the file is replayed (`serving.validation.replay_run`: its prompts 
 order, its arrival process, the engine's defaults on its GPUs, the prefix cache as the earlier
 runs on the same server left it) once per arrival seed, and every metric the run measured is
 scored (relative error of the mean over the seeds). Nothing is fitted on these runs: every
-score is held out, the leave-one-source-out score of the static simulator. A second replay with
-a cold prefix cache shows how much the server's history matters. Prints one line per run and
-metric and the medians over runs against the issue's goals; writes the JSON and the plot.
+score is held out, so the leave-one-source-out score (each source scored by a simulator that
+never saw it) is the plain score of that source's runs. A second replay with a cold prefix
+cache shows how much the server's history matters (only for runs that have one). Prints one
+line per run and metric, the medians over each source's runs and over all runs against the
+issue's goals; writes the JSON and the plot.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ def main() -> None:
         for seed in seeds:
             report, summary = replay_run(run, by_id, seed)
             warm.append(summary)
-            cold.append(replay_run(replace(run, served_before=(), test_prompt_first=False),
-                                   by_id, seed)[1])
+            if run.served_before or run.test_prompt_first:
+                summary = replay_run(replace(run, served_before=(), test_prompt_first=False),
+                                     by_id, seed)[1]
+            cold.append(summary)
             if run.arrival == "burst":
                 break  # no randomness: one seed is all seeds
         scored = score(run, _mean_summary(warm))
@@ -73,9 +77,16 @@ def main() -> None:
         for k, v in scored.items():
             print(f"{run.id:28s} {k:32s} predicted {v['predicted']:10.4g} measured "
                   f"{v['measured']:10.4g} error {100 * v['bias']:+7.1f} %")
+    by_source = {name: medians([r["scores"] for r in results if r["source"] == name])
+                 for name in sources if any(r["source"] == name for r in results)}
+    for name, held_out in by_source.items():
+        print(f"\nleave-one-source-out: {name} (median over its runs, |error|)")
+        for k, v in held_out.items():
+            print(f"  {k:32s} {100 * v['median']:6.1f} %  worst {100 * v['worst']:6.1f} %  "
+                  f"({v['runs']} runs)")
     summary = medians([r["scores"] for r in results])
     cold = medians(cold_scores)
-    print("\nmedian over runs (|error|), warm prefix cache / cold; goal")
+    print("\nall sources: median over runs (|error|), warm prefix cache / cold; goal")
     for k, v in summary.items():
         goal = GOALS.get(k)
         print(f"  {k:32s} {100 * v['median']:6.1f} % / {100 * cold[k]['median']:6.1f} %  "
@@ -85,7 +96,8 @@ def main() -> None:
             print(f"  {k:32s} no run measured it")
     out = {"command": "python benchmarks/serve_validation.py --json docs/data/serve-validation"
                       ".json --plot docs/img/serve-validation.png",
-           "seeds": seeds, "sources": sources, "runs": results, "medians": summary,
+           "seeds": seeds, "sources": sources, "runs": results,
+           "leave_one_source_out": by_source, "medians": summary,
            "medians_cold_cache": cold, "goals": GOALS,
            "not_measured_by_any_run": [k for k in GOALS if k not in summary],
            "fitted_on_these_runs": False, "cpu_s": time.process_time() - started}
@@ -96,25 +108,32 @@ def main() -> None:
 
 
 def _plot(results: list[dict]) -> bytes:
+    """One panel per source: predicted vs measured (%) per metric, one bar per run."""
     import io
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = sorted({k for r in results for k in r["scores"]})
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    width = 0.8 / len(results)
-    for i, r in enumerate(results):
-        bias = [100 * r["scores"][k]["bias"] if k in r["scores"] else np.nan for k in metrics]
-        ax.bar(np.arange(len(metrics)) + i * width, bias, width,
-               label=f"{r['id']} ({'burst' if r['rate_per_s'] is None else r['rate_per_s']})")
-    ax.axhline(0, color="k", lw=0.6)
-    ax.set_xticks(np.arange(len(metrics)) + 0.4 - width / 2, metrics, rotation=40, ha="right",
-                  fontsize=8)
-    ax.set_ylabel("predicted vs measured (%)")
-    ax.set_title("krakenlm sim serve against public vLLM runs (nothing fitted on them)")
-    ax.legend(fontsize=7)
+    names = list(dict.fromkeys(r["source"] for r in results))
+    fig, axes = plt.subplots(len(names), 1, figsize=(10, 4.2 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        runs = [r for r in results if r["source"] == name]
+        metrics = sorted({k for r in runs for k in r["scores"]})
+        width = 0.8 / len(runs)
+        for i, r in enumerate(runs):
+            bias = [100 * r["scores"][k]["bias"] if k in r["scores"] else np.nan
+                    for k in metrics]
+            rate = "burst" if r["rate_per_s"] is None else f"{r['rate_per_s']:g}/s"
+            ax.bar(np.arange(len(metrics)) + i * width, bias, width, color=plt.cm.tab20(i),
+                   label=f"{r['id'].removeprefix(name + '-')} ({rate})")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xticks(np.arange(len(metrics)) + 0.4 - width / 2, metrics, rotation=30,
+                      ha="right", fontsize=8)
+        ax.set_ylabel("predicted vs measured (%)")
+        ax.set_title(f"source {name}: krakenlm sim serve against public runs "
+                     "(nothing fitted on them)", fontsize=9)
+        ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

@@ -22,18 +22,54 @@ from krakenlm.serving.validation import (
 # the sums the source's JSON files print (total_input_tokens, total_output_tokens)
 SOURCE_TOTALS = {"llmk8s-a100-tp8-qps-01": 42722, "llmk8s-a100-tp8-qps-04": 42449,
                  "llmk8s-a100-tp8-qps-16": 42770, "llmk8s-a100-tp8-qps-inf": 42398}
+# datacrunch: (random input, random output, prompts, total_input_tokens, total_output_tokens)
+# of each line of the source's jsonl files
+DATACRUNCH = {
+    "qps-01": (1024, 1024, 300, 152612, 160347), "qps-02": (1024, 1024, 600, 308748, 308712),
+    "qps-04": (1024, 1024, 1200, 615860, 607936),
+    "qps-08": (1024, 1024, 2400, 1222995, 1218922),
+    "qps-16": (1024, 1024, 3200, 1629242, 1642637),
+    "inf-1024-1024-n3000": (1024, 1024, 3000, 1525074, 1544818),
+    "inf-1024-512-n4000": (1024, 512, 4000, 2034177, 1029594),
+    "inf-4096-2048-n800": (4096, 2048, 800, 1637669, 818620),
+    "inf-4096-1024-n1500-a": (4096, 1024, 1500, 3097487, 760205),
+    "inf-4096-1024-n1500-b": (4096, 1024, 1500, 3097487, 760205),
+    "inf-256-512-n6000": (256, 512, 6000, 777987, 1529561)}
 
 
 def test_the_runs_file_parses_and_matches_the_source_totals():
     sources, runs = load_runs()
-    assert {r.id for r in runs} == set(SOURCE_TOTALS)
+    assert set(sources) == {"llmk8s", "datacrunch"}
+    assert {r.id for r in runs} == set(SOURCE_TOTALS) | {
+        f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH}
     for r in runs:
+        assert r.source in sources and r.locator.startswith(sources[r.source]["repo"] + "@")
+        if r.source != "llmk8s":
+            continue
         assert len(r.prompt_tokens) == len(r.output_tokens) == 200
         assert sum(r.prompt_tokens) == 42659
         assert sum(r.output_tokens) == SOURCE_TOTALS[r.id]
-        assert r.source in sources and r.locator.startswith(sources[r.source]["repo"] + "@")
         assert set(r.served_before) < set(SOURCE_TOTALS)
         assert r.measured["ttft_s"]["mean"] > 0
+
+
+def test_the_datacrunch_lengths_are_the_clients_seeded_draw_and_its_totals():
+    """SGLang's bench_serving (random dataset, range ratio 0, seed 1) draws the prompt lengths
+    uniformly in [1, input] and then the output lengths in [0, output] from numpy's legacy
+    generator: the file holds that draw, the few zero outputs served as one token."""
+    import numpy as np
+
+    data = {r["id"]: r for r in json.loads(RUNS_FILE.read_text())["runs"]}
+    for key, (inp, out, n, total_in, total_out) in DATACRUNCH.items():
+        r = data[f"datacrunch-h200-tp4-sglang-{key}"]
+        rng = np.random.RandomState(1)
+        prompts, outputs = rng.randint(1, inp + 1, n), rng.randint(0, out + 1, n)
+        assert r["prompt_tokens"] == prompts.tolist() and sum(r["prompt_tokens"]) == total_in
+        assert r["output_tokens"] == np.maximum(outputs, 1).tolist()
+        assert sum(r["output_tokens"]) - r["zero_output_requests"] == total_out
+        assert r["zero_output_requests"] == int((outputs == 0).sum())
+        assert (r["arrival"] == "burst") == key.startswith("inf")
+        assert r["measured"]["e2e_s"]["mean"] > r["measured"]["ttft_s"]["p50"] > 0
 
 
 def test_every_source_and_run_file_is_in_sources_md():
@@ -61,6 +97,13 @@ def test_score_is_the_relative_error_of_every_metric_both_give():
     assert m["ttft_mean"] == {"median": pytest.approx(0.20), "worst": pytest.approx(0.30),
                               "runs": 3}
     assert m["tpot_mean"]["runs"] == 1
+
+
+def test_a_measured_median_e2e_is_scored():
+    run = next(r for r in load_runs()[1] if r.id == "datacrunch-h200-tp4-sglang-qps-01")
+    measured = run.measured["e2e_s"]["p50"]
+    s = score(run, {"e2e_s": {"mean": None, "p50": 0.9 * measured}})
+    assert set(s) == {"e2e_p50"} and s["e2e_p50"]["bias"] == pytest.approx(-0.10)
 
 
 def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():

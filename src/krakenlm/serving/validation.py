@@ -27,7 +27,8 @@ from .traces import Request, Trace
 RUNS_FILE = Path(__file__).resolve().parent / "data" / "serving_runs.json"
 # (summary section, statistic) pairs a run may state, in the order
 METRICS = (("e2e_s", "mean"), ("e2e_s", "p99"), ("ttft_s", "mean"), ("ttft_s", "p90"),
-           ("ttft_s", "p99"), ("tpot_s", "mean"), ("ttft_s", "p50"), ("tpot_s", "p50"),
+           ("ttft_s", "p99"), ("tpot_s", "mean"), ("e2e_s", "p50"), ("ttft_s", "p50"),
+           ("tpot_s", "p50"),
            ("tpot_s", "p99"), ("itl_s", "mean"), ("itl_s", "p50"), ("itl_s", "p99"),
            ("throughput", "requests_per_s"), ("throughput", "output_tokens_per_s"))
 ARRIVALS = ("poisson", "burst")
