@@ -174,6 +174,7 @@ class StepTimer:
         self._head = Linear1D(self.seq_grid, [self._head_s(n) for n in self.seq_grid])
         self.build_s = 0.0
         self._fast_tables, self._host, self._head_floor = self._fast_constants()
+        self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
@@ -321,12 +322,20 @@ class StepTimer:
             if floor and t < kernel_floor:
                 t = kernel_floor
             gpu += t * count
-        head = self._head(max(1, logits)) * scale
-        if floor and head < self._head_floor:
-            head = self._head_floor
+        heads = self._heads[prefill]
+        head = heads.get(logits)
+        if head is None:
+            head = heads[logits] = self._head_step_s(logits, prefill)
         gpu += head
         overhead = per_step + sequences * per_seq + launch
         return max(gpu, overhead) if overlaps else gpu + overhead
+
+    def _head_step_s(self, logits: int, prefill: bool) -> float:
+        """The LM head's part of `step_s` for `logits` sampling sequences (kept per count in
+        `_heads`: the interpolation is the same on every call)."""
+        _, scale, floor = self._host[prefill][:3]
+        head = self._head(max(1, logits)) * scale
+        return self._head_floor if floor and head < self._head_floor else head
 
     def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
         """Wall times of `steps` consecutive pure-decode steps of `sequences` sequences whose

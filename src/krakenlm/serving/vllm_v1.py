@@ -305,9 +305,9 @@ class V1Engine:
         running = self.running
         sched: list[tuple[Seq, int]] = []
         preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            s = running[i]
+        for s in running:  # a preemption pops from the end: the loop sees the list shrink
+            if budget <= 0:
+                break
             c = s.computed
             new = s.prompt + s.generated - c
             if new > budget:  # noqa: PLR1730 (a conditional: this loop runs for every request)
@@ -321,7 +321,6 @@ class V1Engine:
                 s.private += need
             sched.append((s, new))
             budget -= new
-            i += 1
         if not preempted:
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < opt.max_num_seqs:
@@ -351,22 +350,20 @@ class V1Engine:
 
     def _execute(self, sched: list[tuple[Seq, int]]) -> None:
         timer = self.timer
-        tokens = logits = decodes = kv_sum = 0
+        chunk_tokens = chunk_logits = decodes = kv_sum = 0
         attention_p = 0.0
-        prefill = False
         for s, new in sched:
-            tokens += new
             c, g = s.computed, s.generated
-            total = s.prompt + g
-            if new == 1 and g and c == total - 1:
+            if new == 1 and g and c == s.prompt + g - 1:  # a decode: its KV holds c + 1 tokens
                 decodes += 1
-                kv_sum += total
-                logits += 1
+                kv_sum += c + 1
                 continue
-            prefill = True
+            chunk_tokens += new
             attention_p += timer.prefill_attention_s(new, c)
-            if c + new == total:
-                logits += 1
+            if c + new == s.prompt + g:
+                chunk_logits += 1
+        prefill = decodes < len(sched)
+        tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
         attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
         self.now += timer.step_s(tokens, len(sched), logits, attention_p + attention_d,
