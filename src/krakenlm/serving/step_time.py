@@ -139,6 +139,20 @@ class _GraphTable:
     residual: dict[str, list[Linear1D]]  # bound -> one interpolant over A per T grid point
 
 
+@dataclass(frozen=True)
+class _DecodePlan:
+    """What `StepTimer.decode_steps_s` reads for one batch size (see `_decode_plan`)."""
+    attention: tuple  # (row i, row j, weight of j, sequences of the last row when beyond it)
+    graphs: tuple  # per graph: (residual row i, row j, weight of j, has attention,
+    #                kernel floor or None, repeat count)
+    head_s: float
+    overhead_s: float
+    overlaps: bool
+
+
+DECODE_OFFSETS = 4096  # steps of a decode window whose KV offsets are kept as one array
+
+
 class StepTimer:
     """Mixed-batch step times for one model on one replica (a `Simulator` session, TP)."""
 
@@ -160,9 +174,12 @@ class StepTimer:
         self._head = Linear1D(self.seq_grid, [self._head_s(n) for n in self.seq_grid])
         self.build_s = 0.0
         self._fast_tables, self._host, self._head_floor = self._fast_constants()
+        self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
+        self._decode_plans: dict[int, _DecodePlan] = {}
+        self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -305,44 +322,73 @@ class StepTimer:
             if floor and t < kernel_floor:
                 t = kernel_floor
             gpu += t * count
-        head = self._head(max(1, logits)) * scale
-        if floor and head < self._head_floor:
-            head = self._head_floor
+        heads = self._heads[prefill]
+        head = heads.get(logits)
+        if head is None:
+            head = heads[logits] = self._head_step_s(logits, prefill)
         gpu += head
         overhead = per_step + sequences * per_seq + launch
         return max(gpu, overhead) if overlaps else gpu + overhead
 
+    def _head_step_s(self, logits: int, prefill: bool) -> float:
+        """The LM head's part of `step_s` for `logits` sampling sequences (kept per count in
+        `_heads`: the interpolation is the same on every call)."""
+        _, scale, floor = self._host[prefill][:3]
+        head = self._head(max(1, logits)) * scale
+        return self._head_floor if floor and head < self._head_floor else head
+
     def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
         """Wall times of `steps` consecutive pure-decode steps of `sequences` sequences whose
         mean KV length starts at `mean_kv` and grows by one per step: `step_s` vectorised
-        (the engine's decode windows)."""
-        kv = mean_kv + np.arange(steps)
+        (the engine's decode windows). What depends on the batch size only is looked up once
+        per size (`_decode_plan`); the array operations are those of the plain formula."""
+        plan = self._decode_plans.get(sequences)
+        if plan is None:
+            plan = self._decode_plans[sequences] = self._decode_plan(sequences)
+        offsets = self._step_offsets
+        kv = mean_kv + (offsets[:steps] if steps <= len(offsets) else np.arange(steps))
+        row_i, row_j, w, beyond = plan.attention
+        if beyond:  # past the table: proportional to the sequences
+            att = row_i.many(kv) * sequences / beyond
+        else:
+            att = row_i.many(kv) if w == 0.0 else row_i.many(kv) * (1 - w) + row_j.many(kv) * w
+        gpu = 0.0  # a float until the first term that varies with the step, then an array
+        for res_i, res_j, w_t, attention, kernel_floor, count in plan.graphs:
+            r = res_i.many(att)
+            if w_t:
+                r = r * (1 - w_t) + res_j.many(att) * w_t
+            t = r + (att if attention else 0.0)
+            if kernel_floor is not None:
+                t = np.maximum(t, kernel_floor)
+            gpu = gpu + t * count
+        gpu = gpu + plan.head_s
+        if not isinstance(gpu, np.ndarray):
+            gpu = np.full(steps, gpu)
+        overhead = plan.overhead_s
+        return np.maximum(gpu, overhead) if plan.overlaps else gpu + overhead
+
+    def _decode_plan(self, sequences: int) -> _DecodePlan:
+        """The pieces of a pure-decode step of `sequences` sequences that do not depend on the
+        KV length: the attention rows and their weight, each graph's residual rows over the
+        attention time (memory-bound) with its kernel floor and count, the LM head and the
+        host overhead."""
         rows, grid = self._decode_attention, self.seq_grid
         if sequences > grid[-1]:
-            att = rows[-1].many(kv) * sequences / grid[-1]
+            attention = (rows[-1], rows[-1], 0.0, grid[-1])
         else:
             i, j, w = _bracket(grid, sequences)
-            att = rows[i].many(kv) if w == 0.0 else \
-                rows[i].many(kv) * (1 - w) + rows[j].many(kv) * w
+            attention = (rows[i], rows[j], w, 0)
         host, sw = self.profile.host, self.profile
-        captured, per_kernel = sw.graphs.decode, host.per_kernel_s
+        floored = not sw.graphs.decode and host.per_kernel_s > 0
         i, j, w = _bracket(self.tokens_grid, sequences)
-        gpu = np.zeros(steps)
-        for table in self._tables:
-            rows_t = table.residual["memory"]
-            r = rows_t[i].many(att)
-            if w:
-                r = r * (1 - w) + rows_t[j].many(att) * w
-            t = r + (att if table.attention else 0.0)
-            if not captured and per_kernel > 0:
-                t = np.maximum(t, table.kernels * per_kernel)
-            gpu += t * table.count
+        graphs = tuple((t.residual["memory"][i], t.residual["memory"][j], w, t.attention,
+                        t.kernels * host.per_kernel_s if floored else None, t.count)
+                       for t in self._tables)
         head = self._head(sequences)
-        if not captured and per_kernel > 0:
-            head = max(head, self._head_kernels * per_kernel)
-        gpu += head
-        overhead = step_overhead(host, sw, "decode", sequences)
-        return np.maximum(gpu, overhead) if host.step_overlaps_gpu else gpu + overhead
+        if floored:
+            head = max(head, self._head_kernels * host.per_kernel_s)
+        return _DecodePlan(attention, graphs, head,
+                           step_overhead(host, sw, "decode", sequences), host.step_overlaps_gpu)
 
     def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
                 logits: int | None = None) -> float:

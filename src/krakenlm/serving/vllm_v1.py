@@ -31,8 +31,7 @@ import math
 from array import array
 from collections import deque
 from dataclasses import dataclass
-
-import numpy as np
+from itertools import accumulate, islice
 
 from .kv_cache import BlockPool
 from .step_time import StepTimer
@@ -179,87 +178,125 @@ class V1Engine:
         d = len(running)
         if d > self.opt.max_num_batched_tokens:
             return False
-        k = WINDOW_MAX_STEPS
-        kv = 0
+        scan = self._window_scan(running)
+        if scan is None:
+            return False
+        last_finish, kv, slack = scan
+        window = self._window_steps(d, kv / d, last_finish, until)
+        if window is None:
+            return False
+        durations, ends = window
+        k = len(ends)
         bs, pool = self.opt.block_size, self.pool
-        per = pool.per_id
-        slack = []  # tokens each request can still write into the blocks it holds
-        for s in running:
-            g = s.generated
-            c = s.computed
-            if not g or c != s.prompt + g - 1:
-                return False
-            left = s.output - g
-            if left < k:  # noqa: PLR1730 (a conditional: this loop runs for every request)
-                k = left
-            kv += c
-            slack.append((s.private + per * len(s.shared)) * bs - c if per else
-                         s.private * bs - c)
-        if k < 2:
-            return False
-        kv += d
-        timer, now = self.timer, self.now
-        mean_kv = kv / d
-        if until != math.inf:  # bounded by the first step's length (as many as start in time)
-            first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
-            if now + first >= until:
-                return False
-            k = min(k, int((until - now) / first) + 1)
-        durations = timer.decode_steps_s(d, mean_kv, k)
-        ends = now + np.cumsum(durations)
-        k = min(k, int(np.searchsorted(ends - durations, until, side="left")))
-        if k < 2:
-            return False
         # a request whose held blocks leave j < k free tokens needs ceil((k - j) / bs) more
         needs = [(bs - 1 + k - j) // bs if j < k else 0 for j in slack]
         total_need = sum(needs)
         if total_need > pool.available:
             return False
-        used = pool.used
-        pool.take(total_need)
-        end, first_end = float(ends[k - 1]), float(ends[0])
-        if total_need:  # blocks taken at each step: a request crosses into a new one every bs
-            delta = [0] * k
-            for j, n in zip(slack, needs):
-                while j < k:
-                    delta[j] += 1
-                    j += bs
-            levels = []
-            for j in range(k - 1):
-                used += delta[j]
-                levels.append(used / pool.total)
-        else:
-            levels = [used / pool.total] * (k - 1)
-        gaps = []
-        finished = False
-        for s, n in zip(running, needs):
-            if n:
-                s.private += n
-            s.computed += k
-            g = s.generated = s.generated + k
-            gaps.append(first_end - s.last_token_s)
-            s.last_token_s = end
-            if g >= s.output:
-                s.finish_s = end
-                pool.release(s.private, s.shared)
-                s.private, s.shared = 0, []
-                finished = True
-        self.itl_s.extend(gaps)
-        self.itl_window_s.extend(durations[1:k].tolist())
+        levels = self._window_kv_levels(slack, k, total_need)
+        end = ends[-1]
+        self.itl_s.extend(self._window_advance(needs, k, ends[0], end, k == last_finish))
+        self.itl_window_s.extend(durations[1:k])
         self.itl_weight.extend([float(d)] * (k - 1))
-        if finished:
-            self.running = [s for s in running if s.finish_s != s.finish_s]
         self.now = end
         self.steps += k
         tl = self.timeline
         levels.append(pool.used / pool.total)
-        tl.t_s.extend(ends[:k].tolist())
+        tl.t_s.extend(ends)
         tl.kv_used.extend(levels)
         tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
         tl.waiting.extend([0.0] * k)
         tl.preemptions.extend([float(self.preemptions)] * k)
         tl.tokens.extend([float(d)] * k)
         return True
+
+    def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
+        """One read of every running request for a decode window: None unless each one
+        decodes (it has sampled a token and computed all but the last), else (the steps until
+        the first finishes, capped at WINDOW_MAX_STEPS; the KV tokens of the window's first
+        step; per request the tokens it can still write into the blocks it holds)."""
+        bs = self.opt.block_size
+        per = self.pool.per_id
+        k = WINDOW_MAX_STEPS
+        kv = 0
+        slack = []
+        for s in running:
+            g = s.generated
+            c = s.computed
+            if not g or c != s.prompt + g - 1:
+                return None
+            left = s.output - g
+            if left < k:  # noqa: PLR1730 (a conditional: this loop runs for every request)
+                k = left
+            kv += c
+            slack.append((s.private + per * len(s.shared)) * bs - c if per else
+                         s.private * bs - c)
+        return k, kv + len(running), slack
+
+    def _window_steps(self, d: int, mean_kv: float, k: int,
+                      until: float) -> tuple[list[float], list[float]] | None:
+        """The durations and end times of the window's steps: at most k, as many as start
+        before `until` (the first step's length bounds how many are timed); None when fewer
+        than two would run."""
+        if k < 2:
+            return None
+        timer, now = self.timer, self.now
+        if until != math.inf:  # bounded by the first step's length (as many as start in time)
+            first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
+            if now + first >= until:
+                return None
+            k = min(k, int((until - now) / first) + 1)
+        durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+        # now + the running sum, and the steps that start before `until` (the same floats as
+        # numpy's cumsum and searchsorted on the starts)
+        ends = [now + total for total in accumulate(durations)]
+        starting = next((i for i, (e, t) in enumerate(zip(ends, durations)) if e - t >= until),
+                        len(ends))
+        if min(k, starting) < 2:
+            return None
+        k = min(k, starting)
+        return durations, ends[:k]
+
+    def _window_kv_levels(self, slack: list[int], k: int, total_need: int) -> list[float]:
+        """Take the window's new KV blocks and return the fraction in use after each of its
+        first k - 1 steps: a request with j free tokens in its blocks crosses into a new block
+        at step j, j + bs, ..."""
+        pool = self.pool
+        used = pool.used
+        pool.take(total_need)
+        if not total_need:
+            return [used / pool.total] * (k - 1)
+        bs = self.opt.block_size
+        delta = [0] * k
+        for j in slack:
+            while j < k:
+                delta[j] += 1
+                j += bs
+        total = pool.total
+        return [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
+
+    def _window_advance(self, needs: list[int], k: int, first_end: float, end: float,
+                        may_finish: bool) -> list[float]:
+        """Write the window into every running request: its new blocks, k more tokens computed
+        and sampled, its last token at `end`; free the finished ones (only when k reached the
+        first finish). Returns each request's gap to the window's first token."""
+        running = self.running
+        gaps = [first_end - s.last_token_s for s in running]
+        for s, n in zip(running, needs):
+            if n:
+                s.private += n
+            s.computed += k
+            s.generated += k
+            s.last_token_s = end
+        if may_finish:
+            pool = self.pool
+            for s in running:
+                if s.generated >= s.output:
+                    s.finish_s = end
+                    pool.release(s.private, s.shared)
+                    s.private, s.shared = 0, []
+            self.running = [s for s in running if s.finish_s != s.finish_s]
+        return gaps
 
     def step(self) -> bool:
         opt, pool, bs = self.opt, self.pool, self.opt.block_size
@@ -268,9 +305,9 @@ class V1Engine:
         running = self.running
         sched: list[tuple[Seq, int]] = []
         preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            s = running[i]
+        for s in running:  # a preemption pops from the end: the loop sees the list shrink
+            if budget <= 0:
+                break
             c = s.computed
             new = s.prompt + s.generated - c
             if new > budget:  # noqa: PLR1730 (a conditional: this loop runs for every request)
@@ -284,7 +321,6 @@ class V1Engine:
                 s.private += need
             sched.append((s, new))
             budget -= new
-            i += 1
         if not preempted:
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < opt.max_num_seqs:
@@ -314,22 +350,20 @@ class V1Engine:
 
     def _execute(self, sched: list[tuple[Seq, int]]) -> None:
         timer = self.timer
-        tokens = logits = decodes = kv_sum = 0
+        chunk_tokens = chunk_logits = decodes = kv_sum = 0
         attention_p = 0.0
-        prefill = False
         for s, new in sched:
-            tokens += new
             c, g = s.computed, s.generated
-            total = s.prompt + g
-            if new == 1 and g and c == total - 1:
+            if new == 1 and g and c == s.prompt + g - 1:  # a decode: its KV holds c + 1 tokens
                 decodes += 1
-                kv_sum += total
-                logits += 1
+                kv_sum += c + 1
                 continue
-            prefill = True
+            chunk_tokens += new
             attention_p += timer.prefill_attention_s(new, c)
-            if c + new == total:
-                logits += 1
+            if c + new == s.prompt + g:
+                chunk_logits += 1
+        prefill = decodes < len(sched)
+        tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
         attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
         self.now += timer.step_s(tokens, len(sched), logits, attention_p + attention_d,
