@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from serving_cases import MODEL, replay, small_timer
 
 from krakenlm.hardware import load_system
@@ -25,7 +24,6 @@ from krakenlm.serving.sglang import (
 from krakenlm.serving.step_time import StepTimer
 from krakenlm.serving.traces import Request, Trace
 from krakenlm.serving.vllm_v1 import V1Engine
-
 
 
 def timer() -> StepTimer:

@@ -39,8 +39,8 @@ from .replay import (
     _row,
     _step_timer,
     default_options,
-    pool_sized_options,
     engine_series,
+    pool_sized_options,
     scheduler_for,
 )
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
