@@ -34,8 +34,8 @@ KV up to 16 tokens); `max_prefill_tokens` 16384 caps the prompt tokens of a pref
 (`max_running_requests`, below): min(KV tokens // 2, the request-slot pool), the slot pool
 holding min(max(KV tokens / context length x 512, 2048), 4096) requests
 (sgl-project/sglang@0045f98e `python/sglang/srt/managers/tp_worker.py`,
-`TpModelWorker.__init__`; the slot pool's size in `ModelRunner.init_memory_pool`,
-`python/sglang/srt/model_executor/model_runner.py`).
+`TpModelWorker.__init__`; the slot pool's size in `init_memory`,
+sgl-project/sglang@001ccef0 `python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`).
 """
 
 from __future__ import annotations
