@@ -2,22 +2,28 @@
 (a new prompt stalls the decodes), a long prompt is chunked by chunked_prefill_size, the
 waiting queue is ordered by longest prefix match (FCFS with `fcfs`), admission reserves
 new_token_ratio x the running requests' output left, a tiny cache retracts the request with
-the fewest output tokens, and the software profile picks the engine."""
+the fewest output tokens, the software profile picks the engine, and max_running_requests is
+sized from the KV pool as SGLang sizes it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
-
 from serving_cases import MODEL, replay, small_timer
 
+from krakenlm.hardware import load_system
 from krakenlm.models import get_preset
-from krakenlm.serving.replay import serve
-from krakenlm.serving.sglang import INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, SGLangEngine
+from krakenlm.serving.replay import default_options, serve
+from krakenlm.serving.sglang import (
+    INIT_NEW_TOKEN_RATIO,
+    MIN_NEW_TOKEN_RATIO,
+    SGLangEngine,
+    max_running_requests,
+)
 from krakenlm.serving.step_time import StepTimer
 from krakenlm.serving.traces import Request, Trace
 from krakenlm.serving.vllm_v1 import V1Engine
-
 
 
 def timer() -> StepTimer:
@@ -105,3 +111,25 @@ def test_the_sglang_profile_runs_the_sglang_scheduler():
     assert report.setup["options"]["max_num_batched_tokens"] == 8192  # 80 GB: 8192
     assert report.setup["options"]["schedule_policy"] == "lpm"
     assert report.summary["requests"] == 30
+
+
+def test_max_running_requests_is_sized_from_the_kv_pool_as_sglang_does():
+    # the request-slot pool: KV tokens / context x 512, clamped to 2048-4096; at most half
+    # the KV tokens
+    assert max_running_requests(1_066_816, 131_072) == 4096
+    assert max_running_requests(300_000, 131_072) == 2048
+    assert max_running_requests(600_000, 100_000) == 3072
+    assert max_running_requests(3000, 8192) == 1500
+    # by default the replay runs as many as SGLang would (Llama-3-70B on 4x H200: 4096), an
+    # explicit --max-num-seqs is kept
+    trace = Trace("t", tuple(Request(i, 0.0, 100, 5) for i in range(3)))
+    report = serve(trace, get_preset("llama3-70b"), "h200-x8", software="sglang", tp=4,
+                   model_name="llama3-70b")
+    kv = report.setup["kv_cache"]
+    assert report.setup["options"]["max_num_seqs"] == max_running_requests(
+        kv["blocks"] * kv["block_size"], get_preset("llama3-70b").context_len) == 4096
+    report = serve(trace, get_preset("llama3-70b"), "h200-x8", software="sglang", tp=4,
+                   model_name="llama3-70b", options=replace(
+                       default_options("sglang", load_system("h200-x8"),
+                                       get_preset("llama3-70b")), max_num_seqs=7))
+    assert report.setup["options"]["max_num_seqs"] == 7

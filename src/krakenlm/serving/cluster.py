@@ -40,6 +40,7 @@ from .replay import (
     _step_timer,
     default_options,
     engine_series,
+    pool_sized_options,
     scheduler_for,
 )
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
@@ -172,6 +173,7 @@ def build_pool(spec: PoolSpec, model: ModelConfig | Callable[[int], ModelConfig]
                            gpu_memory_utilization=options.gpu_memory_utilization,
                            max_num_batched_tokens=options.max_num_batched_tokens,
                            model_name=model_name, of_free_memory=kind == "trtllm")
+    options = pool_sized_options(options, kind, sizing, stage)
     if sizing.blocks // spec.pp < 1:
         raise ServeError(f"pool {spec.label}: {sizing.blocks} KV blocks cannot be split over "
                          f"{spec.pp} virtual engines; use a smaller pp")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from ..simulator import Simulator
 from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
 from .sglang import POLICIES as SGLANG_POLICIES
-from .sglang import SGLangEngine
+from .sglang import POOL_SIZED, SGLangEngine, max_running_requests
 from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
@@ -106,8 +107,17 @@ def default_options(scheduler: str, system: System, config: ModelConfig) -> V1Op
     if scheduler == "sglang":  # chunked_prefill_size by device memory (serving/sglang.py)
         gib = system.device.memory.capacity_bytes / 2**30
         chunk = 2048 if gib < 35 else 8192 if gib < 160 else 16384
-        return V1Options(chunk, 1024, 16, 0.9)
+        return V1Options(chunk, POOL_SIZED, 16, 0.9)  # max_running_requests: pool_sized_options
     return V1Options.defaults_for(system.device.name, system.device.memory.capacity_bytes)
+
+
+def pool_sized_options(opt: V1Options, kind: str, sizing, config: ModelConfig) -> V1Options:
+    """SGLang's options with `max_num_seqs` left to the engine (`POOL_SIZED`) sized as SGLang
+    sizes `max_running_requests` from the KV pool; other options unchanged."""
+    if kind != "sglang" or opt.max_num_seqs != POOL_SIZED:
+        return opt
+    return replace(opt, max_num_seqs=max_running_requests(sizing.blocks * sizing.block_size,
+                                                          config.context_len))
 
 
 def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: int,
@@ -160,8 +170,9 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
     sim = Simulator(system, software, dtype=dtype)
     kind = scheduler_for(sim.profile.name, scheduler)
     opt = options or default_options(kind, system, config)
+    pool_sized = kind == "sglang" and opt.max_num_seqs == POOL_SIZED
     for name, value in (("--max-num-batched-tokens", opt.max_num_batched_tokens),
-                        ("--max-num-seqs", opt.max_num_seqs)):
+                        ("--max-num-seqs", 1 if pool_sized else opt.max_num_seqs)):
         if value < 1:
             raise ServeError(f"{name} must be at least 1, got {value}")
     if opt.schedule_policy not in SGLANG_POLICIES:
@@ -175,6 +186,7 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
                            gpu_memory_utilization=opt.gpu_memory_utilization,
                            max_num_batched_tokens=opt.max_num_batched_tokens,
                            model_name=model_name, of_free_memory=kind == "trtllm")
+    opt = pool_sized_options(opt, kind, sizing, config)
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
     chunks = kind in ("vllm-v1", "sglang") or (kind == "trtllm" and opt.chunked_prefill)
     longest_pass = max(r.prompt_tokens + r.output_tokens - 1 for r in trace.requests)

@@ -29,6 +29,13 @@ of token ids reduces to that chain when requests are described by block hashes. 
 choices: retracted requests go back to the front of the waiting queue; the page size is
 `--block-size` (SGLang's default is 1 token; 16 here unless given, which rounds a request's
 KV up to 16 tokens); `max_prefill_tokens` 16384 caps the prompt tokens of a prefill batch.
+
+`max_running_requests` (`--max-num-seqs`) is by default what SGLang sizes from its KV pool
+(`max_running_requests`, below): min(KV tokens // 2, the request-slot pool), the slot pool
+holding min(max(KV tokens / context length x 512, 2048), 4096) requests
+(sgl-project/sglang@0045f98e `python/sglang/srt/managers/tp_worker.py`,
+`TpModelWorker.__init__`; the slot pool's size in `init_memory`,
+sgl-project/sglang@001ccef0 `python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`).
 """
 
 from __future__ import annotations
@@ -45,6 +52,17 @@ RETRACT_DECODE_STEPS = 20
 LPM_MAX_WAITING = 128  # beyond: first come first served (`_determine_active_policy`)
 MAX_PREFILL_TOKENS = 16384
 POLICIES = ("lpm", "fcfs")
+POOL_SIZED = 0  # `max_num_seqs` of SGLang's defaults: sized from the KV pool (`max_running_requests`)
+REQUEST_SLOTS_MIN, REQUEST_SLOTS_MAX, SLOTS_PER_CONTEXT = 2048, 4096, 512
+
+
+def max_running_requests(kv_tokens: int, context_len: int) -> int:
+    """SGLang's default `max_running_requests` for a KV pool of `kv_tokens` tokens: the
+    request-slot pool (KV tokens / context length x 512, clamped to 2048-4096), and at most
+    half the KV tokens."""
+    slots = min(max(int(kv_tokens / context_len * SLOTS_PER_CONTEXT), REQUEST_SLOTS_MIN),
+                REQUEST_SLOTS_MAX)
+    return max(1, min(kv_tokens // 2, slots))
 
 
 def _decoding(s: Seq) -> bool:
