@@ -39,11 +39,11 @@ from .replay import (
     _row,
     _step_timer,
     default_options,
-    engine_series,
+    engine_summary,
     pool_sized_options,
     scheduler_for,
 )
-from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
+from .report import AMORTISATION_YEARS, ServeReport, timeline
 from .routing import check_router, choose
 from .traces import Request, Trace
 from .transfer import Network, send_s
@@ -298,12 +298,8 @@ def cluster_report(trace: Trace, built: Sequence[BuiltPool], replicas: Sequence[
     start = trace.requests[0].arrival_s
     makespan = max(r["finish_s"] for r in rows) - start
     usd_per_s = sum(p.usd_per_device_s * p.devices for p in built)
-    itl, weights, kv_used = engine_series(engines)
-    summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan,
-                        slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
-                        preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
-                        usd_per_s=usd_per_s)
-    summary["steps"] = sum(e.steps for e in engines)
+    summary, itl = engine_summary(rows, engines, trace, makespan_s=makespan, slo_ttft_s=slo_ttft_s,
+                                  slo_tpot_s=slo_tpot_s, usd_per_s=usd_per_s)
     summary["requests_per_replica"] = [sum(1 for s in seqs if s.replica == r.index)
                                        for r in replicas]
     first = built[0]
