@@ -285,3 +285,11 @@ def test_a_corpus_published_first_by_another_process_is_kept(tmp_path):
         (directory / "meta.json").write_text(text)
     _publish(tmp, final)
     assert (final / "meta.json").read_text() == "first" and not tmp.exists()
+
+
+def test_batches_cut_a_stream_into_lists_the_last_one_shorter():
+    from krakenlm.batching import batches
+
+    assert list(batches(iter(range(5)), 2)) == [[0, 1], [2, 3], [4]]
+    assert list(batches(iter(range(4)), 2)) == [[0, 1], [2, 3]]
+    assert list(batches(iter([]), 3)) == []

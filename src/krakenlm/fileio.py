@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 
 def write_text_atomically(path: str | Path, text: str,
@@ -88,6 +88,21 @@ def read_user_text(path: str | Path, what: str, error: type[Exception] | None = 
         raise (error or KrakenError)(
             f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
             f"{exc.start}): is it a binary file? Give a text file saved as UTF-8") from None
+
+
+def read_shipped_or_user_text(name_or_path: str, shipped: Mapping[str, Any], *, what: str,
+                              file_what: str, error: type[Exception],
+                              unknown: Callable[[str], str]) -> tuple[str, str]:
+    """The text of a file the package ships under the name `name_or_path` (a key of `shipped`,
+    whose values have `read_text`), else of the user's file at that path, and how a message
+    names it (`"<what> <name>"` or the path). Neither raises `error` with the message
+    `unknown` makes of the shipped names, comma-separated."""
+    if name_or_path in shipped:
+        return shipped[name_or_path].read_text(), f"{what} {name_or_path}"
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise error(unknown(", ".join(sorted(shipped))))
+    return read_user_text(path, file_what, error), str(path)
 
 
 # --------------------------------------------------------------------------------- locks

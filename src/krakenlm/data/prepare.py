@@ -22,13 +22,14 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from ..batching import batches
 from ..errors import KrakenError, warn
 from ..fileio import acquire_lock, describe_holder
 from .sources import (bible_documents, hub_documents, local_documents, local_files,
@@ -316,17 +317,6 @@ def _read_prepared(directory: Path) -> tuple[dict | None, str]:
     return meta, ""
 
 
-def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _tokenize_to(directory: Path, spec: CorpusSpec, key: str, tokenizer, progress: bool) -> dict:
     counts = {"train": 0, "val": 0}
     dtype = token_dtype(tokenizer.vocab_size)
@@ -335,7 +325,7 @@ def _tokenize_to(directory: Path, spec: CorpusSpec, key: str, tokenizer, progres
         source = spec.documents()  # a hub corpus fails here, before the bar is drawn
         # delay: a corpus that tokenizes in a moment draws no bar (and none before its error)
         bar = tqdm(desc=f"tokenizing {key}", unit="doc", disable=not progress, delay=1.0)
-        for batch in _batched(source, 512):
+        for batch in batches(source, 512):
             for ids in tokenizer.encode_batch(batch):
                 ids.append(tokenizer.eot_id)
                 split = "val" if spec.is_validation(documents) else "train"

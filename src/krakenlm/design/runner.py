@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from ..batching import batches
 from ..errors import KrakenError
 from ..fileio import read_user_text, write_csv_atomically, write_text_atomically
 from .evaluate import ROW_FIELDS, TEXT_FIELDS, Evaluator
@@ -203,17 +204,6 @@ def write_parquet(rows: list[dict[str, Any]], csv_path: Path) -> Path | None:
 
 
 # ------------------------------------------------------------------------------- runners
-def _chunks(items: Iterable[dict], size: int) -> Iterator[list[dict]]:
-    chunk: list[dict] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def _local(work, fixed: tuple, chunks: Iterator[list[dict]], processes: int):
     if processes <= 1:
         for chunk in chunks:
@@ -273,7 +263,7 @@ def map_chunks(work, fixed: tuple, items: Iterable[dict], *, processes: int = 1,
     (see the module docstring); yields each chunk's rows as they come (in any order). `work`
     must be a module-level function and `fixed` picklable."""
     check_backend(backend, processes, address)
-    chunks = _chunks(items, chunk)
+    chunks = batches(items, chunk)
     if backend == "local":
         return _local(work, fixed, chunks, processes)
     return _dask(work, fixed, chunks, processes, address)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .. import yamlio
-from ..fileio import read_user_text
+from ..fileio import read_shipped_or_user_text
 from .identity import calibration_beside
 from .schema import HardwareError, System, system_from_dict
 
@@ -41,15 +40,10 @@ def _parse_yaml(text: str, source: str) -> Any:
 def load_system(name_or_path: str) -> System:
     """A preset name (`a100-80gb-x4`) or a path to a YAML file in the same schema."""
     presets = _preset_files()
-    if name_or_path in presets:
-        text, source = presets[name_or_path].read_text(), f"preset {name_or_path}"
-    else:
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise HardwareError(f"unknown system {name_or_path!r}: not a preset "
-                                f"({', '.join(sorted(presets))}) nor a YAML file; run "
-                                "`krakenlm sim systems` to list the presets")
-        text, source = read_user_text(path, "hardware file", HardwareError), str(path)
+    text, source = read_shipped_or_user_text(
+        name_or_path, presets, what="preset", file_what="hardware file", error=HardwareError,
+        unknown=lambda names: f"unknown system {name_or_path!r}: not a preset ({names}) nor a "
+                              "YAML file; run `krakenlm sim systems` to list the presets")
     data = _parse_yaml(text, source)
     if name_or_path not in presets:
         data = calibration_beside(data, name_or_path)

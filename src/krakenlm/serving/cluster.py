@@ -39,11 +39,11 @@ from .replay import (
     _row,
     _step_timer,
     default_options,
-    engine_series,
+    engine_summary,
     pool_sized_options,
     scheduler_for,
 )
-from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
+from .report import AMORTISATION_YEARS, ServeReport, timeline
 from .routing import check_router, choose
 from .traces import Request, Trace
 from .transfer import Network, send_s
@@ -253,6 +253,34 @@ def check_slos(slo_ttft_s: float | None, slo_tpot_s: float | None) -> None:
             raise ServeError(f"{name} must be a positive number of seconds, got {slo}")
 
 
+def start_replay(router: str, slo_ttft_s: float | None, slo_tpot_s: float | None) -> float:
+    """Check the router and the SLOs of a cluster replay; the wall-clock time it starts at."""
+    started = time.perf_counter()
+    check_router(router)
+    check_slos(slo_ttft_s, slo_tpot_s)
+    return started
+
+
+def dispatch(replicas: Sequence[Replica], trace: Trace, router: str,
+             progress: Callable[[int, int], None] | None, *,
+             prefill_only: bool = False) -> list[Seq]:
+    """Route every request of `trace` in arrival order to a replica chosen by `router` and run
+    the replicas to the end; `prefill_only`: each request is replayed for its first token only
+    (the router still sees its whole output). The requests' sequences, in trace order."""
+    seqs = []
+    total = len(trace.requests)
+    for k, req in enumerate(trace.requests):
+        r = choose(replicas, req, router, k)
+        seq = Seq(replace(req, output_tokens=1) if prefill_only else req, r.index)
+        r.add(seq)
+        seqs.append(seq)
+        if progress is not None and (k + 1) % 1000 == 0:
+            progress(k + 1, total)
+    for r in replicas:
+        r.advance(math.inf)
+    return seqs
+
+
 def serve_cluster(trace: Trace, model: ModelConfig | Callable[[int], ModelConfig],
                   pools: Sequence[PoolSpec], *, software: str = "vllm",
                   router: str = "round-robin", overrides: dict | None = None,
@@ -261,24 +289,13 @@ def serve_cluster(trace: Trace, model: ModelConfig | Callable[[int], ModelConfig
                   skip_long: bool = False, network: Network | None = None,
                   progress: Callable[[int, int], None] | None = None) -> ServeReport:
     """Replay `trace` through every pool's replicas behind `router`."""
-    started = time.perf_counter()
-    check_router(router)
-    check_slos(slo_ttft_s, slo_tpot_s)
+    started = start_replay(router, slo_ttft_s, slo_tpot_s)
     built, trace = build_pools(pools, trace, model, software=software, scheduler=scheduler,
                                overrides=overrides or {}, dtype=dtype, model_name=model_name,
                                skip_long=skip_long, network=network or Network())
     replicas = build_replicas(built, trace)
-    seqs = []
+    seqs = dispatch(replicas, trace, router, progress)
     total = len(trace.requests)
-    for k, req in enumerate(trace.requests):
-        r = choose(replicas, req, router, k)
-        seq = Seq(req, r.index)
-        r.add(seq)
-        seqs.append(seq)
-        if progress is not None and (k + 1) % 1000 == 0:
-            progress(k + 1, total)
-    for r in replicas:
-        r.advance(math.inf)
     if progress is not None:
         progress(total, total)
     return cluster_report(trace, built, replicas, [_row(s) for s in seqs], seqs,
@@ -298,12 +315,8 @@ def cluster_report(trace: Trace, built: Sequence[BuiltPool], replicas: Sequence[
     start = trace.requests[0].arrival_s
     makespan = max(r["finish_s"] for r in rows) - start
     usd_per_s = sum(p.usd_per_device_s * p.devices for p in built)
-    itl, weights, kv_used = engine_series(engines)
-    summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan,
-                        slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
-                        preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
-                        usd_per_s=usd_per_s)
-    summary["steps"] = sum(e.steps for e in engines)
+    summary, itl = engine_summary(rows, engines, trace, makespan_s=makespan, slo_ttft_s=slo_ttft_s,
+                                  slo_tpot_s=slo_tpot_s, usd_per_s=usd_per_s)
     summary["requests_per_replica"] = [sum(1 for s in seqs if s.replica == r.index)
                                        for r in replicas]
     first = built[0]

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,14 +47,15 @@ from .cluster import (
     Replica,
     build_pools,
     build_replicas,
-    check_slos,
     cluster_report,
+    dispatch,
     placements,
     serve_cluster,
+    start_replay,
 )
 from .replay import ServeError, _row
 from .report import ServeReport
-from .routing import check_router, choose
+from .routing import choose
 from .traces import Trace, scale_rate
 from .transfer import Network, link_between, send_s
 from .vllm_v1 import Seq
@@ -137,9 +137,7 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
                         skip_long: bool = False, network: Network | None = None,
                         progress: Callable[[int, int], None] | None = None) -> ServeReport:
     """Replay `trace` through prefill pools and decode pools (the module docstring)."""
-    started = time.perf_counter()
-    check_router(router)
-    check_slos(slo_ttft_s, slo_tpot_s)
+    started = start_replay(router, slo_ttft_s, slo_tpot_s)
     network = network or Network()
     common = {"software": software, "scheduler": scheduler, "overrides": overrides or {},
               "dtype": dtype, "model_name": model_name, "skip_long": skip_long,
@@ -156,16 +154,8 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
     d_reps = build_replicas(d_built, trace, len(p_reps), nodes[len(p_reps):])
     decoders = [_Decoder(r) for r in d_reps]
     # 1. prompts on the prefill side (it does not wait for the decode side)
-    pre_seqs, total = [], len(trace.requests)
-    for k, req in enumerate(trace.requests):
-        r = choose(p_reps, req, router, k)
-        seq = Seq(replace(req, output_tokens=1), r.index)
-        r.add(seq)
-        pre_seqs.append(seq)
-        if progress is not None and (k + 1) % 1000 == 0:
-            progress(k + 1, total)
-    for r in p_reps:
-        r.advance(math.inf)
+    pre_seqs = dispatch(p_reps, trace, router, progress, prefill_only=True)
+    total = len(trace.requests)
     # 2-3. transfers and decode admission, in time order
     kv_dtype = p_built[0].sim.precision("kv_cache")
     config = p_built[0].config if p_built[0].spec.pp == 1 else \

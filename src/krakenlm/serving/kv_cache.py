@@ -143,6 +143,15 @@ class BlockPool:
             else:
                 refs[h] += 1
 
+    def admit(self, ids: list[int], n: int) -> bool:
+        """A waiting request starts: share its cached ids and take n blocks of its own; when
+        the n blocks are not there, the ids are given back and nothing is held."""
+        self.share(ids)
+        if not self.take(n):
+            self.release(0, ids)
+            return False
+        return True
+
     def publish(self, h: int) -> bool:
         """A request's own `per_id` blocks now hold prefix block h: cache them (unless another
         request cached h first). Returns whether the request now references h."""

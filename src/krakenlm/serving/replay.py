@@ -257,6 +257,22 @@ def engine_series(engines) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
     return np.concatenate(itl_parts), np.concatenate(weight_parts), kv_used
 
+
+def engine_summary(rows: list[dict], engines, trace: Trace, *, makespan_s: float,
+                   slo_ttft_s: float | None, slo_tpot_s: float | None,
+                   usd_per_s: float) -> tuple[dict, np.ndarray]:
+    """`summarise` over the rows and every engine's series, with the engines' preemptions and
+    step count, and the inter-token latencies: what a single-pool replay and a cluster replay
+    both report."""
+    itl, weights, kv_used = engine_series(engines)
+    summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan_s,
+                        slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
+                        preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
+                        usd_per_s=usd_per_s)
+    summary["steps"] = sum(e.steps for e in engines)
+    return summary, itl
+
+
 def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: str = "vllm",
           tp: int = 1, replicas: int = 1, router: str = "round-robin",
           options: V1Options | None = None, scheduler: str | None = None, dtype: str = "fp16",
@@ -324,12 +340,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     gpus = tp * replicas
     usd_per_s = system_cost(system).system_usd / system.device_count * gpus / \
         (AMORTISATION_YEARS * SECONDS_PER_YEAR)
-    itl, weights, kv_used = engine_series(engines)
-    summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan,
-                        slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
-                        preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
-                        usd_per_s=usd_per_s)
-    summary["steps"] = sum(e.steps for e in engines)
+    summary, itl = engine_summary(rows, engines, trace, makespan_s=makespan, slo_ttft_s=slo_ttft_s,
+                                  slo_tpot_s=slo_tpot_s, usd_per_s=usd_per_s)
     if opt.preemption_mode == "swap":
         summary["swapped_blocks"] = sum(e.swapped_blocks_total for e in engines)
     setup = {"trace": trace.name, "model": model_name, "arch": config.arch,

@@ -162,11 +162,19 @@ class ServeReport:
         s = self.setup
         fig.suptitle(f"{s['model']} on {s['system']} ({s['software']}, TP {s['tp']} x "
                      f"{s['replicas']}), trace {s['trace']}")
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-        plt.close(fig)
-        return buffer.getvalue()
+        return png_bytes(fig, dpi=100)
+
+
+def png_bytes(fig, *, dpi: int) -> bytes:
+    """The PNG of a matplotlib figure, laid out tight, then closed; written without the
+    "Software" metadata, so the bytes do not change with the matplotlib version."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 def _ms(value: float | None) -> str:

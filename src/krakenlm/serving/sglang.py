@@ -146,9 +146,7 @@ class SGLangEngine(V1Engine):
             new = min(extend, rem_chunk)
             hit_ids = list(s.ids[:hits])
             need = max(-(-(computed + new) // bs) - per * hits, 0)
-            pool.share(hit_ids)
-            if not pool.take(need):
-                pool.release(0, hit_ids)
+            if not pool.admit(hit_ids, need):
                 break
             waiting.popleft()
             running.append(s)

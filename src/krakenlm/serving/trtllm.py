@@ -91,9 +91,7 @@ class TRTEngine(V1Engine):
             end = s.prompt + s.output if no_evict else computed + take
             need = max(-(-end // bs) - per * hits, 0)
             hit_ids = list(s.ids[:hits])
-            pool.share(hit_ids)
-            if not pool.take(need):
-                pool.release(0, hit_ids)
+            if not pool.admit(hit_ids, need):
                 break
             waiting.popleft()
             running.append(s)

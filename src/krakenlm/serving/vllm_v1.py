@@ -331,9 +331,7 @@ class V1Engine:
                 computed = hits * pool.hash_tokens
                 new = min(tokens - computed, budget)
                 need = -(-(computed + new) // bs) - per * hits
-                pool.share(hit_ids)
-                if not pool.take(max(need, 0)):
-                    pool.release(0, hit_ids)
+                if not pool.admit(hit_ids, max(need, 0)):
                     break
                 waiting.popleft()
                 running.append(s)

@@ -15,6 +15,16 @@ def _model_and_seed(run_name: str) -> tuple[str, str]:
     return (model, seed) if model else (run_name, "")
 
 
+def _finish(fig, ax, path: Path, title: str) -> None:
+    """Title, grid and legend of a one-axis report figure, then the PNG at `path`."""
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_loss_curves(curves: dict[str, list[dict]], path: Path, *, title: str) -> None:
     """Left: training loss against tokens. Right: validation loss, zoomed. One colour per
     model, one line style per seed, so repeated seeds of a model read as one family."""
@@ -63,12 +73,7 @@ def plot_gap_vs_tokens(gaps: dict[str, list[dict]], path: Path, *, baseline: str
     ax.axhline(0.0, color="C0", linewidth=1, label=baseline)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"validation perplexity vs {baseline} (%)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(fig, ax, path, title)
 
 
 def plot_ratio_vs_size(points, trend: dict | None, path: Path, *, title: str) -> None:
@@ -96,12 +101,7 @@ def plot_ratio_vs_size(points, trend: dict | None, path: Path, *, title: str) ->
     ax.set_ylim(min(lows + [0.9]) / 1.2, max(highs + [1.1]) * 1.2)  # the band may run off
     ax.set_xlabel("parameters (baseline model)")
     ax.set_ylabel("perplexity ratio to the baseline")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(fig, ax, path, title)
 
 
 ARCH_LABELS = {"gpt": "standard (Megatron TP)", "parallel": "parallel block", "kraken": "Kraken"}

@@ -28,6 +28,7 @@ from ..fileio import write_bytes_atomically, write_text_atomically
 from ..models import ModelConfig, get_preset
 from ..serving.capacity import find_capacity
 from ..serving.replay import serve
+from ..serving.report import png_bytes
 from ..serving.traces import scale_rate, synthetic_trace
 from ..simulator import arch_variant
 from .stats import Interval, mean_interval
@@ -169,8 +170,6 @@ def _replay(trace, config: ModelConfig, plan: ServingPlan, arch: str):
 
 
 def _figure(study: ServingStudy) -> bytes:
-    import io
-
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -194,11 +193,7 @@ def _figure(study: ServingStudy) -> bytes:
     p = study.plan
     fig.suptitle(f"{p.model}, TP {p.tp} on {p.system}, {p.software}: Azure conversation lengths, "
                  f"Poisson arrivals, {len(p.seeds)} seeds")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=110)
 
 
 def _markdown(study: ServingStudy, command: str) -> str:

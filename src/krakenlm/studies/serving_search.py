@@ -6,7 +6,6 @@ Pareto front of goodput against $ per hour uses design's `pareto_front`. Writes 
 
 from __future__ import annotations
 
-import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from ..design.search import pareto_front
 from ..errors import KrakenError
 from ..fileio import write_bytes_atomically, write_csv_atomically
 from ..serving.config_search import ROW_FIELDS, ConfigSpace, evaluate_configs
+from ..serving.report import png_bytes
 
 FRONT_OBJECTIVES = ("goodput_requests_per_s", "usd_per_hour")
 FRONT_DIRECTIONS = ("maximize", "minimize")
@@ -98,11 +98,7 @@ class ServeSearchReport:
         ax.set_ylabel("goodput (requests/s meeting the SLOs)")
         ax.set_title(f"serving configuration search: {len(ok)} configurations", fontsize=9)
         ax.legend()
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-        plt.close(fig)
-        return buffer.getvalue()
+        return png_bytes(fig, dpi=100)
 
 
 def _rank(row: dict[str, Any]) -> tuple:

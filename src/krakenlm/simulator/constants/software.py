@@ -36,14 +36,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ... import yamlio
 from ...errors import KrakenError
-from ...fileio import read_user_text
+from ...fileio import read_shipped_or_user_text
 
 PROFILE_PACKAGE = "krakenlm.simulator.constants.software_profiles"
 DEFAULT_SOFTWARE = "trtllm"
@@ -263,15 +262,11 @@ def software_names() -> list[str]:
 def load_software(name_or_path: str | None = None) -> SoftwareProfile:
     """A profile by name (`krakenlm sim software` lists them) or a path to a YAML file."""
     name_or_path = name_or_path or DEFAULT_SOFTWARE
-    files = _profile_files()
-    if name_or_path in files:
-        text, source = files[name_or_path].read_text(), f"software profile {name_or_path}"
-    else:
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise SoftwareError(f"unknown software {name_or_path!r}: not a profile "
-                                f"({', '.join(sorted(files))}) nor a YAML file")
-        text, source = read_user_text(path, "software profile", SoftwareError), str(path)
+    text, source = read_shipped_or_user_text(
+        name_or_path, _profile_files(), what="software profile", file_what="software profile",
+        error=SoftwareError,
+        unknown=lambda names: f"unknown software {name_or_path!r}: not a profile ({names}) nor "
+                              "a YAML file")
     try:
         data = yamlio.safe_load(text)
     except yaml.YAMLError as exc:
