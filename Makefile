@@ -33,7 +33,7 @@ demo: $(CORE_STAMP)
 TEST_WORKERS ?= 2
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
