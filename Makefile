@@ -4,7 +4,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar on
+# --no-compile: pip would compile every installed module to bytecode, one file at a time (about
+# half of the install, mostly modules nothing imports); Python compiles a module the first time
+# it is imported instead, and writes the bytecode for the next process, even where the
+# environment sets PYTHONDONTWRITEBYTECODE (unexported below).
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar on --no-compile
+unexport PYTHONDONTWRITEBYTECODE
 CORE_STAMP := $(VENV)/.installed-core
 TEST_STAMP := $(VENV)/.installed-test
 
@@ -33,7 +38,7 @@ demo: $(CORE_STAMP)
 TEST_WORKERS ?= 2
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

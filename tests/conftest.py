@@ -24,19 +24,48 @@ settings.register_profile("long", max_examples=1000, deadline=None, derandomize=
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# `make test` runs on two pytest-xdist workers with `--dist loadgroup`: each module is one group
-# (its tests and module fixtures stay on one worker), and the modules that launch ranks over
-# shared memory share the group "ranks", so no test that counts the /dev/shm files ranks leave
-# behind (test_dist_failures.py) runs beside another test's ranks.
+# `make test` runs on two pytest-xdist workers (`-n 2 --dist loadscope`) with the scheduler below:
+# each module is one unit of work (its tests and module fixtures stay on one worker, so a
+# module fixture is built once), and the modules that launch ranks over shared memory share the
+# unit "ranks", so no test that counts the /dev/shm files ranks leave behind
+# (test_dist_failures.py) runs beside another test's ranks. The grouping is done here rather
+# than with xdist_group markers: pytest 9.2 ignores the node-id suffix through which
+# pytest-xdist 3.8 applies them, and every test became its own unit.
 RANK_MODULES = ("test_dist_", "test_demo.py")
+# The units that take a minute or more go out first, so no worker starts one at the very end
+# (otherwise xdist hands out units with the most tests first).
+SLOW_UNITS = ("ranks", "tests/test_lm_eval.py", "tests/test_compare.py",
+              "tests/test_checkpoint_crash.py", "tests/test_training.py",
+              "tests/test_sim_gpu_calibration.py", "tests/test_cli_bad_inputs.py",
+              "tests/test_stop_signals.py")
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        name = module.rsplit("/", 1)[-1]
-        group = "ranks" if name.startswith(RANK_MODULES) else module
-        item.add_marker(pytest.mark.xdist_group(name=group))
+def work_unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or "ranks"."""
+    module = nodeid.split("::")[0]
+    return "ranks" if module.rsplit("/", 1)[-1].startswith(RANK_MODULES) else module
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "ordered", False):  # once, before the first unit goes out
+                def priority(unit):
+                    slow = SLOW_UNITS.index(unit) if unit in SLOW_UNITS else len(SLOW_UNITS)
+                    return slow, -len(self.workqueue[unit])
+                for unit in sorted(self.workqueue, key=priority):
+                    self.workqueue.move_to_end(unit)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return ModuleUnits(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -39,7 +39,7 @@ def test_t_intervals_have_the_textbook_values():
 
 @pytest.mark.slow
 def test_each_preset_runs_at_its_own_best_rate_and_ratios_are_paired(tmp_path, small_corpus):
-    template = TrainConfig(out_dir=tmp_path, data=small_corpus, max_steps=3, batch_size=2, seq_len=32,
+    template = TrainConfig(out_dir=tmp_path, data=small_corpus, tokenizer="bpe-4k", max_steps=3, batch_size=2, seq_len=32,
                            warmup_steps=1, eval_interval=1, eval_batches=2, log_interval=1,
                            checkpoint_interval=3, progress=False)
     presets, seeds, lrs = ["gpt-tiny", "kraken-tiny-2way"], [1, 2], [1e-3, 1e-2]
@@ -78,7 +78,7 @@ def test_each_preset_runs_at_its_own_best_rate_and_ratios_are_paired(tmp_path, s
 def test_parallel_jobs_train_the_same_models_as_one_at_a_time(tmp_path, small_corpus):
     # One thread each way: the same seeds must give bit-identical runs whether the runs are
     # trained one after another here or two at a time in worker processes.
-    template = TrainConfig(out_dir=tmp_path, data=small_corpus, max_steps=3, batch_size=2,
+    template = TrainConfig(out_dir=tmp_path, data=small_corpus, tokenizer="bpe-4k", max_steps=3, batch_size=2,
                            seq_len=32, warmup_steps=1, eval_interval=3, eval_batches=2,
                            log_interval=1, checkpoint_interval=3, progress=False, threads=1)
     specs = [RunSpec("gpt-tiny", 1), RunSpec("kraken-tiny-2way", 1)]
@@ -139,7 +139,7 @@ def test_budgets_train_each_budget_to_its_own_end_with_welch_beside_paired(tmp_p
                                                                           small_corpus):
     from krakenlm.studies.compare import run_budgets
 
-    template = TrainConfig(out_dir=tmp_path, data=small_corpus, max_steps=10, batch_size=2,
+    template = TrainConfig(out_dir=tmp_path, data=small_corpus, tokenizer="bpe-4k", max_steps=10, batch_size=2,
                            seq_len=32, warmup_steps=2, eval_interval=3, eval_batches=2,
                            log_interval=1, checkpoint_interval=3, progress=False, threads=1)
     specs = [RunSpec(p, s) for s in (1, 2) for p in ("gpt-tiny", "kraken-tiny-2way")]

@@ -73,7 +73,8 @@ def test_simple_evaluate_runs_a_local_task(adapter, tmp_path):
         "doc_to_text: context\ndoc_to_choice: choices\ndoc_to_target: label\ntarget_delimiter: ''\n"
         "metric_list:\n  - metric: acc\n")
     results = simple_evaluate(model=adapter, tasks=["toy_choice"], log_samples=False,
-                              task_manager=TaskManager(include_path=str(tmp_path)),
+                              task_manager=TaskManager(include_path=str(tmp_path),
+                                                           include_defaults=False),
                               bootstrap_iters=0)
     acc = results["results"]["toy_choice"]["acc,none"]
     # the accuracy is what our loglikelihoods imply, item by item
@@ -200,15 +201,19 @@ def test_cli_prints_stderr_n_and_chance_level(tiny_checkpoint, tmp_path):
 def test_cli_scores_a_bpe_checkpoint_with_its_own_tokenizer(bpe_checkpoint, tmp_path, capsys,
                                                            monkeypatch):
     """`krakenlm lm-eval` builds the model as `krakenlm-lm-eval` does: with the checkpoint's
-    own tokenizer (GPT-2's ids would index past its 320-token vocabulary)."""
-    import functools
-
+    own tokenizer (GPT-2's ids would index past its 320-token vocabulary). A run of local tasks
+    only indexes the local directory, never lm-eval's ~15,000 task YAMLs."""
     import lm_eval.tasks
 
     from krakenlm.cli import main
-    # only the local task: indexing lm-eval's ~15,000 task YAMLs is what the slow tests time
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager",
-                        functools.partial(lm_eval.tasks.TaskManager, include_defaults=False))
+    indexed = []
+    real = lm_eval.tasks.TaskManager
+
+    def recording(*args, include_defaults=True, **kwargs):
+        indexed.append(include_defaults)
+        return real(*args, include_defaults=include_defaults, **kwargs)
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", recording)
     run, tokenizer = bpe_checkpoint
     tasks = write_toy_task(tmp_path / "tasks")
     with pytest.raises(SystemExit) as exc:
@@ -219,6 +224,7 @@ def test_cli_scores_a_bpe_checkpoint_with_its_own_tokenizer(bpe_checkpoint, tmp_
     row = json.loads(captured.out)["toy_choice"]
     assert row["n"] == len(TOY_DOCS)
     assert row["acc"] == pytest.approx(toy_accuracy(checkpoint.load_model(run), tokenizer))
+    assert indexed == [False]  # the local directory only
 
 
 def test_adapter_from_a_checkpoint_scores_its_own_ids(bpe_checkpoint):

@@ -76,8 +76,7 @@ def run_lm_eval(checkpoint_dir: Path, names: list[str], include_path: Path | Non
     paths = [str(include_path)] if include_path else []
     if TASK_NAME in names:
         paths.append(str(build_shakespeare_next_line()))
-    with stderr_console().status("indexing lm-eval's tasks"):
-        manager = TaskManager(include_path=paths or None)
+    manager = _task_manager(TaskManager, names, paths)
     _check_task_names(names, [*manager.all_tasks, TASK_NAME])
     # the same path as `krakenlm-lm-eval --model_args checkpoint=DIR`: the checkpoint's model
     # with its own tokenizer
@@ -91,6 +90,19 @@ def run_lm_eval(checkpoint_dir: Path, names: list[str], include_path: Path | Non
         raise KrakenError(f"a task's dataset could not be loaded ({exc}; {where}); "
                           f"{local_data_hint()}") from None
     return result_rows(results, model.task_counts())
+
+
+def _task_manager(task_manager_class, names: list[str], paths: list[str]):
+    """lm-eval's task index. When every task asked for is a plain task (not a group) of the local
+    directories, only those are indexed: indexing lm-eval's own ~15,000 task YAMLs takes 10-60 s
+    and adds nothing such a run needs. Otherwise (a hub task, a group, a misspelt name) the
+    whole index, so a group's members resolve and a typo gets its suggestions."""
+    if paths:
+        local = task_manager_class(include_path=paths, include_defaults=False)
+        if all(name in local.all_subtasks for name in names):
+            return local
+    with stderr_console().status("indexing lm-eval's tasks"):
+        return task_manager_class(include_path=paths or None)
 
 
 def _check_task_names(names: list[str], known: list[str]) -> None:

