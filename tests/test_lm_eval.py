@@ -305,6 +305,7 @@ def test_plugin_command_errors_are_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: {tmp_path} is not a checkpoint: it holds no checkpoints/step-* directory nor "
         "model.safetensors and config.json (written by `krakenlm train --out DIR`)")
+    assert "indexing" not in proc.stderr  # refused before lm-eval indexes its tasks
 
 
 @pytest.mark.parametrize("limit", ["0", "-1", "-0.5"])

@@ -41,6 +41,17 @@ def _check_limit(argv: list[str]) -> str | None:
     return None
 
 
+def _krakenlm_checkpoint(argv: list[str]) -> str | None:
+    """The checkpoint directory of `--model krakenlm --model_args checkpoint=DIR,...`."""
+    if _option_value(argv, "--model") != "krakenlm":
+        return None
+    for part in (_option_value(argv, "--model_args") or "").split(","):
+        key, _, value = part.partition("=")
+        if key.strip() == "checkpoint":
+            return value.strip()
+    return None
+
+
 def main() -> None:
     from .errors import KrakenError
     from .evaluation.offline_tasks import go_offline_unless_hub_reachable, local_data_hint
@@ -49,6 +60,16 @@ def main() -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+    checkpoint_dir = _krakenlm_checkpoint(sys.argv[1:])
+    if checkpoint_dir:  # a wrong directory fails now, not after lm-eval has indexed its tasks
+        from pathlib import Path
+
+        from .runtime.model_and_tokenizer import checkpoint_tokenizer
+        try:
+            checkpoint_tokenizer(Path(checkpoint_dir))
+        except KrakenError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
     offline = go_offline_unless_hub_reachable()  # before lm_eval imports datasets
     try:
         from lm_eval.__main__ import cli_evaluate
