@@ -46,6 +46,7 @@ def work_unit_of(nodeid: str) -> str:
     return "ranks" if module.rsplit("/", 1)[-1].startswith(RANK_MODULES) else module
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: fine without it
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadscope":
         return None
