@@ -32,8 +32,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # than with xdist_group markers: pytest 9.2 ignores the node-id suffix through which
 # pytest-xdist 3.8 applies them, and every test became its own unit.
 RANK_MODULES = ("test_dist_", "test_demo.py")
-# The units that take a minute or more go out first, so no worker starts one at the very end
-# (otherwise xdist hands out units with the most tests first).
+# The longest units (40-170 s of one worker each in `pytest --durations=0`) go out first, so no
+# worker starts one at the very end (otherwise xdist hands out units with the most tests first).
 SLOW_UNITS = ("ranks", "tests/test_lm_eval.py", "tests/test_compare.py",
               "tests/test_checkpoint_crash.py", "tests/test_training.py",
               "tests/test_sim_gpu_calibration.py", "tests/test_cli_bad_inputs.py",
