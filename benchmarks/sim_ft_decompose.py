@@ -136,6 +136,17 @@ def kv_read_s(config, tp: int) -> float:
     return 2 * config.n_layers * config.d_model * 2 / tp / bw
 
 
+def prefill_per_token_s(config, tp: int, prompt: int, attention: str = "fused") -> float:
+    """The modelled context phase per added sequence and prompt token (batch 1 -> 64), on the
+    FasterTransformer era of the `trtllm` profile; `attention="unfused"`: QK^T, softmax and PV
+    as separate kernels, the context path of FasterTransformer versions without fused MHA."""
+    software = engine_era(load_software("trtllm"), "", "fastertransformer")
+    ttft = [simulate(config, "a100-80gb-x8", tp, b, prompt, 1, dtype="fp16", software=software,
+                     check_memory=False, check_context=False, attention=attention).ttft_s
+            for b in (1, 64)]
+    return (ttft[1] - ttft[0]) / 63 / prompt
+
+
 def scored_attribution(slopes: dict) -> list[str]:
     """The scored tables' two setups per model, solved exactly for two terms at a time."""
     pairs = (("per prompt token", "per step and context token"),
@@ -144,7 +155,8 @@ def scored_attribution(slopes: dict) -> list[str]:
              "model: 128 / 8 and 512 / 32 move prompt and output together)"), "",
              ("| model | TP | per prompt token us | + per step and context token us | "
               "or: per decode step us | + per step and context token us | KV read per "
-              "context token us |"), "|---|---:|---:|---:|---:|---:|---:|"]
+              "context token us | modelled prefill per prompt token us (512) | unfused "
+              "context attention adds us |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (model, tp), excess in sorted(slopes.items()):
         if len(excess) < 2:
             continue
@@ -152,8 +164,12 @@ def scored_attribution(slopes: dict) -> list[str]:
         for terms in pairs:
             coef, _ = attribute(excess, terms)
             cells += [f"{c * 1e6:.2f}" for c in coef]
+        config = resolve_model(model)[1]
+        fused = prefill_per_token_s(config, tp, 512)
+        unfused = prefill_per_token_s(config, tp, 512, "unfused")
         lines.append(f"| {model} | {tp} | " + " | ".join(cells)
-                     + f" | {kv_read_s(resolve_model(model)[1], tp) * 1e6:.3f} |")
+                     + f" | {kv_read_s(config, tp) * 1e6:.3f} | {fused * 1e6:.2f} | "
+                     f"{(unfused - fused) * 1e6:.2f} |")
     return lines
 
 
@@ -197,8 +213,13 @@ def gpt20b_attribution() -> str:
                  + "; ".join(f"{t} {min(c[i] for c in held) * 1e6:.3f} to "
                              f"{max(c[i] for c in held) * 1e6:.3f}"
                              for i, t in enumerate(names)))
+    fused = [prefill_per_token_s(GPT20B, 1, p) for p in (20, 200)]
+    unfused = [prefill_per_token_s(GPT20B, 1, p, "unfused") for p in (20, 200)]
     lines.append(f"\nKV read per context token at the memory bandwidth: "
-                 f"{kv_read_s(GPT20B, 1) * 1e6:.3f} us")
+                 f"{kv_read_s(GPT20B, 1) * 1e6:.3f} us; modelled prefill per prompt token "
+                 f"{fused[0] * 1e6:.1f} / {fused[1] * 1e6:.1f} us at prompt 20 / 200 (unfused "
+                 f"context attention adds {(unfused[0] - fused[0]) * 1e6:.2f} / "
+                 f"{(unfused[1] - fused[1]) * 1e6:.2f} us)")
     return "\n".join(lines) + "\n"
 
 
