@@ -147,6 +147,13 @@ def prefill_per_token_s(config, tp: int, prompt: int, attention: str = "fused") 
     return (ttft[1] - ttft[0]) / 63 / prompt
 
 
+def per_element(excess: dict[tuple[int, int], float], config, tp: int) -> float:
+    """The per-prompt-token term (with decode attention beside it) per layer and hidden element
+    of one rank: what stays constant if the excess is work on the context phase's activations."""
+    coef, _ = attribute(excess, ("per prompt token", "per step and context token"))
+    return float(coef[0]) / (config.n_layers * config.d_model / tp)
+
+
 def scored_attribution(slopes: dict) -> list[str]:
     """The scored tables' two setups per model, solved exactly for two terms at a time."""
     pairs = (("per prompt token", "per step and context token"),
@@ -156,7 +163,8 @@ def scored_attribution(slopes: dict) -> list[str]:
              ("| model | TP | per prompt token us | + per step and context token us | "
               "or: per decode step us | + per step and context token us | KV read per "
               "context token us | modelled prefill per prompt token us (512) | unfused "
-              "context attention adds us |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "context attention adds us | per prompt token, layer and hidden element per "
+              "rank 1e-10 s |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (model, tp), excess in sorted(slopes.items()):
         if len(excess) < 2:
             continue
@@ -169,7 +177,8 @@ def scored_attribution(slopes: dict) -> list[str]:
         unfused = prefill_per_token_s(config, tp, 512, "unfused")
         lines.append(f"| {model} | {tp} | " + " | ".join(cells)
                      + f" | {kv_read_s(config, tp) * 1e6:.3f} | {fused * 1e6:.2f} | "
-                     f"{(unfused - fused) * 1e6:.2f} |")
+                     f"{(unfused - fused) * 1e6:.2f} | "
+                     f"{per_element(excess, config, tp) * 1e10:.2f} |")
     return lines
 
 
@@ -215,6 +224,8 @@ def gpt20b_attribution() -> str:
                              for i, t in enumerate(names)))
     fused = [prefill_per_token_s(GPT20B, 1, p) for p in (20, 200)]
     unfused = [prefill_per_token_s(GPT20B, 1, p, "unfused") for p in (20, 200)]
+    lines.append(f"\nPer prompt token, layer and hidden element: "
+                 f"{per_element(excess, GPT20B, 1) * 1e10:.2f}e-10 s")
     lines.append(f"\nKV read per context token at the memory bandwidth: "
                  f"{kv_read_s(GPT20B, 1) * 1e6:.3f} us; modelled prefill per prompt token "
                  f"{fused[0] * 1e6:.1f} / {fused[1] * 1e6:.1f} us at prompt 20 / 200 (unfused "
