@@ -8,11 +8,11 @@ blocks = (device memory x utilisation - weights - activation peak - runtime rese
 per block on one TP shard. The weights and the activation peak are the simulator's own
 (`simulator.memory`), the reserve its CUDA context and workspaces (`RUNTIME_RESERVE_BYTES`);
 a block holds `block_size` tokens of K and V for every layer on that shard. "Device memory" is
-the total the runtime reports (`torch.cuda.mem_get_info()[1]`, which vLLM logs as
-`total_gpu_memory`: `Worker.determine_available_memory` takes `init_snapshot.total_memory x
-gpu_memory_utilization`, vllm-project/vllm@35d5cda1 `vllm/v1/worker/gpu_worker.py`), the
-hardware YAML's `memory.runtime_visible_bytes` where it is known: on an A100 it is 1-1.3 %
-below the datasheet capacity, on a MI300X 7 % above the YAML's decimal 192 GB.
+the total the runtime reports (`Worker.determine_available_memory` takes
+`torch.cuda.mem_get_info()[1] x gpu_memory_utilization`, vllm-project/vllm@0012cf69
+`vllm/v1/worker/gpu_worker.py`; vLLM logs it as `total_gpu_memory`), the hardware YAML's
+`memory.runtime_visible_bytes` where it is known: on an A100 it is 1-1.3 % below the
+datasheet capacity, on a MI300X 7 % above the YAML's decimal 192 GB.
 Predicted against engine logs in `serving/kv_logs.py`.
 
 Paging (vllm-project/vllm@ace980e6 `vllm/v1/core/kv_cache_manager.py`): a request holds
