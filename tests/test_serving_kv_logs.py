@@ -24,12 +24,19 @@ def _log(log_id):
 
 def test_every_log_states_its_setup_and_source():
     logs = load_logs()
-    assert len(logs) >= 7
-    assert len({log.id for log in logs}) == len(logs)
+    raw = {entry["id"]: entry for entry in json.loads(LOGS_FILE.read_text())["logs"]}
+    assert len(logs) >= 8
+    assert len(raw) == len(logs)
     for log in logs:
         assert log.locator and log.line and log.engine_version
-        assert str(log.logged_blocks) in log.line.replace(",", "") or \
-            str(log.logged_blocks * log.block_size) in log.line.replace(",", "")
+        line = log.line.replace(",", "")
+        gib = raw[log.id].get("logged_kv_gib")
+        if gib is not None:  # the KV memory in GiB: blocks of the model's block bytes
+            assert f"{gib}GiB" in line
+            assert log.logged_blocks == int(gib * GIB // predict(log).bytes_per_block)
+        else:
+            assert str(log.logged_blocks) in line or \
+                str(log.logged_blocks * log.block_size) in line
 
 
 @pytest.mark.parametrize("log_id, predicted", [
