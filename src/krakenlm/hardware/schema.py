@@ -92,6 +92,11 @@ class Memory:
     bandwidth_bytes_per_s: float = _f("bytes_per_s")
     latency_s: float = _f("s", positive=False)
     stack_count: int = _f(integer=True, default=1, doc="HBM stacks or DRAM channels (area, cost)")
+    runtime_visible_bytes: float | None = _f(
+        "bytes", default=None,
+        doc="the device total the driver reports to the runtime (torch.cuda.mem_get_info, "
+            "what vLLM logs as total_gpu_memory): capacity less what ECC and firmware keep; "
+            "serving engines take their memory fraction of it (default: capacity_bytes)")
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,11 @@ def _check_consistency(system: System) -> None:
         raise HardwareError(
             f"field interconnect.links_per_device: {ic.links_per_device} links cannot connect "
             f"each of {ic.device_count} devices to every other; use topology ring or switch")
+    visible = dev.memory.runtime_visible_bytes
+    if visible is not None and visible > 1.1 * dev.memory.capacity_bytes:
+        raise HardwareError(
+            f"field device.memory.runtime_visible_bytes: {visible:.4g} bytes exceeds "
+            f"capacity_bytes {dev.memory.capacity_bytes:.4g} by more than 10 %; check the units")
     if dev.global_buffer.capacity_bytes >= dev.memory.capacity_bytes:
         raise HardwareError("field device.global_buffer.capacity_bytes: larger than off-chip "
                             "memory; check the units")

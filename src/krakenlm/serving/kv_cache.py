@@ -7,7 +7,13 @@ gpu_memory_utilization` after the weights, that peak and the memory outside torc
 blocks = (device memory x utilisation - weights - activation peak - runtime reserve) / bytes
 per block on one TP shard. The weights and the activation peak are the simulator's own
 (`simulator.memory`), the reserve its CUDA context and workspaces (`RUNTIME_RESERVE_BYTES`);
-a block holds `block_size` tokens of K and V for every layer on that shard.
+a block holds `block_size` tokens of K and V for every layer on that shard. "Device memory" is
+the total the runtime reports (`Worker.determine_available_memory` takes
+`torch.cuda.mem_get_info()[1] x gpu_memory_utilization`, vllm-project/vllm@0012cf69
+`vllm/v1/worker/gpu_worker.py`; vLLM logs it as `total_gpu_memory`), the hardware YAML's
+`memory.runtime_visible_bytes` where it is known: on an A100 it is 1-1.3 % below the
+datasheet capacity, on a MI300X 7 % above the YAML's decimal 192 GB.
+Predicted against engine logs in `serving/kv_logs.py`.
 
 Paging (vllm-project/vllm@ace980e6 `vllm/v1/core/kv_cache_manager.py`): a request holds
 ceil(tokens / block_size) blocks; `allocate_slots` fails when the free blocks do not cover
@@ -50,6 +56,13 @@ class KVSizing:
         return dict(self.__dict__)
 
 
+def device_memory_bytes(system) -> float:
+    """The device total a serving engine takes its memory fraction of: what the runtime
+    reports (`memory.runtime_visible_bytes`), else the datasheet capacity."""
+    memory = system.device.memory
+    return memory.runtime_visible_bytes or memory.capacity_bytes
+
+
 def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: int = 16,
                   gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
                   model_name: str = "model", of_free_memory: bool = False) -> KVSizing:
@@ -66,7 +79,7 @@ def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: i
     act = activation_bytes(config, tp, 1, max_num_batched_tokens, sim.precision("elementwise"),
                            True)
     per_block = kv_cache_bytes(config, tp, 1, block_size, sim.precision("kv_cache"))
-    capacity = int(sim.system.device.memory.capacity_bytes)
+    capacity = int(device_memory_bytes(sim.system))
     left = capacity - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
     free = left * gpu_memory_utilization if of_free_memory else \
         capacity * gpu_memory_utilization - use.weights_bytes - act - RUNTIME_RESERVE_BYTES

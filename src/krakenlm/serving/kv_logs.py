@@ -1,0 +1,97 @@
+"""Engine startup logs that state the KV cache size, and the sizing's prediction of each.
+
+`data/kv_cache_logs.json` holds public logs (sources in `data/SOURCES.md`) that give the KV
+block count (vLLM V0 `# GPU blocks: N`) or its token count (vLLM V1 `GPU KV cache size: N
+tokens`, N = blocks x block_size) together with the model, GPU, tensor parallelism, memory
+utilisation, dtype and engine version. `predict` sizes each with the code `sim serve` runs
+(`replay.default_options` for the engine, then `kv_cache.size_kv_cache` with the logged knobs),
+so the comparison scores exactly what a replay would be given.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import KrakenError
+from ..fileio import read_user_text
+from ..hardware import load_system
+from ..models import get_preset
+from ..simulator import Simulator
+from .kv_cache import KVSizing, size_kv_cache
+from .replay import default_options
+
+LOGS_FILE = Path(__file__).resolve().parent / "data" / "kv_cache_logs.json"
+# the engine a log names -> (software profile, scheduler whose defaults apply)
+ENGINES = {"vllm-v1": ("vllm", "vllm-v1"), "vllm-v0": ("vllm-v0", "vllm-v0")}
+FIELDS = ("id", "source", "locator", "line", "engine", "engine_version", "model", "dtype",
+          "system", "tp", "gpu_memory_utilization", "block_size", "max_num_batched_tokens",
+          "logged_blocks")
+
+
+class KVLogDataError(KrakenError, ValueError):
+    """A KV-cache-logs file that cannot be used; the message names the log and the field."""
+
+
+@dataclass(frozen=True)
+class KVLog:
+    id: str
+    source: str
+    locator: str
+    line: str
+    engine: str
+    engine_version: str
+    model: str
+    dtype: str
+    system: str
+    tp: int
+    gpu_memory_utilization: float
+    block_size: int
+    max_num_batched_tokens: int
+    logged_blocks: int
+
+
+def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
+    """The logs of a KV-cache-logs file, checked."""
+    path = Path(path)
+    try:
+        data = json.loads(read_user_text(path, "KV cache logs file", KVLogDataError))
+    except json.JSONDecodeError as e:
+        raise KVLogDataError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    entries = data.get("logs") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise KVLogDataError(f"{path}: needs a non-empty list 'logs'")
+    logs = []
+    for i, entry in enumerate(entries):
+        name = entry.get("id", f"#{i}") if isinstance(entry, dict) else f"#{i}"
+        missing = [f for f in FIELDS if not isinstance(entry, dict) or f not in entry]
+        if missing:
+            raise KVLogDataError(f"{path}: log {name} lacks {', '.join(missing)}")
+        if entry["engine"] not in ENGINES:
+            raise KVLogDataError(f"{path}: log {name}: engine {entry['engine']!r} is not one "
+                                 f"of {', '.join(ENGINES)}")
+        if not (isinstance(entry["logged_blocks"], int) and entry["logged_blocks"] > 0):
+            raise KVLogDataError(f"{path}: log {name}: logged_blocks must be a positive "
+                                 "integer")
+        logs.append(KVLog(**{f: entry[f] for f in FIELDS}))
+    return tuple(logs)
+
+
+def predict(log: KVLog) -> KVSizing:
+    """The KV sizing `sim serve` computes for the log's setup."""
+    software, scheduler = ENGINES[log.engine]
+    system = load_system(log.system)
+    config = get_preset(log.model)
+    sim = Simulator(system, software, dtype=log.dtype)
+    opt = replace(default_options(scheduler, system, config), block_size=log.block_size,
+                  gpu_memory_utilization=log.gpu_memory_utilization,
+                  max_num_batched_tokens=log.max_num_batched_tokens)
+    return size_kv_cache(sim, config, log.tp, block_size=opt.block_size,
+                         gpu_memory_utilization=opt.gpu_memory_utilization,
+                         max_num_batched_tokens=opt.max_num_batched_tokens,
+                         model_name=log.model)
+
+
+def relative_error(predicted_blocks: int, log: KVLog) -> float:
+    return predicted_blocks / log.logged_blocks - 1
