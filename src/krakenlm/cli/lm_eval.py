@@ -71,8 +71,10 @@ def run_lm_eval(checkpoint_dir: Path, names: list[str], include_path: Path | Non
     except ImportError:
         raise KrakenError("lm-eval is not installed: pip install 'krakenlm[eval]'") from None
     from ..evaluation.lm_eval_adapter import KrakenLMEval, quiet_lm_eval_noise
+    from ..evaluation.lm_eval_index import use_cached_builtin_index
 
     quiet_lm_eval_noise()
+    use_cached_builtin_index()
     paths = [str(include_path)] if include_path else []
     if TASK_NAME in names:
         paths.append(str(build_shakespeare_next_line()))
@@ -95,7 +97,7 @@ def run_lm_eval(checkpoint_dir: Path, names: list[str], include_path: Path | Non
 def _task_manager(task_manager_class, names: list[str], paths: list[str]):
     """lm-eval's task index. When every task asked for is a plain task (not a group) of the local
     directories, only those are indexed: indexing lm-eval's own ~15,000 task YAMLs takes 10-60 s
-    and adds nothing such a run needs. Otherwise (a hub task, a group, a misspelt name) the
+    the first time (evaluation/lm_eval_index.py caches it) and adds nothing such a run needs. Otherwise (a hub task, a group, a misspelt name) the
     whole index, so a group's members resolve and a typo gets its suggestions."""
     if paths:
         local = task_manager_class(include_path=paths, include_defaults=False)
