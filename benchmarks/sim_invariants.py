@@ -10,7 +10,8 @@ of the simulator changed no prediction.
   (gpt, parallel, kraken) x TP x batch x prompt/generation lengths x dtype in mode "simulate",
   and a smaller grid in modes "tile" and "roofline": TTFT, TPOT, end-to-end, memory, the
   per-category times of both phases and which kernel model timed each family;
-- the JSON of `sim validate --level all`, `benchmarks/sim_fidelity.py`, `study ttft --system all
+- the JSON of `sim validate --level all` (with the LLMCompass set of `$KRAKENLM_MEASURED_DIR`,
+  default ../shared/data/measured, when that directory exists), `benchmarks/sim_fidelity.py`, `study ttft --system all
   --sensitivity`, `sim sweep`, `sim cost` of every preset and `study design-space` (its CSVs).
 
 `compare` lists every number that differs by more than a relative 1e-9 (floating-point
@@ -121,8 +122,14 @@ def write(path: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         print("sim validate --level all ...", file=sys.stderr)
-        record["validate"] = _cli_json(["sim", "validate", "--level", "all", "--out",
-                                        str(tmp / "validation"), "--json"], env)
+        # the LLMCompass operator set is scored only when its directory is given
+        measured = os.environ.get("KRAKENLM_MEASURED_DIR", str(ROOT.parent / "shared" / "data"
+                                                               / "measured"))
+        llmcompass = ["--measured", measured] if Path(measured).is_dir() else []
+        if not llmcompass:
+            print(f"  (no {measured}: the LLMCompass set is not recorded)", file=sys.stderr)
+        record["validate"] = _cli_json(["sim", "validate", "--level", "all", *llmcompass,
+                                        "--out", str(tmp / "validation"), "--json"], env)
         print("sim_fidelity ...", file=sys.stderr)
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_fidelity.py"), "--json",
                         str(tmp / "fidelity.json")], check=True, env=env,
