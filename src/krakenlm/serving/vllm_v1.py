@@ -27,6 +27,7 @@ vLLM's for the OpenAI server (`EngineArgs.get_batch_defaults`, vllm-project/vllm
 
 from __future__ import annotations
 
+import bisect
 import math
 from array import array
 from collections import deque
@@ -173,7 +174,7 @@ class V1Engine:
         no request finishes before the last step and the KV blocks they will need are free
         (so nothing is preempted). Exactly what k calls of `step` would do, at the cost of
         one: the step times come vectorised from `StepTimer.decode_steps_s`, the per-request
-        bookkeeping is one pass that reads and one that writes each request."""
+        bookkeeping is one pass that reads each request and one that writes it."""
         running = self.running
         d = len(running)
         if d > self.opt.max_num_batched_tokens:
@@ -189,19 +190,24 @@ class V1Engine:
         k = len(ends)
         bs, pool = self.opt.block_size, self.pool
         # a request whose held blocks leave j < k free tokens needs ceil((k - j) / bs) more
-        needs = [(bs - 1 + k - j) // bs if j < k else 0 for j in slack]
-        total_need = sum(needs)
+        total_need = sum([(bs - 1 + k - j) // bs for j in slack if j < k])
         if total_need > pool.available:
             return False
-        levels = self._window_kv_levels(slack, k, total_need)
+        used = pool.used
+        pool.take(total_need)
         end = ends[-1]
-        self.itl_s.extend(self._window_advance(needs, k, ends[0], end, k == last_finish))
+        delta = self._window_advance(slack, k, ends[0], end, k == last_finish, bool(total_need))
+        total = pool.total
+        if total_need:  # the fraction in use after each of the first k - 1 steps
+            levels = [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
+        else:
+            levels = [used / total] * (k - 1)
         self.itl_window_s.extend(durations[1:k])
         self.itl_weight.extend([float(d)] * (k - 1))
         self.now = end
         self.steps += k
         tl = self.timeline
-        levels.append(pool.used / pool.total)
+        levels.append(pool.used / total)
         tl.t_s.extend(ends)
         tl.kv_used.extend(levels)
         tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
@@ -247,47 +253,44 @@ class V1Engine:
                 return None
             k = min(k, int((until - now) / first) + 1)
         durations = timer.decode_steps_s(d, mean_kv, k).tolist()
-        # now + the running sum, and the steps that start before `until` (the same floats as
-        # numpy's cumsum and searchsorted on the starts)
-        ends = [now + total for total in accumulate(durations)]
-        starting = next((i for i, (e, t) in enumerate(zip(ends, durations)) if e - t >= until),
-                        len(ends))
-        if min(k, starting) < 2:
-            return None
-        k = min(k, starting)
-        return durations, ends[:k]
+        # now + the running sum (the same floats as numpy's cumsum)
+        ends = list(map(now.__add__, accumulate(durations)))
+        if until != math.inf:
+            # the first step whose start (end - duration) is at or after `until`: none before
+            # the first end at or after `until` (a step's start is at most its end)
+            starting = bisect.bisect_left(ends, until)
+            n = len(ends)
+            while starting < n and ends[starting] - durations[starting] < until:
+                starting += 1
+            if starting < 2:
+                return None
+            if starting < n:
+                del ends[starting:]
+        return durations, ends
 
-    def _window_kv_levels(self, slack: list[int], k: int, total_need: int) -> list[float]:
-        """Take the window's new KV blocks and return the fraction in use after each of its
-        first k - 1 steps: a request with j free tokens in its blocks crosses into a new block
-        at step j, j + bs, ..."""
-        pool = self.pool
-        used = pool.used
-        pool.take(total_need)
-        if not total_need:
-            return [used / pool.total] * (k - 1)
+    def _window_advance(self, slack: list[int], k: int, first_end: float, end: float,
+                        may_finish: bool, new_blocks: bool) -> list[int]:
+        """Write the window into every running request (one pass): its new blocks (a request
+        with j free tokens in the blocks it holds crosses into a new block at steps j, j + bs,
+        ... of the window), k more tokens computed and sampled, its gap to the window's first
+        token (an inter-token latency), its last token at `end`; free the finished ones (only
+        when k reached the first finish). Returns the blocks newly in use at each step."""
+        running = self.running
         bs = self.opt.block_size
         delta = [0] * k
-        for j in slack:
-            while j < k:
-                delta[j] += 1
-                j += bs
-        total = pool.total
-        return [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
-
-    def _window_advance(self, needs: list[int], k: int, first_end: float, end: float,
-                        may_finish: bool) -> list[float]:
-        """Write the window into every running request: its new blocks, k more tokens computed
-        and sampled, its last token at `end`; free the finished ones (only when k reached the
-        first finish). Returns each request's gap to the window's first token."""
-        running = self.running
-        gaps = [first_end - s.last_token_s for s in running]
-        for s, n in zip(running, needs):
-            if n:
-                s.private += n
+        gaps = []
+        gap = gaps.append
+        for s, j in zip(running, slack):
+            if new_blocks and j < k:
+                s.private += (bs - 1 + k - j) // bs
+                while j < k:
+                    delta[j] += 1
+                    j += bs
+            gap(first_end - s.last_token_s)
             s.computed += k
             s.generated += k
             s.last_token_s = end
+        self.itl_s.extend(gaps)
         if may_finish:
             pool = self.pool
             for s in running:
@@ -296,7 +299,7 @@ class V1Engine:
                     pool.release(s.private, s.shared)
                     s.private, s.shared = 0, []
             self.running = [s for s in running if s.finish_s != s.finish_s]
-        return gaps
+        return delta
 
     def step(self) -> bool:
         opt, pool, bs = self.opt, self.pool, self.opt.block_size
