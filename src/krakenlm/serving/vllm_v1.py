@@ -82,12 +82,14 @@ class Seq:
         "last_token_s",
         "next_id",
         "output",
+        "phase",
         "preemptions",
         "private",
         "prompt",
         "replica",
         "req",
         "shared",
+        "since_tick",
     )
 
     def __init__(self, req: Request, replica: int = 0):
@@ -98,6 +100,7 @@ class Seq:
         self.first_scheduled_s = self.first_token_s = self.last_token_s = self.finish_s = math.nan
         self.preemptions = self.cached_tokens = 0
         self.replica = replica
+        self.since_tick = self.phase = 0  # v1_counted.CountedV1Engine's decode counters
 
 
 class Timeline:
@@ -195,13 +198,24 @@ class V1Engine:
             return False
         used = pool.used
         pool.take(total_need)
-        end = ends[-1]
-        delta = self._window_advance(slack, k, ends[0], end, k == last_finish, bool(total_need))
+        delta = self._window_advance(slack, k, ends[0], ends[-1], k == last_finish,
+                                     bool(total_need))
+        self._record_window(durations, ends, d, used, delta if total_need else None)
+        return True
+
+    def _record_window(self, durations: list[float], ends: list[float], d: int, used: int,
+                       delta: list[int] | None) -> None:
+        """Log a decode window of k = len(ends) steps of d sequences that started with `used`
+        KV blocks in use and took `delta[i]` new ones in its step i (None: none): the gaps
+        inside it (each for d tokens), the clock, the step count and the timeline."""
+        k = len(ends)
+        pool = self.pool
         total = pool.total
-        if total_need:  # the fraction in use after each of the first k - 1 steps
+        if delta is not None:  # the fraction in use after each of the first k - 1 steps
             levels = [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
         else:
             levels = [used / total] * (k - 1)
+        end = ends[-1]
         self.itl_window_s.extend(durations[1:k])
         self.itl_weight.extend([float(d)] * (k - 1))
         self.now = end
@@ -214,7 +228,6 @@ class V1Engine:
         tl.waiting.extend([0.0] * k)
         tl.preemptions.extend([float(self.preemptions)] * k)
         tl.tokens.extend([float(d)] * k)
-        return True
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
         """One read of every running request for a decode window: None unless each one
@@ -325,33 +338,47 @@ class V1Engine:
             sched.append((s, new))
             budget -= new
         if not preempted:
-            waiting = self.waiting
-            while waiting and budget > 0 and len(running) < opt.max_num_seqs:
-                s = waiting[0]
-                tokens = s.prompt + s.generated
-                hits = pool.hit_ids(s.ids, tokens) if per else 0
-                hit_ids = list(s.ids[:hits])
-                computed = hits * pool.hash_tokens
-                new = min(tokens - computed, budget)
-                need = -(-(computed + new) // bs) - per * hits
-                if not pool.admit(hit_ids, max(need, 0)):
-                    break
-                waiting.popleft()
-                running.append(s)
-                s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, max(need, 0)
-                s.cached_tokens += computed
-                if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
-                    s.first_scheduled_s = self.now
-                sched.append((s, new))
-                budget -= new
+            self._admit(sched, budget)
         if not sched:
             return False
         self._execute(sched)
         return True
 
-    def _execute(self, sched: list[tuple[Seq, int]]) -> None:
+    def _admit(self, sched: list[tuple[Seq, int]], budget: int) -> None:
+        """Start waiting requests in arrival order while the budget lasts and fewer than
+        `max_num_seqs` run: each takes its prefix-cache hit, then min(rest, budget) tokens;
+        one whose blocks do not fit waits, and so do the ones behind it."""
+        opt, pool, bs = self.opt, self.pool, self.opt.block_size
+        per = pool.per_id
+        running = self.running
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < opt.max_num_seqs:
+            s = waiting[0]
+            tokens = s.prompt + s.generated
+            hits = pool.hit_ids(s.ids, tokens) if per else 0
+            hit_ids = list(s.ids[:hits])
+            computed = hits * pool.hash_tokens
+            new = min(tokens - computed, budget)
+            need = -(-(computed + new) // bs) - per * hits
+            if not pool.admit(hit_ids, max(need, 0)):
+                break
+            waiting.popleft()
+            running.append(s)
+            s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, max(need, 0)
+            s.cached_tokens += computed
+            if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
+                s.first_scheduled_s = self.now
+            sched.append((s, new))
+            budget -= new
+
+    def _execute(self, sched: list[tuple[Seq, int]], decoders: int = 0,
+                 decoders_kv: int = 0) -> None:
+        """Time the step and write it into its requests. `decoders`: running requests that
+        decode in this step ahead of `sched` without being in it, `decoders_kv` their KV
+        tokens (the new ones included); `_decoders_sampled` writes their tokens."""
         timer = self.timer
-        chunk_tokens = chunk_logits = decodes = kv_sum = 0
+        chunk_tokens = chunk_logits = 0
+        decodes, kv_sum = decoders, decoders_kv
         attention_p = 0.0
         for s, new in sched:
             c, g = s.computed, s.generated
@@ -363,15 +390,16 @@ class V1Engine:
             attention_p += timer.prefill_attention_s(new, c)
             if c + new == s.prompt + g:
                 chunk_logits += 1
-        prefill = decodes < len(sched)
+        sequences = len(sched) + decoders
+        prefill = decodes < sequences
         tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
         attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
-        self.now += timer.step_s(tokens, len(sched), logits, attention_p + attention_d,
+        self.now += timer.step_s(tokens, sequences, logits, attention_p + attention_d,
                                  prefill, bound)
         now, pool, itl = self.now, self.pool, self.itl_s
         hash_tokens = pool.hash_tokens
-        finished = False
+        finished = self._decoders_sampled() if decoders else False
         for s, new in sched:
             c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
@@ -404,3 +432,8 @@ class V1Engine:
         tl.waiting.append(len(self.waiting))
         tl.preemptions.append(self.preemptions)
         tl.tokens.append(tokens)
+
+    def _decoders_sampled(self) -> bool:
+        """Write a step's token into the decoders `_execute` was given apart from its batch
+        (none here: a subclass that keeps them apart writes them); whether any finished."""
+        raise NotImplementedError
