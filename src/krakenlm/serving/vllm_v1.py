@@ -112,6 +112,16 @@ class Timeline:
         self.preemptions, self.tokens = array("d"), array("d")
 
 
+def _first_start_at(ends: list[float], durations: list[float], until: float) -> int:
+    """The first step whose start (end - duration) is at or after `until`, len(ends) if none:
+    none before the first end at or after `until` (a step starts at most at its end)."""
+    i = bisect.bisect_left(ends, until)
+    n = len(ends)
+    while i < n and ends[i] - durations[i] < until:
+        i += 1
+    return i
+
+
 class V1Engine:
     """One replica running vLLM V1's scheduler."""
 
@@ -130,6 +140,7 @@ class V1Engine:
         self.itl_weight = array("d")
         self.timeline = Timeline()
         self.steps = 0
+        self._step_guess = 0.0  # a recent decode step's length (`_window_steps`)
 
     @property
     def outstanding(self) -> int:
@@ -255,30 +266,47 @@ class V1Engine:
     def _window_steps(self, d: int, mean_kv: float, k: int,
                       until: float) -> tuple[list[float], list[float]] | None:
         """The durations and end times of the window's steps: at most k, as many as start
-        before `until` (the first step's length bounds how many are timed); None when fewer
-        than two would run."""
+        before `until`, and at most int((until - now) / first) + 1 where `first` is the first
+        step's `StepTimer.step_s` (that bound decides where a window ends, so it is kept
+        exactly); None when fewer than two would run.
+
+        `first` equals the first of `decode_steps_s`'s durations to a few ulps (the same
+        formula, interpolated in another order), so it is computed only when the bound could
+        bind: when `until - now` does not clear the window's other limit times that duration
+        by a relative 1e-9. The steps are timed for about as many as a recent step length
+        says fit before `until` (`_step_guess`; the next try times more when too few)."""
         if k < 2:
             return None
         timer, now = self.timer, self.now
-        if until != math.inf:  # bounded by the first step's length (as many as start in time)
+        if until == math.inf:
+            durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+            return durations, list(map(now.__add__, accumulate(durations)))
+        span = until - now
+        guess = self._step_guess
+        n = min(k, int(span / guess * 1.25) + 2) if guess > 0 else k
+        durations = timer.decode_steps_s(d, mean_kv, n).tolist()
+        first = durations[0]
+        self._step_guess = first
+        ends = list(map(now.__add__, accumulate(durations)))
+        starting = _first_start_at(ends, durations, until)
+        limit = min(k, starting)
+        margin = first * (1 + 1e-9)
+        if (starting < n or n == k) and now + margin < until and span >= (limit - 1) * margin:
+            bounded = limit  # the first step's bound is not the one that binds
+        else:  # the bound as `step_s` times it
             first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
             if now + first >= until:
                 return None
-            k = min(k, int((until - now) / first) + 1)
-        durations = timer.decode_steps_s(d, mean_kv, k).tolist()
-        # now + the running sum (the same floats as numpy's cumsum)
-        ends = list(map(now.__add__, accumulate(durations)))
-        if until != math.inf:
-            # the first step whose start (end - duration) is at or after `until`: none before
-            # the first end at or after `until` (a step's start is at most its end)
-            starting = bisect.bisect_left(ends, until)
-            n = len(ends)
-            while starting < n and ends[starting] - durations[starting] < until:
-                starting += 1
-            if starting < 2:
-                return None
-            if starting < n:
-                del ends[starting:]
+            k = min(k, int(span / first) + 1)
+            if k > n:
+                durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+                ends = list(map(now.__add__, accumulate(durations)))
+            else:
+                del durations[k:], ends[k:]
+            bounded = min(k, _first_start_at(ends, durations, until))
+        if bounded < 2:
+            return None
+        del ends[bounded:]
         return durations, ends
 
     def _window_advance(self, slack: list[int], k: int, first_end: float, end: float,
