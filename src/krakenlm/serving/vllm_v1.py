@@ -34,6 +34,8 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import accumulate, islice
 
+import numpy as np
+
 from .kv_cache import BlockPool
 from .step_time import StepTimer
 from .traces import Request
@@ -105,11 +107,52 @@ class Seq:
 
 class Timeline:
     """Per step: end time, KV blocks in use (fraction), running and waiting requests,
-    preemptions so far, tokens in the step."""
+    preemptions so far, tokens in the step. The last four are logged once per step or per
+    decode window (whose steps share them, but for the running requests after its last step)
+    and expanded to one value per step when read."""
 
     def __init__(self):
-        self.t_s, self.kv_used, self.running, self.waiting = (array("d") for _ in range(4))
-        self.preemptions, self.tokens = array("d"), array("d")
+        self.t_s, self.kv_used = array("d"), array("d")
+        # per step or window: steps, running, running after the last step, waiting,
+        # preemptions, tokens per step
+        self._log = array("d")
+
+    def step(self, t_s: float, kv_used: float, running: int, waiting: int, preemptions: int,
+             tokens: int) -> None:
+        self.t_s.append(t_s)
+        self.kv_used.append(kv_used)
+        self._log.extend((1, running, running, waiting, preemptions, tokens))
+
+    def window(self, ends: list[float], kv_used: list[float], running: int, running_after: int,
+               preemptions: int) -> None:
+        """A decode window: `running` sequences decode one token each per step, none wait."""
+        self.t_s.extend(ends)
+        self.kv_used.extend(kv_used)
+        self._log.extend((len(ends), running, running_after, 0, preemptions, running))
+
+    def _column(self, i: int) -> np.ndarray:
+        log = np.frombuffer(self._log, dtype=float).reshape(-1, 6)
+        counts = log[:, 0].astype(int)
+        values = np.repeat(log[:, i], counts)
+        if i == 1:  # the running requests after each record's last step
+            values[np.cumsum(counts) - 1] = log[:, 2]
+        return values
+
+    @property
+    def running(self) -> np.ndarray:
+        return self._column(1)
+
+    @property
+    def waiting(self) -> np.ndarray:
+        return self._column(3)
+
+    @property
+    def preemptions(self) -> np.ndarray:
+        return self._column(4)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self._column(5)
 
 
 def _first_start_at(ends: list[float], durations: list[float], until: float) -> int:
@@ -226,19 +269,12 @@ class V1Engine:
             levels = [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
         else:
             levels = [used / total] * (k - 1)
-        end = ends[-1]
         self.itl_window_s.extend(durations[1:k])
         self.itl_weight.extend([float(d)] * (k - 1))
-        self.now = end
+        self.now = ends[-1]
         self.steps += k
-        tl = self.timeline
         levels.append(pool.used / total)
-        tl.t_s.extend(ends)
-        tl.kv_used.extend(levels)
-        tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
-        tl.waiting.extend([0.0] * k)
-        tl.preemptions.extend([float(self.preemptions)] * k)
-        tl.tokens.extend([float(d)] * k)
+        self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
         """One read of every running request for a decode window: None unless each one
@@ -453,13 +489,8 @@ class V1Engine:
         if finished:
             self.running = [s for s in self.running if s.finish_s != s.finish_s]
         self.steps += 1
-        tl = self.timeline
-        tl.t_s.append(now)
-        tl.kv_used.append(pool.used / pool.total)
-        tl.running.append(len(self.running))
-        tl.waiting.append(len(self.waiting))
-        tl.preemptions.append(self.preemptions)
-        tl.tokens.append(tokens)
+        self.timeline.step(now, pool.used / pool.total, len(self.running), len(self.waiting),
+                           self.preemptions, tokens)
 
     def _decoders_sampled(self) -> bool:
         """Write a step's token into the decoders `_execute` was given apart from its batch
