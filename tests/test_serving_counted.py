@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from serving_cases import replay, small_timer
 
 from krakenlm.serving.traces import Request, synthetic_trace

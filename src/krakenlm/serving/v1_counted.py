@@ -193,8 +193,7 @@ class CountedV1Engine(V1Engine):
             return False
         tick = self._tick
         last_finish = self._finishes[0][0] - tick
-        if last_finish > WINDOW_MAX_STEPS:
-            last_finish = WINDOW_MAX_STEPS
+        last_finish = min(last_finish, WINDOW_MAX_STEPS)
         window = self._window_steps(d, (self._kv + d) / d, last_finish, until)
         if window is None:
             return False
