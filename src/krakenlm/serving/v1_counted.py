@@ -61,30 +61,15 @@ class CountedV1Engine(V1Engine):
     def _count(self) -> None:
         """Start the counters when every running request sampled at the last step, decodes
         and has fewer than a block of free slots; else leave them off."""
-        now, bs, tick = self.now, self.opt.block_size, self._tick
-        phases = [0] * bs
-        finishes = []
-        kv = 0
-        order = self._order
-        for s in self.running:
-            g, c = s.generated, s.computed
-            if s.last_token_s != now or not g or c != s.prompt + g - 1:
-                return
-            slack = self._slack(s)
-            if not 0 <= slack < bs:
-                return
-            s.since_tick, s.phase = tick, (tick + slack) % bs
-            phases[s.phase] += 1
-            finishes.append((tick + s.output - g, order, s))
-            order += 1
-            kv += c
-        heapq.heapify(finishes)
-        self._phases, self._finishes, self._kv, self._last_s = phases, finishes, kv, now
-        self._order, self._counted = order, True
+        self._phases = [0] * self.opt.block_size
+        self._finishes, self._kv, self._last_s = [], 0, self.now
+        self._counted = all(self._join(s) for s in self.running)
+        if not self._counted:
+            self._finishes = []
 
     def _join(self, s: Seq) -> bool:
-        """Add a request that just sampled its first token(s) to the counters, if it fits
-        their pattern."""
+        """Add a running request that sampled at the last step to the counters, if it fits
+        their pattern (it decodes, fewer than a block of free slots)."""
         bs, tick = self.opt.block_size, self._tick
         g, c = s.generated, s.computed
         if s.last_token_s != self.now or not g or c != s.prompt + g - 1:
