@@ -87,3 +87,20 @@ def test_a_chunk_after_context_costs_the_extra_causal_queries():
     assert f(512, 1536) == pytest.approx(F(1) + F(2048) - F(1536))
     # never below the chunk alone (the kernel's floor)
     assert f(16, 1000) >= f(16, 0)
+
+
+@pytest.mark.parametrize("arch", ["gpt", "kraken", "parallel"])
+def test_a_decode_windows_first_step_equals_step_s_to_a_few_ulps(arch):
+    """The decode window (`V1Engine._window_steps`) skips `step_s` for its first step's bound
+    when the bound cannot bind, trusting that `decode_steps_s`'s first duration equals it to
+    far better than its 1e-9 margin (the two interpolate the same tables in another order)."""
+    _, _, st = oracle(arch)
+    rng = np.random.default_rng(11)
+    worst = 0.0
+    for _ in range(400):
+        d = int(rng.integers(1, 80))  # past the 64-sequence table too
+        kv = float(rng.uniform(1, 2048))
+        first = st.step_s(d, d, d, st.decode_attention_s(d, kv), False)
+        vectorised = float(st.decode_steps_s(d, kv, 3)[0])
+        worst = max(worst, abs(first - vectorised) / first)
+    assert worst < 1e-12

@@ -40,6 +40,7 @@ from .sglang import POOL_SIZED, SGLangEngine, max_running_requests
 from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
+from .v1_counted import CountedV1Engine
 from .vllm_v0 import PREEMPTION_MODES, V0Engine
 from .vllm_v1 import Seq, V1Engine, V1Options
 
@@ -48,6 +49,9 @@ ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
 SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0", "trtllm": "trtllm", "sglang": "sglang"}
 ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine, "trtllm": TRTEngine,
            "sglang": SGLangEngine}
+# `serve` runs vLLM V1 with its decoding requests as counters (the same replay, faster; the
+# cluster keeps V1Engine: its token-weighted router reads every request between steps)
+REPLAY_ENGINES = {**ENGINES, "vllm-v1": CountedV1Engine}
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
 
 
@@ -290,7 +294,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                     model_name=model_name, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
                     skip_long=skip_long)
     system, sim, kind, opt, sizing, trace, timer, built = prep
-    engines = [ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
+    engines = [REPLAY_ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
     if opt.preemption_mode == "swap":  # vllm_v0.py: swap space per GPU, one TP shard's blocks
         cpu_blocks = int(opt.swap_space_gib * 2**30 // sizing.bytes_per_block)

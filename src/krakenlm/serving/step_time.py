@@ -47,6 +47,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:  # the compiled function numpy.interp calls (its Python wrapper costs more than the
+    # interpolation of the few values a decode window holds)
+    from numpy._core.multiarray import interp as _interp
+except ImportError:  # numpy < 2
+    from numpy.core.multiarray import interp as _interp
+
 from ..hardware.schema import DTYPE_BYTES
 from ..models import ModelConfig
 from ..simulator import Simulator
@@ -91,7 +97,7 @@ class Linear1D:
 
     def many(self, x: np.ndarray) -> np.ndarray | float:
         """y at every x (a scalar when y is constant: numpy broadcasts it)."""
-        return self.y[0] if self.constant else np.interp(x, self.xa, self.ya)
+        return self.y[0] if self.constant else _interp(x, self.xa, self.ya)
 
     def __call__(self, x: float) -> float:
         xs = self.x
@@ -348,13 +354,14 @@ class StepTimer:
         offsets = self._step_offsets
         kv = mean_kv + (offsets[:steps] if steps <= len(offsets) else np.arange(steps))
         row_i, row_j, w, beyond = plan.attention
+        att = row_i.y[0] if row_i.constant else _interp(kv, row_i.xa, row_i.ya)
         if beyond:  # past the table: proportional to the sequences
-            att = row_i.many(kv) * sequences / beyond
-        else:
-            att = row_i.many(kv) if w == 0.0 else row_i.many(kv) * (1 - w) + row_j.many(kv) * w
+            att = att * sequences / beyond
+        elif w != 0.0:
+            att = att * (1 - w) + row_j.many(kv) * w
         gpu = 0.0  # a float until the first term that varies with the step, then an array
         for res_i, res_j, w_t, attention, kernel_floor, count in plan.graphs:
-            r = res_i.many(att)
+            r = res_i.y[0] if res_i.constant else _interp(att, res_i.xa, res_i.ya)
             if w_t:
                 r = r * (1 - w_t) + res_j.many(att) * w_t
             t = r + (att if attention else 0.0)

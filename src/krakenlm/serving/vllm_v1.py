@@ -27,11 +27,14 @@ vLLM's for the OpenAI server (`EngineArgs.get_batch_defaults`, vllm-project/vllm
 
 from __future__ import annotations
 
+import bisect
 import math
 from array import array
 from collections import deque
 from dataclasses import dataclass
 from itertools import accumulate, islice
+
+import numpy as np
 
 from .kv_cache import BlockPool
 from .step_time import StepTimer
@@ -81,12 +84,14 @@ class Seq:
         "last_token_s",
         "next_id",
         "output",
+        "phase",
         "preemptions",
         "private",
         "prompt",
         "replica",
         "req",
         "shared",
+        "since_tick",
     )
 
     def __init__(self, req: Request, replica: int = 0):
@@ -97,15 +102,67 @@ class Seq:
         self.first_scheduled_s = self.first_token_s = self.last_token_s = self.finish_s = math.nan
         self.preemptions = self.cached_tokens = 0
         self.replica = replica
+        self.since_tick = self.phase = 0  # v1_counted.CountedV1Engine's decode counters
 
 
 class Timeline:
     """Per step: end time, KV blocks in use (fraction), running and waiting requests,
-    preemptions so far, tokens in the step."""
+    preemptions so far, tokens in the step. The last four are logged once per step or per
+    decode window (whose steps share them, but for the running requests after its last step)
+    and expanded to one value per step when read."""
 
     def __init__(self):
-        self.t_s, self.kv_used, self.running, self.waiting = (array("d") for _ in range(4))
-        self.preemptions, self.tokens = array("d"), array("d")
+        self.t_s, self.kv_used = array("d"), array("d")
+        # per step or window: steps, running, running after the last step, waiting,
+        # preemptions, tokens per step
+        self._log = array("d")
+
+    def step(self, t_s: float, kv_used: float, running: int, waiting: int, preemptions: int,
+             tokens: int) -> None:
+        self.t_s.append(t_s)
+        self.kv_used.append(kv_used)
+        self._log.extend((1, running, running, waiting, preemptions, tokens))
+
+    def window(self, ends: list[float], kv_used: list[float], running: int, running_after: int,
+               preemptions: int) -> None:
+        """A decode window: `running` sequences decode one token each per step, none wait."""
+        self.t_s.extend(ends)
+        self.kv_used.extend(kv_used)
+        self._log.extend((len(ends), running, running_after, 0, preemptions, running))
+
+    def _column(self, i: int) -> np.ndarray:
+        log = np.frombuffer(self._log, dtype=float).reshape(-1, 6)
+        counts = log[:, 0].astype(int)
+        values = np.repeat(log[:, i], counts)
+        if i == 1:  # the running requests after each record's last step
+            values[np.cumsum(counts) - 1] = log[:, 2]
+        return values
+
+    @property
+    def running(self) -> np.ndarray:
+        return self._column(1)
+
+    @property
+    def waiting(self) -> np.ndarray:
+        return self._column(3)
+
+    @property
+    def preemptions(self) -> np.ndarray:
+        return self._column(4)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self._column(5)
+
+
+def _first_start_at(ends: list[float], durations: list[float], until: float) -> int:
+    """The first step whose start (end - duration) is at or after `until`, len(ends) if none:
+    none before the first end at or after `until` (a step starts at most at its end)."""
+    i = bisect.bisect_left(ends, until)
+    n = len(ends)
+    while i < n and ends[i] - durations[i] < until:
+        i += 1
+    return i
 
 
 class V1Engine:
@@ -126,6 +183,7 @@ class V1Engine:
         self.itl_weight = array("d")
         self.timeline = Timeline()
         self.steps = 0
+        self._step_guess = 0.0  # a recent decode step's length (`_window_steps`)
 
     @property
     def outstanding(self) -> int:
@@ -173,7 +231,7 @@ class V1Engine:
         no request finishes before the last step and the KV blocks they will need are free
         (so nothing is preempted). Exactly what k calls of `step` would do, at the cost of
         one: the step times come vectorised from `StepTimer.decode_steps_s`, the per-request
-        bookkeeping is one pass that reads and one that writes each request."""
+        bookkeeping is one pass that reads each request and one that writes it."""
         running = self.running
         d = len(running)
         if d > self.opt.max_num_batched_tokens:
@@ -189,26 +247,34 @@ class V1Engine:
         k = len(ends)
         bs, pool = self.opt.block_size, self.pool
         # a request whose held blocks leave j < k free tokens needs ceil((k - j) / bs) more
-        needs = [(bs - 1 + k - j) // bs if j < k else 0 for j in slack]
-        total_need = sum(needs)
+        total_need = sum([(bs - 1 + k - j) // bs for j in slack if j < k])
         if total_need > pool.available:
             return False
-        levels = self._window_kv_levels(slack, k, total_need)
-        end = ends[-1]
-        self.itl_s.extend(self._window_advance(needs, k, ends[0], end, k == last_finish))
+        used = pool.used
+        pool.take(total_need)
+        delta = self._window_advance(slack, k, ends[0], ends[-1], k == last_finish,
+                                     bool(total_need))
+        self._record_window(durations, ends, d, used, delta if total_need else None)
+        return True
+
+    def _record_window(self, durations: list[float], ends: list[float], d: int, used: int,
+                       delta: list[int] | None) -> None:
+        """Log a decode window of k = len(ends) steps of d sequences that started with `used`
+        KV blocks in use and took `delta[i]` new ones in its step i (None: none): the gaps
+        inside it (each for d tokens), the clock, the step count and the timeline."""
+        k = len(ends)
+        pool = self.pool
+        total = pool.total
+        if delta is not None:  # the fraction in use after each of the first k - 1 steps
+            levels = [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
+        else:
+            levels = [used / total] * (k - 1)
         self.itl_window_s.extend(durations[1:k])
         self.itl_weight.extend([float(d)] * (k - 1))
-        self.now = end
+        self.now = ends[-1]
         self.steps += k
-        tl = self.timeline
-        levels.append(pool.used / pool.total)
-        tl.t_s.extend(ends)
-        tl.kv_used.extend(levels)
-        tl.running.extend([float(d)] * (k - 1) + [float(len(self.running))])
-        tl.waiting.extend([0.0] * k)
-        tl.preemptions.extend([float(self.preemptions)] * k)
-        tl.tokens.extend([float(d)] * k)
-        return True
+        levels.append(pool.used / total)
+        self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
         """One read of every running request for a decode window: None unless each one
@@ -236,58 +302,72 @@ class V1Engine:
     def _window_steps(self, d: int, mean_kv: float, k: int,
                       until: float) -> tuple[list[float], list[float]] | None:
         """The durations and end times of the window's steps: at most k, as many as start
-        before `until` (the first step's length bounds how many are timed); None when fewer
-        than two would run."""
+        before `until`, and at most int((until - now) / first) + 1 where `first` is the first
+        step's `StepTimer.step_s` (that bound decides where a window ends, so it is kept
+        exactly); None when fewer than two would run.
+
+        `first` equals the first of `decode_steps_s`'s durations to a few ulps (the same
+        formula, interpolated in another order), so it is computed only when the bound could
+        bind: when `until - now` does not clear the window's other limit times that duration
+        by a relative 1e-9. The steps are timed for about as many as a recent step length
+        says fit before `until` (`_step_guess`; the next try times more when too few)."""
         if k < 2:
             return None
         timer, now = self.timer, self.now
-        if until != math.inf:  # bounded by the first step's length (as many as start in time)
+        if until == math.inf:
+            durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+            return durations, list(map(now.__add__, accumulate(durations)))
+        span = until - now
+        guess = self._step_guess
+        n = min(k, int(span / guess * 1.25) + 2) if guess > 0 else k
+        durations = timer.decode_steps_s(d, mean_kv, n).tolist()
+        first = durations[0]
+        self._step_guess = first
+        ends = list(map(now.__add__, accumulate(durations)))
+        starting = _first_start_at(ends, durations, until)
+        limit = min(k, starting)
+        margin = first * (1 + 1e-9)
+        if (starting < n or n == k) and now + margin < until and span >= (limit - 1) * margin:
+            bounded = limit  # the first step's bound is not the one that binds
+        else:  # the bound as `step_s` times it
             first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
             if now + first >= until:
                 return None
-            k = min(k, int((until - now) / first) + 1)
-        durations = timer.decode_steps_s(d, mean_kv, k).tolist()
-        # now + the running sum, and the steps that start before `until` (the same floats as
-        # numpy's cumsum and searchsorted on the starts)
-        ends = [now + total for total in accumulate(durations)]
-        starting = next((i for i, (e, t) in enumerate(zip(ends, durations)) if e - t >= until),
-                        len(ends))
-        if min(k, starting) < 2:
+            k = min(k, int(span / first) + 1)
+            if k > n:
+                durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+                ends = list(map(now.__add__, accumulate(durations)))
+            else:
+                del durations[k:], ends[k:]
+            bounded = min(k, _first_start_at(ends, durations, until))
+        if bounded < 2:
             return None
-        k = min(k, starting)
-        return durations, ends[:k]
+        del ends[bounded:]
+        return durations, ends
 
-    def _window_kv_levels(self, slack: list[int], k: int, total_need: int) -> list[float]:
-        """Take the window's new KV blocks and return the fraction in use after each of its
-        first k - 1 steps: a request with j free tokens in its blocks crosses into a new block
-        at step j, j + bs, ..."""
-        pool = self.pool
-        used = pool.used
-        pool.take(total_need)
-        if not total_need:
-            return [used / pool.total] * (k - 1)
+    def _window_advance(self, slack: list[int], k: int, first_end: float, end: float,
+                        may_finish: bool, new_blocks: bool) -> list[int]:
+        """Write the window into every running request (one pass): its new blocks (a request
+        with j free tokens in the blocks it holds crosses into a new block at steps j, j + bs,
+        ... of the window), k more tokens computed and sampled, its gap to the window's first
+        token (an inter-token latency), its last token at `end`; free the finished ones (only
+        when k reached the first finish). Returns the blocks newly in use at each step."""
+        running = self.running
         bs = self.opt.block_size
         delta = [0] * k
-        for j in slack:
-            while j < k:
-                delta[j] += 1
-                j += bs
-        total = pool.total
-        return [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
-
-    def _window_advance(self, needs: list[int], k: int, first_end: float, end: float,
-                        may_finish: bool) -> list[float]:
-        """Write the window into every running request: its new blocks, k more tokens computed
-        and sampled, its last token at `end`; free the finished ones (only when k reached the
-        first finish). Returns each request's gap to the window's first token."""
-        running = self.running
-        gaps = [first_end - s.last_token_s for s in running]
-        for s, n in zip(running, needs):
-            if n:
-                s.private += n
+        gaps = []
+        gap = gaps.append
+        for s, j in zip(running, slack):
+            if new_blocks and j < k:
+                s.private += (bs - 1 + k - j) // bs
+                while j < k:
+                    delta[j] += 1
+                    j += bs
+            gap(first_end - s.last_token_s)
             s.computed += k
             s.generated += k
             s.last_token_s = end
+        self.itl_s.extend(gaps)
         if may_finish:
             pool = self.pool
             for s in running:
@@ -296,7 +376,7 @@ class V1Engine:
                     pool.release(s.private, s.shared)
                     s.private, s.shared = 0, []
             self.running = [s for s in running if s.finish_s != s.finish_s]
-        return gaps
+        return delta
 
     def step(self) -> bool:
         opt, pool, bs = self.opt, self.pool, self.opt.block_size
@@ -322,33 +402,47 @@ class V1Engine:
             sched.append((s, new))
             budget -= new
         if not preempted:
-            waiting = self.waiting
-            while waiting and budget > 0 and len(running) < opt.max_num_seqs:
-                s = waiting[0]
-                tokens = s.prompt + s.generated
-                hits = pool.hit_ids(s.ids, tokens) if per else 0
-                hit_ids = list(s.ids[:hits])
-                computed = hits * pool.hash_tokens
-                new = min(tokens - computed, budget)
-                need = -(-(computed + new) // bs) - per * hits
-                if not pool.admit(hit_ids, max(need, 0)):
-                    break
-                waiting.popleft()
-                running.append(s)
-                s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, max(need, 0)
-                s.cached_tokens += computed
-                if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
-                    s.first_scheduled_s = self.now
-                sched.append((s, new))
-                budget -= new
+            self._admit(sched, budget)
         if not sched:
             return False
         self._execute(sched)
         return True
 
-    def _execute(self, sched: list[tuple[Seq, int]]) -> None:
+    def _admit(self, sched: list[tuple[Seq, int]], budget: int) -> None:
+        """Start waiting requests in arrival order while the budget lasts and fewer than
+        `max_num_seqs` run: each takes its prefix-cache hit, then min(rest, budget) tokens;
+        one whose blocks do not fit waits, and so do the ones behind it."""
+        opt, pool, bs = self.opt, self.pool, self.opt.block_size
+        per = pool.per_id
+        running = self.running
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < opt.max_num_seqs:
+            s = waiting[0]
+            tokens = s.prompt + s.generated
+            hits = pool.hit_ids(s.ids, tokens) if per else 0
+            hit_ids = list(s.ids[:hits])
+            computed = hits * pool.hash_tokens
+            new = min(tokens - computed, budget)
+            need = -(-(computed + new) // bs) - per * hits
+            if not pool.admit(hit_ids, max(need, 0)):
+                break
+            waiting.popleft()
+            running.append(s)
+            s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, max(need, 0)
+            s.cached_tokens += computed
+            if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
+                s.first_scheduled_s = self.now
+            sched.append((s, new))
+            budget -= new
+
+    def _execute(self, sched: list[tuple[Seq, int]], decoders: int = 0,
+                 decoders_kv: int = 0) -> None:
+        """Time the step and write it into its requests. `decoders`: running requests that
+        decode in this step ahead of `sched` without being in it, `decoders_kv` their KV
+        tokens (the new ones included); `_decoders_sampled` writes their tokens."""
         timer = self.timer
-        chunk_tokens = chunk_logits = decodes = kv_sum = 0
+        chunk_tokens = chunk_logits = 0
+        decodes, kv_sum = decoders, decoders_kv
         attention_p = 0.0
         for s, new in sched:
             c, g = s.computed, s.generated
@@ -360,15 +454,16 @@ class V1Engine:
             attention_p += timer.prefill_attention_s(new, c)
             if c + new == s.prompt + g:
                 chunk_logits += 1
-        prefill = decodes < len(sched)
+        sequences = len(sched) + decoders
+        prefill = decodes < sequences
         tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
         attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
-        self.now += timer.step_s(tokens, len(sched), logits, attention_p + attention_d,
+        self.now += timer.step_s(tokens, sequences, logits, attention_p + attention_d,
                                  prefill, bound)
         now, pool, itl = self.now, self.pool, self.itl_s
         hash_tokens = pool.hash_tokens
-        finished = False
+        finished = self._decoders_sampled() if decoders else False
         for s, new in sched:
             c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
@@ -394,10 +489,10 @@ class V1Engine:
         if finished:
             self.running = [s for s in self.running if s.finish_s != s.finish_s]
         self.steps += 1
-        tl = self.timeline
-        tl.t_s.append(now)
-        tl.kv_used.append(pool.used / pool.total)
-        tl.running.append(len(self.running))
-        tl.waiting.append(len(self.waiting))
-        tl.preemptions.append(self.preemptions)
-        tl.tokens.append(tokens)
+        self.timeline.step(now, pool.used / pool.total, len(self.running), len(self.waiting),
+                           self.preemptions, tokens)
+
+    def _decoders_sampled(self) -> bool:
+        """Write a step's token into the decoders `_execute` was given apart from its batch
+        (none here: a subclass that keeps them apart writes them); whether any finished."""
+        raise NotImplementedError

@@ -1,0 +1,205 @@
+"""vLLM V1's engine (`vllm_v1.V1Engine`, the same schedule step for step) with its decoding
+requests kept as counters instead of written every step.
+
+While every running request decodes (it has sampled its last token at the engine's last step
+and holds at most one block of free KV slots), a step gives each of them one token: its
+computed and generated tokens grow by one, its inter-token gap is the step's length, it takes
+a new KV block every `block_size` steps (at the step where its free slots run out) and it
+finishes at a step known in advance. So the engine keeps, instead of writing every request:
+a tick (decode steps given to all of them), per request the tick its fields were last written
+(`Seq.since_tick`) and the tick residue at which it takes a block (`Seq.phase`), a count of
+requests per residue, a heap of finishing ticks and the sum of their KV tokens. A decode
+window or a step that only adds arrivals then costs the same whatever the number of running
+requests; a request's fields are written when it finishes, and every request's when a step
+needs the per-request scheduler (a preemption, a chunk left over, a request that does not fit
+the pattern), after which the counters are rebuilt. Every float is computed by the same
+operations as in `V1Engine` (tests/test_serving_golden.py pins the outputs).
+
+`serve` replays vLLM V1 with this engine; `cluster` keeps `V1Engine` (its token-weighted router
+reads each request's computed tokens between steps).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine
+
+
+class CountedV1Engine(V1Engine):
+    """`V1Engine` with its decoding requests as counters (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._counted = False  # every running request is in the counters below
+        self._tick = 0
+        self._order = 0  # running order of the counted requests (the heap's tie-break)
+        self._phases = [0] * self.opt.block_size  # requests taking a block at tick % bs
+        self._finishes: list[tuple[int, int, Seq]] = []  # (tick it finishes at, order, seq)
+        self._kv = 0  # their computed tokens
+        self._last_s = 0.0  # when they sampled their last token
+
+    def advance(self, until: float) -> None:
+        """`V1Engine.advance`, on the counters while they hold."""
+        while self.now < until:
+            if self.running and not (self.waiting or self.swapped) and (
+                    self._counted_window(until) if self._counted else
+                    self._decode_window(until)):
+                continue
+            if not (self.running or self.waiting or self.swapped) or not self._step():
+                self.now = max(self.now, until) if math.isfinite(until) else self.now
+                return
+
+    # ------------------------------------------------------------------ the counters
+    def _slack(self, s: Seq) -> int:
+        """KV slots left in the blocks `s` holds."""
+        per = self.pool.per_id
+        held = s.private + per * len(s.shared) if per else s.private
+        return held * self.opt.block_size - s.computed
+
+    def _count(self) -> None:
+        """Start the counters when every running request sampled at the last step, decodes
+        and has fewer than a block of free slots; else leave them off."""
+        self._phases = [0] * self.opt.block_size
+        self._finishes, self._kv, self._last_s = [], 0, self.now
+        self._counted = all(self._join(s) for s in self.running)
+        if not self._counted:
+            self._finishes = []
+
+    def _join(self, s: Seq) -> bool:
+        """Add a running request that sampled at the last step to the counters, if it fits
+        their pattern (it decodes, fewer than a block of free slots)."""
+        bs, tick = self.opt.block_size, self._tick
+        g, c = s.generated, s.computed
+        if s.last_token_s != self.now or not g or c != s.prompt + g - 1:
+            return False
+        slack = self._slack(s)
+        if not 0 <= slack < bs:
+            return False
+        s.since_tick, s.phase = tick, (tick + slack) % bs
+        self._phases[s.phase] += 1
+        heapq.heappush(self._finishes, (tick + s.output - g, self._order, s))
+        self._order += 1
+        self._kv += c
+        self._last_s = self.now  # the counted ones sampled now too (or there are none)
+        return True
+
+    def _write(self, s: Seq) -> None:
+        """Bring a counted request's fields to the present tick: the steps since they were
+        written add to its computed and generated tokens, a block at every `block_size`
+        steps from its first full one."""
+        m = self._tick - s.since_tick
+        if m:
+            slack = self._slack(s)
+            if m > slack:
+                s.private += (m - slack - 1) // self.opt.block_size + 1
+            s.computed += m
+            s.generated += m
+            s.since_tick = self._tick
+        s.last_token_s = self._last_s
+
+    def _uncount(self) -> None:
+        """Write every counted request and stop the counters."""
+        for _, _, s in self._finishes:
+            self._write(s)
+        self._counted = False
+        self._finishes = []
+
+    def _finish(self, end: float) -> bool:
+        """Finish the counted requests whose last token came at this tick (in running
+        order, as `V1Engine` frees them); whether any did."""
+        finishes, tick = self._finishes, self._tick
+        if not finishes or finishes[0][0] != tick:
+            return False
+        pool = self.pool
+        while finishes and finishes[0][0] == tick:
+            s = heapq.heappop(finishes)[2]
+            self._write(s)
+            s.finish_s = end
+            pool.release(s.private, s.shared)
+            s.private, s.shared = 0, []
+            self._phases[s.phase] -= 1
+            self._kv -= s.computed
+        return True
+
+    # ------------------------------------------------------------------ steps and windows
+    def _step(self) -> bool:
+        if self._counted:
+            ran = self._counted_step()
+            if ran is not None:
+                return ran
+            self._uncount()
+        ran = self.step()
+        self._count()
+        return ran
+
+    def _counted_step(self) -> bool | None:
+        """`V1Engine.step` when every running request is counted: each decodes (the budget
+        covers them and their new blocks are free), then waiting requests start. None (and
+        nothing changed) when the step needs the per-request scheduler."""
+        opt, pool = self.opt, self.pool
+        d = len(self.running)
+        budget = opt.max_num_batched_tokens
+        if d > budget:
+            return None
+        need = self._phases[self._tick % opt.block_size] if d else 0
+        if need > pool.available:
+            return None
+        if need:
+            pool.take(need)
+        sched: list[tuple[Seq, int]] = []
+        self._admit(sched, budget - d)
+        if not (sched or d):
+            return False
+        self._execute(sched, d, self._kv + d)
+        for s, _ in sched:
+            if s.finish_s != s.finish_s and not self._join(s):  # running, not counted
+                self._uncount()
+                break
+        return True
+
+    def _decoders_sampled(self) -> bool:
+        """The counted requests' token of a step `_execute` ran (their gaps first, in running
+        order, as `V1Engine` writes them)."""
+        now, d = self.now, len(self._finishes)
+        self.itl_s.extend([now - self._last_s] * d)
+        self._tick += 1
+        self._kv += d
+        self._last_s = now
+        return self._finish(now)
+
+    def _counted_window(self, until: float) -> bool:
+        """`V1Engine._decode_window` on the counters: the same window (steps, times, blocks,
+        finishes), without a pass over the requests."""
+        running = self.running
+        d = len(running)
+        if d > self.opt.max_num_batched_tokens:
+            return False
+        tick = self._tick
+        last_finish = self._finishes[0][0] - tick
+        last_finish = min(last_finish, WINDOW_MAX_STEPS)
+        window = self._window_steps(d, (self._kv + d) / d, last_finish, until)
+        if window is None:
+            return False
+        durations, ends = window
+        k = len(ends)
+        bs, pool = self.opt.block_size, self.pool
+        start = tick % bs
+        cycle = self._phases[start:] + self._phases[:start]  # new blocks at window step i % bs
+        full, part = divmod(k, bs)
+        total_need = full * d + sum(cycle[:part])
+        if total_need > pool.available:
+            return False
+        used = pool.used
+        pool.take(total_need)
+        end = ends[-1]
+        self.itl_s.extend([ends[0] - self._last_s] * d)
+        self._tick = tick + k
+        self._kv += k * d
+        self._last_s = end
+        if self._finish(end):
+            self.running = [s for s in running if s.finish_s != s.finish_s]
+        delta = (cycle * (full + 1))[:k] if total_need else None
+        self._record_window(durations, ends, d, used, delta)
+        return True

@@ -1,0 +1,82 @@
+"""The vLLM V1 engine with its decoding requests as counters (serving/v1_counted.py) replays
+exactly what `V1Engine` replays, request by request and step by step: on a roomy cache with
+bursts and idle gaps (the counters empty and restart), on a cache small enough to preempt (the
+counters stop and restart), with chunked long prompts and with prefix-cache hits. And the
+counters are really used: most windows run on them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from serving_cases import replay, small_timer
+
+from krakenlm.serving.traces import Request, synthetic_trace
+from krakenlm.serving.v1_counted import CountedV1Engine
+from krakenlm.serving.vllm_v1 import V1Engine
+
+FIELDS = ("first_scheduled_s", "first_token_s", "last_token_s", "finish_s", "computed",
+          "generated", "preemptions", "cached_tokens", "private")
+
+
+def bursts() -> list[Request]:
+    """Two bursts of Poisson arrivals 30 s apart: the engine drains between them."""
+    a = synthetic_trace(np.random.default_rng(3), 60, 300.0, "lognormal:300,120,0.8").requests
+    return list(a) + [Request(r.id + 100, r.arrival_s + 30.0, r.prompt_tokens, r.output_tokens)
+                      for r in a]
+
+
+def prefix() -> list[Request]:
+    rng = np.random.default_rng(4)
+    t, reqs = 0.0, []
+    for i in range(80):
+        t += float(rng.exponential(1 / 300.0))
+        blocks = int(rng.integers(1, 6))
+        conv = int(rng.integers(0, 4))
+        reqs.append(Request(i, t, blocks * 64 + int(rng.integers(1, 64)),
+                            int(rng.integers(2, 90)), tuple(conv * 100 + b for b in range(blocks))))
+    return reqs
+
+
+CASES = {
+    "bursts, roomy cache": (bursts, 100_000, 0),
+    "bursts, cache that preempts": (bursts, 260, 0),
+    "long prompts chunked": (lambda: list(synthetic_trace(
+        np.random.default_rng(5), 50, 80.0, "lognormal:1500,30,0.5").requests), 100_000, 0),
+    "prefix cache, tight": (prefix, 120, 64),
+}
+
+
+def outputs(engine, seqs) -> dict:
+    tl = engine.timeline
+    return {"seqs": [[getattr(s, f) for f in FIELDS] for s in seqs],
+            "timeline": [list(getattr(tl, f)) for f in ("t_s", "kv_used", "running", "waiting",
+                                                        "preemptions", "tokens")],
+            "itl": sorted(engine.itl_s), "itl_windows": list(engine.itl_window_s),
+            "itl_weight": list(engine.itl_weight), "steps": engine.steps,
+            "preemptions": engine.preemptions}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
+    make, blocks, block_tokens = CASES[name]
+    timer = small_timer("vllm")
+    plain = outputs(*replay(timer, V1Engine, make(), blocks, block_tokens))
+    used = {"windows": 0, "stopped": 0}
+    window, uncount = CountedV1Engine._counted_window, CountedV1Engine._uncount
+
+    def counted_window(self, until):
+        ran = window(self, until)
+        used["windows"] += ran
+        return ran
+
+    def stop(self):
+        used["stopped"] += 1
+        uncount(self)
+
+    monkeypatch.setattr(CountedV1Engine, "_counted_window", counted_window)
+    monkeypatch.setattr(CountedV1Engine, "_uncount", stop)
+    counted = outputs(*replay(timer, CountedV1Engine, make(), blocks, block_tokens))
+    assert counted == plain
+    assert used["windows"] > 10
+    if plain["preemptions"]:
+        assert used["stopped"] > 0
