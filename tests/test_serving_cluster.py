@@ -201,6 +201,9 @@ def test_pd_search_reports_capacity_per_device_for_each_split():
         assert r["capacity_per_s"] > 0 and r["per_usd_hour"] > 0
     assert result.rows[0]["kv_transfer_mean_s"] is None
     assert result.rows[1]["kv_transfer_mean_s"] > 0
+    # every split's transfers used the network of h100-80gb-x8's hardware YAML
+    assert result.to_json()["network"] == {"gbps": 400.0, "latency_s": 5e-6, "source": "yaml",
+                                           "latency_source": "yaml"}
 
 
 def test_the_cli_serves_disaggregated_and_writes_the_transfer_columns(tmp_path, capsys):
