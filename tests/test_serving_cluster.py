@@ -223,6 +223,8 @@ def test_the_cli_serves_disaggregated_and_writes_the_transfer_columns(tmp_path, 
     report = json.loads(out.out)
     assert report["setup"]["disaggregated"]["prefill"] == ["h100-80gb-x8:tp1:1"]
     assert report["setup"]["devices"] == 2 and report["summary"]["requests"] == 120
+    # no --network-gbps: the network of h100-80gb-x8's hardware YAML, and the JSON says so
+    assert report["setup"]["network"]["source"] == "yaml"
     header = (tmp_path / "pd" / "requests.csv").read_text().splitlines()[0]
     assert header.endswith("preemptions,decode_replica,kv_transfer_s,kv_ready_s,"
                            "decode_admitted_s")

@@ -13,7 +13,7 @@ import pytest
 from krakenlm.hardware import load_system
 from krakenlm.hardware.schema import HardwareError, system_from_dict, system_to_dict
 from krakenlm.models import get_preset
-from krakenlm.serving.cluster import PoolSpec, parse_pools, pools_network
+from krakenlm.serving.cluster import PoolSpec, parse_pools, pools_network, serve_cluster
 from krakenlm.serving.command import ServeOptions, serve_command
 from krakenlm.serving.disagg import pd_search, serve_disaggregated
 from krakenlm.serving.traces import Request, Trace, synthetic_trace
@@ -143,3 +143,16 @@ def test_the_pd_search_resolves_one_network_for_every_split(capsys):
                        slo_ttft_s=0.05, slo_tpot_s=0.01, overrides=SMALL)
     assert result.network["source"] == "default"
     assert capsys.readouterr().err.count(WARNING) == 1
+
+
+def test_pipeline_sends_between_nodes_read_the_same_network(capsys):
+    """A tp4 x pp2 replica of a 4-GPU system spans two nodes: its stage sends cross the
+    network, so a system without the section says so (once), and the report names it."""
+    trace = Trace("three", tuple(Request(i, 0.1 * i, 256, 4) for i in range(3)))
+    report = serve_cluster(trace, get_preset(MODEL), parse_pools("mi210-x4:tp4:pp2:1"),
+                           overrides=SMALL)
+    assert capsys.readouterr().err.count(WARNING) == 1
+    assert report.setup["network"]["source"] == "default"
+    # the same replica inside one node sends over its links: nothing to say
+    serve_cluster(trace, get_preset(MODEL), parse_pools("mi210-x4:tp2:pp2:1"), overrides=SMALL)
+    assert WARNING not in capsys.readouterr().err
