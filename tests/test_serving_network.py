@@ -50,6 +50,11 @@ def test_the_inter_node_section_round_trips_and_is_optional():
             data["interconnect"]["inter_node"] = None
         assert system_from_dict(data).interconnect.inter_node is None
     assert load_system("mi210-x4").interconnect.inter_node is None
+    # `sim systems` lists it per preset (None: not described)
+    from krakenlm.hardware.report import presets_report
+    rows = {r["name"]: r for r in presets_report().to_json()}
+    assert rows["h100-80gb-x8"]["inter_node_bandwidth_bytes_per_s"] == 50e9
+    assert rows["mi210-x4"]["inter_node_bandwidth_bytes_per_s"] is None
 
 
 @pytest.mark.parametrize("field,value,message", [
