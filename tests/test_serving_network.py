@@ -64,6 +64,9 @@ def test_the_inter_node_section_round_trips_and_is_optional():
      "interconnect.inter_node.bandwidth_bytes_per_s: expected a number in bytes_per_s"),
     ("latency_s", -1e-6, "interconnect.inter_node.latency_s: must not be negative"),
     ("latency_s", "5 GB/s", "interconnect.inter_node.latency_s: '5 GB/s' is in bytes per s"),
+    # a NIC's speed as written on its datasheet: bits, not the field's bytes
+    ("bandwidth_bytes_per_s", "400 Gb/s",
+     "'400 Gb/s' is in bits per second (a lowercase b) but this field is in bytes; write 50 GB/s"),
     ("nics_per_node", 2.5, "interconnect.inter_node.nics_per_node: must be a whole number"),
     ("bandwith_bytes_per_s", 1e9, "unknown field(s) interconnect.inter_node.bandwith_bytes_per_s"),
 ])

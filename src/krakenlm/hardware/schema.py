@@ -215,6 +215,10 @@ def _to_number(value: Any, unit: str | None, where: str) -> float:
             number, suffix = float(match.group(1)), match.group(2).lower()
             if not suffix:
                 return number
+            if unit == "bytes_per_s" and re.fullmatch(r"[kKmMgGtT]b/s", match.group(2)):
+                raise HardwareError(
+                    f"field {where}: {value!r} is in bits per second (a lowercase b) but this "
+                    f"field is in bytes; write {number / 8:g} {match.group(2)[0].upper()}B/s")
             if unit is not None and suffix in _UNITS.get(unit, {}):
                 return number * _UNITS[unit][suffix]
             for other, table in _UNITS.items():
