@@ -201,6 +201,9 @@ def test_pd_search_reports_capacity_per_device_for_each_split():
         assert r["capacity_per_s"] > 0 and r["per_usd_hour"] > 0
     assert result.rows[0]["kv_transfer_mean_s"] is None
     assert result.rows[1]["kv_transfer_mean_s"] > 0
+    # every split's transfers used the network of h100-80gb-x8's hardware YAML
+    assert result.to_json()["network"] == {"gbps": 400.0, "latency_s": 5e-6, "source": "yaml",
+                                           "latency_source": "yaml"}
 
 
 def test_the_cli_serves_disaggregated_and_writes_the_transfer_columns(tmp_path, capsys):
@@ -220,6 +223,8 @@ def test_the_cli_serves_disaggregated_and_writes_the_transfer_columns(tmp_path, 
     report = json.loads(out.out)
     assert report["setup"]["disaggregated"]["prefill"] == ["h100-80gb-x8:tp1:1"]
     assert report["setup"]["devices"] == 2 and report["summary"]["requests"] == 120
+    # no --network-gbps: the network of h100-80gb-x8's hardware YAML, and the JSON says so
+    assert report["setup"]["network"]["source"] == "yaml"
     header = (tmp_path / "pd" / "requests.csv").read_text().splitlines()[0]
     assert header.endswith("preemptions,decode_replica,kv_transfer_s,kv_ready_s,"
                            "decode_admitted_s")

@@ -29,7 +29,7 @@ def serve_cmd(
     prefill_replicas: str = typer.Option(None, "--prefill-replicas", help="Disaggregated serving: prefill instances (a count of --system/--tp/--pp instances, or pools); needs --decode-replicas."),
     decode_replicas: str = typer.Option(None, "--decode-replicas", help="Disaggregated serving: decode instances (a count or pools), fed by the KV transfer."),
     pd_search: int = typer.Option(None, "--pd-search", help="Search every P:D split of this many --system/--tp/--pp instances (and as many aggregated replicas): capacity under the SLOs per device and per $."),
-    network_gbps: float = typer.Option(400.0, "--network-gbps", help="Inter-node network per device and direction, Gb/s (KV transfers and pipeline sends between nodes)."),
+    network_gbps: float = typer.Option(None, "--network-gbps", help="Inter-node network per device and direction, Gb/s (KV transfers and pipeline sends between nodes; default: the system's interconnect.inter_node from its hardware YAML, else 400 Gb/s with a warning)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the trace's request rate (arrival times divided by it)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic workload's RNG (the output is identical for a seed)."),
     arrival: str = typer.Option("poisson", "--arrival", help="Synthetic arrivals: poisson or gamma (with --cv)."),

@@ -22,13 +22,16 @@ class PresetsReport:
     def to_table(self) -> list[Any]:
         table = table_of("krakenlm hardware presets (per device)",
                          ("name", "device", "n", "topology", "16-bit TFLOP/s", "memory GiB",
-                          "mem TB/s", "links x GB/s/dir"), left=("name", "device", "topology"))
+                          "mem TB/s", "links x GB/s/dir", "network Gb/s/dir"),
+                         left=("name", "device", "topology"))
         for r in self.rows:
             table.add_row(r["name"], r["device"], str(r["devices"]), r["topology"],
                           f"{r['fp16_flops_per_s'] / 1e12:,.0f}",
                           f"{r['memory_bytes'] / 2**30:,.0f}",
                           f"{r['memory_bandwidth_bytes_per_s'] / 1e12:.2f}",
-                          f"{r['links_per_device']} x {r['link_bandwidth_bytes_per_s'] / 1e9:g}")
+                          f"{r['links_per_device']} x {r['link_bandwidth_bytes_per_s'] / 1e9:g}",
+                          "-" if r["inter_node_bandwidth_bytes_per_s"] is None
+                          else f"{r['inter_node_bandwidth_bytes_per_s'] * 8 / 1e9:g}")
         return [table]
 
 
@@ -44,7 +47,11 @@ def presets_report() -> PresetsReport:
                      "memory_bytes": d.memory.capacity_bytes,
                      "memory_bandwidth_bytes_per_s": d.memory.bandwidth_bytes_per_s,
                      "link_bandwidth_bytes_per_s": ic.link_bandwidth_bytes_per_s,
-                     "links_per_device": ic.links_per_device, "description": s.description})
+                     "links_per_device": ic.links_per_device,
+                     # the network between nodes per device and direction (None: not described)
+                     "inter_node_bandwidth_bytes_per_s": ic.inter_node and
+                     ic.inter_node.bandwidth_bytes_per_s,
+                     "description": s.description})
     return PresetsReport(rows)
 
 

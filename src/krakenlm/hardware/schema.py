@@ -158,6 +158,20 @@ class Device:
 
 
 @dataclass(frozen=True)
+class InterNode:
+    """The scale-out network between nodes (InfiniBand or RoCE NICs), per device: what one
+    device sends to a device of another node (a prefill instance's KV cache to a decode
+    instance, a pipeline stage's activations), timed like the node's links."""
+    bandwidth_bytes_per_s: float = _f("bytes_per_s", doc="per device, per direction: the NIC "
+                                      "bandwidth serving one device (400 Gb/s NIC = 50e9)")
+    latency_s: float = _f("s", positive=False, doc="one-way, device to device across nodes "
+                          "(RDMA stack, NIC, a switch)")
+    nics_per_node: int | None = _f(integer=True, default=None, doc="compute-fabric NICs per "
+                                   "node (documentation; the bandwidth is per device)")
+    technology: str | None = _f(default=None, doc="e.g. 'ConnectX-7 NDR InfiniBand 400 Gb/s'")
+
+
+@dataclass(frozen=True)
 class Interconnect:
     device_count: int = _f(integer=True)
     topology: str = _f(choices=TOPOLOGIES)
@@ -167,6 +181,8 @@ class Interconnect:
     torus_shape: tuple[int, ...] | None = _f(default=None, doc="torus2d only: devices per axis")
     in_switch_reduction: bool = _f(default=False, doc="switch only: NVLS-style reduction in switch")
     phy_area_mm2_per_link: float | None = _f("mm2", default=None)
+    inter_node: InterNode | None = _f(default=None, doc="the network between nodes; absent: "
+                                      "serving uses --network-gbps or its default, and says so")
 
 
 @dataclass(frozen=True)
@@ -199,6 +215,10 @@ def _to_number(value: Any, unit: str | None, where: str) -> float:
             number, suffix = float(match.group(1)), match.group(2).lower()
             if not suffix:
                 return number
+            if unit == "bytes_per_s" and re.fullmatch(r"[kKmMgGtT]b/s", match.group(2)):
+                raise HardwareError(
+                    f"field {where}: {value!r} is in bits per second (a lowercase b) but this "
+                    f"field is in bytes; write {number / 8:g} {match.group(2)[0].upper()}B/s")
             if unit is not None and suffix in _UNITS.get(unit, {}):
                 return number * _UNITS[unit][suffix]
             for other, table in _UNITS.items():
@@ -245,8 +265,8 @@ def _parse(cls: type, data: Any, where: str) -> Any:
         ftype = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         sub = {"Core": Core, "GlobalBuffer": GlobalBuffer, "Memory": Memory,
                "PeakRates": PeakRates, "Device": Device, "Interconnect": Interconnect,
-               "Identity": Identity}.get(ftype)
-        if sub is not None:
+               "Identity": Identity, "InterNode": InterNode}.get(ftype.removesuffix(" | None"))
+        if sub is not None and not (value is None and f.default is None):
             kwargs[name] = _parse(sub, value, path)
         elif value is None and meta.get("optional"):
             kwargs[name] = None

@@ -46,7 +46,7 @@ from .replay import (
 from .report import AMORTISATION_YEARS, ServeReport, timeline
 from .routing import check_router, choose
 from .traces import Request, Trace
-from .transfer import Network, send_s
+from .transfer import Network, resolve_network, send_s
 from .vllm_v1 import Seq
 
 _FIELD = re.compile(r"^(tp|pp|x)?(\d+)$")
@@ -227,6 +227,12 @@ def build_replicas(pools: Sequence[BuiltPool], trace: Trace, first_index: int = 
     return replicas
 
 
+def pools_network(pools: Sequence[PoolSpec], gbps: float | None = None) -> Network:
+    """The network between the nodes of `pools`' systems (`transfer.resolve_network`):
+    `gbps` if given, else their hardware YAML's, else the default."""
+    return resolve_network({s.system: load_system(s.system) for s in pools}.values(), gbps)
+
+
 def build_pools(pools: Sequence[PoolSpec], trace: Trace,
                 model: ModelConfig | Callable[[int], ModelConfig], *, software: str,
                 scheduler: str | None, overrides: dict, dtype: str, model_name: str,
@@ -290,9 +296,10 @@ def serve_cluster(trace: Trace, model: ModelConfig | Callable[[int], ModelConfig
                   progress: Callable[[int, int], None] | None = None) -> ServeReport:
     """Replay `trace` through every pool's replicas behind `router`."""
     started = start_replay(router, slo_ttft_s, slo_tpot_s)
+    network = network or pools_network(pools)
     built, trace = build_pools(pools, trace, model, software=software, scheduler=scheduler,
                                overrides=overrides or {}, dtype=dtype, model_name=model_name,
-                               skip_long=skip_long, network=network or Network())
+                               skip_long=skip_long, network=network)
     replicas = build_replicas(built, trace)
     seqs = dispatch(replicas, trace, router, progress)
     total = len(trace.requests)
@@ -300,7 +307,8 @@ def serve_cluster(trace: Trace, model: ModelConfig | Callable[[int], ModelConfig
         progress(total, total)
     return cluster_report(trace, built, replicas, [_row(s) for s in seqs], seqs,
                           router=router, model_name=model_name, dtype=dtype,
-                          slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, started=started)
+                          slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, started=started,
+                          extra_setup={"network": network.describe()})
 
 
 def cluster_report(trace: Trace, built: Sequence[BuiltPool], replicas: Sequence[Replica],

@@ -15,13 +15,12 @@ from ..hardware import load_system
 from ..simulator import arch_variant, resolve_model
 from ..simulator.constants.software import load_software
 from .capacity import Capacity, find_capacity, ttft_misses_deciding
-from .cluster import PoolSpec, is_pool_spec, parse_pools, serve_cluster
+from .cluster import PoolSpec, is_pool_spec, parse_pools, pools_network, serve_cluster
 from .disagg import PDSearch, pd_search, serve_disaggregated
 from .replay import SCHEDULERS, default_options, serve, throughput_bound_per_s
 from .report import ServeReport
 from .routing import check_router
 from .traces import Trace, read_trace, scale_rate, synthetic_trace
-from .transfer import Network
 
 SYNTHETIC = "synthetic"
 
@@ -42,7 +41,7 @@ class ServeOptions:
     # disaggregated prefill/decode: counts (of --system/--tp/--pp instances) or pools
     prefill_replicas: str | None = None
     decode_replicas: str | None = None
-    network_gbps: float = 400.0
+    network_gbps: float | None = None  # None: the systems' hardware YAML, else 400
     rate_scale: float = 1.0
     seed: int = 0
     # synthetic workloads (--trace synthetic)
@@ -202,12 +201,13 @@ def _cluster_replay(o: ServeOptions, progress):
     if (o.prefill_replicas is None) != (o.decode_replicas is None):
         raise ServeError("disaggregated serving needs both --prefill-replicas and "
                          "--decode-replicas")
-    network = Network(o.network_gbps)
     if o.prefill_replicas is not None:
         prefill = _pools(o, o.prefill_replicas, "--prefill-replicas")
         decode = _pools(o, o.decode_replicas, "--decode-replicas")
+        network = pools_network(prefill + decode, o.network_gbps)
     else:
         pools = _pools(o, o.replicas, "--replicas")
+        network = pools_network(pools, o.network_gbps)
     check_router(o.router)
     model, label = _model(o)
     trace = _trace(o)
@@ -238,7 +238,7 @@ def pd_search_command(o: ServeOptions, instances: int, percentile: int = 99,
                      slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s, progress=progress,
                      software=o.software, router=o.router, overrides=_overrides(o),
                      scheduler=o.scheduler, dtype=o.dtype, model_name=label,
-                     network=Network(o.network_gbps))
+                     network=pools_network([instance], o.network_gbps))
 
 
 def _trace(o: ServeOptions) -> Trace:

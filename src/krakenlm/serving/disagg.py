@@ -50,6 +50,7 @@ from .cluster import (
     cluster_report,
     dispatch,
     placements,
+    pools_network,
     serve_cluster,
     start_replay,
 )
@@ -138,7 +139,7 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
                         progress: Callable[[int, int], None] | None = None) -> ServeReport:
     """Replay `trace` through prefill pools and decode pools (the module docstring)."""
     started = start_replay(router, slo_ttft_s, slo_tpot_s)
-    network = network or Network()
+    network = network or pools_network(list(prefill) + list(decode))
     common = {"software": software, "scheduler": scheduler, "overrides": overrides or {},
               "dtype": dtype, "model_name": model_name, "skip_long": skip_long,
               "network": network}
@@ -217,7 +218,7 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
                           pre_seqs + list(dec_seqs.values()),
                           router=router, model_name=model_name, dtype=dtype,
                           slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, started=started,
-                          extra_setup=extra)
+                          extra_setup={**extra, "network": network.describe()})
 
 
 @dataclass
@@ -228,6 +229,7 @@ class PDSearch:
     slo_ttft_s: float | None
     slo_tpot_s: float | None
     rows: list[dict] = field(default_factory=list)
+    network: dict | None = None  # the network every split's KV transfers used (Network.describe)
 
     def to_table(self) -> list:
         from ..console import table_of
@@ -243,12 +245,18 @@ class PDSearch:
                       _num(r["per_device_per_s"]), _num(r["per_usd_hour"]),
                       _ms(r["ttft_s"]), _ms(tpot), _ms(r["kv_transfer_mean_s"]))
         best = max(self.rows, key=lambda r: r["per_device_per_s"] or 0.0)
-        return [t, f"best goodput per device: {best['split']}"]
+        items = [t, f"best goodput per device: {best['split']}"]
+        if self.network is not None:
+            n = self.network
+            items.append(f"network between nodes: {n['gbps']:g} Gb/s per device and direction, "
+                         f"{n['latency_s'] * 1e6:g} us (bandwidth from {n['source']}, latency "
+                         f"from {n['latency_source']})")
+        return items
 
     def to_json(self) -> dict:
         return {"instance": self.instance, "percentile": self.percentile,
                 "slo_ttft_s": self.slo_ttft_s, "slo_tpot_s": self.slo_tpot_s,
-                "rows": self.rows}
+                "network": self.network, "rows": self.rows}
 
 
 def _num(x: float | None) -> str:
@@ -269,7 +277,10 @@ def pd_search(trace: Trace, model: ModelConfig | Callable[[int], ModelConfig],
     if instances < 2:
         raise ServeError(f"--pd-search {instances}: a P:D split needs at least 2 instances")
     one = replace(instance, count=1)
-    out = PDSearch(one.label.rsplit(":", 1)[0], percentile, slo_ttft_s, slo_tpot_s)
+    # one network for every split, resolved once (and its default said once)
+    options["network"] = options.get("network") or pools_network([one])
+    out = PDSearch(one.label.rsplit(":", 1)[0], percentile, slo_ttft_s, slo_tpot_s,
+                   network=options["network"].describe())
     splits: list[tuple[str, Callable[[Trace], ServeReport]]] = [
         ("agg", lambda tr: serve_cluster(tr, model, [replace(one, count=instances)],
                                          slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,

@@ -100,6 +100,11 @@ class ServeReport:
                      f"replica, mean use {kv['mean_used']:.1%}, peak {kv['max_used']:.1%}, "
                      f"{kv['preemptions']:,} preemptions, {kv['prefix_hit_tokens']:,} prompt "
                      "tokens from the prefix cache")
+        net = setup.get("network")
+        if net is not None:
+            items.append(f"network between nodes: {net['gbps']:g} Gb/s per device and direction, "
+                         f"{net['latency_s'] * 1e6:g} us (bandwidth from {net['source']}, "
+                         f"latency from {net['latency_source']})")
         c = s["cost"]
         if c["usd_per_million_output_tokens"] is not None:
             items.append(f"cost: ${c['usd_per_million_output_tokens']:.3f} per million output "
