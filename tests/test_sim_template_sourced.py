@@ -3,11 +3,13 @@ measurements of ours gets a measured device's constants with the fields a cited 
 measurement gives, e.g. MI300X's memory-bound GEMMs at its measured STREAM bandwidth and its
 compute-bound GEMMs at hipBLASLt's measured best."""
 
+import pytest
 import yaml
 
 from krakenlm.models import get_preset
 from krakenlm.simulator import simulate
 from krakenlm.simulator.constants.template import (
+    CalibrationError,
     default_calibration,
     load_calibration,
     with_sourced,
@@ -65,3 +67,10 @@ def test_a_sourced_device_whose_base_the_calibration_lacks_is_left_out():
     merged = with_sourced({"devices": {"MI210": {"matmul": {"compute_efficiency": 0.5}}}},
                           sourced)["devices"]["X1"]
     assert merged == {"matmul": {"compute_efficiency": 0.5, "memory_efficiency": 0.9}}
+
+
+def test_a_malformed_base_operator_is_still_named_by_the_calibration_error(tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text("devices:\n  MI210:\n    matmul: 5\n")
+    with pytest.raises(CalibrationError, match="expected a mapping of constants, got 5"):
+        load_calibration(path)

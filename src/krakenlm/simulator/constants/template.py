@@ -153,9 +153,9 @@ def with_sourced(data: dict[str, Any], sourced: dict[str, Any] | None = None) ->
         base = devices.get(entry.get("base"))
         if key in devices or not isinstance(base, dict):
             continue
-        ops = {op: dict(c) for op, c in base.items()}
+        ops = dict(base)  # a malformed base operator stays as it is: Calibration names it
         for op, fields in entry.items():
-            if op != "base":
+            if op != "base" and isinstance(ops.get(op, {}), dict):
                 ops[op] = {**ops.get(op, {}), **fields}
         devices[key] = ops
     return {**data, "devices": devices}
