@@ -28,7 +28,7 @@ DECLARED = {
     "gb200-nvl72": ("nvidia", "blackwell", 100, "GB200", "A100", "blackwell"),
     "l40s-x8": ("nvidia", "ada", 89, "L40S", "A100", "ampere"),
     "mi210-x4": ("amd", "cdna2", None, None, "MI210", "ampere"),
-    "mi300x-x8": ("amd", "cdna3", None, None, "MI210", "ampere"),
+    "mi300x-x8": ("amd", "cdna3", None, None, "MI300X", "ampere"),
     "tpuv3-x8": ("google", "tpu-v3", None, None, "default", "ampere"),
 }
 

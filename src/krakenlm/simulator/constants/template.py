@@ -10,6 +10,11 @@ protocols the LLMCompass template models read (`template.yaml` beside this modul
 * `protocols` (all-reduce): (latency, efficiency) pairs of the collective library's protocols
   (NCCL LL / LL128 / Simple); the collective takes the fastest per message size.
 
+`template_sourced.yaml` adds devices without kernel measurements of ours: a measured device's
+constants (`base`) with the fields a cited public measurement gives replaced (e.g. MI300X's
+matmul memory efficiency from its measured STREAM bandwidth); merged into every calibration
+that lacks the key (`with_sourced`).
+
 A device uses the constants its hardware YAML declares (`device.identity.template_constants`),
 else those of a measured device of its vendor (hardware/identity.TEMPLATE_CONSTANTS_BY_VENDOR:
 same libraries, cuBLAS/NCCL or rocBLAS/RCCL), else the `default` entry (the A100's constants):
@@ -36,6 +41,7 @@ from ...hardware.schema import Device
 from ..kernels.template.collectives import IDEAL, Protocol
 
 CALIBRATION_FILE = "template.yaml"
+SOURCED_FILE = "template_sourced.yaml"
 
 # Operators without measurements borrow the constants of the closest measured one.
 OP_ALIASES = {"rmsnorm": "layernorm", "add_layernorm": "layernorm", "add_rmsnorm": "layernorm",
@@ -132,10 +138,32 @@ class Calibration:
                             for k, ops in self.devices.items()}}
 
 
+def _package_yaml(name: str) -> Any:
+    return yaml.safe_load(resources.files("krakenlm.simulator.constants").joinpath(name)
+                          .read_text())
+
+
+def with_sourced(data: dict[str, Any], sourced: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`data` (a calibration's mapping) with the sourced devices it lacks: each is its `base`
+    device's operators with the sourced fields replaced. A base the calibration lacks leaves the
+    device out (it then falls back to `default`, as any unknown key does)."""
+    sourced = _package_yaml(SOURCED_FILE) if sourced is None else sourced
+    devices = dict(data.get("devices", {}))
+    for key, entry in (sourced.get("devices") or {}).items():
+        base = devices.get(entry.get("base"))
+        if key in devices or not isinstance(base, dict):
+            continue
+        ops = dict(base)  # a malformed base operator stays as it is: Calibration names it
+        for op, fields in entry.items():
+            if op != "base" and isinstance(ops.get(op, {}), dict):
+                ops[op] = {**ops.get(op, {}), **fields}
+        devices[key] = ops
+    return {**data, "devices": devices}
+
+
 @functools.lru_cache(maxsize=None)
 def default_calibration() -> Calibration:
-    text = resources.files("krakenlm.simulator.constants").joinpath(CALIBRATION_FILE).read_text()
-    return Calibration(yaml.safe_load(text))
+    return Calibration(with_sourced(_package_yaml(CALIBRATION_FILE)))
 
 
 def load_calibration(path: str | Path | None) -> Calibration:
@@ -155,6 +183,6 @@ def load_calibration(path: str | Path | None) -> Calibration:
                                "section, each device mapping its operators to their constants "
                                "(the format of `krakenlm sim calibrate`'s output)")
     try:
-        return Calibration(data)
+        return Calibration(with_sourced(data))
     except (TypeError, AttributeError, ValueError) as exc:
         raise CalibrationError(f"calibration file {path}: {exc}") from None
