@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -59,6 +60,28 @@ def test_training_lowers_the_loss_and_writes_a_checkpoint(tmp_path, shakespeare)
     assert checkpoint.read_train_state(tmp_path / "run")["step"] == 12
     model = checkpoint.load_model(tmp_path / "run")
     assert model.config == SMALL
+
+
+def test_a_loaded_checkpoint_is_its_weights_without_compiler_imports(tmp_path, shakespeare):
+    """load_model takes the saved tensors as the weights of a model built on the meta device:
+    equal to what was saved, with the rope tables of a freshly built model, and without the
+    meta kernels that import torch._dynamo and sympy (seconds in every process)."""
+    config = dataclasses.replace(SMALL, position="rope")
+    train(config, small_run(tmp_path / "run", max_steps=2, batch_size=2))
+    code = ("import sys; from krakenlm.runtime.checkpoint import load_model; "
+            f"load_model({str(tmp_path / 'run')!r}); "
+            "print([m for m in ('torch._dynamo', 'sympy') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
+    model = checkpoint.load_model(tmp_path / "run")
+    saved, _ = checkpoint.load_state_dict(tmp_path / "run")
+    for name, tensor in model.state_dict().items():
+        assert tensor.is_contiguous() and tensor.dtype == torch.float32 and not tensor.is_meta
+        assert torch.equal(tensor, saved[name]), name
+    fresh = Transformer(config)
+    assert torch.equal(model.rope_cos, fresh.rope_cos) and torch.equal(model.rope_sin,
+                                                                       fresh.rope_sin)
 
 
 def test_resume_repeats_the_uninterrupted_loss_curve(tmp_path, shakespeare):

@@ -21,7 +21,7 @@ from ..models.comm import Communicator
 from ..models.config import ModelConfig
 from ..models.transformer import Shard, Transformer, local_sizes
 from .launch import DEFAULT_TIMEOUT_S, RankContext, resolve_world_size, run_ranks
-from .sharding import load_shard
+from .sharding import shard_state_dict
 
 
 def random_state_dict(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
@@ -79,10 +79,7 @@ def build_local_model(ctx: RankContext, config: ModelConfig, *,
         return Transformer(config, shard, comm).to(ctx.device).eval()
     with torch.device("meta"):  # no random init of weights that are overwritten at once
         model = Transformer(config, shard, comm)
-    model = model.to_empty(device=ctx.device)
-    load_shard(model, state_dict)
-    model.restore_buffers()
-    return model.eval()
+    return model.assign_weights(shard_state_dict(config, state_dict, shard), ctx.device).eval()
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..models.config import ModelConfig
-from ..models.transformer import Shard, Transformer, local_sizes
+from ..models.transformer import Shard, local_sizes
 
 
 def _block(tensor: torch.Tensor, dim: int, rank: int, parts: int) -> torch.Tensor:
@@ -66,11 +66,3 @@ def shard_state_dict(config: ModelConfig, state_dict: dict[str, torch.Tensor],
         out[name] = part.contiguous()
     return out
 
-
-def load_shard(model: Transformer, state_dict: dict[str, torch.Tensor]) -> None:
-    """Load a full single-device state dict into the local shard `model`, slicing it first.
-
-    Strict: a state dict of another config fails here (checkpoints are checked against their
-    config with a user-facing message before they get this far).
-    """
-    model.load_state_dict(shard_state_dict(model.config, state_dict, model.shard))

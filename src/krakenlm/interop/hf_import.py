@@ -157,11 +157,8 @@ def convert(data: dict, config: ModelConfig, hf_state: dict[str, torch.Tensor],
         check_shapes(state, {n: tuple(t.shape) for n, t in model.state_dict().items()}, source)
         ours = state
     check_finite(ours, source)
-    model = model.to_empty(device="cpu")
     # fp16/bf16 checkpoints are widened: krakenlm keeps fp32 master weights.
-    model.load_state_dict({n: t.to(torch.float32) for n, t in ours.items()})
-    model.restore_buffers()
-    return model.eval()
+    return model.assign_weights({n: t.to(torch.float32) for n, t in ours.items()}).eval()
 
 
 def import_hf(hf_dir: Path, out_dir: Path, *, force: bool = False) -> ImportResult:

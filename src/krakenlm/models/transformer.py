@@ -118,10 +118,13 @@ class StackedNorm(nn.Module):
         return y if self.bias is None else y + self.bias.view(view)
 
 
-def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(config: ModelConfig, device: torch.device | str | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     half = config.head_dim // 2
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(half, dtype=torch.float64) / half))
-    angles = torch.outer(torch.arange(config.context_len, dtype=torch.float64), inv_freq)
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(half, dtype=torch.float64,
+                                                         device=device) / half))
+    angles = torch.outer(torch.arange(config.context_len, dtype=torch.float64, device=device),
+                         inv_freq)
     return angles.cos().float(), angles.sin().float()
 
 
@@ -283,6 +286,18 @@ class Layer(nn.Module):
         return a + _add_bias(self.ffn(self.norm2(s + m)), self.ffn.down_bias)
 
 
+def _embedding(rows: int, width: int) -> nn.Embedding:
+    """nn.Embedding(rows, width). Built on the meta device (a model whose weights are loaded
+    next: checkpoints, shards, imports), without torch's own N(0, 1) init: on meta tensors that
+    init runs a Python kernel that imports torch._dynamo, about 1.5 s of every process that
+    loads a model. Elsewhere torch's init runs as always (it draws from the global generator
+    before `reset_parameters`, so skipping it would change every seeded model)."""
+    weight = torch.empty(rows, width)
+    if weight.is_meta:
+        return nn.Embedding(rows, width, _weight=weight)
+    return nn.Embedding(rows, width)
+
+
 class Transformer(nn.Module):
     """A language model of any of the three architectures (or a shard of one)."""
 
@@ -295,11 +310,11 @@ class Transformer(nn.Module):
         self.sizes = local_sizes(config, shard)
         self.comm: Communicator = comm if comm is not None else LocalComm()
         e, w = config.d_model, config.head_width
-        self.tok_emb = nn.Embedding(config.vocab_size, config.embedding_width)
+        self.tok_emb = _embedding(config.vocab_size, config.embedding_width)
         # A tied embedding wider than the streams (lm_head_width) is projected down to e.
         self.emb_proj = (nn.Linear(config.embedding_width, e, bias=False)
                          if config.has_embedding_projection else None)
-        self.pos_emb = nn.Embedding(config.context_len, e) if config.position == "learned" else None
+        self.pos_emb = _embedding(config.context_len, e) if config.position == "learned" else None
         self.layers = nn.ModuleList(Layer(config, self.sizes, i) for i in range(config.n_layers))
         self.conj = (StackedLinear(self.sizes.sublayers, e, w, False)
                      if config.has_conjunction else None)
@@ -307,18 +322,35 @@ class Transformer(nn.Module):
         self.norm_f = StackedNorm(1, w, config.norm, config.bias, config.norm_eps)
         self.lm_head = None if config.tie_embeddings else nn.Linear(w, config.vocab_size, bias=False)
         if config.position == "rope":
-            cos, sin = rope_tables(config)
+            # on the meta device the tables are computed on the CPU (meta kernels are slow to
+            # load) and replaced on the weights' device by restore_buffers
+            cos, sin = rope_tables(config, "cpu" if torch.empty(0).is_meta else None)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()
 
     @torch.no_grad()
-    def restore_buffers(self) -> None:
-        """Recompute the derived (non-saved) buffers, after building on the meta device."""
+    def restore_buffers(self, device: torch.device | str | None = None) -> None:
+        """Recompute the derived (non-saved) buffers on `device` (default: the weights'), after
+        building on the meta device."""
         if self.config.position == "rope":
+            device = device if device is not None else self.tok_emb.weight.device
             cos, sin = rope_tables(self.config)
-            self.rope_cos.copy_(cos)
-            self.rope_sin.copy_(sin)
+            self.rope_cos, self.rope_sin = cos.to(device), sin.to(device)
+
+    @torch.no_grad()
+    def assign_weights(self, state: dict[str, torch.Tensor],
+                       device: torch.device | str = "cpu") -> Transformer:
+        """Take `state` (every weight of this model or shard, strict) as the weights of a model
+        built on the meta device: each tensor becomes the parameter itself, in the dtype the
+        model declares, contiguous, on `device`; then the derived buffers. Unlike `to_empty`
+        and a copy, nothing is allocated twice and no meta kernel runs (torch's run Python
+        code that imports torch.fx and sympy: seconds per process)."""
+        own = {name: t.dtype for name, t in self.state_dict().items()}
+        self.load_state_dict({name: t.to(device=device, dtype=own.get(name, t.dtype)).contiguous()
+                              for name, t in state.items()}, assign=True)
+        self.restore_buffers(device)
+        return self
 
     # ------------------------------------------------------------------------------ init
     @torch.no_grad()

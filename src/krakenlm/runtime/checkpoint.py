@@ -219,10 +219,7 @@ def load_model(directory: str | Path, *, device: torch.device | str = "cpu") -> 
         model = Transformer(config)
     state, _ = load_state_dict(found)
     check_weights_match_config(state, model, found)
-    model = model.to_empty(device=device)
-    model.load_state_dict(state)
-    model.restore_buffers()
-    return model.eval()
+    return model.assign_weights(state, device).eval()
 
 
 def load_optimizer_state(directory: str | Path, optimizer: torch.optim.Optimizer,
