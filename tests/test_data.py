@@ -9,7 +9,7 @@ import pytest
 
 from krakenlm.data.batches import evaluation_batches, training_batch
 from krakenlm.data.prepare import prepare_corpus
-from krakenlm.data.sources import iter_dataset_texts, strip_play_markdown
+from krakenlm.data.sources import hub_documents, iter_dataset_texts, strip_play_markdown
 from krakenlm.data.tokenizer import Tokenizer
 from krakenlm.errors import KrakenError
 
@@ -128,6 +128,32 @@ def test_hub_offline_is_a_clear_error(tmp_path):
     assert ("KrakenError: the Hugging Face hub cannot be reached and "
             "'krakenlm-test/does-not-exist' is not in the local cache") in proc.stderr
     assert "--data DIR" in proc.stderr
+
+
+def test_an_offline_hub_corpus_fails_without_the_network_when_datasets_came_first(
+        tmp_path, monkeypatch):
+    """`datasets` imported before krakenlm decided it is offline (a notebook, this test
+    session) reads its offline switch at import: krakenlm sets the flags of the imported
+    libraries too, so the refusal opens no connection instead of retrying for 20-30 s."""
+    import socket
+
+    from huggingface_hub import constants
+
+    datasets = pytest.importorskip("datasets")
+    for module, flag in ((constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+                         (datasets.config, "HF_DATASETS_OFFLINE")):
+        monkeypatch.setattr(module, flag, False)  # as imported online; restored afterwards
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    connections = []
+    real_connect = socket.socket.connect
+    monkeypatch.setattr(socket.socket, "connect",
+                        lambda sock, address: connections.append(address) or real_connect(
+                            sock, address))
+    with pytest.raises(KrakenError, match="the Hugging Face hub cannot be reached"):
+        list(hub_documents("krakenlm-test/does-not-exist"))
+    assert constants.HF_HUB_OFFLINE and datasets.config.HF_HUB_OFFLINE
+    assert connections == []
 
 
 def test_train_on_a_hub_corpus_offline_fails_at_once_in_one_line(tmp_path):

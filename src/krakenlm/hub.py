@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from urllib.parse import urlparse
 
 HUB_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
@@ -36,6 +37,7 @@ def go_offline_unless_hub_reachable() -> bool:
     minute. Must run before either library is imported: both read the variables on import.
     Returns whether the hub is treated as offline."""
     if hub_is_offline():
+        _tell_imported_libraries()
         return True
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return False  # through a proxy a direct connection says nothing; leave it to the hub
@@ -43,4 +45,18 @@ def go_offline_unless_hub_reachable() -> bool:
         return False
     for variable in HUB_OFFLINE_VARIABLES:
         os.environ[variable] = "1"
+    _tell_imported_libraries()
     return True
+
+
+def _tell_imported_libraries() -> None:
+    """Offline mode for `huggingface_hub` and `datasets` already imported in this process (a
+    notebook, a program that imported them first): they read the variables once, on import,
+    and would otherwise retry the hub for 20-30 s. Their flags are read at each call
+    (`huggingface_hub.constants.HF_HUB_OFFLINE`, `datasets.config.HF_HUB_OFFLINE`)."""
+    hub_constants = sys.modules.get("huggingface_hub.constants")
+    if hub_constants is not None:
+        hub_constants.HF_HUB_OFFLINE = True
+    datasets_config = sys.modules.get("datasets.config")
+    if datasets_config is not None:
+        datasets_config.HF_HUB_OFFLINE = datasets_config.HF_DATASETS_OFFLINE = True
