@@ -32,12 +32,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # than with xdist_group markers: pytest 9.2 ignores the node-id suffix through which
 # pytest-xdist 3.8 applies them, and every test became its own unit.
 RANK_MODULES = ("test_dist_", "test_demo.py")
-# The longest units (40-170 s of one worker each in `pytest --durations=0`) go out first, so no
-# worker starts one at the very end (otherwise xdist hands out units with the most tests first).
-SLOW_UNITS = ("ranks", "tests/test_lm_eval.py", "tests/test_compare.py",
-              "tests/test_checkpoint_crash.py", "tests/test_training.py",
-              "tests/test_sim_gpu_calibration.py", "tests/test_cli_bad_inputs.py",
-              "tests/test_stop_signals.py")
+# The units of 10 s or more, longest first (seconds of one worker in `pytest --durations=0` on
+# the quiet 2-core machine: ranks ~150, checkpoint_crash ~70, training ~55, compare ~50,
+# stop_signals ~50, lm_eval ~45, sim_gpu_calibration ~40, then 10-25 s), so the last units to
+# go out are the short ones and both workers finish together (longest-first scheduling; xdist
+# alone hands out the units with the most tests first, whatever they cost).
+SLOW_UNITS = ("ranks", "tests/test_checkpoint_crash.py", "tests/test_training.py",
+              "tests/test_compare.py", "tests/test_stop_signals.py", "tests/test_lm_eval.py",
+              "tests/test_sim_gpu_calibration.py", "tests/test_gpu_collectives.py",
+              "tests/test_sim_shipped_calibrations.py", "tests/test_adding_a_gpu.py",
+              "tests/test_sim_loso.py", "tests/test_cli_bad_inputs.py", "tests/test_hf_export.py",
+              "tests/test_gpu_gemm.py", "tests/test_run_dir.py", "tests/test_sim_fit_software.py",
+              "tests/test_hf_import.py", "tests/test_tracking.py", "tests/test_data.py")
 
 
 def work_unit_of(nodeid: str) -> str:

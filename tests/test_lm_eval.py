@@ -285,10 +285,13 @@ def test_cli_bad_input_is_one_line_and_exit_2(tiny_checkpoint, args, env, messag
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
 
 
-def test_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path):
-    proc = run_cli("lm-eval", "--checkpoint", str(tmp_path))
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"error: {tmp_path} is not a checkpoint: it holds no "
+def test_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
+    from krakenlm.cli import main
+
+    with pytest.raises(SystemExit) as exc:  # in process: the bad-input table runs it as one
+        main(["lm-eval", "--checkpoint", str(tmp_path)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path} is not a checkpoint: it holds no "
                                    "checkpoints/step-* directory nor model.safetensors and "
                                    "config.json (written by `krakenlm train --out DIR`)")
 

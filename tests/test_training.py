@@ -163,11 +163,12 @@ def test_cli_train_eval_generate(tmp_path, shakespeare):
      "corpus '/no/such/dir' is neither a known corpus"),
     (["eval", "--checkpoint", "/no/such/ckpt"], "checkpoint directory /no/such/ckpt does not exist"),
 ])
-def test_cli_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
-    proc = run_cli(*args)
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == f"error: {proc.stderr.strip()[7:]}"
-    assert message in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # `--out x` would land here
+    code, err = cli_in_process(capsys, *args)  # a real process per row: docs/bad-inputs.md
+    assert code == 2
+    assert err.strip() == f"error: {err.strip()[7:]}" and len(err.strip().splitlines()) == 1
+    assert message in err and "Traceback" not in err
 
 
 # ------------------------------------------------------------------ bad input: one line, exit 2
