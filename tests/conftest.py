@@ -32,9 +32,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # than with xdist_group markers: pytest 9.2 ignores the node-id suffix through which
 # pytest-xdist 3.8 applies them, and every test became its own unit.
 RANK_MODULES = ("test_dist_", "test_demo.py")
-# The units of 10 s or more, longest first (seconds of one worker in `pytest --durations=0` on
-# the quiet 2-core machine: ranks ~150, checkpoint_crash ~70, training ~55, compare ~50,
-# stop_signals ~50, lm_eval ~45, sim_gpu_calibration ~40, then 10-25 s), so the last units to
+# The units of about 10 s or more, longest first (seconds of one worker in `pytest
+# --durations=0` on the quiet 2-core machine: ranks 115, checkpoint_crash 105, training 82,
+# lm_eval 64, compare 59, stop_signals 54, sim_gpu_calibration 41, then 10-32 s), so the last units to
 # go out are the short ones and both workers finish together (longest-first scheduling; xdist
 # alone hands out the units with the most tests first, whatever they cost).
 SLOW_UNITS = ("ranks", "tests/test_checkpoint_crash.py", "tests/test_training.py",
