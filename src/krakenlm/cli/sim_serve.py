@@ -57,8 +57,7 @@ def serve_cmd(
     out: str = typer.Option(None, "--out", help="Directory for requests.csv, timeline.csv, summary.json and serve.png."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
-    """Replay a request trace through an engine's scheduler (TTFT, TPOT, ITL, E2E, goodput,
-    KV use, cost), or search the largest rate meeting SLOs (--capacity). docs/serving.md."""
+    """Replay a trace through an engine's scheduler, or find its capacity. docs/serving.md."""
     print_report(_run(dict(locals())), as_json)
 
 
