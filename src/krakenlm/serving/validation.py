@@ -141,17 +141,20 @@ def _ids(position: int, prompt_tokens: int) -> tuple[int, ...]:
     return tuple(position * ID_STRIDE + k for k in range(prompt_tokens // PREFIX_BLOCK_TOKENS))
 
 
-def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed: int = 0):
+def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed: int = 0,
+               client_side: bool = True):
     """Serve the run's workload with the engine's defaults on the run's system; returns the
     report of the whole replay and the summary of the measured requests only (without the
-    inter-token latencies, which the engine records for all requests together)."""
+    inter-token latencies, which the engine records for all requests together). The runs
+    were timed by a client through the engine's API server, so the replay reports the
+    client's times through the profile's front end (`client_side=False`: the engine's)."""
     from ..models import get_preset
     from .replay import serve
     from .report import summarise
 
     trace, first = run_trace(run, runs, seed)
     report = serve(trace, get_preset(run.model), run.system, software=run.software,
-                   tp=run.tp, model_name=run.model)
+                   tp=run.tp, model_name=run.model, client_side=client_side)
     rows = [r for r in report.rows if r["id"] >= first]
     start = min(r["arrival_s"] for r in rows)
     arrivals = [r["arrival_s"] for r in rows]
