@@ -147,7 +147,7 @@ def test_fastertransformer_context_attention_is_unfused_and_its_decode_fused():
     fused_era = dataclasses.replace(ft, attention=dataclasses.replace(ft.attention,
                                                                       context_fused=True))
     cfg = get_preset("gpt2-350m")
-    run = dict(check_memory=False, check_context=False)
+    run = {"check_memory": False, "check_context": False}
     era = simulate(cfg, A100, 1, 8, 512, 1, software=ft, **run)
     unfused = simulate(cfg, A100, 1, 8, 512, 1, software=fused_era, attention="unfused", **run)
     flash = simulate(cfg, A100, 1, 8, 512, 1, software=fused_era, **run)
