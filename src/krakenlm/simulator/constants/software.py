@@ -13,7 +13,10 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
 * `collectives`: which all-reduce runs (the framework's custom one-/two-shot kernel up to a
   size, NCCL above it, or NCCL only);
 * `attention`: the fused kernel and the largest head dimension it supports; larger heads run
-  the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names;
+  the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names; `context_fused:
+  false` says the engine's context phase (prefill) runs that unfused path at every head size
+  while decode keeps its fused kernel (an engine era: FasterTransformer 5.x, see
+  `measurements.harness.engine_era`);
 * `fusions`: residual add fused into the next norm, RoPE and the KV-cache write inside the
   attention kernel, a row-parallel Linear's bias added by a kernel of its own after the
   all-reduce (Megatron-style layers) rather than in the GEMM's epilogue;
@@ -112,6 +115,7 @@ class Collectives:
 class Attention:
     kernel: str = "FlashAttention-2"
     max_head_dim: int = 256
+    context_fused: bool = True       # False: prefill runs QK^T, masked softmax and AV unfused
 
 
 @dataclass(frozen=True)
