@@ -125,42 +125,60 @@ def cpu_seconds(time_v_text: str) -> float:
     return sum(found.values())
 
 
-def split_rows(splits: list[tuple[str, int, list]], seeds_at: dict[int, list[Group]],
-               cpu_s: dict[str, float]) -> list[dict]:
-    """One row per split (label, steps, its groups): the realised ratio and interval on the
-    split's own seeds, and the half-width to expect with the sd from every seed at its steps."""
+def split_rows(splits: list[tuple[str, int, list[Group] | None, int]],
+               seeds_at: dict[int, list[Group]], cpu_per_seed_s: dict[int, float]) -> list[dict]:
+    """One row per split (label, steps, its own seeds' groups or None, seed count): the ratio
+    and 95 % paired interval realised on the split's own seeds (None: a split not run, only
+    expected), and the half-width to expect with the sd from every seed at its steps, with
+    that half-width's 95 % range from the sd's chi-square interval. CPU seconds are the
+    measured CPU per seed (both models) at those steps times the seed count."""
     rows = []
-    for label, steps, groups in splits:
-        own, every = pool(groups), pool(seeds_at[steps])
-        half = expected_half_width(every.sd, own.n)
-        realised = t_975(own.n - 1) * own.sd / math.sqrt(own.n) if own.n > 1 else None
+    for label, steps, groups, n in splits:
+        if steps not in seeds_at:
+            raise KrakenError(f"split {label}: no seeds at {steps} steps in the summaries")
+        every = pool(seeds_at[steps])
+        if every.n < 2:
+            raise KrakenError(f"split {label}: one seed at {steps} steps gives no spread")
+        own = pool(groups) if groups else None
+        realised = (t_975(own.n - 1) * own.sd / math.sqrt(own.n)
+                    if own is not None and own.n > 1 else None)
         sd_low, sd_high = sd_interval(every.sd, every.n)
+        half = expected_half_width(every.sd, n)
+        per_seed = cpu_per_seed_s.get(steps)
         rows.append({
-            "split": label, "steps": steps, "seeds": own.n, "ratio": math.exp(own.mean),
+            "split": label, "steps": steps, "seeds": n, "steps_x_seeds": steps * n,
+            "measured": own is not None,
+            "ratio": math.exp(own.mean) if own is not None else None,
             "low": math.exp(own.mean - realised) if realised is not None else None,
             "high": math.exp(own.mean + realised) if realised is not None else None,
             "ratio_all_seeds": math.exp(every.mean), "seeds_for_sd": every.n,
             "sd_log_ratio": every.sd, "sd_log_ratio_95": [sd_low, sd_high],
             "expected_half_width_log": half, "expected_factor": math.exp(half),
-            "expected_half_width_log_95": [expected_half_width(sd_low, own.n),
-                                           expected_half_width(sd_high, own.n)],
-            "cpu_s": cpu_s.get(label)})
+            "expected_factor_95": [math.exp(expected_half_width(sd_low, n)),
+                                   math.exp(expected_half_width(sd_high, n))],
+            "cpu_s": per_seed * n if per_seed is not None else None})
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = [("| split | seeds | steps | ratio | 95 % paired interval | sd of log ratio (seeds) "
-              "[95 %] | expected half-width, x/÷ factor [95 %] | CPU s |"),
-             "|---|---:|---:|---:|---|---|---|---:|"]
+    lines = [("| split | seeds | steps | steps x seeds | ratio [95 % paired interval] | ratio, "
+              "all seeds at these steps | sd of log ratio (seeds) [95 %] | expected interval "
+              "x/÷ [95 %] | CPU s |"),
+             "|---|---:|---:|---:|---|---:|---|---|---:|"]
     for r in rows:
-        interval = f"[{r['low']:.3f}, {r['high']:.3f}]" if r["low"] is not None else "-"
+        if r["ratio"] is None:
+            realised = "not run"
+        elif r["low"] is None:
+            realised = f"{r['ratio']:.3f} (1 seed)"
+        else:
+            realised = f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
         lo, hi = r["sd_log_ratio_95"]
-        hlo, hhi = r["expected_half_width_log_95"]
+        flo, fhi = r["expected_factor_95"]
         cpu = f"{r['cpu_s']:,.0f}" if r["cpu_s"] is not None else "-"
-        lines.append(f"| {r['split']} | {r['seeds']} | {r['steps']} | {r['ratio']:.3f} | "
-                     f"{interval} | {r['sd_log_ratio']:.3f} ({r['seeds_for_sd']}) "
-                     f"[{lo:.3f}, {hi:.3f}] | {r['expected_factor']:.3f} "
-                     f"[{math.exp(hlo):.3f}, {math.exp(hhi):.3f}] | {cpu} |")
+        lines.append(f"| {r['split']} | {r['seeds']} | {r['steps']} | {r['steps_x_seeds']:,} | "
+                     f"{realised} | {r['ratio_all_seeds']:.3f} | {r['sd_log_ratio']:.3f} "
+                     f"({r['seeds_for_sd']}) [{lo:.3f}, {hi:.3f}] | {r['expected_factor']:.3f} "
+                     f"[{flo:.3f}, {fhi:.3f}] | {cpu} |")
     return "\n".join(lines) + "\n"
 
 
@@ -189,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
                             "(the demo's seeds 1-3 at 400 steps), used as split 'STEPSxN'")
     table.add_argument("--split", action="append", default=[],
                        help="LABEL=STEPS:SEEDS (comma-separated seeds of the summaries)")
+    table.add_argument("--expect", action="append", default=[],
+                       help="LABEL=STEPS:N: a split not run, only its expected half-width")
     table.add_argument("--cpu", action="append", default=[],
-                       help="LABEL=FILE: /usr/bin/time -v output of the split's training")
+                       help="STEPS=FILE:N: /usr/bin/time -v output of `run` training N seeds "
+                            "at STEPS (CPU per seed = its user + system / N)")
     table.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -199,10 +220,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise KrakenError(f"--steps must be >= 1, got {args.steps}")
             print(run_split(args.out, args.steps, _seeds(args.seeds)))
         else:
-            rows = _table(args)
+            rows, groups = _table(args)
             print(markdown(rows), end="")
             if args.json:
-                write_text_atomically(args.json, json.dumps({"rows": rows}, indent=2) + "\n")
+                # groups: every seed (n 1) or published result (its n) by steps, in log ratio
+                write_text_atomically(args.json, json.dumps(
+                    {"rows": rows, "log_ratio_groups_by_steps": groups}, indent=2) + "\n")
     except KrakenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -212,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _table(args) -> list[dict]:
+def _table(args) -> tuple[list[dict], dict[str, list[dict]]]:
     from krakenlm.studies.demo import BASELINE, KRAKEN, DemoPlan
 
     plan = DemoPlan()
@@ -237,27 +260,37 @@ def _table(args) -> list[dict]:
         except ValueError:
             raise KrakenError(f"--published {item!r}: use STEPS=MEAN,LOW,HIGH,N") from None
         seeds_at.setdefault(steps, []).append(group)
-        splits.append((f"{steps}x{group.n}", steps, [group]))
+        splits.append((f"{steps}x{group.n}", steps, [group], group.n))
     for item in args.split:
-        label, _, rest = item.partition("=")
-        steps, _, seeds = rest.partition(":")
-        try:
-            steps = int(steps)
-        except ValueError:
-            raise KrakenError(f"--split {item!r}: use LABEL=STEPS:SEEDS") from None
+        label, steps, seeds = _labelled(item, "--split", "LABEL=STEPS:SEEDS")
         missing = [s for s in _seeds(seeds) if (steps, s) not in by_seed]
         if missing:
             raise KrakenError(f"--split {item!r}: no summary has seeds {missing} at {steps} steps")
-        splits.append((label, steps, [by_seed[(steps, s)] for s in _seeds(seeds)]))
-    cpu_s = {}
+        groups = [by_seed[(steps, s)] for s in _seeds(seeds)]
+        splits.append((label, steps, groups, len(groups)))
+    for item in args.expect:
+        label, steps, n = _labelled(item, "--expect", "LABEL=STEPS:N")
+        if not n.isdigit() or int(n) < 2:
+            raise KrakenError(f"--expect {item!r}: N must be a whole number of seeds >= 2")
+        splits.append((label, steps, None, int(n)))
+    cpu_per_seed_s = {}
     for item in args.cpu:
-        label, _, path = item.partition("=")
+        steps, _, rest = item.partition("=")
+        path, _, n = rest.rpartition(":")
+        if not (steps.isdigit() and n.isdigit() and int(n) > 0 and path):
+            raise KrakenError(f"--cpu {item!r}: use STEPS=FILE:N")
         try:
-            cpu_s[label] = cpu_seconds(Path(path).read_text())
+            cpu_per_seed_s[int(steps)] = cpu_seconds(Path(path).read_text()) / int(n)
         except OSError as exc:
-            raise KrakenError(f"--cpu {item!r}: cannot read it ({exc})") from None
-    return split_rows(splits, seeds_at, cpu_s)
+            raise KrakenError(f"--cpu {item!r}: cannot read it ({exc.strerror})") from None
+    groups = {str(steps): [dataclasses.asdict(g) for g in gs]
+              for steps, gs in sorted(seeds_at.items())}
+    return split_rows(splits, seeds_at, cpu_per_seed_s), groups
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _labelled(item: str, option: str, form: str) -> tuple[str, int, str]:
+    label, _, rest = item.partition("=")
+    steps, _, tail = rest.partition(":")
+    if not (label and steps.isdigit() and tail):
+        raise KrakenError(f"{option} {item!r}: use {form}")
+    return label, int(steps), tail

@@ -86,10 +86,11 @@ def test_the_table_compares_splits_with_the_spread_of_every_seed_at_their_steps(
                     "--summary", str(tmp_path / "b.json"),
                     "--published", f"400={published.mean},{published.low},{published.high},3",
                     "--split", "200x6=200:1,2,3,4,5,6", "--split", "400x3b=400:4,5,6",
-                    "--cpu", f"200x6={tmp_path / 'time.txt'}",
+                    "--expect", "200x2=200:2",
+                    "--cpu", f"200={tmp_path / 'time.txt'}:3",
                     "--json", str(tmp_path / "out.json")]) == 0
     rows = {r["split"]: r for r in json.loads((tmp_path / "out.json").read_text())["rows"]}
-    assert set(rows) == {"400x3", "200x6", "400x3b"}
+    assert set(rows) == {"400x3", "200x6", "400x3b", "200x2"}
     sd400 = statistics.stdev([0.25, 0.15, 0.35, 0.2, 0.3, 0.1])
     for label in ("400x3", "400x3b"):
         assert rows[label]["seeds_for_sd"] == 6
@@ -98,9 +99,14 @@ def test_the_table_compares_splits_with_the_spread_of_every_seed_at_their_steps(
     assert rows["400x3"]["low"] == pytest.approx(published.low)
     assert rows["200x6"]["ratio"] == pytest.approx(math.exp(statistics.fmean(DIFFS)))
     assert rows["200x6"]["high"] == pytest.approx(ratio_interval(DIFFS).high)
-    assert rows["200x6"]["cpu_s"] == pytest.approx(103.0)
+    assert rows["200x6"]["cpu_s"] == pytest.approx(206.0)  # 103 s for 3 seeds, 6 seeds
     assert rows["400x3"]["cpu_s"] is None
-    assert "| 200x6 | 6 | 200 |" in capsys.readouterr().out
+    assert rows["200x2"]["ratio"] is None
+    assert rows["200x2"]["expected_half_width_log"] == pytest.approx(
+        12.706 * statistics.stdev(DIFFS) / math.sqrt(2))
+    out = capsys.readouterr().out
+    assert "| 200x6 | 6 | 200 | 1,200 |" in out
+    assert "| 200x2 | 2 | 200 | 400 | not run |" in out
 
 
 def test_a_split_with_seeds_no_summary_has_is_one_line_and_exit_2(ds, tmp_path, capsys):
