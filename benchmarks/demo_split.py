@@ -115,14 +115,15 @@ def seed_groups(summary: dict, baseline: str, model: str, steps_per_token: float
 
 
 def cpu_seconds(time_v_text: str) -> float:
-    """User + system seconds from the output of /usr/bin/time -v."""
-    found = {}
+    """User + system seconds of every /usr/bin/time -v record in the text (an interrupted
+    invocation and the one that resumed it, concatenated, count together)."""
+    total = 0.0
     for key in ("User time (seconds)", "System time (seconds)"):
-        match = re.search(re.escape(key) + r":\s*([0-9.]+)", time_v_text)
-        if match is None:
+        found = re.findall(re.escape(key) + r":\s*([0-9.]+)", time_v_text)
+        if not found:
             raise KrakenError(f"no {key!r} in the /usr/bin/time -v output")
-        found[key] = float(match.group(1))
-    return sum(found.values())
+        total += sum(float(x) for x in found)
+    return total
 
 
 def split_rows(splits: list[tuple[str, int, list[Group] | None, int]],
@@ -157,14 +158,30 @@ def split_rows(splits: list[tuple[str, int, list[Group] | None, int]],
             "expected_factor_95": [math.exp(expected_half_width(sd_low, n)),
                                    math.exp(expected_half_width(sd_high, n))],
             "cpu_s": per_seed * n if per_seed is not None else None})
+    first = rows[0] if rows else None
+    for r in rows:
+        r["half_width_vs_first"], r["half_width_vs_first_95"] = half_width_ratio(r, first)
     return rows
+
+
+def half_width_ratio(row: dict, first: dict) -> tuple[float, list[float]]:
+    """Expected half-width of `row` over that of `first`, with its 95 % interval: at the same
+    steps both use the same sd, so only t / sqrt(seeds) differs; at other steps the ratio of two
+    sds estimated from their own seeds carries F's uncertainty."""
+    shape = (t_975(row["seeds"] - 1) / math.sqrt(row["seeds"])
+             / (t_975(first["seeds"] - 1) / math.sqrt(first["seeds"])))
+    sd_ratio = row["sd_log_ratio"] / first["sd_log_ratio"]
+    if row["steps"] == first["steps"]:
+        return shape, [shape, shape]
+    low, high = sd_ratio_interval(sd_ratio, row["seeds_for_sd"], first["seeds_for_sd"])
+    return shape * sd_ratio, [shape * low, shape * high]
 
 
 def markdown(rows: list[dict]) -> str:
     lines = [("| split | seeds | steps | steps x seeds | ratio [95 % paired interval] | ratio, "
               "all seeds at these steps | sd of log ratio (seeds) [95 %] | expected interval "
-              "x/÷ [95 %] | CPU s |"),
-             "|---|---:|---:|---:|---|---:|---|---|---:|"]
+              "x/÷ [95 %] | half-width / first row's [95 %] | CPU s |"),
+             "|---|---:|---:|---:|---|---:|---|---|---|---:|"]
     for r in rows:
         if r["ratio"] is None:
             realised = "not run"
@@ -178,7 +195,9 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"| {r['split']} | {r['seeds']} | {r['steps']} | {r['steps_x_seeds']:,} | "
                      f"{realised} | {r['ratio_all_seeds']:.3f} | {r['sd_log_ratio']:.3f} "
                      f"({r['seeds_for_sd']}) [{lo:.3f}, {hi:.3f}] | {r['expected_factor']:.3f} "
-                     f"[{flo:.3f}, {fhi:.3f}] | {cpu} |")
+                     f"[{flo:.3f}, {fhi:.3f}] | {r['half_width_vs_first']:.2f} "
+                     f"[{r['half_width_vs_first_95'][0]:.2f}, {r['half_width_vs_first_95'][1]:.2f}]"
+                     f" | {cpu} |")
     return "\n".join(lines) + "\n"
 
 
@@ -211,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="LABEL=STEPS:N: a split not run, only its expected half-width")
     table.add_argument("--cpu", action="append", default=[],
                        help="STEPS=FILE:N: /usr/bin/time -v output of `run` training N seeds "
-                            "at STEPS (CPU per seed = its user + system / N)")
+                            "at STEPS, several records summed (CPU per seed = user + system / N)")
     table.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -294,3 +313,7 @@ def _labelled(item: str, option: str, form: str) -> tuple[str, int, str]:
     if not (label and steps.isdigit() and tail):
         raise KrakenError(f"{option} {item!r}: use {form}")
     return label, int(steps), tail
+
+
+if __name__ == "__main__":
+    sys.exit(main())

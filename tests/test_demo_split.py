@@ -63,6 +63,7 @@ def test_cpu_seconds_adds_user_and_system_time(ds):
     text = ("\tCommand being timed: \"python x\"\n\tUser time (seconds): 812.40\n"
             "\tSystem time (seconds): 20.61\n\tPercent of CPU this job got: 95%\n")
     assert ds.cpu_seconds(text) == pytest.approx(833.01)
+    assert ds.cpu_seconds(text + text) == pytest.approx(2 * 833.01)  # stopped, then resumed
     with pytest.raises(ds.KrakenError, match="User time"):
         ds.cpu_seconds("nothing here")
 
@@ -104,6 +105,14 @@ def test_the_table_compares_splits_with_the_spread_of_every_seed_at_their_steps(
     assert rows["200x2"]["ratio"] is None
     assert rows["200x2"]["expected_half_width_log"] == pytest.approx(
         12.706 * statistics.stdev(DIFFS) / math.sqrt(2))
+    # against the first row (400x3): the same sd at 400 steps; at 200 steps the F(5, 5) range
+    assert rows["400x3b"]["half_width_vs_first"] == pytest.approx(1.0)
+    shape = (2.571 / math.sqrt(6)) / (4.303 / math.sqrt(3))
+    sd_ratio = statistics.stdev(DIFFS) / sd400
+    assert rows["200x6"]["half_width_vs_first"] == pytest.approx(shape * sd_ratio)
+    low, high = rows["200x6"]["half_width_vs_first_95"]
+    assert low == pytest.approx(shape * sd_ratio / math.sqrt(7.1464), rel=1e-4)
+    assert high == pytest.approx(shape * sd_ratio * math.sqrt(7.1464), rel=1e-4)
     out = capsys.readouterr().out
     assert "| 200x6 | 6 | 200 | 1,200 |" in out
     assert "| 200x2 | 2 | 200 | 400 | not run |" in out
