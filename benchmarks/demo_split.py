@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="STEPS=MEAN,LOW,HIGH,N: a paired ratio known only by its interval "
                             "(the demo's seeds 1-3 at 400 steps), used as split 'STEPSxN'")
     table.add_argument("--split", action="append", default=[],
-                       help="LABEL=STEPS:SEEDS (comma-separated seeds of the summaries)")
+                       help="LABEL=STEPS:SEEDS (comma-separated seeds of the summaries, "
+                            "optionally after `published,`: the published seeds at STEPS)")
     table.add_argument("--expect", action="append", default=[],
                        help="LABEL=STEPS:N: a split not run, only its expected half-width")
     table.add_argument("--cpu", action="append", default=[],
@@ -270,6 +271,7 @@ def _table(args) -> tuple[list[dict], dict[str, list[dict]]]:
     for (steps, _), group in by_seed.items():
         seeds_at.setdefault(steps, []).append(group)
     splits = []
+    published: dict[int, Group] = {}
     for item in args.published:
         steps, _, numbers = item.partition("=")
         try:
@@ -279,14 +281,21 @@ def _table(args) -> tuple[list[dict], dict[str, list[dict]]]:
         except ValueError:
             raise KrakenError(f"--published {item!r}: use STEPS=MEAN,LOW,HIGH,N") from None
         seeds_at.setdefault(steps, []).append(group)
+        published[steps] = group
         splits.append((f"{steps}x{group.n}", steps, [group], group.n))
     for item in args.split:
         label, steps, seeds = _labelled(item, "--split", "LABEL=STEPS:SEEDS")
+        groups = []
+        if seeds.startswith("published,"):  # the published seeds, then the summaries' own
+            if steps not in published:
+                raise KrakenError(f"--split {item!r}: no --published result at {steps} steps")
+            groups.append(published[steps])
+            seeds = seeds.removeprefix("published,")
         missing = [s for s in _seeds(seeds) if (steps, s) not in by_seed]
         if missing:
             raise KrakenError(f"--split {item!r}: no summary has seeds {missing} at {steps} steps")
-        groups = [by_seed[(steps, s)] for s in _seeds(seeds)]
-        splits.append((label, steps, groups, len(groups)))
+        groups += [by_seed[(steps, s)] for s in _seeds(seeds)]
+        splits.append((label, steps, groups, sum(g.n for g in groups)))
     for item in args.expect:
         label, steps, n = _labelled(item, "--expect", "LABEL=STEPS:N")
         if not n.isdigit() or int(n) < 2:

@@ -87,11 +87,15 @@ def test_the_table_compares_splits_with_the_spread_of_every_seed_at_their_steps(
                     "--summary", str(tmp_path / "b.json"),
                     "--published", f"400={published.mean},{published.low},{published.high},3",
                     "--split", "200x6=200:1,2,3,4,5,6", "--split", "400x3b=400:4,5,6",
-                    "--expect", "200x2=200:2",
+                    "--expect", "200x2=200:2", "--split", "400x6=400:published,4,5,6",
                     "--cpu", f"200={tmp_path / 'time.txt'}:3",
                     "--json", str(tmp_path / "out.json")]) == 0
     rows = {r["split"]: r for r in json.loads((tmp_path / "out.json").read_text())["rows"]}
-    assert set(rows) == {"400x3", "200x6", "400x3b", "200x2"}
+    assert set(rows) == {"400x3", "200x6", "400x3b", "200x2", "400x6"}
+    every400 = ratio_interval([0.25, 0.15, 0.35, 0.2, 0.3, 0.1])  # published seeds and 4-6
+    assert rows["400x6"]["seeds"] == 6
+    assert (rows["400x6"]["ratio"], rows["400x6"]["low"], rows["400x6"]["high"]) == pytest.approx(
+        (every400.mean, every400.low, every400.high))
     sd400 = statistics.stdev([0.25, 0.15, 0.35, 0.2, 0.3, 0.1])
     for label in ("400x3", "400x3b"):
         assert rows[label]["seeds_for_sd"] == 6
