@@ -202,12 +202,12 @@ def markdown(rows: list[dict]) -> str:
 
 
 def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in text.split(","))
-    except ValueError:
-        raise KrakenError(f"seeds {text!r}: give comma-separated integers such as 1,2,3") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise KrakenError(f"seeds {text!r}: give distinct seeds such as 1,2,3")
+    """Seeds as `--seeds` reads them, each at most once (a repeated seed would count twice)."""
+    from krakenlm.cli.study import _parse_seeds
+
+    seeds = tuple(_parse_seeds(text))
+    if len(set(seeds)) != len(seeds):
+        raise KrakenError(f"seeds {text!r}: give each seed once")
     return seeds
 
 

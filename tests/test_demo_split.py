@@ -129,3 +129,10 @@ def test_a_split_with_seeds_no_summary_has_is_one_line_and_exit_2(ds, tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("error: --split 'x=200:1,2,3': no summary has seeds [3] at 200 steps")
     assert err.count("\n") == 1
+
+
+def test_a_split_that_repeats_a_seed_is_refused(ds, tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps(_summary(200, [1, 2], [0.1, 0.2])))
+    assert ds.main(["table", "--summary", str(tmp_path / "a.json"),
+                    "--split", "x=200:1,1,2"]) == 2
+    assert capsys.readouterr().err == "error: seeds '1,1,2': give each seed once\n"
