@@ -171,7 +171,7 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
             raise ServeError(f"{name} must be a positive number of seconds, got {slo}")
     if not trace.requests:
         raise ServeError(f"trace {trace.name} holds no requests")
-    sim = Simulator(system, software, dtype=dtype)
+    sim = session(system, software, dtype)
     kind = scheduler_for(sim.profile.name, scheduler)
     opt = options or default_options(kind, system, config)
     pool_sized = kind == "sglang" and opt.max_num_seqs == POOL_SIZED
@@ -359,6 +359,24 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
 
 _TIMERS: dict[tuple, StepTimer] = {}
 TIMER_CACHE_SIZE = 8
+_SESSIONS: dict[tuple, Simulator] = {}
+SESSION_CACHE_SIZE = 8
+
+
+def session(system: System, software, dtype: str) -> Simulator:
+    """The simulator session of a system, software profile and dtype, kept for the process:
+    a configuration search's replays that differ only in their engine knobs (token budget,
+    max_num_seqs, replicas) or model build their step-time oracles on one session, whose
+    operator timings (`OpTimer`'s memo) are then computed once instead of once per replay.
+    A session's answers do not depend on what it was asked before, so the replays are the
+    same."""
+    key = (repr(system), software if isinstance(software, str) else repr(software), dtype)
+    sim = _SESSIONS.get(key)
+    if sim is None:
+        if len(_SESSIONS) >= SESSION_CACHE_SIZE:
+            del _SESSIONS[next(iter(_SESSIONS))]
+        sim = _SESSIONS[key] = Simulator(system, software, dtype=dtype)
+    return sim
 
 
 def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
