@@ -33,6 +33,7 @@ from ..hardware.cost import system_cost
 from ..hardware.schema import System
 from ..models import ModelConfig
 from ..simulator import Simulator
+from ..simulator.constants.software import SoftwareProfile, load_software
 from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
 from .sglang import POLICIES as SGLANG_POLICIES
@@ -363,19 +364,21 @@ _SESSIONS: dict[tuple, Simulator] = {}
 SESSION_CACHE_SIZE = 8
 
 
-def session(system: System, software, dtype: str) -> Simulator:
+def session(system: System, software: SoftwareProfile | str | None,
+            dtype: str) -> Simulator:
     """The simulator session of a system, software profile and dtype, kept for the process:
     a configuration search's replays that differ only in their engine knobs (token budget,
     max_num_seqs, replicas) or model build their step-time oracles on one session, whose
     operator timings (`OpTimer`'s memo) are then computed once instead of once per replay.
     A session's answers do not depend on what it was asked before, so the replays are the
     same."""
-    key = (repr(system), software if isinstance(software, str) else repr(software), dtype)
+    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    key = (repr(system), repr(profile), dtype)  # a profile file edited in between is another
     sim = _SESSIONS.get(key)
     if sim is None:
         if len(_SESSIONS) >= SESSION_CACHE_SIZE:
             del _SESSIONS[next(iter(_SESSIONS))]
-        sim = _SESSIONS[key] = Simulator(system, software, dtype=dtype)
+        sim = _SESSIONS[key] = Simulator(system, profile, dtype=dtype)
     return sim
 
 
