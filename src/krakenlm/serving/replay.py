@@ -369,9 +369,9 @@ def session(system: System, software: SoftwareProfile | str | None,
     """The simulator session of a system, software profile and dtype, kept for the process:
     a configuration search's replays that differ only in their engine knobs (token budget,
     max_num_seqs, replicas) or model build their step-time oracles on one session, whose
-    operator timings (`OpTimer`'s memo) are then computed once instead of once per replay.
-    A session's answers do not depend on what it was asked before, so the replays are the
-    same."""
+    operator timings (`OpTimer`'s memo) are then computed once instead of once per replay
+    (a larger token budget or batch still times its new grid points). A session's answers
+    do not depend on what it was asked before, so the replays are the same."""
     profile = software if isinstance(software, SoftwareProfile) else load_software(software)
     key = (repr(system), repr(profile), dtype)  # a profile file edited in between is another
     sim = _SESSIONS.get(key)
