@@ -139,8 +139,12 @@ def kv_read_s(config, tp: int) -> float:
 def prefill_per_token_s(config, tp: int, prompt: int, attention: str = "fused") -> float:
     """The modelled context phase per added sequence and prompt token (batch 1 -> 64), on the
     FasterTransformer era of the `trtllm` profile; `attention="unfused"`: QK^T, softmax and PV
-    as separate kernels, the context path of FasterTransformer versions without fused MHA."""
+    as separate kernels, the context path of FasterTransformer's GPT (what the era runs since
+    `attention.context_fused` exists), "fused" the same era with a flash-style context kernel."""
     software = engine_era(load_software("trtllm"), "", "fastertransformer")
+    if attention == "fused":
+        software = dataclasses.replace(software, attention=dataclasses.replace(
+            software.attention, context_fused=True))
     ttft = [simulate(config, "a100-80gb-x8", tp, b, prompt, 1, dtype="fp16", software=software,
                      check_memory=False, check_context=False, attention=attention).ttft_s
             for b in (1, 64)]

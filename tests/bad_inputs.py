@@ -257,6 +257,12 @@ CASES: list[BadInput] = [
     case(f"{SIM_SERVE} --system h100-80gb-x8 --pd-search 1 --slo-ttft-s 1",
          "a P:D split needs at least 2 instances"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --pd-search 4", "--pd-search needs an SLO"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --pp 2 --client-side",
+         "--client-side is modelled on one pool of replicas"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --pd-search 4 --slo-ttft-s 1 --client-side",
+         "--client-side is modelled on one pool of replicas"),
+    warning(f"{SIM_SERVE} --system h100-80gb-x8 --software trtllm --client-side",
+            "software trtllm has no front-end constants"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study serving --seeds 3 --out {tmp}/serving", "--seeds needs at least two seeds"),

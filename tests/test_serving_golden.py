@@ -2,7 +2,8 @@
 case in tests/serving_golden.py hash to the digest the engines gave before their hot path was
 restructured for speed (commit 7e27c65), so the faster engines provably change nothing. A
 change of the model re-pins its cases, saying why: "vllm-v0 preempting" since the vllm-v0
-profile carries its sourced per-sequence host time (0.10 ms per sequence per step)."""
+profile carries its sourced per-sequence host time (0.10 ms per sequence per step); every case since h100-80gb-x8 carries the device total
+vLLM logs on an H100 (79.22 GiB, `memory.runtime_visible_bytes`), which sizes the KV cache."""
 
 from __future__ import annotations
 
@@ -11,21 +12,21 @@ from serving_golden import cases, digest, run
 
 PINNED = {
     "vllm-v1 preempting":
-        "4baef7ac59d4328634beb8355c69b71d72b7a13346dec74d6ff65b9b8a490425",
+        "5574da1771659844763edfc62aecfd621d8db6744e45838bdf720697412fc15c",
     "vllm-v1 prefix cache 2 replicas prefix-affinity":
-        "5ece294296a0fafa71107e5d28dce86e96731d60fb6ee4056e09f388ceb3b73a",
+        "366e89959e5ea54190dca55181400f3029ac253a5c767afcafe8469c4772bf44",
     "vllm-v1 roomy 3 replicas least-loaded":
-        "26f146a61274fba3014e04d00af1d0156d85b56dafac8ad1b5c84e20215c3fc5",
+        "fd32ffece9fc2a963501cf67ca1e6975bd7597cf94d84f35e21af46db48c106d",
     "vllm-v0 preempting":
-        "e2045993dd86ecfd30c5bca2d0b95b1bbce17f57f404e565bfe77889a6a94020",
+        "65b4b2f1ea02d74a1de5481741a653167d5686b724ff043cf332d26bfd4b74c6",
     "trtllm no-evict":
-        "7ff3ef81369150d79541f1da5f2bb658481dc5c408022f0342fa816bf32c7ff1",
+        "0b53fc5641a0947155821d5a1b66d56017fde2d26eb619e1ee60bbcf41dc164d",
     "trtllm max-utilization chunked":
-        "aff39f9deace760148c88cdafd3474afc4e6e6d9bfefb4bc1603a7f6911791a2",
+        "e4620f517d3079520f8fb7b6c0f4f72dd2895010f20a694fbe83193eea093f1a",
     "sglang lpm prefix cache":
-        "14a2f1f5f8d4f115c8a75bc6d3033fc928a6451f3d0e6f4b552c6f38a8d469ee",
+        "b47ee275b4a31262d18018e8ba7a26ffae3e6a6198a0d07e7e9d29c4be9b7451",
     "sglang fcfs preempting":
-        "3100f884a2f6f0c6f3cbf678778944134ceee8f47ab6bee7f8653e2b1e66f1b8",
+        "5440bee359d9748fbeed930d614e26d3e3ee345a3a3a5ad2b1051d0cac28c8b2",
 }
 
 

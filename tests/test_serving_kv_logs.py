@@ -106,7 +106,13 @@ def test_unknown_engine_is_named(tmp_path):
         load_logs(path)
 
 
-def test_the_h100_preset_keeps_its_datasheet_total():
-    # no accepted log states an H100's runtime total; its sizing (and the serving goldens,
-    # which run on h100-80gb-x8) is unchanged
-    assert load_system("h100-80gb-x8").device.memory.runtime_visible_bytes is None
+def test_the_nvidia_hopper_presets_carry_their_logged_runtime_totals():
+    # vLLM's "total_gpu_memory" on an H100 80GB (79.22 GiB, vllm#10511 / #12126) and an H200
+    # (139.81 GiB); the H200's 141 GB are GiB, like every HBM capacity
+    gib = 2**30
+    h100 = load_system("h100-80gb-x8").device.memory
+    h200 = load_system("h200-x8").device.memory
+    assert round(h100.runtime_visible_bytes / gib, 2) == 79.22
+    assert round(h200.runtime_visible_bytes / gib, 2) == 139.81
+    assert h200.capacity_bytes == 141 * gib
+    assert load_system("mi300x-x8").device.memory.capacity_bytes == 192 * gib

@@ -36,12 +36,18 @@ DATACRUNCH = {
     "inf-4096-1024-n1500-b": (4096, 1024, 1500, 3097487, 760205),
     "inf-256-512-n6000": (256, 512, 6000, 777987, 1529561)}
 
+# lambda: (total_input_tokens, total_output_tokens, requests that returned no token) printed
+# by each result file
+LAMBDA = {"lambda-h100-tp1-mistral7b-inf-n10": (1585, 2490, 1),
+          "lambda-h100-tp1-mistral7b-inf-n20": (3438, 4916, 1),
+          "lambda-h100-tp1-mistral7b-inf-n160": (37741, 34013, 14)}
+
 
 def test_the_runs_file_parses_and_matches_the_source_totals():
     sources, runs = load_runs()
-    assert set(sources) == {"llmk8s", "datacrunch"}
+    assert set(sources) == {"llmk8s", "datacrunch", "lambda"}
     assert {r.id for r in runs} == set(SOURCE_TOTALS) | {
-        f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH}
+        f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH} | set(LAMBDA)
     for r in runs:
         assert r.source in sources and r.locator.startswith(sources[r.source]["repo"] + "@")
         if r.source != "llmk8s":
@@ -70,6 +76,36 @@ def test_the_datacrunch_lengths_are_the_clients_seeded_draw_and_its_totals():
         assert r["zero_output_requests"] == int((outputs == 0).sum())
         assert (r["arrival"] == "burst") == key.startswith("inf")
         assert r["measured"]["e2e_s"]["mean"] > r["measured"]["ttft_s"]["p50"] > 0
+
+
+def test_the_lambda_runs_keep_the_printed_totals_and_the_servers_flags():
+    """The vLLM 0.5.4 result files list every request's lengths; the requests that returned
+    no token are served with one, and their TTFT of 0 (the client's placeholder) is left out
+    of the scored TTFT statistics, whose mean therefore exceeds the printed one."""
+    data = {r["id"]: r for r in json.loads(RUNS_FILE.read_text())["runs"]}
+    for key, (total_in, total_out, empty) in LAMBDA.items():
+        r = data[key]
+        assert sum(r["prompt_tokens"]) == total_in and r["zero_output_requests"] == empty
+        assert sum(r["output_tokens"]) - empty == total_out
+        assert r["arrival"] == "burst" and r["software"] == "vllm-v0" and r["tp"] == 1
+        assert r["engine_options"] == {"max_num_batched_tokens": 2048,
+                                       "gpu_memory_utilization": 0.95}
+        m = r["measured"]
+        assert m["ttft_s"]["mean"] > m["ttft_s_printed"]["mean"] > 0
+
+
+def test_a_runs_engine_options_replace_the_engines_defaults_in_its_replay():
+    from krakenlm.serving.validation import replay_run
+
+    run = next(r for r in load_runs()[1] if r.id == "lambda-h100-tp1-mistral7b-inf-n10")
+    report, summary = replay_run(run, client_side=False)
+    assert report.setup["options"]["max_num_batched_tokens"] == 2048
+    assert report.setup["kv_cache"]["utilization"] == 0.95
+    assert summary["requests"] == len(run.prompt_tokens)
+    default = replay_run(replace(run, engine_options=None), client_side=False)[0]
+    assert default.setup["options"]["max_num_batched_tokens"] > 2048
+    assert default.setup["kv_cache"]["utilization"] == 0.9
+    assert score(run, summary)["ttft_mean"]["predicted"] > 0
 
 
 def test_every_source_and_run_file_is_in_sources_md():
@@ -134,6 +170,8 @@ def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
     (lambda r: r.update(rate_per_s=None), "a Poisson run needs a rate"),
     (lambda r: r.update(output_tokens=[1]), "equally many counts"),
     (lambda r: r.update(source="nowhere"), "source 'nowhere' is not described"),
+    (lambda r: r.update(engine_options={"max_model_len": 2000}),
+     "engine_options max_model_len are not engine knobs"),
 ])
 def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
     data = json.loads(RUNS_FILE.read_text())

@@ -122,11 +122,56 @@ def test_fastertransformer_rows_reduce_with_nccl():
     ft = engine_era(trt, "", "FasterTransformer")
     assert ft.collectives.all_reduce == "nccl" and ft.host == trt.host
     assert engine_era(trt, "", "trtllm") is trt
-    assert engine_era(load_software("eager"), "", "fastertransformer") is load_software("eager")
+    eager = engine_era(load_software("eager"), "", "fastertransformer")
+    assert eager.collectives == load_software("eager").collectives  # NCCL already
     row = next(r for r in load_rows() if r.source == "fastertransformer_gpt" and r.tp == 8)
     assert row.version == ""
     main, _ = row_results(row, resolve_model(row.model)[1], trt)
     assert main.profile.collectives.all_reduce == "nccl"
+
+
+def test_fastertransformer_context_attention_is_unfused_and_its_decode_fused():
+    """FasterTransformer's GPT context attention is a batched QK^T GEMM into a score buffer, a
+    masked softmax and a batched AV GEMM (GptContextAttentionLayer.cc); its decode runs the fused
+    masked MHA kernel. Its era's prefill is the unfused path exactly (the TTFT of a one-token
+    generation equals `attention="unfused"`'s), its decode step the fused kernel's, and no other
+    engine changes."""
+    from krakenlm.simulator.measurements.harness import engine_era
+
+    trt = load_software("trtllm")
+    assert trt.attention.context_fused  # the profile's own default: a fused context kernel
+    ft = engine_era(trt, "", "fastertransformer")
+    assert not ft.attention.context_fused
+    assert engine_era(trt, "0.5", "trtllm").attention.context_fused
+    assert engine_era(load_software("vllm-v0"), "0.5.0", "vllm").attention.context_fused
+    fused_era = dataclasses.replace(ft, attention=dataclasses.replace(ft.attention,
+                                                                      context_fused=True))
+    cfg = get_preset("gpt2-350m")
+    run = {"check_memory": False, "check_context": False}
+    era = simulate(cfg, A100, 1, 8, 512, 1, software=ft, **run)
+    unfused = simulate(cfg, A100, 1, 8, 512, 1, software=fused_era, attention="unfused", **run)
+    flash = simulate(cfg, A100, 1, 8, 512, 1, software=fused_era, **run)
+    assert era.ttft_s == pytest.approx(unfused.ttft_s, rel=1e-12)
+    assert era.ttft_s > flash.ttft_s
+    assert {"attn_qk", "attn_softmax", "attn_av"} <= set(era.prefill.ops)
+    assert "attention" not in era.prefill.ops
+    # decode keeps the fused kernel: the same TPOT as the flash-context era, attention op named
+    era_d = simulate(cfg, A100, 1, 8, 512, 9, software=ft, **run)
+    flash_d = simulate(cfg, A100, 1, 8, 512, 9, software=fused_era, **run)
+    assert era_d.tpot_s == pytest.approx(flash_d.tpot_s, rel=1e-12)
+    assert "attention" in era_d.decode.ops and "attn_qk" not in era_d.decode.ops
+    assert era.attention_path.startswith("unfused in prefill")
+
+
+def test_a_profile_can_declare_an_unfused_context_phase():
+    """`attention.context_fused` is a profile field: true or false, anything else an error
+    naming it."""
+    data = {"name": "x", "kernels": "trtllm", "attention": {"context_fused": False}}
+    assert not profile_from_dict(data, "f").attention.context_fused
+    assert profile_from_dict({"name": "x", "kernels": "trtllm"}, "f").attention.context_fused
+    with pytest.raises(SoftwareError, match="attention.context_fused: expected true or false"):
+        profile_from_dict({"name": "x", "kernels": "trtllm",
+                           "attention": {"context_fused": 0}}, "f")
 
 
 def test_vllm_v0_output_processing_is_per_sequence_until_0_6():

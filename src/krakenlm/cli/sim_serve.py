@@ -51,13 +51,13 @@ def serve_cmd(
     slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),
     slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
     skip_long: bool = typer.Option(False, "--skip-long", help="Drop requests longer than the model's context (default: an error)."),
+    client_side: bool = typer.Option(False, "--client-side", help="Report TTFT, TPOT and E2E as a client measures them through the engine's API server: the software profile's frontend section (a fixed time per request, a time per output token of each stream; docs/serving.md). Default: the engine's own times."),
     capacity: bool = typer.Option(False, "--capacity", help="Search the largest request rate (a scale of the trace's) whose --slo-percentile TTFT and TPOT meet the SLOs, to 1 %; report the replay at that rate."),
     slo_percentile: int = typer.Option(99, "--slo-percentile", help="With --capacity: the percentile the SLOs bound (50, 90, 95 or 99)."),
     out: str = typer.Option(None, "--out", help="Directory for requests.csv, timeline.csv, summary.json and serve.png."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
-    """Replay a request trace through an engine's scheduler (TTFT, TPOT, ITL, E2E, goodput,
-    KV use, cost), or search the largest rate meeting SLOs (--capacity). docs/serving.md."""
+    """Replay a trace through an engine's scheduler, or find its capacity. docs/serving.md."""
     print_report(_run(dict(locals())), as_json)
 
 

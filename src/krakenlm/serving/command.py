@@ -65,11 +65,30 @@ class ServeOptions:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     skip_long: bool = False
+    client_side: bool = False  # times through the software profile's front end (frontend.py)
+
+
+def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
+    """--client-side is modelled on one pool of replicas; say so for other setups, and warn
+    when the profile has no front-end constants to add."""
+    from ..errors import warn
+    from ..simulator.constants.software import Frontend, load_software
+    from .replay import ServeError
+
+    if not o.client_side:
+        return
+    if _is_cluster(o) or pd_search:
+        raise ServeError("--client-side is modelled on one pool of replicas (--replicas N, "
+                         "--pp 1, no disaggregation) only; drop it for this setup")
+    if load_software(o.software).frontend == Frontend():
+        warn(f"software {o.software} has no front-end constants (its profile's frontend "
+             "section is 0): --client-side reports the engine's times")
 
 
 def serve_command(o: ServeOptions,
                   progress: Callable[[int, int], None] | None = None) -> ServeReport:
     check_router(o.router)
+    _check_client_side(o)
     if _is_cluster(o):
         replay, trace = _cluster_replay(o, progress)
         report = replay(trace, o.skip_long)
@@ -80,7 +99,7 @@ def serve_command(o: ServeOptions,
                    replicas=int(o.replicas),
                    router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
                    model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
-                   skip_long=o.skip_long, progress=progress)
+                   skip_long=o.skip_long, progress=progress, client_side=o.client_side)
     report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
     return report
 
@@ -89,6 +108,7 @@ def capacity_command(o: ServeOptions, percentile: int = 99,
                      progress: Callable[[dict], None] | None = None) -> Capacity:
     """The largest rate scale of the trace (times `o.rate_scale`) meeting the SLOs."""
     check_router(o.router)
+    _check_client_side(o)
     if _is_cluster(o):
         cluster_replay, trace = _cluster_replay(o, None)
 
@@ -112,7 +132,8 @@ def capacity_command(o: ServeOptions, percentile: int = 99,
                        replicas=int(o.replicas), router=o.router, options=options,
                        scheduler=o.scheduler, dtype=o.dtype, model_name=label,
                        slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
-                       skip_long=False, stop_after_ttft_misses=stop)
+                       skip_long=False, stop_after_ttft_misses=stop,
+                       client_side=o.client_side)
         report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale * scale})
         return report
 
@@ -228,6 +249,7 @@ def pd_search_command(o: ServeOptions, instances: int, percentile: int = 99,
 
     if o.slo_ttft_s is None and o.slo_tpot_s is None:
         raise ServeError("--pd-search needs an SLO: give --slo-ttft-s and/or --slo-tpot-s")
+    _check_client_side(o, pd_search=True)
     (instance,) = _pools(o, 1, "--pd-search")
     check_router(o.router)
     model, label = _model(o)

@@ -34,6 +34,7 @@ from ..hardware.schema import System
 from ..models import ModelConfig
 from ..simulator import Simulator
 from ..simulator.constants.software import SoftwareProfile, load_software
+from .frontend import apply_frontend
 from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
 from .sglang import POLICIES as SGLANG_POLICIES
@@ -284,11 +285,13 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
           model_name: str = "model", slo_ttft_s: float | None = None,
           slo_tpot_s: float | None = None, skip_long: bool = False,
           progress: Callable[[int, int], None] | None = None,
-          stop_after_ttft_misses: int | None = None) -> ServeReport:
+          stop_after_ttft_misses: int | None = None, client_side: bool = False) -> ServeReport:
     """Replay `trace` (see the module docstring). `stop_after_ttft_misses` (with
     `slo_ttft_s`): give up, raising `ReplayStopped`, once that many requests are known to
     miss the TTFT SLO (their first token came later, or they have waited longer already);
-    a capacity probe then fails without replaying the rest of a diverging queue."""
+    a capacity probe then fails without replaying the rest of a diverging queue.
+    `client_side`: report first tokens and finishes as a client sees them through the
+    software profile's front end (serving/frontend.py); otherwise as the engine emits them."""
     started = time.perf_counter()
     prep = _prepare(trace, config, system, software=software, tp=tp, replicas=replicas,
                     router=router, options=options, scheduler=scheduler, dtype=dtype,
@@ -339,9 +342,14 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                          f"{sizing.blocks} blocks cannot hold them)")
     if progress is not None:
         progress(total, total)
-    rows = [_row(s) for s in seqs]
+    frontend = sim.profile.frontend
+    if client_side:
+        first, finish = apply_frontend(seqs, engines, frontend)
+        rows = [_row(s, f, e) for s, f, e in zip(seqs, first.tolist(), finish.tolist())]
+    else:
+        rows = [_row(s) for s in seqs]
     start = trace.requests[0].arrival_s
-    makespan = max(s.finish_s for s in seqs) - start
+    makespan = max(r["finish_s"] for r in rows) - start
     gpus = tp * replicas
     usd_per_s = system_cost(system).system_usd / system.device_count * gpus / \
         (AMORTISATION_YEARS * SECONDS_PER_YEAR)
@@ -354,6 +362,9 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
              "tp": tp, "replicas": replicas, "router": router, "dtype": dtype,
              "options": dict(opt.__dict__), "kv_cache": sizing.to_dict(),
              "devices": gpus}
+    if client_side:
+        setup["client_side"] = {"request_s": frontend.request_s,
+                                "per_stream_token_s": frontend.per_stream_token_s}
     return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,
                        wall_s=time.perf_counter() - started, build_s=built)
 
@@ -397,12 +408,16 @@ def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
     return timer
 
 
-def _row(s: Seq) -> dict:
+def _row(s: Seq, first_token_s: float | None = None, finish_s: float | None = None) -> dict:
+    """One request's row, with its first token and finish as reported (the engine's unless
+    given: the client's through the front end)."""
+    first_token_s = s.first_token_s if first_token_s is None else first_token_s
+    finish_s = s.finish_s if finish_s is None else finish_s
     arrival = s.req.arrival_s
-    tpot = (s.finish_s - s.first_token_s) / (s.output - 1) if s.output > 1 else None
+    tpot = (finish_s - first_token_s) / (s.output - 1) if s.output > 1 else None
     return {"id": s.req.id, "replica": s.replica, "arrival_s": arrival,
-            "queue_s": s.first_scheduled_s - arrival, "first_token_s": s.first_token_s,
-            "finish_s": s.finish_s, "ttft_s": s.first_token_s - arrival, "tpot_s": tpot,
-            "e2e_s": s.finish_s - arrival, "prompt_tokens": s.prompt,
+            "queue_s": s.first_scheduled_s - arrival, "first_token_s": first_token_s,
+            "finish_s": finish_s, "ttft_s": first_token_s - arrival, "tpot_s": tpot,
+            "e2e_s": finish_s - arrival, "prompt_tokens": s.prompt,
             "output_tokens": s.output, "cached_tokens": s.cached_tokens,
             "preemptions": s.preemptions}

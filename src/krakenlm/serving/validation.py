@@ -14,7 +14,7 @@ simulator equals the plain score here).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import KrakenError
 from ..fileio import read_user_text
 from .traces import Request, Trace
+from .vllm_v1 import V1Options
 
 RUNS_FILE = Path(__file__).resolve().parent / "data" / "serving_runs.json"
 # (summary section, statistic) pairs a run may state, in the issue's order
@@ -59,6 +60,7 @@ class ServingRun:
     capacity_per_s: float | None = None
     served_before: tuple[str, ...] = ()
     test_prompt_first: bool = False
+    engine_options: dict[str, Any] | None = None
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -82,7 +84,8 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 measured=r["measured"], kv_blocks_logged=r.get("kv_blocks_logged"),
                 capacity_per_s=r.get("capacity_per_s"),
                 served_before=tuple(r.get("served_before", ())),
-                test_prompt_first=bool(r.get("test_prompt_first", False)))
+                test_prompt_first=bool(r.get("test_prompt_first", False)),
+                engine_options=r.get("engine_options"))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
         if run.source not in data.get("sources", {}):
@@ -92,6 +95,10 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                                       f"{', '.join(ARRIVALS)}")
         if (run.rate_per_s is None) != (run.arrival == "burst"):
             raise ValidationDataError(f"{where}: a Poisson run needs a rate, a burst none")
+        unknown = set(run.engine_options or {}) - {f.name for f in fields(V1Options)}
+        if unknown:
+            raise ValidationDataError(f"{where}: engine_options {', '.join(sorted(unknown))} "
+                                      "are not engine knobs (serving/vllm_v1.py V1Options)")
         if not run.prompt_tokens or len(run.prompt_tokens) != len(run.output_tokens) or \
                 min(run.prompt_tokens + run.output_tokens) < 1:
             raise ValidationDataError(f"{where}: prompt and output tokens must be equally "
@@ -141,17 +148,30 @@ def _ids(position: int, prompt_tokens: int) -> tuple[int, ...]:
     return tuple(position * ID_STRIDE + k for k in range(prompt_tokens // PREFIX_BLOCK_TOKENS))
 
 
-def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed: int = 0):
+def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed: int = 0,
+               client_side: bool = True):
     """Serve the run's workload with the engine's defaults on the run's system; returns the
     report of the whole replay and the summary of the measured requests only (without the
-    inter-token latencies, which the engine records for all requests together)."""
+    inter-token latencies, which the engine records for all requests together). The runs
+    were timed by a client through the engine's API server, so the replay reports the
+    client's times through the profile's front end (`client_side=False`: the engine's).
+    A run's `engine_options` (the server's flags, e.g. the max_model_len that sets vLLM V0's
+    batched-token budget) replace those of the engine's defaults on the run's system."""
+    from ..hardware import load_system
     from ..models import get_preset
-    from .replay import serve
+    from ..simulator import Simulator
+    from .replay import default_options, scheduler_for, serve
     from .report import summarise
 
     trace, first = run_trace(run, runs, seed)
-    report = serve(trace, get_preset(run.model), run.system, software=run.software,
-                   tp=run.tp, model_name=run.model)
+    config = get_preset(run.model)
+    options = None
+    if run.engine_options:
+        system = load_system(run.system)
+        kind = scheduler_for(Simulator(system, run.software).profile.name, None)
+        options = replace(default_options(kind, system, config), **run.engine_options)
+    report = serve(trace, config, run.system, software=run.software, tp=run.tp,
+                   model_name=run.model, client_side=client_side, options=options)
     rows = [r for r in report.rows if r["id"] >= first]
     start = min(r["arrival_s"] for r in rows)
     arrivals = [r["arrival_s"] for r in rows]

@@ -72,14 +72,20 @@ class GraphOptions:
     rope_in_attention: bool = False   # RoPE and the KV-cache write inside the attention kernel
     row_bias_after_reduce: bool = False  # a row-parallel Linear's bias added by a kernel of its own
     attention_kernel: str = "fused attention"
+    fused_context: bool = True        # the engine's context phase has a fused kernel at all
 
-    def attention_path(self, head_dim: int) -> str:
-        """"fused", or why the unfused kernels run."""
+    def attention_path(self, head_dim: int, phase: str = "") -> str:
+        """"fused", or why the unfused kernels run; `phase` "prefill" or "decode" asks about
+        one phase, "" about the run (an engine whose context phase is unfused says so)."""
         if not self.fused_attention:
             return "unfused (requested)"
         if self.max_head_dim is not None and head_dim > self.max_head_dim:
             return (f"unfused (head dim {head_dim} > {self.max_head_dim}, the largest "
                     f"{self.attention_kernel} supports)")
+        if not self.fused_context and phase != "decode":
+            return ("unfused (the engine's context phase: QK^T, masked softmax and AV as "
+                    "separate kernels)") if phase == "prefill" else \
+                "unfused in prefill (the engine's context phase), fused in decode"
         return "fused"
 
 
@@ -128,7 +134,7 @@ def _attention(g: Graph, cfg: ModelConfig, sh: Sharding, batch: int, q_len: int,
     """Append RoPE, the KV-cache write and attention; return the name of the last op."""
     s, hd = sh.sublayers, cfg.head_dim
     tokens = batch * q_len
-    fused = opts.attention_path(hd) == "fused"
+    fused = opts.attention_path(hd, phase) == "fused"
     if not (fused and opts.rope_in_attention):
         if cfg.position == "rope":
             g.add("rope", "attention", "stream",

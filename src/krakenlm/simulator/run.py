@@ -272,7 +272,8 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
                         add_norm=software.fusions.add_norm,
                         rope_in_attention=software.fusions.rope_in_attention,
                         row_bias_after_reduce=software.fusions.row_bias_after_reduce,
-                        attention_kernel=software.attention.kernel)
+                        attention_kernel=software.attention.kernel,
+                        fused_context=software.attention.context_fused)
 
 
 def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
@@ -485,7 +486,8 @@ class Simulator:
             raise SimulationError(f"--tp {tp} exceeds the {system.device_count} devices of "
                                   f"{system.name}")
         use = memory_use(config, system, tp, batch, prompt_tokens, gen_tokens, self.dtype,
-                         opts.attention_path(config.head_dim) == "fused", self.precision)
+                         opts.attention_path(config.head_dim, "prefill") == "fused",
+                         self.precision)
         if check_memory:
             check_fits(use, model_name, system, tp)
         b = DTYPE_BYTES[self.precision("all_reduce")]

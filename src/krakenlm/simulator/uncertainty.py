@@ -9,9 +9,13 @@ source effect plus a within-source term (a one-way random-effects model):
 
     ln(measured / predicted) = mu_group + b_source + e,   b ~ N(0, tau^2),  e ~ N(0, sigma_group^2)
 
-tau^2, the between-source variance, is estimated once from every source's mean residual (their
-variance less the part their own row noise explains, the method of moments); the group's centre
-mu is the mean of its sources' means and sigma^2 the pooled within-source variance of its rows.
+tau^2, the between-source variance, is estimated per level of comparison (below), from the
+sources' mean residuals in each group of that level around the group's centre, pooled over the
+level's groups, less the part the cells' own row noise explains (the method of moments): a
+source's bias is not one number (its H100 decode and its A100 prefill differ), so the spread a
+new source brings to a device-TP-batch-phase group is that of source effects within such groups,
+which the sources' overall means average away. The group's centre mu is the mean of its sources'
+means and sigma^2 the pooled within-source variance of its rows.
 A new source's residual then has variance tau^2 (1 + 1/k_group) + sigma^2 (its own effect, and
 the uncertainty of a centre estimated from k_group sources), and the nominal 80 % interval is
 its prediction times exp(mu +- t sd), with t the Student quantile on (sources - 1) degrees of
@@ -120,8 +124,10 @@ class Bands:
     max_batch: dict[str, int] = field(default_factory=dict)
     max_prompt: dict[str, int] = field(default_factory=dict)
 
-    between_source_var: float = 0.0   # tau^2 of ln(measured / predicted)
+    between_source_var: float = 0.0   # tau^2 of ln(measured / predicted), sources' overall means
     source_count: int = 0
+    # tau^2 of each level of comparison: source effects within that level's groups
+    level_var: dict[tuple[str, ...], float] = field(default_factory=dict)
 
     @classmethod
     def from_residuals(cls, rows: Iterable[tuple[Case, float, str]],
@@ -138,6 +144,8 @@ class Bands:
             members: dict[tuple, dict[str, list[float]]] = {}
             for case, r, source in rows:
                 members.setdefault((lv, case.key(lv)), {}).setdefault(source, []).append(r)
+            tau2 = pooled_source_variance(members.values())
+            bands.level_var[lv] = bands.between_source_var if tau2 is None else tau2
             for k, by_source in members.items():
                 n = sum(len(v) for v in by_source.values())
                 if n < MIN_CASES or len(by_source) < MIN_SOURCES:
@@ -145,7 +153,7 @@ class Bands:
                 centre = float(np.mean([np.mean(v) for v in by_source.values()]))
                 within = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2))
                              for v in by_source.values()) / max(1, n - len(by_source))
-                sd = math.sqrt(bands.between_source_var * (1 + 1 / len(by_source)) + within)
+                sd = math.sqrt(bands.level_var[lv] * (1 + 1 / len(by_source)) + within)
                 bands.groups[k] = (centre - t * sd, centre + t * sd, n)
         for case, _, _ in rows:
             bands.tps.setdefault(case.device, set()).add(case.tp)
@@ -196,6 +204,24 @@ def between_source_variance(rows: Iterable[tuple[float, str]]) -> tuple[float, i
     noise = np.mean([np.var(v, ddof=1) / len(v) if len(v) > 1 else 0.0
                      for v in by_source.values()])
     return max(0.0, float(np.var(means, ddof=1) - noise)), k
+
+
+def pooled_source_variance(groups: Iterable[dict[str, list[float]]]) -> float | None:
+    """tau^2 of source effects within groups: each group's source means around their mean,
+    pooled over the groups with two or more sources (sum of squares over its degrees of
+    freedom), less the mean variance the cells' means owe to their own rows' scatter; floored
+    at 0. None when no group has two sources."""
+    squares, dof, noise = 0.0, 0, []
+    for by_source in groups:
+        if len(by_source) < 2:
+            continue
+        means = np.array([np.mean(v) for v in by_source.values()])
+        squares += float(np.sum((means - means.mean()) ** 2))
+        dof += len(means) - 1
+        noise += [np.var(v, ddof=1) / len(v) if len(v) > 1 else 0.0 for v in by_source.values()]
+    if not dof:
+        return None
+    return max(0.0, squares / dof - float(np.mean(noise)))
 
 
 @functools.lru_cache(maxsize=64)

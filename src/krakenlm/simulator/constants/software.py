@@ -13,12 +13,18 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
 * `collectives`: which all-reduce runs (the framework's custom one-/two-shot kernel up to a
   size, NCCL above it, or NCCL only);
 * `attention`: the fused kernel and the largest head dimension it supports; larger heads run
-  the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names;
+  the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names; `context_fused:
+  false` says the engine's context phase (prefill) runs that unfused path at every head size
+  while decode keeps its fused kernel (an engine era: FasterTransformer 5.x, see
+  `measurements.harness.engine_era`);
 * `fusions`: residual add fused into the next norm, RoPE and the KV-cache write inside the
   attention kernel, a row-parallel Linear's bias added by a kernel of its own after the
   all-reduce (Megatron-style layers) rather than in the GEMM's epilogue;
 * `fp8`: with `--dtype fp8`, which operators actually run in FP8 (engines quantise the GEMMs
-  and keep norms, the LM head and usually attention and the KV cache in 16-bit).
+  and keep norms, the LM head and usually attention and the KV cache in 16-bit);
+* `frontend`: the API server in front of the engine (a fixed time per request, a time per
+  output token of each running stream), which only a client-side replay
+  (`sim serve --client-side`) adds; 0 by default.
 
 Every number carries its source (a document, or a fit on cited measurements with its
 fit/held-out error) in the YAML's `sources` section. How a profile enters the timeline: a step
@@ -74,6 +80,16 @@ class Host:
 
 
 @dataclass(frozen=True)
+class Frontend:
+    """The serving front end between the client and the engine (HTTP server, tokeniser,
+    detokeniser, streaming), as a client-side benchmark measures through it. Not part of the
+    engine's step: `serve(..., client_side=True)` applies it to the replay's times
+    (serving/frontend.py); every other replay and `Simulator.run` ignore it."""
+    request_s: float = 0.0           # fixed per request, added to its first token and finish
+    per_stream_token_s: float = 0.0  # front-end time per output token of each running stream
+
+
+@dataclass(frozen=True)
 class Graphs:
     prefill: bool = False
     decode: bool = True
@@ -99,6 +115,7 @@ class Collectives:
 class Attention:
     kernel: str = "FlashAttention-2"
     max_head_dim: int = 256
+    context_fused: bool = True       # False: prefill runs QK^T, masked softmax and AV unfused
 
 
 @dataclass(frozen=True)
@@ -134,6 +151,7 @@ class SoftwareProfile:
     attention: Attention = Attention()
     fusions: Fusions = Fusions()
     fp8: Fp8Policy = Fp8Policy()
+    frontend: Frontend = Frontend()
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     # host constants fitted per system (the host CPU is part of the system), and their records
     host_systems: dict[str, Host] = field(default_factory=dict, hash=False, compare=False)
@@ -161,7 +179,7 @@ class SoftwareProfile:
 
 
 _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": Collectives,
-             "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy}
+             "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy, "frontend": Frontend}
 
 
 # an engine version `measurements.harness.engine_era` can compare: "0.8", "1.0.0rc1", "0.5.6.post2"

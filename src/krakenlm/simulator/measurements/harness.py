@@ -170,6 +170,13 @@ def row_host(row: ModelRow, host: Host) -> Host:
 # example's config (NVIDIA/FasterTransformer@4c014fba0f1bad9b5078eb1b29d163b87749a470
 # examples/cpp/multi_gpu_gpt/gpt_config.ini), read into `ParallelGpt(..., enable_custom_all_reduce)`.
 PREDECESSOR_ENGINES = frozenset({"fastertransformer"})
+# Predecessor engines whose context phase has no fused attention kernel: FasterTransformer's GPT
+# context attention is a cuBLAS strided-batched GEMM for QK^T into a score buffer, a masked
+# softmax kernel over it, a second batched GEMM for AV and a transpose
+# (NVIDIA/FasterTransformer@6fddeac5f59ce4df380002aa945da57a0c8e878c
+# src/fastertransformer/layers/attention_layers/GptContextAttentionLayer.cc, `forward`), while its
+# decode runs the fused masked multi-head attention kernel.
+UNFUSED_CONTEXT_ENGINES = frozenset({"fastertransformer"})
 
 
 def engine_era(software: SoftwareProfile, version: str, framework: str = "") -> SoftwareProfile:
@@ -177,8 +184,12 @@ def engine_era(software: SoftwareProfile, version: str, framework: str = "") -> 
     `collectives.custom_since` (or on an engine that predates the profile's versions,
     PREDECESSOR_ENGINES) the engine reduced with NCCL, not its custom all-reduce (TensorRT-LLM
     before 0.8 built the custom kernel only when asked: `--use_custom_all_reduce`, a store_true
-    flag). The host constants stay the profile's: an older version is scored with what the
-    others fitted."""
+    flag). An engine of UNFUSED_CONTEXT_ENGINES runs its context-phase attention unfused
+    (`attention.context_fused`). The host constants stay the profile's: an older version is
+    scored with what the others fitted."""
+    if framework.lower() in UNFUSED_CONTEXT_ENGINES and software.attention.context_fused:
+        software = dataclasses.replace(software, attention=dataclasses.replace(
+            software.attention, context_fused=False))
     c = software.collectives
     if c.all_reduce != "custom" or not c.custom_since:
         return software
