@@ -70,3 +70,30 @@ def test_space_file_grid_in_file_order(tmp_path):
     grid = load_space(path).grid()
     assert grid == [{"system": "a100-80gb-x8", "tp": t, "arch": a}
                     for t in (1, 2) for a in ("gpt", "kraken")]
+
+
+def test_configurations_that_differ_in_engine_knobs_share_one_simulator_session(monkeypatch):
+    """A search's configurations on one system, software and dtype build their step-time
+    oracles on one simulator session (its operator timings are computed once), and a
+    configuration replayed on the shared session gives the row it gives on a fresh one."""
+    from krakenlm.serving import replay
+
+    made = []
+    real = replay.Simulator
+
+    def counting(*args, **kwargs):
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(replay, "Simulator", counting)
+    monkeypatch.setattr(replay, "_SESSIONS", {})
+    monkeypatch.setattr(replay, "_TIMERS", {})
+    fixed = {**FIXED, "system": "h100-80gb-x8"}
+    shared = [evaluate_config(fixed, {"max_num_batched_tokens": n, "max_num_seqs": s})
+              for n, s in ((2048, 64), (512, 8))]
+    assert len(made) == 1
+    monkeypatch.setattr(replay, "_SESSIONS", {})
+    monkeypatch.setattr(replay, "_TIMERS", {})
+    fresh = evaluate_config(fixed, {"max_num_batched_tokens": 512, "max_num_seqs": 8})
+    assert len(made) == 2
+    assert fresh == shared[1] and fresh["error"] == ""

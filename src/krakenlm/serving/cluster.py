@@ -42,6 +42,7 @@ from .replay import (
     engine_summary,
     pool_sized_options,
     scheduler_for,
+    session,
 )
 from .report import AMORTISATION_YEARS, ServeReport, timeline
 from .routing import check_router, choose
@@ -166,7 +167,7 @@ def build_pool(spec: PoolSpec, model: ModelConfig | Callable[[int], ModelConfig]
         raise ServeError(f"pool {spec.label}: pp {spec.pp} exceeds {model_name}'s "
                          f"{config.n_layers} layers")
     stage = stage_config(config, spec.pp)
-    sim = Simulator(system, software, dtype=dtype)
+    sim = session(system, software, dtype)
     kind = scheduler_for(sim.profile.name, scheduler)
     options = replace(default_options(kind, system, config), **overrides)
     sizing = size_kv_cache(sim, stage, spec.tp, block_size=options.block_size,

@@ -33,6 +33,7 @@ from ..hardware.cost import system_cost
 from ..hardware.schema import System
 from ..models import ModelConfig
 from ..simulator import Simulator
+from ..simulator.constants.software import SoftwareProfile, load_software
 from .frontend import apply_frontend
 from .kv_cache import KVCacheError, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
@@ -172,7 +173,7 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
             raise ServeError(f"{name} must be a positive number of seconds, got {slo}")
     if not trace.requests:
         raise ServeError(f"trace {trace.name} holds no requests")
-    sim = Simulator(system, software, dtype=dtype)
+    sim = session(system, software, dtype)
     kind = scheduler_for(sim.profile.name, scheduler)
     opt = options or default_options(kind, system, config)
     pool_sized = kind == "sglang" and opt.max_num_seqs == POOL_SIZED
@@ -370,6 +371,26 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
 
 _TIMERS: dict[tuple, StepTimer] = {}
 TIMER_CACHE_SIZE = 8
+_SESSIONS: dict[tuple, Simulator] = {}
+SESSION_CACHE_SIZE = 8
+
+
+def session(system: System, software: SoftwareProfile | str | None,
+            dtype: str) -> Simulator:
+    """The simulator session of a system, software profile and dtype, kept for the process:
+    a configuration search's replays that differ only in their engine knobs (token budget,
+    max_num_seqs, replicas) or model build their step-time oracles on one session, whose
+    operator timings (`OpTimer`'s memo) are then computed once instead of once per replay
+    (a larger token budget or batch still times its new grid points). A session's answers
+    do not depend on what it was asked before, so the replays are the same."""
+    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    key = (repr(system), repr(profile), dtype)  # a profile file edited in between is another
+    sim = _SESSIONS.get(key)
+    if sim is None:
+        if len(_SESSIONS) >= SESSION_CACHE_SIZE:
+            del _SESSIONS[next(iter(_SESSIONS))]
+        sim = _SESSIONS[key] = Simulator(system, profile, dtype=dtype)
+    return sim
 
 
 def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
