@@ -156,6 +156,7 @@ class _DecodePlan:
     overlaps: bool
 
 
+PREFILL_MEMO_SIZE = 1 << 16  # (chunk, context) prefill attention times kept per oracle
 DECODE_OFFSETS = 4096  # steps of a decode window whose KV offsets are kept as one array
 
 
@@ -186,6 +187,7 @@ class StepTimer:
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
+        self._prefill_memo: dict[tuple[int, int], float] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -273,11 +275,20 @@ class StepTimer:
     # --------------------------------------------------------------------------- queries
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         """Attention time (one layer) of `chunk` new prompt tokens after `context` cached ones."""
+        memo = self._prefill_memo  # the engines ask for the same (chunk, context) often
+        key = (chunk, context)
+        t = memo.get(key)
+        if t is not None:
+            return t
+        if len(memo) >= PREFILL_MEMO_SIZE:
+            memo.clear()
         f = self._prefill_attention
         if context <= 0:
-            return f(chunk)
+            t = memo[key] = f(chunk)
+            return t
         # the kernel's fixed cost (a one-token prompt's time) plus the extra causal work
-        return max(f(chunk), f(1) + f(context + chunk) - f(context))
+        t = memo[key] = max(f(chunk), f(1) + f(context + chunk) - f(context))
+        return t
 
     def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
         """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
@@ -359,7 +370,10 @@ class StepTimer:
             att = att * sequences / beyond
         elif w != 0.0:
             att = att * (1 - w) + row_j.many(kv) * w
-        gpu = 0.0  # a float until the first term that varies with the step, then an array
+        # a float until the first term that varies with the step, then an array; the first
+        # term is taken as it is (0.0 + x is x: step times are never -0.0) and a count of 1
+        # not multiplied (x * 1 is x), so two array operations fewer than the plain formula
+        gpu = None
         for res_i, res_j, w_t, attention, kernel_floor, count in plan.graphs:
             r = res_i.y[0] if res_i.constant else _interp(att, res_i.xa, res_i.ya)
             if w_t:
@@ -367,8 +381,10 @@ class StepTimer:
             t = r + (att if attention else 0.0)
             if kernel_floor is not None:
                 t = np.maximum(t, kernel_floor)
-            gpu = gpu + t * count
-        gpu = gpu + plan.head_s
+            if count != 1:
+                t = t * count
+            gpu = t if gpu is None else gpu + t
+        gpu = (0.0 if gpu is None else gpu) + plan.head_s
         if not isinstance(gpu, np.ndarray):
             gpu = np.full(steps, gpu)
         overhead = plan.overhead_s
