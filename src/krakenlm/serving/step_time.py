@@ -154,10 +154,41 @@ class _DecodePlan:
     head_s: float
     overhead_s: float
     overlaps: bool
+    # (c, r, count) when every step's time is max(c + (r + attention) * count + head,
+    # overhead) (or + overhead): the graphs' residuals do not vary with the attention time
+    # (c sums the ones without attention), one graph adds the attention; else None
+    scalar: tuple[float, float, int] | None = None
 
 
 PREFILL_MEMO_SIZE = 1 << 16  # (chunk, context) prefill attention times kept per oracle
+SCALAR_STEPS = 16  # decode windows up to this long are timed on Python floats
 DECODE_OFFSETS = 4096  # steps of a decode window whose KV offsets are kept as one array
+
+
+def _scalar_form(graphs: tuple) -> tuple[float, float, int] | None:
+    """A decode plan's `scalar` form (see `_DecodePlan`): c is what `decode_steps_s` adds
+    up, in its order and by its operations, over the leading graphs without attention before
+    the one graph with it; None when a residual varies with the attention time, a graph after
+    the first adds the attention or has a kernel floor."""
+    c, tail = None, []
+    for res_i, res_j, w_t, attention, kernel_floor, count in graphs:
+        if not res_i.constant or (w_t and not res_j.constant):
+            return None
+        r = res_i.y[0]
+        if w_t:
+            r = r * (1 - w_t) + res_j.y[0] * w_t
+        if attention or tail:
+            tail.append((r, attention, kernel_floor, count))
+            continue
+        t = r + 0.0
+        if kernel_floor is not None:
+            t = float(np.maximum(t, kernel_floor))
+        if count != 1:
+            t = t * count
+        c = t if c is None else c + t
+    if len(tail) != 1 or not tail[0][1] or tail[0][2] is not None:
+        return None
+    return (0.0 if c is None else c), tail[0][0], tail[0][3]
 
 
 class StepTimer:
@@ -362,14 +393,7 @@ class StepTimer:
         plan = self._decode_plans.get(sequences)
         if plan is None:
             plan = self._decode_plans[sequences] = self._decode_plan(sequences)
-        offsets = self._step_offsets
-        kv = mean_kv + (offsets[:steps] if steps <= len(offsets) else np.arange(steps))
-        row_i, row_j, w, beyond = plan.attention
-        att = row_i.y[0] if row_i.constant else _interp(kv, row_i.xa, row_i.ya)
-        if beyond:  # past the table: proportional to the sequences
-            att = att * sequences / beyond
-        elif w != 0.0:
-            att = att * (1 - w) + row_j.many(kv) * w
+        att = self._window_attention(plan, sequences, mean_kv, steps)
         # a float until the first term that varies with the step, then an array; the first
         # term is taken as it is (0.0 + x is x: step times are never -0.0) and a count of 1
         # not multiplied (x * 1 is x), so two array operations fewer than the plain formula
@@ -389,6 +413,40 @@ class StepTimer:
             gpu = np.full(steps, gpu)
         overhead = plan.overhead_s
         return np.maximum(gpu, overhead) if plan.overlaps else gpu + overhead
+
+    def decode_steps_list(self, sequences: int, mean_kv: float, steps: int) -> list[float]:
+        """`decode_steps_s` as a list of floats. A short window (at most `SCALAR_STEPS`
+        steps) of a batch size whose plan has a `scalar` form is computed on Python floats
+        past the attention interpolation: the same IEEE double operations in the same order
+        as the array formula, so the same floats, without its fixed cost per array
+        operation (the engines' decode windows are mostly 2-10 steps)."""
+        plan = self._decode_plans.get(sequences)
+        if plan is None:
+            plan = self._decode_plans[sequences] = self._decode_plan(sequences)
+        scalar = plan.scalar
+        if scalar is None or steps > SCALAR_STEPS:
+            return self.decode_steps_s(sequences, mean_kv, steps).tolist()
+        att = self._window_attention(plan, sequences, mean_kv, steps)
+        atts = att.tolist() if isinstance(att, np.ndarray) else [att] * steps
+        c, r, count = scalar
+        head, overhead = plan.head_s, plan.overhead_s
+        if plan.overlaps:
+            return [max(c + (r + a) * count + head, overhead) for a in atts]
+        return [c + (r + a) * count + head + overhead for a in atts]
+
+    def _window_attention(self, plan: _DecodePlan, sequences: int, mean_kv: float,
+                          steps: int) -> np.ndarray | float:
+        """The per-layer decode attention time of each step of a decode window (a float
+        when it does not vary)."""
+        offsets = self._step_offsets
+        kv = mean_kv + (offsets[:steps] if steps <= len(offsets) else np.arange(steps))
+        row_i, row_j, w, beyond = plan.attention
+        att = row_i.y[0] if row_i.constant else _interp(kv, row_i.xa, row_i.ya)
+        if beyond:  # past the table: proportional to the sequences
+            att = att * sequences / beyond
+        elif w != 0.0:
+            att = att * (1 - w) + row_j.many(kv) * w
+        return att
 
     def _decode_plan(self, sequences: int) -> _DecodePlan:
         """The pieces of a pure-decode step of `sequences` sequences that do not depend on the
@@ -411,7 +469,8 @@ class StepTimer:
         if floored:
             head = max(head, self._head_kernels * host.per_kernel_s)
         return _DecodePlan(attention, graphs, head,
-                           step_overhead(host, sw, "decode", sequences), host.step_overlaps_gpu)
+                           step_overhead(host, sw, "decode", sequences), host.step_overlaps_gpu,
+                           _scalar_form(graphs))
 
     def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
                 logits: int | None = None) -> float:

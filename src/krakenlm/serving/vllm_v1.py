@@ -315,12 +315,12 @@ class V1Engine:
             return None
         timer, now = self.timer, self.now
         if until == math.inf:
-            durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+            durations = timer.decode_steps_list(d, mean_kv, k)
             return durations, list(map(now.__add__, accumulate(durations)))
         span = until - now
         guess = self._step_guess
         n = min(k, int(span / guess * 1.25) + 2) if guess > 0 else k
-        durations = timer.decode_steps_s(d, mean_kv, n).tolist()
+        durations = timer.decode_steps_list(d, mean_kv, n)
         first = durations[0]
         self._step_guess = first
         ends = list(map(now.__add__, accumulate(durations)))
@@ -335,7 +335,7 @@ class V1Engine:
                 return None
             k = min(k, int(span / first) + 1)
             if k > n:
-                durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+                durations = timer.decode_steps_list(d, mean_kv, k)
                 ends = list(map(now.__add__, accumulate(durations)))
             else:
                 del durations[k:], ends[k:]
