@@ -362,8 +362,18 @@ class StepTimer:
             w = (tokens - xs[i]) / (xs[j] - xs[i])
         a = attention_s
         gpu = 0.0
+        bisect_right = bisect.bisect_right
         for tables, attention, kernel_floor, count in self._fast_tables[bound]:
-            r = _at(tables[i], a)
+            ax, ay = tables[i]  # `_at(tables[i], a)` written out
+            if a <= ax[0]:
+                r = ay[0]
+            elif a >= ax[-1]:
+                r = ay[-1]
+            else:
+                k = bisect_right(ax, a)
+                x0 = ax[k - 1]
+                u = (a - x0) / (ax[k] - x0)
+                r = ay[k - 1] * (1 - u) + ay[k] * u
             if w:
                 r = r * (1 - w) + _at(tables[j], a) * w
             t = (r + (a if attention else 0.0)) * scale
@@ -430,8 +440,9 @@ class StepTimer:
         atts = att.tolist() if isinstance(att, np.ndarray) else [att] * steps
         c, r, count = scalar
         head, overhead = plan.head_s, plan.overhead_s
-        if plan.overlaps:
-            return [max(c + (r + a) * count + head, overhead) for a in atts]
+        if plan.overlaps:  # max(gpu, overhead) without the call
+            return [g if (g := c + (r + a) * count + head) > overhead else overhead
+                    for a in atts]
         return [c + (r + a) * count + head + overhead for a in atts]
 
     def _window_attention(self, plan: _DecodePlan, sequences: int, mean_kv: float,

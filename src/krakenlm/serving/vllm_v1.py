@@ -273,7 +273,7 @@ class V1Engine:
         self.itl_weight.extend([float(d)] * (k - 1))
         self.now = ends[-1]
         self.steps += k
-        levels.append(pool.used / total)
+        levels.append((total - pool.available) / total)  # `pool.used`
         self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
@@ -489,8 +489,9 @@ class V1Engine:
         if finished:
             self.running = [s for s in self.running if s.finish_s != s.finish_s]
         self.steps += 1
-        self.timeline.step(now, pool.used / pool.total, len(self.running), len(self.waiting),
-                           self.preemptions, tokens)
+        total = pool.total
+        self.timeline.step(now, (total - pool.available) / total, len(self.running),
+                           len(self.waiting), self.preemptions, tokens)
 
     def _decoders_sampled(self) -> bool:
         """Write a step's token into the decoders `_execute` was given apart from its batch
