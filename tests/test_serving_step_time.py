@@ -104,3 +104,19 @@ def test_a_decode_windows_first_step_equals_step_s_to_a_few_ulps(arch):
         vectorised = float(st.decode_steps_s(d, kv, 3)[0])
         worst = max(worst, abs(first - vectorised) / first)
     assert worst < 1e-12
+
+
+@pytest.mark.parametrize("arch", ["gpt", "kraken", "parallel"])
+def test_decode_steps_list_equals_the_array_formula_bit_for_bit(arch):
+    """`decode_steps_list` (Python floats for short windows) gives exactly the floats of
+    `decode_steps_s` (the array formula), inside and past the tables, short and long windows;
+    GPT's plans take the short path (Kraken's and the parallel block's may not)."""
+    _, _, st = oracle(arch)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        d = int(rng.integers(1, 80))
+        kv = float(rng.uniform(1, 2048))
+        steps = int(rng.integers(1, 40))
+        assert st.decode_steps_list(d, kv, steps) == st.decode_steps_s(d, kv, steps).tolist()
+    if arch == "gpt":
+        assert all(p.scalar is not None for p in st._decode_plans.values())

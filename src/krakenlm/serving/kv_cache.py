@@ -159,7 +159,8 @@ class BlockPool:
     def admit(self, ids: list[int], n: int) -> bool:
         """A waiting request starts: share its cached ids and take n blocks of its own; when
         the n blocks are not there, the ids are given back and nothing is held."""
-        self.share(ids)
+        if ids:
+            self.share(ids)
         if not self.take(n):
             self.release(0, ids)
             return False

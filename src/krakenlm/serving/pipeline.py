@@ -66,3 +66,6 @@ class PipelineTimer:
     def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
         return self.pp * self.stage.decode_steps_s(sequences, mean_kv, steps) + \
             (self.pp - 1) * self.send_s(sequences)
+
+    def decode_steps_list(self, sequences: int, mean_kv: float, steps: int) -> list[float]:
+        return self.decode_steps_s(sequences, mean_kv, steps).tolist()

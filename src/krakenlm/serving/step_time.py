@@ -154,9 +154,41 @@ class _DecodePlan:
     head_s: float
     overhead_s: float
     overlaps: bool
+    # (c, r, count) when every step's time is max(c + (r + attention) * count + head,
+    # overhead) (or + overhead): the graphs' residuals do not vary with the attention time
+    # (c sums the ones without attention), one graph adds the attention; else None
+    scalar: tuple[float, float, int] | None = None
 
 
+PREFILL_MEMO_SIZE = 1 << 16  # (chunk, context) prefill attention times kept per oracle
+SCALAR_STEPS = 16  # decode windows up to this long are timed on Python floats
 DECODE_OFFSETS = 4096  # steps of a decode window whose KV offsets are kept as one array
+
+
+def _scalar_form(graphs: tuple) -> tuple[float, float, int] | None:
+    """A decode plan's `scalar` form (see `_DecodePlan`): c is what `decode_steps_s` adds
+    up, in its order and by its operations, over the leading graphs without attention before
+    the one graph with it; None when a residual varies with the attention time, a graph after
+    the first adds the attention or has a kernel floor."""
+    c, tail = None, []
+    for res_i, res_j, w_t, attention, kernel_floor, count in graphs:
+        if not res_i.constant or (w_t and not res_j.constant):
+            return None
+        r = res_i.y[0]
+        if w_t:
+            r = r * (1 - w_t) + res_j.y[0] * w_t
+        if attention or tail:
+            tail.append((r, attention, kernel_floor, count))
+            continue
+        t = r + 0.0
+        if kernel_floor is not None:
+            t = float(np.maximum(t, kernel_floor))
+        if count != 1:
+            t = t * count
+        c = t if c is None else c + t
+    if len(tail) != 1 or not tail[0][1] or tail[0][2] is not None:
+        return None
+    return (0.0 if c is None else c), tail[0][0], tail[0][3]
 
 
 class StepTimer:
@@ -186,6 +218,7 @@ class StepTimer:
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
+        self._prefill_memo: dict[tuple[int, int], float] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -273,11 +306,20 @@ class StepTimer:
     # --------------------------------------------------------------------------- queries
     def prefill_attention_s(self, chunk: int, context: int) -> float:
         """Attention time (one layer) of `chunk` new prompt tokens after `context` cached ones."""
+        memo = self._prefill_memo  # the engines ask for the same (chunk, context) often
+        key = (chunk, context)
+        t = memo.get(key)
+        if t is not None:
+            return t
+        if len(memo) >= PREFILL_MEMO_SIZE:
+            memo.clear()
         f = self._prefill_attention
         if context <= 0:
-            return f(chunk)
+            t = memo[key] = f(chunk)
+            return t
         # the kernel's fixed cost (a one-token prompt's time) plus the extra causal work
-        return max(f(chunk), f(1) + f(context + chunk) - f(context))
+        t = memo[key] = max(f(chunk), f(1) + f(context + chunk) - f(context))
+        return t
 
     def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
         """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
@@ -320,8 +362,18 @@ class StepTimer:
             w = (tokens - xs[i]) / (xs[j] - xs[i])
         a = attention_s
         gpu = 0.0
+        bisect_right = bisect.bisect_right
         for tables, attention, kernel_floor, count in self._fast_tables[bound]:
-            r = _at(tables[i], a)
+            ax, ay = tables[i]  # `_at(tables[i], a)` written out
+            if a <= ax[0]:
+                r = ay[0]
+            elif a >= ax[-1]:
+                r = ay[-1]
+            else:
+                k = bisect_right(ax, a)
+                x0 = ax[k - 1]
+                u = (a - x0) / (ax[k] - x0)
+                r = ay[k - 1] * (1 - u) + ay[k] * u
             if w:
                 r = r * (1 - w) + _at(tables[j], a) * w
             t = (r + (a if attention else 0.0)) * scale
@@ -351,6 +403,52 @@ class StepTimer:
         plan = self._decode_plans.get(sequences)
         if plan is None:
             plan = self._decode_plans[sequences] = self._decode_plan(sequences)
+        att = self._window_attention(plan, sequences, mean_kv, steps)
+        # a float until the first term that varies with the step, then an array; the first
+        # term is taken as it is (0.0 + x is x: step times are never -0.0) and a count of 1
+        # not multiplied (x * 1 is x), so two array operations fewer than the plain formula
+        gpu = None
+        for res_i, res_j, w_t, attention, kernel_floor, count in plan.graphs:
+            r = res_i.y[0] if res_i.constant else _interp(att, res_i.xa, res_i.ya)
+            if w_t:
+                r = r * (1 - w_t) + res_j.many(att) * w_t
+            t = r + (att if attention else 0.0)
+            if kernel_floor is not None:
+                t = np.maximum(t, kernel_floor)
+            if count != 1:
+                t = t * count
+            gpu = t if gpu is None else gpu + t
+        gpu = (0.0 if gpu is None else gpu) + plan.head_s
+        if not isinstance(gpu, np.ndarray):
+            gpu = np.full(steps, gpu)
+        overhead = plan.overhead_s
+        return np.maximum(gpu, overhead) if plan.overlaps else gpu + overhead
+
+    def decode_steps_list(self, sequences: int, mean_kv: float, steps: int) -> list[float]:
+        """`decode_steps_s` as a list of floats. A short window (at most `SCALAR_STEPS`
+        steps) of a batch size whose plan has a `scalar` form is computed on Python floats
+        past the attention interpolation: the same IEEE double operations in the same order
+        as the array formula, so the same floats, without its fixed cost per array
+        operation (the engines' decode windows are mostly 2-10 steps)."""
+        plan = self._decode_plans.get(sequences)
+        if plan is None:
+            plan = self._decode_plans[sequences] = self._decode_plan(sequences)
+        scalar = plan.scalar
+        if scalar is None or steps > SCALAR_STEPS:
+            return self.decode_steps_s(sequences, mean_kv, steps).tolist()
+        att = self._window_attention(plan, sequences, mean_kv, steps)
+        atts = att.tolist() if isinstance(att, np.ndarray) else [att] * steps
+        c, r, count = scalar
+        head, overhead = plan.head_s, plan.overhead_s
+        if plan.overlaps:  # max(gpu, overhead) without the call
+            return [g if (g := c + (r + a) * count + head) > overhead else overhead
+                    for a in atts]
+        return [c + (r + a) * count + head + overhead for a in atts]
+
+    def _window_attention(self, plan: _DecodePlan, sequences: int, mean_kv: float,
+                          steps: int) -> np.ndarray | float:
+        """The per-layer decode attention time of each step of a decode window (a float
+        when it does not vary)."""
         offsets = self._step_offsets
         kv = mean_kv + (offsets[:steps] if steps <= len(offsets) else np.arange(steps))
         row_i, row_j, w, beyond = plan.attention
@@ -359,20 +457,7 @@ class StepTimer:
             att = att * sequences / beyond
         elif w != 0.0:
             att = att * (1 - w) + row_j.many(kv) * w
-        gpu = 0.0  # a float until the first term that varies with the step, then an array
-        for res_i, res_j, w_t, attention, kernel_floor, count in plan.graphs:
-            r = res_i.y[0] if res_i.constant else _interp(att, res_i.xa, res_i.ya)
-            if w_t:
-                r = r * (1 - w_t) + res_j.many(att) * w_t
-            t = r + (att if attention else 0.0)
-            if kernel_floor is not None:
-                t = np.maximum(t, kernel_floor)
-            gpu = gpu + t * count
-        gpu = gpu + plan.head_s
-        if not isinstance(gpu, np.ndarray):
-            gpu = np.full(steps, gpu)
-        overhead = plan.overhead_s
-        return np.maximum(gpu, overhead) if plan.overlaps else gpu + overhead
+        return att
 
     def _decode_plan(self, sequences: int) -> _DecodePlan:
         """The pieces of a pure-decode step of `sequences` sequences that do not depend on the
@@ -395,7 +480,8 @@ class StepTimer:
         if floored:
             head = max(head, self._head_kernels * host.per_kernel_s)
         return _DecodePlan(attention, graphs, head,
-                           step_overhead(host, sw, "decode", sequences), host.step_overlaps_gpu)
+                           step_overhead(host, sw, "decode", sequences), host.step_overlaps_gpu,
+                           _scalar_form(graphs))
 
     def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
                 logits: int | None = None) -> float:

@@ -144,10 +144,8 @@ class CountedV1Engine(V1Engine):
         if d > budget:
             return None
         need = self._phases[self._tick % opt.block_size] if d else 0
-        if need > pool.available:
+        if need and not pool.take(need):  # takes nothing when they are not free
             return None
-        if need:
-            pool.take(need)
         sched: list[tuple[Seq, int]] = []
         self._admit(sched, budget - d)
         if not (sched or d):
@@ -164,10 +162,11 @@ class CountedV1Engine(V1Engine):
         order, as `V1Engine` writes them)."""
         now, d = self.now, len(self._finishes)
         self.itl_s.extend([now - self._last_s] * d)
-        self._tick += 1
+        tick = self._tick = self._tick + 1
         self._kv += d
         self._last_s = now
-        return self._finish(now)
+        finishes = self._finishes
+        return bool(finishes) and finishes[0][0] == tick and self._finish(now)
 
     def _counted_window(self, until: float) -> bool:
         """`V1Engine._decode_window` on the counters: the same window (steps, times, blocks,
@@ -189,16 +188,19 @@ class CountedV1Engine(V1Engine):
         cycle = self._phases[start:] + self._phases[:start]  # new blocks at window step i % bs
         full, part = divmod(k, bs)
         total_need = full * d + sum(cycle[:part])
-        if total_need > pool.available:
+        available = pool.available
+        if total_need > available:
             return False
-        used = pool.used
-        pool.take(total_need)
+        used = pool.total - available  # `pool.used`, read once
+        if total_need:
+            pool.take(total_need)
         end = ends[-1]
         self.itl_s.extend([ends[0] - self._last_s] * d)
-        self._tick = tick + k
+        tick = self._tick = tick + k
         self._kv += k * d
         self._last_s = end
-        if self._finish(end):
+        finishes = self._finishes
+        if finishes[0][0] == tick and self._finish(end):
             self.running = [s for s in running if s.finish_s != s.finish_s]
         delta = (cycle * (full + 1))[:k] if total_need else None
         self._record_window(durations, ends, d, used, delta)

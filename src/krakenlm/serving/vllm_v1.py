@@ -138,6 +138,12 @@ class Timeline:
             values[np.cumsum(counts) - 1] = log[:, 2]
         return values
 
+    def window_weights(self) -> np.ndarray:
+        """Per inter-token gap inside a decode window (a window of k steps has k - 1, in
+        window order), the tokens it stands for: the window's running requests."""
+        log = np.frombuffer(self._log, dtype=float).reshape(-1, 6)
+        return np.repeat(log[:, 1], np.maximum(log[:, 0].astype(int) - 1, 0))
+
     @property
     def running(self) -> np.ndarray:
         return self._column(1)
@@ -180,10 +186,15 @@ class V1Engine:
         self.preemptions = 0
         self.itl_s = array("d")  # inter-token gaps, one per token
         self.itl_window_s = array("d")  # gaps of decode windows, each for `itl_weight` tokens
-        self.itl_weight = array("d")
         self.timeline = Timeline()
         self.steps = 0
         self._step_guess = 0.0  # a recent decode step's length (`_window_steps`)
+
+    @property
+    def itl_weight(self) -> np.ndarray:
+        """The tokens each of `itl_window_s`'s gaps stands for (read from the timeline's
+        window records: a window of k steps of d requests logs k - 1 gaps of d tokens)."""
+        return self.timeline.window_weights()
 
     @property
     def outstanding(self) -> int:
@@ -269,11 +280,10 @@ class V1Engine:
             levels = [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
         else:
             levels = [used / total] * (k - 1)
-        self.itl_window_s.extend(durations[1:k])
-        self.itl_weight.extend([float(d)] * (k - 1))
+        self.itl_window_s.extend(durations[1:k])  # their weights: d, from the timeline
         self.now = ends[-1]
         self.steps += k
-        levels.append(pool.used / total)
+        levels.append((total - pool.available) / total)  # `pool.used`
         self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
@@ -315,12 +325,12 @@ class V1Engine:
             return None
         timer, now = self.timer, self.now
         if until == math.inf:
-            durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+            durations = timer.decode_steps_list(d, mean_kv, k)
             return durations, list(map(now.__add__, accumulate(durations)))
         span = until - now
         guess = self._step_guess
         n = min(k, int(span / guess * 1.25) + 2) if guess > 0 else k
-        durations = timer.decode_steps_s(d, mean_kv, n).tolist()
+        durations = timer.decode_steps_list(d, mean_kv, n)
         first = durations[0]
         self._step_guess = first
         ends = list(map(now.__add__, accumulate(durations)))
@@ -335,7 +345,7 @@ class V1Engine:
                 return None
             k = min(k, int(span / first) + 1)
             if k > n:
-                durations = timer.decode_steps_s(d, mean_kv, k).tolist()
+                durations = timer.decode_steps_list(d, mean_kv, k)
                 ends = list(map(now.__add__, accumulate(durations)))
             else:
                 del durations[k:], ends[k:]
@@ -489,8 +499,9 @@ class V1Engine:
         if finished:
             self.running = [s for s in self.running if s.finish_s != s.finish_s]
         self.steps += 1
-        self.timeline.step(now, pool.used / pool.total, len(self.running), len(self.waiting),
-                           self.preemptions, tokens)
+        total = pool.total
+        self.timeline.step(now, (total - pool.available) / total, len(self.running),
+                           len(self.waiting), self.preemptions, tokens)
 
     def _decoders_sampled(self) -> bool:
         """Write a step's token into the decoders `_execute` was given apart from its batch
