@@ -5,12 +5,11 @@ as text with benchmarks/architecture.py (the script that measures the same graph
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,16 +21,7 @@ KNOWN_VIOLATIONS: list[tuple[str, int, str]] = []
 KNOWN_CYCLES: list[set[str]] = []
 
 
-def _load_architecture():
-    spec = importlib.util.spec_from_file_location("benchmarks_architecture",
-                                                  ROOT / "benchmarks" / "architecture.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-arch = _load_architecture()
+arch = load_benchmark("architecture", "benchmarks_architecture")
 
 
 @pytest.fixture(scope="module")

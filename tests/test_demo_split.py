@@ -2,28 +2,19 @@
 seed spread, a published interval turned back into its spread, expected half-widths, CPU time
 from /usr/bin/time -v) and its table from compare summaries."""
 
-import importlib.util
 import json
 import math
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
+from benchmark_module import load_benchmark
 
 from krakenlm.studies.stats import ratio_interval
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def ds():
-    spec = importlib.util.spec_from_file_location("demo_split",
-                                                  ROOT / "benchmarks" / "demo_split.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("demo_split")
 
 
 DIFFS = [0.31, 0.05, 0.44, 0.12, 0.27, 0.19]

@@ -2,21 +2,13 @@
 prompt token, per decode step, per decode step and context token), the attribution that
 docs/results-simulator.md reports as a documented negative for a per-sequence sampling cost."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_module import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def ftd():
-    spec = importlib.util.spec_from_file_location("sim_ft_decompose",
-                                                  ROOT / "benchmarks" / "sim_ft_decompose.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("sim_ft_decompose")
 
 
 def test_terms_count_what_each_mechanism_scales_with(ftd):

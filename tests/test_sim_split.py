@@ -1,10 +1,9 @@
 """One split rule and one MAPE (measurements/split.py) for every measured set and every score."""
 
-import importlib.util
 import zlib
-from pathlib import Path
 
 import pytest
+from benchmark_module import load_benchmark
 
 from krakenlm.simulator.calibration import layers as layer_fit
 from krakenlm.simulator.calibration.loso import LosoReport
@@ -12,8 +11,6 @@ from krakenlm.simulator.constants import gpu_kernels as store
 from krakenlm.simulator.measurements import models
 from krakenlm.simulator.measurements.llmcompass import Point
 from krakenlm.simulator.measurements.split import fit_half
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def crc_even(key: str) -> bool:
@@ -70,10 +67,7 @@ def test_every_model_level_score_is_split_mape(monkeypatch):
     monkeypatch.setattr(models, "mape", one_mape)
     assert models.stats(ROWS)["mape_pct"] == 42.0
     assert LosoReport(rows=ROWS).overall("shipped_error_pct")["mape_pct"] == 42.0
-    spec = importlib.util.spec_from_file_location("sim_fidelity",
-                                                  ROOT / "benchmarks" / "sim_fidelity.py")
-    fidelity = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fidelity)
+    fidelity = load_benchmark("sim_fidelity")
     assert fidelity._mape(ROWS)["mape_pct"] == 42.0
     assert calls == [([1.5, 1.0], [1.0, 2.0]), ([0.5, 3.0], [1.0, 2.0]),
                      ([1.5, 1.0], [1.0, 2.0])]
