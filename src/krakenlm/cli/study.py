@@ -109,7 +109,7 @@ def ttft_command(
 @app.command("demo")
 def demo_command(
     out: str = typer.Option("runs/demo", "--out", help="Where the runs and report.md go."),
-    max_steps: int = typer.Option(None, "--max-steps", show_default="400: about 4 minutes of training in all on 2 cores", help="Steps of 8 x 128 tokens per model."),
+    max_steps: int = typer.Option(None, "--max-steps", show_default="600: about 6 minutes of training in all on 2 idle cores", help="Steps of 8 x 128 tokens per model."),
     seeds: str = typer.Option(None, "--seeds", show_default="1,2,3", help="Comma-separated seeds per model."),
     jobs: int = typer.Option(None, "--jobs", show_default="2", help="Trainings at once, one process (and core) each."),
 ) -> None:
