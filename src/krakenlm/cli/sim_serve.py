@@ -48,6 +48,7 @@ def serve_cmd(
     schedule_policy: str = typer.Option("lpm", "--schedule-policy", help="SGLang: lpm (longest prefix match first, the default) or fcfs."),
     prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching, TensorRT-LLM's KV block reuse (default: on in vLLM V1, off in V0 and TensorRT-LLM)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache storage as the engines spell it: auto (the profile's: the model dtype, or its FP8 policy), fp8 / fp8_e4m3 / fp8_e5m2 (one byte a value; vLLM, SGLang, TensorRT-LLM's FP8 KV cache), bf16 / bfloat16, fp16 / float16. Sets the KV block's bytes and the KV bytes attention reads."),
     slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),
     slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
     skip_long: bool = typer.Option(False, "--skip-long", help="Drop requests longer than the model's context (default: an error)."),
