@@ -99,10 +99,11 @@ def test_a_log_without_a_field_is_named(tmp_path):
 
 def test_unknown_engine_is_named(tmp_path):
     data = json.loads(LOGS_FILE.read_text())
-    data["logs"] = [{**data["logs"][0], "engine": "sglang"}]
+    data["logs"] = [{**data["logs"][0], "engine": "tgi"}]
     path = tmp_path / "logs.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(KVLogDataError, match="engine 'sglang' is not one of vllm-v1, vllm-v0, trtllm"):
+    with pytest.raises(KVLogDataError, match="engine 'tgi' is not one of vllm-v1, vllm-v0, "
+                                             "trtllm, sglang"):
         load_logs(path)
 
 
@@ -183,3 +184,14 @@ def test_a_log_with_an_unknown_kv_cache_dtype_is_named(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(KVLogDataError, match="kv_cache_dtype 'nvfp4' is not one of auto"):
         load_logs(path)
+
+
+def test_the_sglang_log_is_scored_in_tokens():
+    # SGLang bench_latency on one MI300X, Meta-Llama-3-8B: max_total_num_tokens=1256440 at
+    # its page of one token; the sizing keeps its activations and 2 GiB reserve inside the
+    # 0.88 share, which SGLang leaves to the (1 - 0.88) slack: 1.6 % fewer tokens
+    log = _log("mi300x-llama3-8b-tp1-sglang-2024-10")
+    sizing = predict(log)
+    assert (sizing.block_size, sizing.bytes_per_block) == (1, 32 * 8 * 128 * 2 * 2)
+    assert sizing.blocks == 1235840
+    assert round(100 * relative_error(sizing.blocks, log), 1) == -1.6

@@ -2,7 +2,7 @@
 
 `data/kv_cache_logs.json` holds public logs (sources in `data/SOURCES.md`) that give the KV
 block count (vLLM V0 `# GPU blocks: N`, TensorRT-LLM `Number of blocks in KV cache primary
-pool: N`) or its token count (vLLM V1 `GPU KV cache size: N tokens`, N = blocks x
+pool: N`; SGLang's `max_total_num_tokens=N` with its page of 1 token) or its token count (vLLM V1 `GPU KV cache size: N tokens`, N = blocks x
 block_size) together with the model, GPU, tensor parallelism, memory utilisation (TensorRT-LLM:
 its share of the free memory), dtype, KV cache dtype (optional, "auto" when not given) and
 engine version. `predict` sizes each with the code `sim serve` runs
@@ -27,7 +27,7 @@ from .replay import default_options
 LOGS_FILE = Path(__file__).resolve().parent / "data" / "kv_cache_logs.json"
 # the engine a log names -> (software profile, scheduler whose defaults apply)
 ENGINES = {"vllm-v1": ("vllm", "vllm-v1"), "vllm-v0": ("vllm-v0", "vllm-v0"),
-           "trtllm": ("trtllm", "trtllm")}
+           "trtllm": ("trtllm", "trtllm"), "sglang": ("sglang", "sglang")}
 FIELDS = ("id", "source", "locator", "line", "engine", "engine_version", "model", "dtype",
           "system", "tp", "gpu_memory_utilization", "block_size", "max_num_batched_tokens",
           "logged_blocks")
