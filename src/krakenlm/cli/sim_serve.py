@@ -13,7 +13,8 @@ from ._console import print_report
 from .sim import sim_app
 
 
-@sim_app.command("serve")
+@sim_app.command("serve", help="Replay a trace through an engine's scheduler, or find its "
+                 "capacity. docs/serving.md.")
 def serve_cmd(
     trace: str = typer.Option(..., "--trace", help="Request trace: an Azure 2023 CSV, a Mooncake JSONL (with prefix-block hash_ids), a Vidur-style CSV, or 'synthetic' (with --rate, --arrival, --cv, --requests, --lengths)."),
     model: str = typer.Option(..., "--model", help="Model preset (see `krakenlm models`) or a path to a config.json (Hugging Face or krakenlm)."),
@@ -58,7 +59,6 @@ def serve_cmd(
     out: str = typer.Option(None, "--out", help="Directory for requests.csv, timeline.csv, summary.json and serve.png."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
-    """Replay a trace through an engine's scheduler, or find its capacity. docs/serving.md."""
     print_report(_run(dict(locals())), as_json)
 
 
