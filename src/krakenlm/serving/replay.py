@@ -364,8 +364,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     setup = {"trace": trace.name, "model": model_name, "arch": config.arch,
              "system": system.name, "software": sim.profile.name, "scheduler": kind,
              "tp": tp, "replicas": replicas, "router": router, "dtype": dtype,
-             "kv_cache_dtype": sim.precision("kv_cache"), "options": dict(opt.__dict__), "kv_cache": sizing.to_dict(),
-             "devices": gpus}
+             "kv_cache_dtype": sim.precision("kv_cache"), "options": dict(opt.__dict__),
+             "kv_cache": sizing.to_dict(), "devices": gpus}
     if client_side:
         setup["client_side"] = {"request_s": frontend.request_s,
                                 "per_stream_token_s": frontend.per_stream_token_s}
