@@ -169,3 +169,17 @@ def test_kv_cache_dtype_in_the_python_api():
     assert report.setup["kv_cache_dtype"] == "fp8"
     assert report.setup["kv_cache"]["bytes_per_block"] == \
         2 * 24 * 16 * 128 * 32  # K and V x 24 layers x 16 heads x 128 x 32 tokens, 1 byte
+
+
+def test_kv_cache_dtype_reaches_pools_of_a_cluster(capsys):
+    argv = ["sim", "serve", "--model", "gpt3-1.3b", "--replicas", "h100-80gb-x8:tp1:2",
+            "--max-num-batched-tokens", "1024", "--max-num-seqs", "32", "--trace", "synthetic",
+            "--rate", "5", "--requests", "20", "--json"]
+    setups = {}
+    for kv in ("auto", "fp8"):
+        code, out, err = _run(argv + ["--kv-cache-dtype", kv], capsys)
+        assert code == 0, err
+        setups[kv] = json.loads(out)["setup"]
+    assert setups["fp8"]["kv_cache_dtype"] == "fp8"
+    assert setups["fp8"]["pools"][0]["kv_cache"]["bytes_per_block"] * 2 == \
+        setups["auto"]["pools"][0]["kv_cache"]["bytes_per_block"]
