@@ -3,8 +3,8 @@
     python benchmarks/serve_kv_blocks.py [--json docs/data/serve-kv-blocks.json]
 
 Every log of the file is sized with the code `sim serve` runs (`serving.kv_logs.predict`:
-the engine's defaults, the logged utilisation, block size and batched-token budget, then
-`serving.kv_cache.size_kv_cache`). Prints one line per log (predicted, logged, error, and the
+the engine's defaults, the logged utilisation, block size, batched-token budget and KV cache
+dtype, then `serving.kv_cache.size_kv_cache`; TensorRT-LLM's fraction is of the free memory). Prints one line per log (predicted, logged, error, and the
 terms of the sizing) and the median and largest absolute error against the issue's goal
 (within 3 % wherever a log gives the count). Nothing is fitted on these logs.
 """

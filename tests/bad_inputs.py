@@ -235,6 +235,8 @@ CASES: list[BadInput] = [
     # sim serve, cluster level (caught before any step time is tabulated)
     case(f"{SIM_SERVE} --replicas h100-80gb-x8:tq4",
          "'tq4' is not tpN, ppN or a replica count"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --kv-cache-dtype fp4",
+         "--kv-cache-dtype 'fp4' is not one of auto, fp8, fp8_e4m3, fp8_e5m2"),
     case(f"{SIM_SERVE} --replicas h100-80gb-x8:tp2:tp4", "gives tp twice"),
     case(f"{SIM_SERVE} --replicas h100-80gb-x8:tp0", "tp must be at least 1, got 0"),
     case(f"{SIM_SERVE} --replicas nope:tp2", "unknown system 'nope'"),

@@ -141,3 +141,45 @@ def test_capacity_search_needs_a_reachable_slo(tmp_path):
     err = cli_one_line_or_success(argv + ["--slo-ttft-s", "0.0001"])
     assert "no request rate meets the SLOs: at " in err
     assert "x the trace's rate the p99 TTFT is" in err
+
+
+def test_kv_cache_dtype_reaches_the_sizing_and_the_report(capsys):
+    argv = BASE + ["--trace", "synthetic", "--rate", "5", "--requests", "20", "--json"]
+    reports = {}
+    for kv in ("auto", "fp8_e4m3"):
+        code, out, err = _run(argv + ["--kv-cache-dtype", kv], capsys)
+        assert code == 0, err
+        reports[kv] = json.loads(out)["setup"]
+    auto, fp8 = reports["auto"], reports["fp8_e4m3"]
+    assert (auto["kv_cache_dtype"], fp8["kv_cache_dtype"]) == ("fp16", "fp8")
+    assert fp8["kv_cache"]["bytes_per_block"] * 2 == auto["kv_cache"]["bytes_per_block"]
+    # the same free memory in half-size blocks: twice the blocks, give or take the rounding
+    assert fp8["kv_cache"]["blocks"] in (2 * auto["kv_cache"]["blocks"],
+                                         2 * auto["kv_cache"]["blocks"] + 1)
+
+
+def test_kv_cache_dtype_in_the_python_api():
+    from krakenlm.models import get_preset
+    from krakenlm.serving.replay import serve
+    from krakenlm.serving.traces import Request, Trace
+
+    trace = Trace("two", (Request(0, 0.0, 100, 10), Request(1, 0.1, 100, 10)))
+    report = serve(trace, get_preset("gpt3-1.3b"), "h100-80gb-x8", software="trtllm",
+                   kv_cache_dtype="fp8")
+    assert report.setup["kv_cache_dtype"] == "fp8"
+    assert report.setup["kv_cache"]["bytes_per_block"] == \
+        2 * 24 * 16 * 128 * 32  # K and V x 24 layers x 16 heads x 128 x 32 tokens, 1 byte
+
+
+def test_kv_cache_dtype_reaches_pools_of_a_cluster(capsys):
+    argv = ["sim", "serve", "--model", "gpt3-1.3b", "--replicas", "h100-80gb-x8:tp1:2",
+            "--max-num-batched-tokens", "1024", "--max-num-seqs", "32", "--trace", "synthetic",
+            "--rate", "5", "--requests", "20", "--json"]
+    setups = {}
+    for kv in ("auto", "fp8"):
+        code, out, err = _run(argv + ["--kv-cache-dtype", kv], capsys)
+        assert code == 0, err
+        setups[kv] = json.loads(out)["setup"]
+    assert setups["fp8"]["kv_cache_dtype"] == "fp8"
+    assert setups["fp8"]["pools"][0]["kv_cache"]["bytes_per_block"] * 2 == \
+        setups["auto"]["pools"][0]["kv_cache"]["bytes_per_block"]

@@ -10,7 +10,7 @@ import pytest
 from krakenlm.hardware import load_system
 from krakenlm.hardware.schema import HardwareError, system_from_dict, system_to_dict
 from krakenlm.models import get_preset
-from krakenlm.serving.kv_cache import size_kv_cache
+from krakenlm.serving.kv_cache import KVCacheError, kv_cache_software, size_kv_cache
 from krakenlm.serving.kv_logs import LOGS_FILE, KVLogDataError, load_logs, predict, relative_error
 from krakenlm.simulator import Simulator
 from krakenlm.simulator.memory import RUNTIME_RESERVE_BYTES, activation_bytes, memory_use
@@ -99,10 +99,11 @@ def test_a_log_without_a_field_is_named(tmp_path):
 
 def test_unknown_engine_is_named(tmp_path):
     data = json.loads(LOGS_FILE.read_text())
-    data["logs"] = [{**data["logs"][0], "engine": "sglang"}]
+    data["logs"] = [{**data["logs"][0], "engine": "tgi"}]
     path = tmp_path / "logs.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(KVLogDataError, match="engine 'sglang' is not one of vllm-v1, vllm-v0"):
+    with pytest.raises(KVLogDataError, match="engine 'tgi' is not one of vllm-v1, vllm-v0, "
+                                             "trtllm, sglang"):
         load_logs(path)
 
 
@@ -116,3 +117,81 @@ def test_the_nvidia_hopper_presets_carry_their_logged_runtime_totals():
     assert round(h200.runtime_visible_bytes / gib, 2) == 139.81
     assert h200.capacity_bytes == 141 * gib
     assert load_system("mi300x-x8").device.memory.capacity_bytes == 192 * gib
+
+
+def test_an_fp8_kv_cache_halves_the_block_and_doubles_the_blocks():
+    # Llama-2-7B, TP 1, block 64: 32 layers x 2 (K, V) x 32 heads x 128 x 64 tokens = 8 Mi
+    # values a block: 16 MiB at one byte (fp8), 32 MiB at two (the auto: bf16)
+    config = get_preset("llama2-7b")
+    sized = {}
+    for kv in ("auto", "fp8", "fp8_e5m2", "bfloat16"):
+        sim = Simulator("h100-80gb-x8", kv_cache_software("trtllm", kv), dtype="fp8")
+        sized[kv] = size_kv_cache(sim, config, 1, block_size=64, gpu_memory_utilization=0.99,
+                                  max_num_batched_tokens=8192, of_free_memory=True)
+    assert sized["auto"].bytes_per_block == sized["bfloat16"].bytes_per_block == 32 * 2**20
+    assert sized["fp8"].bytes_per_block == sized["fp8_e5m2"].bytes_per_block == 16 * 2**20
+    free = sized["fp8"].capacity_bytes - sized["fp8"].weights_bytes - \
+        sized["fp8"].activation_bytes - RUNTIME_RESERVE_BYTES
+    assert sized["fp8"].blocks == int(free * 0.99 // (16 * 2**20)) == 4450
+    assert sized["auto"].blocks == int(free * 0.99 // (32 * 2**20)) == 2225
+    # the weights and activations do not move with the KV dtype
+    assert sized["fp8"].weights_bytes == sized["auto"].weights_bytes
+
+
+def test_auto_keeps_the_profile_itself():
+    assert kv_cache_software("vllm", "auto") == "vllm"
+    profile = kv_cache_software("vllm", "fp8_e4m3")
+    assert profile.kv_cache_dtype == "fp8" and profile.name == "vllm"
+    assert profile.precision("kv_cache", "bf16") == "fp8"
+    assert profile.precision("gemm", "bf16") == "bf16"  # only the KV cache changes
+
+
+def test_bad_kv_cache_dtype_is_named():
+    with pytest.raises(KVCacheError, match="--kv-cache-dtype 'int4' is not one of auto, fp8, "
+                                           "fp8_e4m3, fp8_e5m2, bf16, bfloat16, fp16, float16"):
+        kv_cache_software("vllm", "int4")
+
+
+def test_decode_attention_reads_the_fp8_cache():
+    # a decode step's attention reads every cached K and V value: one byte each in fp8, timed
+    # by vLLM's measured FP8-cache decode kernel on an H100, so the step is faster
+    config = get_preset("llama2-7b")
+    times = {}
+    for kv in ("auto", "fp8"):
+        sim = Simulator("h100-80gb-x8", kv_cache_software("vllm", kv), dtype="fp16")
+        r = sim.run(config, tp=1, batch=16, prompt_tokens=3000, gen_tokens=64)
+        times[kv] = r
+        variant = "fp8" if kv == "fp8" else "bf16"
+        assert f"on H100 ({variant};" in sim.timer.sources["generation_attention"]
+    assert times["fp8"].tpot_s < 0.9 * times["auto"].tpot_s
+    assert times["fp8"].memory.kv_cache_bytes * 2 == times["auto"].memory.kv_cache_bytes
+
+
+def test_the_trtllm_fp8_log_is_scored_with_its_fp8_cache():
+    # trtllm-bench 0.12 on an H100 80GB, Llama-2-7b FP8 with an FP8 KV cache: 4607 logged;
+    # with a 16-bit cache the sizing gave 2225 (-51.7 %)
+    log = _log("h100-llama2-7b-tp1-trtllm012-fp8kv")
+    assert log.kv_cache_dtype == "fp8" and log.engine == "trtllm"
+    sizing = predict(log)
+    assert (sizing.blocks, sizing.bytes_per_block) == (4450, 16 * 2**20)
+    assert round(100 * relative_error(sizing.blocks, log), 1) == -3.4
+
+
+def test_a_log_with_an_unknown_kv_cache_dtype_is_named(tmp_path):
+    data = json.loads(LOGS_FILE.read_text())
+    data["logs"] = [{**data["logs"][0], "kv_cache_dtype": "nvfp4"}]
+    path = tmp_path / "logs.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(KVLogDataError, match="kv_cache_dtype 'nvfp4' is not one of auto"):
+        load_logs(path)
+
+
+def test_the_sglang_log_is_scored_in_tokens():
+    # SGLang bench_latency on one MI300X, Meta-Llama-3-8B: max_total_num_tokens=1256440 at
+    # its page of one token; the sizing keeps its activations and 2 GiB reserve inside the
+    # 0.88 share, which SGLang leaves to the (1 - 0.88) slack: 1.6 % fewer tokens
+    log = _log("mi300x-llama3-8b-tp1-sglang-2024-10")
+    sizing = predict(log)
+    assert (sizing.block_size, sizing.bytes_per_block) == (1, 32 * 8 * 128 * 2 * 2)
+    assert sizing.blocks == 1235840
+    assert round(100 * relative_error(sizing.blocks, log), 1) == -1.6

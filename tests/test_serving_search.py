@@ -8,7 +8,12 @@ import csv
 
 import pytest
 
-from krakenlm.serving.config_search import evaluate_config, load_space, parse_space
+from krakenlm.serving.config_search import (
+    ConfigSpaceError,
+    evaluate_config,
+    load_space,
+    parse_space,
+)
 from krakenlm.studies.serving_search import search_configs
 
 # a light load every configuration serves within the SLOs: goodput is the offered rate for all
@@ -97,3 +102,20 @@ def test_configurations_that_differ_in_engine_knobs_share_one_simulator_session(
     fresh = evaluate_config(fixed, {"max_num_batched_tokens": 512, "max_num_seqs": 8})
     assert len(made) == 2
     assert fresh == shared[1] and fresh["error"] == ""
+
+
+def test_the_kv_cache_dtype_can_be_searched():
+    space = parse_space({**FIXED, "system": "h100-80gb-x8",
+                         "space": {"kv_cache_dtype": ["auto", "fp8"]}}, "test")
+    assert space.grid() == [{"kv_cache_dtype": "auto"}, {"kv_cache_dtype": "fp8"}]
+    rows = [evaluate_config(space.fixed, c) for c in space.grid()]
+    assert [r["error"] for r in rows] == ["", ""]
+    assert rows[1]["cfg_kv_cache_dtype"] == "fp8"
+    with pytest.raises(ConfigSpaceError, match="space option 'kv_cache_dtype' takes auto, "
+                                               "fp8, .* got 'int4'"):
+        parse_space({**FIXED, "system": "h100-80gb-x8",
+                     "space": {"kv_cache_dtype": ["int4"]}}, "test")
+    with pytest.raises(ConfigSpaceError, match="option 'kv_cache_dtype' takes auto, .* got "
+                                               "'fp4'"):
+        parse_space({**FIXED, "kv_cache_dtype": "fp4", "space": {"system": ["h100-80gb-x8"]}},
+                    "test")

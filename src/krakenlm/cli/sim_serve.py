@@ -13,7 +13,8 @@ from ._console import print_report
 from .sim import sim_app
 
 
-@sim_app.command("serve")
+@sim_app.command("serve", help="Replay a trace through an engine's scheduler, or find its "
+                 "capacity. docs/serving.md.")
 def serve_cmd(
     trace: str = typer.Option(..., "--trace", help="Request trace: an Azure 2023 CSV, a Mooncake JSONL (with prefix-block hash_ids), a Vidur-style CSV, or 'synthetic' (with --rate, --arrival, --cv, --requests, --lengths)."),
     model: str = typer.Option(..., "--model", help="Model preset (see `krakenlm models`) or a path to a config.json (Hugging Face or krakenlm)."),
@@ -48,6 +49,7 @@ def serve_cmd(
     schedule_policy: str = typer.Option("lpm", "--schedule-policy", help="SGLang: lpm (longest prefix match first, the default) or fcfs."),
     prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching, TensorRT-LLM's KV block reuse (default: on in vLLM V1, off in V0 and TensorRT-LLM)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="KV cache storage as the engines spell it: auto (the profile's: the model dtype, or its FP8 policy), fp8 / fp8_e4m3 / fp8_e5m2 (one byte a value; vLLM, SGLang, TensorRT-LLM's FP8 KV cache), bf16 / bfloat16, fp16 / float16. Sets the KV block's bytes and the KV bytes attention reads."),
     slo_ttft_s: float = typer.Option(None, "--slo-ttft-s", help="TTFT SLO in seconds (attainment and goodput)."),
     slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
     skip_long: bool = typer.Option(False, "--skip-long", help="Drop requests longer than the model's context (default: an error)."),
@@ -57,7 +59,6 @@ def serve_cmd(
     out: str = typer.Option(None, "--out", help="Directory for requests.csv, timeline.csv, summary.json and serve.png."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
-    """Replay a trace through an engine's scheduler, or find its capacity. docs/serving.md."""
     print_report(_run(dict(locals())), as_json)
 
 

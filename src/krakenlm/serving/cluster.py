@@ -338,6 +338,7 @@ def cluster_report(trace: Trace, built: Sequence[BuiltPool], replicas: Sequence[
              "software": first.sim.profile.name, "scheduler": first.kind,
              "tp": "/".join(str(p.spec.tp) for p in built) if len(built) > 1 else first.spec.tp,
              "replicas": len(replicas), "router": router, "dtype": dtype,
+             "kv_cache_dtype": first.sim.precision("kv_cache"),
              "options": dict(first.options.__dict__), "kv_cache": first.sizing.to_dict(),
              "devices": sum(p.devices for p in built), "pools": pools, **(extra_setup or {})}
     return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,

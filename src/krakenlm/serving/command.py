@@ -17,6 +17,7 @@ from ..simulator.constants.software import load_software
 from .capacity import Capacity, find_capacity, ttft_misses_deciding
 from .cluster import PoolSpec, is_pool_spec, parse_pools, pools_network, serve_cluster
 from .disagg import PDSearch, pd_search, serve_disaggregated
+from .kv_cache import kv_cache_software
 from .replay import SCHEDULERS, default_options, serve, throughput_bound_per_s
 from .report import ServeReport
 from .routing import check_router
@@ -62,6 +63,7 @@ class ServeOptions:
     preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
     swap_space: float = 4.0  # vLLM V0 only: CPU swap space, GiB per GPU
     dtype: str = "fp16"
+    kv_cache_dtype: str = "auto"  # the engine's --kv-cache-dtype (kv_cache.KV_CACHE_DTYPES)
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     skip_long: bool = False
@@ -95,7 +97,7 @@ def serve_command(o: ServeOptions,
         report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
         return report
     trace, config, label, system, options = _setup(o)
-    report = serve(trace, config, system, software=o.software, tp=o.tp,
+    report = serve(trace, config, system, software=_software(o), tp=o.tp,
                    replicas=int(o.replicas),
                    router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
                    model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
@@ -122,13 +124,14 @@ def capacity_command(o: ServeOptions, percentile: int = 99,
         return find_capacity(scaled, trace.rate_per_s(), slo_ttft_s=o.slo_ttft_s,
                              slo_tpot_s=o.slo_tpot_s, percentile=percentile, progress=progress)
     trace, config, label, system, options = _setup(o)
+    software = _software(o)
     if o.skip_long:  # drop once, warn once
         trace = _without_long(trace, config)
     stop = ttft_misses_deciding(len(trace.requests), percentile) \
         if o.slo_ttft_s is not None else None
 
     def replay(scale: float) -> ServeReport:
-        report = serve(scale_rate(trace, scale), config, system, software=o.software, tp=o.tp,
+        report = serve(scale_rate(trace, scale), config, system, software=software, tp=o.tp,
                        replicas=int(o.replicas), router=o.router, options=options,
                        scheduler=o.scheduler, dtype=o.dtype, model_name=label,
                        slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
@@ -140,7 +143,7 @@ def capacity_command(o: ServeOptions, percentile: int = 99,
     base = trace.rate_per_s()
     start = 1.0
     if o.slo_ttft_s is not None or o.slo_tpot_s is not None:
-        bound = throughput_bound_per_s(trace, config, system, software=o.software, tp=o.tp,
+        bound = throughput_bound_per_s(trace, config, system, software=software, tp=o.tp,
                                        replicas=int(o.replicas), options=options,
                                        scheduler=o.scheduler, dtype=o.dtype, model_name=label)
         if math.isfinite(base) and base > 0:
@@ -159,6 +162,11 @@ def _without_long(trace: Trace, config) -> Trace:
         warn(f"dropped {len(trace.requests) - len(keep)} of {len(trace.requests)} requests "
              f"longer than the model's context of {config.context_len} tokens")
     return Trace(trace.name, keep, trace.hash_block_tokens) if keep else trace
+
+
+def _software(o: ServeOptions):
+    """The software profile (its name, or the profile with the KV cache dtype asked for)."""
+    return kv_cache_software(o.software, o.kv_cache_dtype)
 
 
 def _is_cluster(o: ServeOptions) -> bool:
@@ -232,7 +240,7 @@ def _cluster_replay(o: ServeOptions, progress):
     check_router(o.router)
     model, label = _model(o)
     trace = _trace(o)
-    common = {"software": o.software, "router": o.router, "overrides": _overrides(o),
+    common = {"software": _software(o), "router": o.router, "overrides": _overrides(o),
               "scheduler": o.scheduler, "dtype": o.dtype, "model_name": label,
               "slo_ttft_s": o.slo_ttft_s, "slo_tpot_s": o.slo_tpot_s, "network": network,
               "progress": progress}
@@ -258,7 +266,7 @@ def pd_search_command(o: ServeOptions, instances: int, percentile: int = 99,
         trace = _without_long(trace, model(instance.tp))
     return pd_search(trace, model, instance, instances, percentile=percentile,
                      slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s, progress=progress,
-                     software=o.software, router=o.router, overrides=_overrides(o),
+                     software=_software(o), router=o.router, overrides=_overrides(o),
                      scheduler=o.scheduler, dtype=o.dtype, model_name=label,
                      network=pools_network([instance], o.network_gbps))
 

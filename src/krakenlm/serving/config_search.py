@@ -1,6 +1,6 @@
 """One serving configuration, evaluated: the replay of a trace (`command.serve_command`) with
 a configuration's TP, replicas, token budget per step (the prefill chunk), max_num_seqs,
-system and architecture, reduced to a row with its goodput, its $ per hour and goodput per $
+system, architecture and KV cache dtype, reduced to a row with its goodput, its $ per hour and goodput per $
 and per GPU. Also the search-space file: the fixed `sim serve` options plus a list of values
 per searched option. The search itself runs the rows through design's runner
 (studies/serving_search.py)."""
@@ -15,10 +15,11 @@ from typing import Any
 
 from ..errors import KrakenError
 from .command import ServeOptions, serve_command
+from .kv_cache import KV_CACHE_DTYPES
 
 # the options a space may search, with the type of their values
 SEARCHED = {"tp": int, "replicas": int, "max_num_batched_tokens": int, "max_num_seqs": int,
-            "system": str, "arch": str}
+            "system": str, "arch": str, "kv_cache_dtype": str}
 ROW_FIELDS = ("key", "devices", "goodput_requests_per_s", "attainment", "usd_per_hour",
               "goodput_requests_per_usd", "goodput_requests_per_s_per_gpu",
               "output_tokens_per_s", "p99_ttft_s", "p99_tpot_s", "overloaded", "error")
@@ -62,6 +63,9 @@ def parse_space(data: Any, where: str) -> ConfigSpace:
                                "seed, slo_ttft_s, ...)")
     for name, value in fixed.items():
         _check_fixed(where, name, value, str(fields[name].type))
+    if fixed.get("kv_cache_dtype", "auto") not in KV_CACHE_DTYPES:
+        raise ConfigSpaceError(f"{where}: option 'kv_cache_dtype' takes "
+                               f"{', '.join(KV_CACHE_DTYPES)}, got {fixed['kv_cache_dtype']!r}")
     for need in ("trace", "model"):
         if need not in fixed:
             raise ConfigSpaceError(f"{where}: give `{need}:` (as `sim serve --{need}`)")
@@ -82,6 +86,9 @@ def parse_space(data: Any, where: str) -> ConfigSpace:
                                        f"integers, got {v!r}")
             if kind is str and not isinstance(v, str):
                 raise ConfigSpaceError(f"{where}: space option {name!r} takes names, got {v!r}")
+            if name == "kv_cache_dtype" and v not in KV_CACHE_DTYPES:
+                raise ConfigSpaceError(f"{where}: space option 'kv_cache_dtype' takes "
+                                       f"{', '.join(KV_CACHE_DTYPES)}, got {v!r}")
         checked[name] = list(values)
     if "system" not in fixed and "system" not in checked:
         raise ConfigSpaceError(f"{where}: give `system:` (fixed) or search it in `space:`")

@@ -15,6 +15,17 @@ the total the runtime reports (`Worker.determine_available_memory` takes
 datasheet capacity, on a MI300X 7 % above the YAML's decimal 192 GB.
 Predicted against engine logs in `serving/kv_logs.py`.
 
+KV cache dtype (`--kv-cache-dtype`, `KV_CACHE_DTYPES`): the engines' spellings of the storage
+dtypes the simulator models. vLLM's `CacheDType` (vllm-project/vllm@002f10e0
+`vllm/config/cache.py`: "auto" uses the model dtype; "fp8" is fp8_e4m3; float16, bfloat16,
+fp8_e5m2), SGLang's `--kv-cache-dtype` (sgl-project/sglang@0005834c
+`python/sglang/srt/model_executor/model_runner.py`, `TORCH_DTYPE_TO_KV_CACHE_STR`: fp8_e4m3,
+fp8_e5m2, bf16) and TensorRT-LLM's FP8 KV cache quantisation (`KV Cache Dtype: FP8` in
+`trtllm-bench`'s engine details, NVIDIA/TensorRT-LLM@8809c33e `benchmarks/Suite.md`). Every
+FP8 format stores one byte per value, the 16-bit ones two. The choice rides on the software
+profile (`SoftwareProfile.kv_cache_dtype`), so the block size in bytes here and the KV bytes
+the step-time model reads and writes in attention (`precision("kv_cache")`) follow it.
+
 Paging (vllm-project/vllm@ace980e6 `vllm/v1/core/kv_cache_manager.py`): a request holds
 ceil(tokens / block_size) blocks; `allocate_slots` fails when the free blocks do not cover
 the new ones (the scheduler then preempts). Prefix caching: `get_computed_blocks` returns the
@@ -29,16 +40,38 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import KrakenError
 from ..models import ModelConfig
 from ..simulator import Simulator
+from ..simulator.constants.software import SoftwareProfile, load_software
 from ..simulator.memory import RUNTIME_RESERVE_BYTES, activation_bytes, kv_cache_bytes, memory_use
 
 
 class KVCacheError(KrakenError, ValueError):
     """The configuration leaves no room for the KV cache, or a request can never fit."""
+
+
+# an engine's --kv-cache-dtype spelling -> the simulator precision it stores ("auto": the
+# profile's own); fp8 variants differ in their exponent/mantissa split, not in bytes
+KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+                   "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
+
+
+def kv_cache_software(software: SoftwareProfile | str | None,
+                      kv_cache_dtype: str = "auto") -> SoftwareProfile | str | None:
+    """The software profile whose KV cache is stored as `kv_cache_dtype` (an engine's
+    spelling, `KV_CACHE_DTYPES`); "auto" returns `software` itself, so nothing changes."""
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise KVCacheError(f"--kv-cache-dtype {kv_cache_dtype!r} is not one of "
+                           f"{', '.join(KV_CACHE_DTYPES)} (the engines' spellings of the KV "
+                           "dtypes the simulator models)")
+    precision = KV_CACHE_DTYPES[kv_cache_dtype]
+    if precision == "auto":
+        return software
+    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    return replace(profile, kv_cache_dtype=precision)
 
 
 @dataclass(frozen=True)

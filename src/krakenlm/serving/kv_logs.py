@@ -1,9 +1,11 @@
 """Engine startup logs that state the KV cache size, and the sizing's prediction of each.
 
 `data/kv_cache_logs.json` holds public logs (sources in `data/SOURCES.md`) that give the KV
-block count (vLLM V0 `# GPU blocks: N`) or its token count (vLLM V1 `GPU KV cache size: N
-tokens`, N = blocks x block_size) together with the model, GPU, tensor parallelism, memory
-utilisation, dtype and engine version. `predict` sizes each with the code `sim serve` runs
+block count (vLLM V0 `# GPU blocks: N`, TensorRT-LLM `Number of blocks in KV cache primary
+pool: N`; SGLang's `max_total_num_tokens=N` with its page of 1 token) or its token count (vLLM V1 `GPU KV cache size: N tokens`, N = blocks x
+block_size) together with the model, GPU, tensor parallelism, memory utilisation (TensorRT-LLM:
+its share of the free memory), dtype, KV cache dtype (optional, "auto" when not given) and
+engine version. `predict` sizes each with the code `sim serve` runs
 (`replay.default_options` for the engine, then `kv_cache.size_kv_cache` with the logged knobs),
 so the comparison scores exactly what a replay would be given.
 """
@@ -19,12 +21,13 @@ from ..fileio import read_user_text
 from ..hardware import load_system
 from ..models import get_preset
 from ..simulator import Simulator
-from .kv_cache import KVSizing, size_kv_cache
+from .kv_cache import KV_CACHE_DTYPES, KVSizing, kv_cache_software, size_kv_cache
 from .replay import default_options
 
 LOGS_FILE = Path(__file__).resolve().parent / "data" / "kv_cache_logs.json"
 # the engine a log names -> (software profile, scheduler whose defaults apply)
-ENGINES = {"vllm-v1": ("vllm", "vllm-v1"), "vllm-v0": ("vllm-v0", "vllm-v0")}
+ENGINES = {"vllm-v1": ("vllm", "vllm-v1"), "vllm-v0": ("vllm-v0", "vllm-v0"),
+           "trtllm": ("trtllm", "trtllm"), "sglang": ("sglang", "sglang")}
 FIELDS = ("id", "source", "locator", "line", "engine", "engine_version", "model", "dtype",
           "system", "tp", "gpu_memory_utilization", "block_size", "max_num_batched_tokens",
           "logged_blocks")
@@ -50,6 +53,7 @@ class KVLog:
     block_size: int
     max_num_batched_tokens: int
     logged_blocks: int
+    kv_cache_dtype: str = "auto"
 
 
 def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
@@ -74,7 +78,11 @@ def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
         if not (isinstance(entry["logged_blocks"], int) and entry["logged_blocks"] > 0):
             raise KVLogDataError(f"{path}: log {name}: logged_blocks must be a positive "
                                  "integer")
-        logs.append(KVLog(**{f: entry[f] for f in FIELDS}))
+        kv_dtype = entry.get("kv_cache_dtype", "auto")
+        if kv_dtype not in KV_CACHE_DTYPES:
+            raise KVLogDataError(f"{path}: log {name}: kv_cache_dtype {kv_dtype!r} is not one "
+                                 f"of {', '.join(KV_CACHE_DTYPES)}")
+        logs.append(KVLog(**{f: entry[f] for f in FIELDS}, kv_cache_dtype=kv_dtype))
     return tuple(logs)
 
 
@@ -83,14 +91,14 @@ def predict(log: KVLog) -> KVSizing:
     software, scheduler = ENGINES[log.engine]
     system = load_system(log.system)
     config = get_preset(log.model)
-    sim = Simulator(system, software, dtype=log.dtype)
+    sim = Simulator(system, kv_cache_software(software, log.kv_cache_dtype), dtype=log.dtype)
     opt = replace(default_options(scheduler, system, config), block_size=log.block_size,
                   gpu_memory_utilization=log.gpu_memory_utilization,
                   max_num_batched_tokens=log.max_num_batched_tokens)
     return size_kv_cache(sim, config, log.tp, block_size=opt.block_size,
                          gpu_memory_utilization=opt.gpu_memory_utilization,
                          max_num_batched_tokens=opt.max_num_batched_tokens,
-                         model_name=log.model)
+                         model_name=log.model, of_free_memory=scheduler == "trtllm")
 
 
 def relative_error(predicted_blocks: int, log: KVLog) -> float:

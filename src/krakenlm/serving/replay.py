@@ -35,7 +35,7 @@ from ..models import ModelConfig
 from ..simulator import Simulator
 from ..simulator.constants.software import SoftwareProfile, load_software
 from .frontend import apply_frontend
-from .kv_cache import KVCacheError, size_kv_cache
+from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
 from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
 from .sglang import POLICIES as SGLANG_POLICIES
 from .sglang import POOL_SIZED, SGLangEngine, max_running_requests
@@ -156,7 +156,7 @@ def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: 
 def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, software: str,
              tp: int, replicas: int, router: str, options: V1Options | None,
              scheduler: str | None, dtype: str, model_name: str, slo_ttft_s: float | None,
-             slo_tpot_s: float | None, skip_long: bool):
+             slo_tpot_s: float | None, skip_long: bool, kv_cache_dtype: str = "auto"):
     """Check a replay's setup and build what it runs on: (system, simulator, scheduler,
     options, KV sizing, the trace without dropped requests, step-time oracle, seconds spent
     tabulating it)."""
@@ -173,7 +173,7 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
             raise ServeError(f"{name} must be a positive number of seconds, got {slo}")
     if not trace.requests:
         raise ServeError(f"trace {trace.name} holds no requests")
-    sim = session(system, software, dtype)
+    sim = session(system, kv_cache_software(software, kv_cache_dtype), dtype)
     kind = scheduler_for(sim.profile.name, scheduler)
     opt = options or default_options(kind, system, config)
     pool_sized = kind == "sglang" and opt.max_num_seqs == POOL_SIZED
@@ -232,7 +232,7 @@ def throughput_bound_per_s(trace: Trace, config: ModelConfig, system: System | s
                            software: str = "vllm", tp: int = 1, replicas: int = 1,
                            options: V1Options | None = None, scheduler: str | None = None,
                            dtype: str = "fp16", model_name: str = "model",
-                           skip_long: bool = False) -> float:
+                           skip_long: bool = False, kv_cache_dtype: str = "auto") -> float:
     """The static throughput bound: requests per second the replicas could finish at most on
     this trace's mean lengths. Every request needs `output` decode steps; a replica runs at
     most B = min(max_num_seqs, KV blocks / blocks of a mean request) of them per step, each
@@ -242,7 +242,8 @@ def throughput_bound_per_s(trace: Trace, config: ModelConfig, system: System | s
     _, _, _, opt, sizing, trace, timer, _ = _prepare(
         trace, config, system, software=software, tp=tp, replicas=replicas,
         router="round-robin", options=options, scheduler=scheduler, dtype=dtype,
-        model_name=model_name, slo_ttft_s=None, slo_tpot_s=None, skip_long=skip_long)
+        model_name=model_name, slo_ttft_s=None, slo_tpot_s=None, skip_long=skip_long,
+        kv_cache_dtype=kv_cache_dtype)
     prompt = float(np.mean([r.prompt_tokens for r in trace.requests]))
     output = float(np.mean([r.output_tokens for r in trace.requests]))
     per_request = math.ceil((prompt + output) / opt.block_size)
@@ -285,18 +286,21 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
           model_name: str = "model", slo_ttft_s: float | None = None,
           slo_tpot_s: float | None = None, skip_long: bool = False,
           progress: Callable[[int, int], None] | None = None,
-          stop_after_ttft_misses: int | None = None, client_side: bool = False) -> ServeReport:
+          stop_after_ttft_misses: int | None = None, client_side: bool = False,
+          kv_cache_dtype: str = "auto") -> ServeReport:
     """Replay `trace` (see the module docstring). `stop_after_ttft_misses` (with
     `slo_ttft_s`): give up, raising `ReplayStopped`, once that many requests are known to
     miss the TTFT SLO (their first token came later, or they have waited longer already);
     a capacity probe then fails without replaying the rest of a diverging queue.
     `client_side`: report first tokens and finishes as a client sees them through the
-    software profile's front end (serving/frontend.py); otherwise as the engine emits them."""
+    software profile's front end (serving/frontend.py); otherwise as the engine emits them.
+    `kv_cache_dtype`: the engine's --kv-cache-dtype (`kv_cache.KV_CACHE_DTYPES`; "auto": the
+    profile's)."""
     started = time.perf_counter()
     prep = _prepare(trace, config, system, software=software, tp=tp, replicas=replicas,
                     router=router, options=options, scheduler=scheduler, dtype=dtype,
                     model_name=model_name, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
-                    skip_long=skip_long)
+                    skip_long=skip_long, kv_cache_dtype=kv_cache_dtype)
     system, sim, kind, opt, sizing, trace, timer, built = prep
     engines = [REPLAY_ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
@@ -360,8 +364,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     setup = {"trace": trace.name, "model": model_name, "arch": config.arch,
              "system": system.name, "software": sim.profile.name, "scheduler": kind,
              "tp": tp, "replicas": replicas, "router": router, "dtype": dtype,
-             "options": dict(opt.__dict__), "kv_cache": sizing.to_dict(),
-             "devices": gpus}
+             "kv_cache_dtype": sim.precision("kv_cache"), "options": dict(opt.__dict__),
+             "kv_cache": sizing.to_dict(), "devices": gpus}
     if client_side:
         setup["client_side"] = {"request_s": frontend.request_s,
                                 "per_stream_token_s": frontend.per_stream_token_s}

@@ -449,7 +449,8 @@ class Simulator:
         profile = dataclasses.replace(profile, host=profile.host_for(system.name))
         system.device.matrix_rate(dtype)  # fails early, naming the field, if the dtype is missing
         self.precision = (lambda op: profile.precision(op, dtype)) if mode != "tile" \
-            else (lambda op: dtype)
+            else (lambda op: profile.kv_cache_dtype if op == "kv_cache"
+                  and profile.kv_cache_dtype != "auto" else dtype)
         for op in ("gemm", "attention"):
             system.device.matrix_rate(self.precision(op))
         self.system, self.profile, self.mode, self.dtype = system, profile, mode, dtype

@@ -152,6 +152,9 @@ class SoftwareProfile:
     fusions: Fusions = Fusions()
     fp8: Fp8Policy = Fp8Policy()
     frontend: Frontend = Frontend()
+    # the KV cache's storage dtype as a serving engine's --kv-cache-dtype sets it ("auto": the
+    # profile's own, i.e. the model dtype or its FP8 policy); set per run, not in the YAML
+    kv_cache_dtype: str = "auto"
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     # host constants fitted per system (the host CPU is part of the system), and their records
     host_systems: dict[str, Host] = field(default_factory=dict, hash=False, compare=False)
@@ -166,7 +169,9 @@ class SoftwareProfile:
 
     def precision(self, operator: str, dtype: str) -> str:
         """The dtype `operator` (gemm, attention, kv_cache, lm_head, all_reduce, elementwise)
-        runs in when the model is served in `dtype`."""
+        runs in when the model is served in `dtype`; the KV cache in `kv_cache_dtype` when set."""
+        if operator == "kv_cache" and self.kv_cache_dtype != "auto":
+            return self.kv_cache_dtype
         if dtype != "fp8":
             return dtype
         if operator == "elementwise":

@@ -50,7 +50,9 @@ def flash_prefill(dev: Device, batch: int, heads: int, kv_heads: int, q_len: int
     b = DTYPE_BYTES[dtype]
     core, freq = dev.core, dev.frequency_hz
     half = dev.matrix_flops_per_s.fp16 or dev.matrix_flops_per_s.bf16
-    speed = dev.matrix_rate(dtype) / half * compute_eff
+    # a cache dtype the device has no matrix rate for (an FP8 KV cache before Hopper) is
+    # dequantised to 16 bits for the math: one byte a value read, the 16-bit rate
+    speed = (dev.matrix_flops_per_s.get(dtype) or half) / half * compute_eff
     mem_bw = dev.memory.bandwidth_bytes_per_s * memory_eff
 
     Br = np.array([64, 128, 64, 128, 128, 256])
@@ -121,7 +123,9 @@ def flash_decode(dev: Device, batch: int, heads: int, kv_heads: int, kv_len: int
     bandwidth = min(dev.memory.bandwidth_bytes_per_s * memory_eff, active * per_core_bw)
     t_mem = moved / bandwidth
     half = dev.matrix_flops_per_s.fp16 or dev.matrix_flops_per_s.bf16
-    speed = dev.matrix_rate(dtype) / half * compute_eff
+    # a cache dtype the device has no matrix rate for (an FP8 KV cache before Hopper) is
+    # dequantised to 16 bits for the math: one byte a value read, the 16-bit rate
+    speed = (dev.matrix_flops_per_s.get(dtype) or half) / half * compute_eff
     keys = _ceil(kv_len, splits)
     h, w = core.systolic_array_height, core.systolic_array_width
     # q K^T (group x hd) @ (hd x keys) and p V (group x keys) @ (keys x hd), over the lanes
