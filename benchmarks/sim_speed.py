@@ -9,7 +9,11 @@
 2. Warm API: one `Simulator` session (krakenlm.simulator.Simulator), timed per query after a
    warm-up, on one core: the same query repeated, and a sweep of distinct queries (64 prompt
    lengths), prefill only (gen 1) and prefill + 1023 decode steps.
-3. Decode error bound: the fast decode path (exact when no collective can overlap the
+3. Machine reference: a fixed pure-Python loop (10^7 integer additions) on the same core,
+   median of 5. Figures taken on different days are comparable only through it: the shared
+   VM this project is measured on has run the same commit's queries up to 9x slower on one
+   day than on another.
+4. Decode error bound: the fast decode path (exact when no collective can overlap the
    attention, sampled every 32nd step otherwise) against scheduling every step exactly, over
    the Kraken TTFT grid's engines and prompt lengths: the largest relative difference of the
    end-to-end time.
@@ -84,6 +88,19 @@ def warm(repeats: int) -> dict:
     return out
 
 
+def python_loop_s(repeats: int = 5) -> float:
+    """Median seconds of 10^7 pure-Python integer additions on core 0 (the machine's speed)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {0})
+    times = []
+    for _ in range(repeats):
+        t, total = time.perf_counter(), 0
+        for i in range(10**7):
+            total += i
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def decode_error() -> dict:
     from krakenlm.models import get_preset
     from krakenlm.simulator import simulate
@@ -112,8 +129,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None, help="Also write the report here.")
     args = parser.parse_args()
-    report = {"cold_cli": cold(args.repeats), "warm_api": warm(args.repeats),
-              "decode_fast_path": decode_error()}
+    report = {"machine_python_loop_s": python_loop_s(), "cold_cli": cold(args.repeats),
+              "warm_api": warm(args.repeats), "decode_fast_path": decode_error()}
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
