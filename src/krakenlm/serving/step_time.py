@@ -279,6 +279,9 @@ class StepTimer:
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
         self._prefill_memo: dict[tuple[int, int], float] = {}
+        # `step_s`'s interpolation over the token grid per token count (at most one entry per
+        # count up to the budget: the same (i, j, weight) every call)
+        self._token_brackets: dict[int, tuple[int, int, float]] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -409,17 +412,18 @@ class StepTimer:
         host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
         _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
-        xs = self.tokens_grid
-        if tokens <= xs[0]:
-            i = j = 0
-            w = 0.0
-        elif tokens >= xs[-1]:
-            i = j = len(xs) - 1
-            w = 0.0
-        else:
-            j = bisect.bisect_right(xs, tokens)
-            i = j - 1
-            w = (tokens - xs[i]) / (xs[j] - xs[i])
+        bracket = self._token_brackets.get(tokens)
+        if bracket is None:
+            xs = self.tokens_grid
+            if tokens <= xs[0]:
+                bracket = (0, 0, 0.0)
+            elif tokens >= xs[-1]:
+                bracket = (len(xs) - 1, len(xs) - 1, 0.0)
+            else:
+                j = bisect.bisect_right(xs, tokens)
+                bracket = (j - 1, j, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1]))
+            self._token_brackets[tokens] = bracket
+        i, j, w = bracket
         a = attention_s
         gpu = 0.0
         bisect_right = bisect.bisect_right
