@@ -327,3 +327,26 @@ def test_trtllm_kv_block_reuse_skips_the_cached_prefix(policy):
     assert b.first_token_s - 10.0 == pytest.approx(st.batch_s([(64, 1536)], []), rel=1e-12)
     assert b_off.first_token_s - 10.0 == pytest.approx(a.first_token_s, rel=1e-12)
     assert on.pool.available == on.pool.total
+
+
+def test_weighted_stats_sorts_runs_as_the_stable_sort_of_every_entry():
+    """`weighted_stats` sorts runs of equal (gap, weight) entries as one entry: its mean and
+    percentiles are bit for bit those of a stable sort of every entry, with ties between
+    runs of different weights and equal values apart."""
+    from krakenlm.serving.report import PERCENTILES, _stable_sorted, weighted_stats
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        pool = rng.uniform(0.01, 0.05, 40).round(3)  # few distinct gaps: many ties
+        runs = rng.integers(1, 30, 300)
+        values = np.repeat(rng.choice(pool, 300), runs)
+        weights = np.repeat(rng.choice([1.0, 1.0, 7.0, 18.0], 300), runs)
+        order = np.argsort(values, kind="stable")
+        v, w = values[order], weights[order]
+        got_v, got_w = _stable_sorted(values, weights)
+        assert got_v.tobytes() == v.tobytes() and got_w.tobytes() == w.tobytes()
+        cum = np.cumsum(w)
+        expected = {"mean": float((v * w).sum() / cum[-1])}
+        for p in PERCENTILES:
+            expected[f"p{p}"] = float(v[min(len(v) - 1,
+                                            int(np.searchsorted(cum, cum[-1] * p / 100)))])
+        assert weighted_stats(values, weights) == expected

@@ -120,3 +120,21 @@ def test_decode_steps_list_equals_the_array_formula_bit_for_bit(arch):
         assert st.decode_steps_list(d, kv, steps) == st.decode_steps_s(d, kv, steps).tolist()
     if arch == "gpt":
         assert all(p.scalar is not None for p in st._decode_plans.values())
+
+
+def test_interp_run_equals_numpy_interp_bit_for_bit():
+    """`_interp_run` (numpy.interp's arithmetic on Python floats, for short decode windows)
+    gives exactly numpy.interp's floats: inside one interval, across grid points, at them,
+    below the first and past the last."""
+    from krakenlm.serving.step_time import _interp_run
+    _, _, st = oracle("gpt")
+    row = st._decode_attention[3]
+    xs, ys = row.x, row.y
+    rng = np.random.default_rng(7)
+    starts = [float(x) for x in xs[:5]] + [xs[0] - 3.0, xs[-1] - 2.5, xs[-1] + 1.0]
+    starts += [float(rng.uniform(xs[0] - 5, xs[-1] + 5)) for _ in range(500)]
+    starts += [float(rng.integers(int(xs[0]) - 5, int(xs[-1]) + 5)) for _ in range(500)]
+    for x0 in starts:
+        steps = int(rng.integers(1, 40))
+        expected = np.interp(x0 + np.arange(steps, dtype=float), row.xa, row.ya).tolist()
+        assert _interp_run(xs, ys, x0, steps) == expected

@@ -124,6 +124,66 @@ def _at(table: tuple[list[float], list[float]], x: float) -> float:
     return ys[i - 1] * (1 - w) + ys[i] * w
 
 
+def _interp_run(xs: list[float], ys: list[float], x0: float, steps: int) -> list[float]:
+    """numpy.interp of (xs, ys) at x0, x0 + 1, ..., x0 + steps - 1 on Python floats, by
+    numpy's operations (numpy/_core/src/multiarray/compiled_base.c, `arr_interp`): ys[0]
+    below xs[0], ys[-1] at and past xs[-1], ys[j] at a grid point xs[j], else
+    slope * (x - xs[j]) + ys[j] with slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]); so
+    the same floats as the array call, without its fixed cost on a few values. The points
+    rise, so the bracket is searched once, and again only when a point leaves it."""
+    j = bisect.bisect_right(xs, x0) - 1
+    if 0 <= j < len(xs) - 1 and xs[j] < x0 and x0 + (steps - 1) < xs[j + 1]:
+        lo, y0 = xs[j], ys[j]  # every point inside one interval (most windows)
+        slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+        return [slope * (x0 + i - lo) + y0 for i in range(steps)]
+    first, last = xs[0], xs[-1]
+    out = []
+    j = max(j, 0)
+    for i in range(steps):
+        x = x0 + i  # as numpy adds the offsets 0.0, 1.0, ... (an int converts exactly)
+        if x < first:
+            out.append(ys[0])
+        elif x >= last:
+            out.append(ys[-1])
+        else:
+            if xs[j + 1] <= x:
+                j = bisect.bisect_right(xs, x, j) - 1
+            lo = xs[j]
+            if lo == x:
+                out.append(ys[j])
+            else:
+                y0 = ys[j]
+                out.append((ys[j + 1] - y0) / (xs[j + 1] - lo) * (x - lo) + y0)
+    return out
+
+
+def _window_attention_list(plan: _DecodePlan, sequences: int, mean_kv: float,
+                           steps: int) -> list[float]:
+    """`StepTimer._window_attention` as a list, on Python floats (`_interp_run` for the
+    rows' interpolation, then the same operations per step as on the arrays)."""
+    row_i, row_j, w, beyond = plan.attention
+    if row_i.constant:
+        att = row_i.y[0]
+        if beyond:
+            return [att * sequences / beyond] * steps
+        if w == 0.0:
+            return [att] * steps
+        a = att * (1 - w)
+        if row_j.constant:
+            return [a + row_j.y[0] * w] * steps
+        return [a + b * w for b in _interp_run(row_j.x, row_j.y, mean_kv, steps)]
+    atts = _interp_run(row_i.x, row_i.y, mean_kv, steps)
+    if beyond:
+        return [a * sequences / beyond for a in atts]
+    if w == 0.0:
+        return atts
+    u = 1 - w
+    if row_j.constant:
+        b = row_j.y[0] * w
+        return [a * u + b for a in atts]
+    return [a * u + b * w for a, b in zip(atts, _interp_run(row_j.x, row_j.y, mean_kv, steps))]
+
+
 def _bracket(xs: list[float], x: float) -> tuple[int, int, float]:
     if x <= xs[0]:
         return 0, 0, 0.0
@@ -219,6 +279,9 @@ class StepTimer:
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
         self._prefill_memo: dict[tuple[int, int], float] = {}
+        # `step_s`'s interpolation over the token grid per token count (at most one entry per
+        # count up to the budget: the same (i, j, weight) every call)
+        self._token_brackets: dict[int, tuple[int, int, float]] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -349,17 +412,18 @@ class StepTimer:
         host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
         _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
-        xs = self.tokens_grid
-        if tokens <= xs[0]:
-            i = j = 0
-            w = 0.0
-        elif tokens >= xs[-1]:
-            i = j = len(xs) - 1
-            w = 0.0
-        else:
-            j = bisect.bisect_right(xs, tokens)
-            i = j - 1
-            w = (tokens - xs[i]) / (xs[j] - xs[i])
+        bracket = self._token_brackets.get(tokens)
+        if bracket is None:
+            xs = self.tokens_grid
+            if tokens <= xs[0]:
+                bracket = (0, 0, 0.0)
+            elif tokens >= xs[-1]:
+                bracket = (len(xs) - 1, len(xs) - 1, 0.0)
+            else:
+                j = bisect.bisect_right(xs, tokens)
+                bracket = (j - 1, j, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1]))
+            self._token_brackets[tokens] = bracket
+        i, j, w = bracket
         a = attention_s
         gpu = 0.0
         bisect_right = bisect.bisect_right
@@ -436,8 +500,7 @@ class StepTimer:
         scalar = plan.scalar
         if scalar is None or steps > SCALAR_STEPS:
             return self.decode_steps_s(sequences, mean_kv, steps).tolist()
-        att = self._window_attention(plan, sequences, mean_kv, steps)
-        atts = att.tolist() if isinstance(att, np.ndarray) else [att] * steps
+        atts = _window_attention_list(plan, sequences, mean_kv, steps)
         c, r, count = scalar
         head, overhead = plan.head_s, plan.overhead_s
         if plan.overlaps:  # max(gpu, overhead) without the call

@@ -430,15 +430,19 @@ class V1Engine:
             s = waiting[0]
             tokens = s.prompt + s.generated
             hits = pool.hit_ids(s.ids, tokens) if per else 0
-            hit_ids = list(s.ids[:hits])
+            hit_ids = list(s.ids[:hits]) if hits else []
             computed = hits * pool.hash_tokens
-            new = min(tokens - computed, budget)
+            new = tokens - computed
+            if new > budget:  # noqa: PLR1730 (a conditional: the hot path, no call)
+                new = budget
             need = -(-(computed + new) // bs) - per * hits
-            if not pool.admit(hit_ids, max(need, 0)):
+            if need < 0:  # noqa: PLR1730
+                need = 0
+            if not pool.admit(hit_ids, need):
                 break
             waiting.popleft()
             running.append(s)
-            s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, max(need, 0)
+            s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, need
             s.cached_tokens += computed
             if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
                 s.first_scheduled_s = self.now
