@@ -90,6 +90,22 @@ def test_bands_need_two_sources_and_say_what_they_extrapolate():
     assert "no validated case on MI300X" in bands.band(Case("MI300X", 8, 1, 512, "decode")).extrapolation
 
 
+def test_a_band_looked_up_again_is_the_one_a_fresh_table_gives():
+    # two batch bands with different residuals, two sources each: their groups differ
+    rows = [(Case("A100", 8, b, 512, "decode"), r + 0.05 * (i % 3), s)
+            for b, r in ((1, 0.1), (16, -0.3)) for s in ("s1", "s2") for i in range(6)]
+    bands = Bands.from_residuals(rows)
+    cases = [Case("A100", 8, 1, 512, "decode"), Case("A100", 8, 1, 9000, "decode"),
+             Case("A100", 8, 16, 512, "decode"), Case("A100", 8, 12, 700, "decode"),
+             Case("A100", 8, 1, 512, "prefill")]
+    for case in cases + cases:  # the second pass reads what the first worked out
+        assert bands.band(case) == Bands.from_residuals(rows).band(case), case
+    assert bands.band(cases[0]).extrapolation == "" and \
+        "prompt 9000" in bands.band(cases[1]).extrapolation
+    assert bands.band(cases[0]).low != bands.band(cases[2]).low
+    assert bands.band(cases[4]).basis == "all cases"  # no prefill group: the widest one
+
+
 def _synthetic_sources(seed, sources, rows, tau, sigma):
     """(case, residual, source) rows: each source's effect drawn with sd `tau`, each row's
     scatter around it with sd `sigma`."""

@@ -96,3 +96,30 @@ def test_single_row_takes_the_gemv_path_and_streams_the_weight_once():
     # narrow outputs are split along K so the whole device streams
     narrow = simulate_matmul(A100, 1, 64, 1 << 20)
     assert narrow.mapping["split_k"] > 1
+
+
+def test_two_specs_of_one_kernel_call_share_its_time_but_keep_their_own_names():
+    from krakenlm.simulator.constants import gpu_kernels as store
+    from krakenlm.simulator.constants.software import load_software
+    from krakenlm.simulator.constants.template import default_calibration
+    from krakenlm.simulator.graph import OpSpec
+    from krakenlm.simulator.timing import OpTimer
+
+    system = load_system("a100-80gb-x8")
+
+    def timer():
+        return OpTimer(system, load_software("trtllm"), "simulate", "fp16",
+                       default_calibration(), store.for_device(system.device))
+
+    first = OpSpec("allreduce_attn", "AllReduce", "collective", ("all_reduce", 16384000, 8),
+                   "comm", ("out_proj",))
+    second = OpSpec("allreduce_ffn", "AllReduce", "collective", ("all_reduce", 16384000, 8),
+                    "comm", ("ffn_down",))
+    shared = timer()
+    a, b = shared(first), shared(second)
+    alone = timer()(second)  # the same spec timed by a timer that has seen nothing
+    assert (b.name, b.deps) == ("allreduce_ffn", ("ffn_down",))
+    assert (a.name, a.deps) == ("allreduce_attn", ("out_proj",))
+    assert b == alone and a.time_s == b.time_s and b.stream == "comm"
+    norm = OpSpec("add_norm_ffn", "LayerNorm", "stream", ("add_rmsnorm", 1000, 8192))
+    assert shared(norm) == timer()(norm)

@@ -77,6 +77,7 @@ def batch_band(batch: int) -> str:
     return "33+"
 
 
+@functools.lru_cache(maxsize=64)
 def device_class(device_name: str) -> str:
     """The GPU/accelerator model in a device name: "NVIDIA A100 80GB SXM4" -> "A100",
     "AMD Instinct MI300X" -> "MI300X" (the first word holding letters and digits that is not a
@@ -128,6 +129,10 @@ class Bands:
     source_count: int = 0
     # tau^2 of each level of comparison: source effects within that level's groups
     level_var: dict[tuple[str, ...], float] = field(default_factory=dict)
+    # (device, tp, batch band, phase) -> the most specific group's (low, high, n, basis) or
+    # None: what `band` finds for a case regardless of its prompt, worked out once per group
+    _groups_of: dict[tuple, tuple | None] = field(default_factory=dict, init=False, repr=False,
+                                                  compare=False)
 
     @classmethod
     def from_residuals(cls, rows: Iterable[tuple[Case, float, str]],
@@ -163,13 +168,25 @@ class Bands:
         return bands
 
     def band(self, case: Case) -> Band | None:
-        """The interval of the most specific comparable group (None: no residuals at all)."""
+        """The interval of the most specific comparable group (None: no residuals at all).
+        The group depends only on the case's device, TP, batch band and phase: it is looked up
+        once per such combination (a warm session asks for every query), the extrapolation
+        per case."""
+        where = (case.device, case.tp, batch_band(case.batch), case.phase)
+        if where not in self._groups_of:
+            self._groups_of[where] = self._group(case)
+        found = self._groups_of[where]
+        if found is None:
+            return None
+        low, high, n, basis = found
+        return Band(low, high, n, basis, self.extrapolation(case))
+
+    def _group(self, case: Case) -> tuple[float, float, int, str] | None:
         for lv in LEVELS:
             hit = self.groups.get((lv, case.key(lv)))
             if hit is not None:
                 basis = " ".join(_describe(k, v) for k, v in zip(lv, case.key(lv))) or "all cases"
-                return Band(math.exp(hit[0]), math.exp(hit[1]), hit[2], basis,
-                            self.extrapolation(case))
+                return math.exp(hit[0]), math.exp(hit[1]), hit[2], basis
         return None
 
     def extrapolation(self, case: Case) -> str:
