@@ -347,3 +347,19 @@ def test_synthetic_routed_fit_recovers_the_symmetric_memory_constants():
     for name in ("symm_latency_s", "multimem_efficiency", "symm_twoshot_efficiency",
                  "staged_eager_host_s", "oneshot_efficiency"):
         assert r.params[name] == pytest.approx(truth[name], rel=0.05), name
+
+
+def test_an_unknown_collective_is_named_and_the_known_ones_listed():
+    cols = {"op": np.array(["all_reduce", "broadcast", "all_gather"], object),
+            "n": np.array([8, 8, 8]), "bytes": np.array([1.0, 2.0, 3.0])}
+    with pytest.raises(ValueError, match=r"unknown collective\(s\) \['broadcast'\]; known: "
+                                         r"all_reduce, all_gather, reduce_scatter"):
+        C.predict_nccl(A100, cols, NCCL_A100)
+    cols["op"][1] = "reduce_scatter"
+    assert C.nccl_wire_bytes(A100, cols).shape == (3,)
+
+
+def test_kernel_codes_are_matched_as_isin_matches_them():
+    kernels = np.array([R.ONESHOT, R.TWOSHOT, R.NCCL, R.SYMM_MULTIMEM, R.PULL_TWOSHOT])
+    for codes in (C.SYMM_KERNELS, C.STAGED_KERNELS, (R.ONESHOT,), (R.FASTER,)):
+        assert np.array_equal(C._one_of(kernels, codes), np.isin(kernels, codes))

@@ -47,6 +47,7 @@ SGLang (python/sglang/srt/distributed/parallel_state.py, device_communicators/)
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -205,9 +206,11 @@ def sglang_route(version: str, arch: str) -> Route:
 RULES = {"trtllm": trtllm_route, "vllm": vllm_route, "sglang": sglang_route}
 
 
+@functools.lru_cache(maxsize=64)
 def route_for(framework: str, version: str, arch: str) -> Route | None:
     """The framework's rule for this version and fabric generation (collectives.nccl_arch), or
-    None where none is known (the calibration then reads the hand-off off the fit half)."""
+    None where none is known (the calibration then reads the hand-off off the fit half).
+    Worked out once per (framework, version, arch): every all-reduce a query times asks."""
     from ....hardware.identity import compute_capability
     rule = RULES.get(framework)
     if rule is None or not version or not compute_capability(arch):

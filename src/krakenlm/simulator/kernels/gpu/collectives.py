@@ -84,6 +84,7 @@ from ..params import Param
 from . import allreduce_routes as R
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
+KNOWN_OPS = frozenset(OPS)
 
 NCCL_PARAMS = (
     Param("floor_s", "seconds", 5e-6,
@@ -228,12 +229,17 @@ def _arrays(cols: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if "op" not in cols:
         return n, size, np.ones(len(n), bool)
     op = np.asarray(cols["op"])
-    ar = op == "all_reduce"
-    bad = ~(ar | (op == "all_gather") | (op == "reduce_scatter"))
-    if bad.any():
-        raise ValueError(f"unknown collective(s) {sorted(set(op[bad].tolist()))}; known: "
+    names = set(np.ravel(op).tolist())
+    if not names <= KNOWN_OPS:
+        raise ValueError(f"unknown collective(s) {sorted(names - KNOWN_OPS)}; known: "
                          f"{', '.join(OPS)}")
-    return n, size, ar
+    return n, size, op == "all_reduce"
+
+
+def _one_of(kernels: np.ndarray, codes: Iterable[int]) -> np.ndarray:
+    """`np.isin(kernels, codes)` for a few codes, without isin's set-up cost (a query's
+    all-reduce asks several times per call)."""
+    return np.logical_or.reduce([kernels == c for c in codes])
 
 
 def _steps(ar: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -399,7 +405,7 @@ def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float]
     B = port_bandwidth(system)
     n_safe = np.maximum(n, 1.0)
     t = np.full(len(n), np.nan)
-    custom = np.isin(kernels, (R.ONESHOT, R.TWOSHOT, R.FASTER, R.PULL_ONESHOT, R.PULL_TWOSHOT))
+    custom = _one_of(kernels, (R.ONESHOT, R.TWOSHOT, R.FASTER, R.PULL_ONESHOT, R.PULL_TWOSHOT))
     if custom.any():
         ramp = np.clip(np.log2(np.maximum(size, 1.0) / 2048.0) / 3.0, 0.0, 1.0)
         peers = (n_safe - 1) * (p.get("barrier_peer_s", 0.0) + ramp * p.get("blocks_peer_s", 0.0))
@@ -409,10 +415,10 @@ def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float]
         two = inf if "twoshot_efficiency" not in p else (
             p["twoshot_latency_s"] + 2 * peers
             + 2 * (n_safe - 1) / n_safe * size / (B * p["twoshot_efficiency"]))
-        t = np.where(np.isin(kernels, (R.ONESHOT, R.PULL_ONESHOT)), one, t)
-        t = np.where(np.isin(kernels, (R.TWOSHOT, R.PULL_TWOSHOT)), two, t)
+        t = np.where(_one_of(kernels, (R.ONESHOT, R.PULL_ONESHOT)), one, t)
+        t = np.where(_one_of(kernels, (R.TWOSHOT, R.PULL_TWOSHOT)), two, t)
         t = np.where(kernels == R.FASTER, np.minimum(one, two), t)
-    symm = np.isin(kernels, SYMM_KERNELS)
+    symm = _one_of(kernels, SYMM_KERNELS)
     if symm.any():
         # copy into the symmetric buffer and back out: 2 x (read S + write S) of device memory
         copies = 4.0 * size / system.device.memory.bandwidth_bytes_per_s
@@ -550,8 +556,8 @@ def predict_custom(system: System, cols: dict[str, Any], p, *, nccl=None,
             raise ValueError("eager rows (graph False) need the eager_host_s constant")
         mem_bw = system.device.memory.bandwidth_bytes_per_s
         copy = 2.0 * size / mem_bw  # the collector's eager loop clones the input
-        staged = np.isin(kernels, STAGED_KERNELS)
-        pull = np.isin(kernels, (R.PULL_ONESHOT, R.PULL_TWOSHOT))
+        staged = _one_of(kernels, STAGED_KERNELS)
+        pull = _one_of(kernels, (R.PULL_ONESHOT, R.PULL_TWOSHOT))
         # SGLang V2's pull kernels copy the input into their workspace and the result out
         busy = device + copy + np.where(pull, 4.0 * size / mem_bw, 0.0)
         host = np.where(staged, p["staged_eager_host_s"], p["eager_host_s"]) \

@@ -43,6 +43,7 @@ bursts and its weight copies kept in L2 belong to the harness (measurements/harn
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -253,6 +254,21 @@ class Cublas(GemmForm):
         return p["floor_s"] + time
 
 
+@functools.lru_cache(maxsize=2)
+def _candidates(hopper: bool) -> tuple[np.ndarray, ...]:
+    """The candidate kernels' grid, the same for every GEMM of a generation (read-only arrays):
+    tiles (T, 2), tile rows and columns (1, T, 1), splits (1, 1, S), 2 x tile rows x tile
+    columns (1, T, 1), the largest tiles (T,) and the splits that split (S,)."""
+    tiles = np.array(HOPPER_TILES if hopper else AMPERE_TILES, float)
+    tm, tn = tiles[None, :, 0, None], tiles[None, :, 1, None]
+    sp = np.array(SPLITS, float)[None, None, :]
+    area = tiles[:, 0] * tiles[:, 1]
+    out = (tiles, tm, tn, sp, 2.0 * tm * tn, area >= area.max(), sp[0] > 1)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
 def _build_geometry(dev: Device, cols, dtype: str, weight_copies: int) -> dict:
     M, N, K, B = columns(cols)
     ebytes = DTYPE_BYTES[dtype]
@@ -261,9 +277,7 @@ def _build_geometry(dev: Device, cols, dtype: str, weight_copies: int) -> dict:
     cap = dev.global_buffer.capacity_bytes
     in_l2 = resident(dev, a_bytes, b_bytes, c_bytes, weight_copies)
     hopper = hopper_class(dev)
-    tiles = np.array(HOPPER_TILES if hopper else AMPERE_TILES, float)
-    tm, tn = tiles[None, :, 0, None], tiles[None, :, 1, None]  # (1, T, 1)
-    sp = np.array(SPLITS, float)[None, None, :]  # (1, 1, S)
+    tiles, tm, tn, sp, tile_flops, big, split = _candidates(hopper)
     m, n, k, b = (x[:, None, None] for x in (M, N, K, B))  # (R, 1, 1)
     sms = dev.core_count
     per_sm = dev.matrix_rate(dtype) / sms
@@ -273,7 +287,7 @@ def _build_geometry(dev: Device, cols, dtype: str, weight_copies: int) -> dict:
     waves = np.ceil(ctas / sms)
     kp = np.ceil(k / sp)  # (R, 1, S)
     ksteps = np.ceil(kp / K_STEP)
-    work = 2.0 * tm * tn * kp / per_sm  # one CTA's main loop at the full per-SM rate
+    work = tile_flops * kp / per_sm  # one CTA's main loop at the full per-SM rate
     valid = (sp == 1) | (kp >= MIN_SPLIT_K)
     g = {"hopper": hopper,
          "wave_work": np.where(valid, waves * work, np.inf),
@@ -287,8 +301,6 @@ def _build_geometry(dev: Device, cols, dtype: str, weight_copies: int) -> dict:
         g["sk_waves"] = frac
         g["sk_fixup"] = (np.mod(t2, sms) != 0).astype(float)
     else:  # cuBLAS's big-tile heuristic
-        area = tiles[:, 0] * tiles[:, 1]
-        big = area >= area.max()
         qual = (big[None, :] & (tiles_mn[:, :, 0] >= BIG_TILE_MIN_FILL * sms)
                 & (tiles[None, :, 0] <= M[:, None]) & (tiles[None, :, 1] <= N[:, None])
                 & (K[:, None] <= BIG_TILE_MAX_K))
@@ -303,7 +315,7 @@ def _build_geometry(dev: Device, cols, dtype: str, weight_copies: int) -> dict:
         g["epilogue_bytes"] = c_bytes
     g["dram_bytes"], g["l2_bytes"] = dram, l2
     g["partial_bytes"] = (B * M * N)[:, None] * sp[0] * 2 * PARTIAL_BYTES  # (R, S)
-    g["split"] = sp[0] > 1
+    g["split"] = split
     g["quant_bytes"] = B * M * K * QUANT_BYTES if dtype.startswith("fp8") else None
     g["flops"] = 2.0 * B * M * N * K
     return g
