@@ -78,6 +78,15 @@ def test_causal_tiles_by_hand():
     assert [float(x[0]) for x in T.causal_tiles([1], [1.0], [64], [256])] == [1.0, 1.0, 1.0]
 
 
+def test_causal_tiles_of_one_row_are_that_rows_tiles_among_many():
+    isl, group, bm, bn = [1000, 3000, 1000, 77], [1.0, 8.0, 1.0, 4.0], [128, 64, 128, 128], \
+        [128, 128, 128, 64]
+    many = T.causal_tiles(isl, group, bm, bn)
+    for i in range(len(isl)):
+        one = T.causal_tiles([isl[i]], [group[i]], [bm[i]], [bn[i]])
+        assert [float(x[0]) for x in one] == [float(x[i]) for x in many]
+
+
 def test_causal_tiles_cover_the_causal_triangle():
     for s, g, bm, bn in itertools.product([1, 16, 100, 1024, 3000], [1.0, 3.0, 8.0, 96.0],
                                           [64, 128], [64, 128, 256]):

@@ -82,7 +82,10 @@ def causal_tiles(isl, group, bm, bn) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if hit is not None:
         return hit
     stacked = np.stack(arrays, axis=1)
-    shapes, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    if len(stacked) == 1:  # a query's one operator: nothing to deduplicate
+        shapes, inverse = stacked, np.zeros(1, int)
+    else:
+        shapes, inverse = np.unique(stacked, axis=0, return_inverse=True)
     table = np.array([_one(int(s), float(g), int(m), int(n)) for s, g, m, n in shapes])
     rows = table[inverse.reshape(-1)]
     out = (rows[:, 0], rows[:, 1], rows[:, 2])
