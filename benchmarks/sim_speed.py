@@ -1,6 +1,6 @@
 """Simulator speed: cold CLI runs, warm in-process queries, and the decode fast path's error.
 
-    python benchmarks/sim_speed.py [--repeats 5] [--json OUT.json]
+    python benchmarks/sim_speed.py [--repeats 5] [--json OUT.json] [--parts cold,warm,decode-error]
 
 1. Cold CLI: fresh `krakenlm sim run ... --json` processes pinned to one core (`taskset -c 0`),
    wall clock including Python start-up and imports, median of the repeats:
@@ -124,13 +124,28 @@ def decode_error() -> dict:
     return {"cases": cases, "max_relative_error_e2e": worst, "methods": sorted(methods)}
 
 
+PARTS = ("cold", "warm", "decode-error")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None, help="Also write the report here.")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"Comma-separated subset of {', '.join(PARTS)} (default: all); "
+                             "the machine reference is always measured.")
     args = parser.parse_args()
-    report = {"machine_python_loop_s": python_loop_s(), "cold_cli": cold(args.repeats),
-              "warm_api": warm(args.repeats), "decode_fast_path": decode_error()}
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}")
+    report = {"machine_python_loop_s": python_loop_s()}
+    if "cold" in parts:
+        report["cold_cli"] = cold(args.repeats)
+    if "warm" in parts:
+        report["warm_api"] = warm(args.repeats)
+    if "decode-error" in parts:
+        report["decode_fast_path"] = decode_error()
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
