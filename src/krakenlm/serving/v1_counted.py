@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import accumulate
 
 from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine
 
@@ -203,18 +202,6 @@ class CountedV1Engine(V1Engine):
         finishes = self._finishes
         if finishes[0][0] == tick and self._finish(end):
             self.running = [s for s in running if s.finish_s != s.finish_s]
-        # `V1Engine._record_window`, inline: the KV fraction in use after each step, the
-        # last one's after the finished requests freed their blocks
-        total = pool.total
-        if total_need:
-            delta = (cycle * (full + 1))[:k - 1]
-            delta[0] += used
-            levels = [u / total for u in accumulate(delta)]
-        else:
-            levels = [used / total] * (k - 1)
-        levels.append((total - pool.available) / total)
-        self.itl_window_s.extend(durations[1:k])
-        self.now = end
-        self.steps += k
-        self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
+        delta = (cycle * (full + 1))[:k] if total_need else None
+        self._record_window(durations, ends, d, used, delta)
         return True

@@ -32,7 +32,7 @@ import math
 from array import array
 from collections import deque
 from dataclasses import dataclass
-from itertools import accumulate, islice
+from itertools import accumulate
 
 import numpy as np
 
@@ -277,7 +277,10 @@ class V1Engine:
         pool = self.pool
         total = pool.total
         if delta is not None:  # the fraction in use after each of the first k - 1 steps
-            levels = [u / total for u in islice(accumulate(delta[:k - 1], initial=used), 1, None)]
+            steps = delta[:k - 1]
+            if steps:
+                steps[0] += used
+            levels = [u / total for u in accumulate(steps)]
         else:
             levels = [used / total] * (k - 1)
         self.itl_window_s.extend(durations[1:k])  # their weights: d, from the timeline
