@@ -119,3 +119,33 @@ def test_the_kv_cache_dtype_can_be_searched():
                                                "'fp4'"):
         parse_space({**FIXED, "kv_cache_dtype": "fp4", "space": {"system": ["h100-80gb-x8"]}},
                     "test")
+
+
+def test_configurations_share_one_synthetic_trace_equal_to_a_fresh_one(monkeypatch):
+    """The search's configurations replay one synthetic trace built once per process (the
+    same seed and options give the same frozen requests), equal to a freshly drawn one."""
+    import numpy as np
+
+    from krakenlm.serving import command
+    from krakenlm.serving.traces import synthetic_trace
+
+    drawn = []
+    real = command.synthetic_trace
+
+    def counting(*args, **kwargs):
+        drawn.append(args[1:])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(command, "synthetic_trace", counting)
+    monkeypatch.setattr(command, "_SYNTHETIC_TRACES", {})
+    fixed = {**FIXED, "system": "h100-80gb-x8"}
+    for n in (2048, 512):
+        evaluate_config(fixed, {"max_num_batched_tokens": n})
+    assert drawn == [(40, 2.0, "fixed:64,16", "poisson", 1.0)]
+    (kept,) = command._SYNTHETIC_TRACES.values()
+    fresh = synthetic_trace(np.random.default_rng(3), 40, 2.0, "fixed:64,16")
+    assert kept == fresh
+    assert [type(r.arrival_s) for r in kept.requests[:2]] == [float, float]
+    assert [type(r.prompt_tokens) for r in kept.requests[:2]] == [int, int]
+    evaluate_config({**fixed, "seed": 4}, {})
+    assert len(drawn) == 2

@@ -271,14 +271,27 @@ def pd_search_command(o: ServeOptions, instances: int, percentile: int = 99,
                      network=pools_network([instance], o.network_gbps))
 
 
+# synthetic traces kept for the process, by their options: a configuration search replays
+# the same seeded trace for every configuration (a Trace and its Requests are frozen)
+_SYNTHETIC_TRACES: dict[tuple, Trace] = {}
+SYNTHETIC_CACHE_SIZE = 4
+
+
 def _trace(o: ServeOptions) -> Trace:
     from .replay import ServeError
 
     if o.trace == SYNTHETIC:
         if o.rate is None:
             raise ServeError("--trace synthetic needs --rate (requests per second)")
-        trace = synthetic_trace(np.random.default_rng(o.seed), o.requests, o.rate, o.lengths,
-                                o.arrival, o.cv)
+        key = (o.seed, o.requests, o.rate, o.lengths, o.arrival, o.cv)
+        trace = _SYNTHETIC_TRACES.get(key)
+        if trace is None:
+            trace = synthetic_trace(np.random.default_rng(o.seed), o.requests, o.rate,
+                                    o.lengths, o.arrival, o.cv)
+            if not o.lengths.startswith("trace:"):  # a file read could change in between
+                if len(_SYNTHETIC_TRACES) >= SYNTHETIC_CACHE_SIZE:
+                    del _SYNTHETIC_TRACES[next(iter(_SYNTHETIC_TRACES))]
+                _SYNTHETIC_TRACES[key] = trace
     else:
         trace = read_trace(o.trace)
     return scale_rate(trace, o.rate_scale)

@@ -297,5 +297,7 @@ def synthetic_trace(rng: np.random.Generator, n: int, rate_per_s: float, lengths
             return np.maximum(1, np.rint(rng.lognormal(math.log(mean) - sigma**2 / 2, sigma, n)))
         prompts, outputs = draw(mean_p), draw(mean_o)
     label = f"{process}{'' if process == 'poisson' else f' cv {cv:g}'} {rate_per_s:g}/s, {lengths}"
-    return Trace(label, tuple(Request(i, float(times[i]), int(prompts[i]), int(outputs[i]),
-                                      ids[i]) for i in range(n)), block)
+    # Python numbers from the arrays at once (the same values as float(times[i]) etc.)
+    times, prompts, outputs = times.tolist(), prompts.tolist(), outputs.tolist()
+    return Trace(label, tuple(Request(i, times[i], int(prompts[i]), int(outputs[i]), ids[i])
+                              for i in range(n)), block)

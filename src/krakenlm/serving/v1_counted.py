@@ -185,9 +185,14 @@ class CountedV1Engine(V1Engine):
         k = len(ends)
         bs, pool = self.opt.block_size, self.pool
         start = tick % bs
-        cycle = self._phases[start:] + self._phases[:start]  # new blocks at window step i % bs
-        full, part = divmod(k, bs)
-        total_need = full * d + sum(cycle[:part])
+        if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
+            delta = self._phases[start:start + k]  # new blocks at window step i
+            total_need = sum(delta)
+        else:
+            cycle = self._phases[start:] + self._phases[:start]  # new blocks at step i % bs
+            full, part = divmod(k, bs)
+            total_need = full * d + sum(cycle[:part])
+            delta = (cycle * (full + 1))[:k]
         available = pool.available
         if total_need > available:
             return False
@@ -202,6 +207,5 @@ class CountedV1Engine(V1Engine):
         finishes = self._finishes
         if finishes[0][0] == tick and self._finish(end):
             self.running = [s for s in running if s.finish_s != s.finish_s]
-        delta = (cycle * (full + 1))[:k] if total_need else None
-        self._record_window(durations, ends, d, used, delta)
+        self._record_window(durations, ends, d, used, delta if total_need else None)
         return True
