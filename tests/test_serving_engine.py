@@ -350,3 +350,36 @@ def test_weighted_stats_sorts_runs_as_the_stable_sort_of_every_entry():
             expected[f"p{p}"] = float(v[min(len(v) - 1,
                                             int(np.searchsorted(cum, cum[-1] * p / 100)))])
         assert weighted_stats(values, weights) == expected
+
+
+def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
+    """`report.timeline` sums each bin's KV use with one bincount over every replica's steps
+    and finds each bin's last step from where the bins change: the floats of `np.add.at` in
+    engine and step order and the positions of `np.maximum.at`, for steps in time order and
+    not (the fallback)."""
+    from types import SimpleNamespace
+
+    from krakenlm.serving.report import _last_index_per_bin, timeline
+
+    rng = np.random.default_rng(11)
+    engines = []
+    for n in (3000, 0, 1700):
+        tl = vllm_v1.Timeline()
+        for t in np.sort(rng.uniform(0, 50, n)):
+            tl.step(float(t), float(rng.uniform()), int(rng.integers(0, 9)), 0, 0, 1)
+        engines.append(SimpleNamespace(timeline=tl))
+    bins = 40
+    got = timeline(engines, 50.0, bins)
+    edges = np.linspace(0.0, 50.0, bins + 1)
+    kv, kv_n = np.zeros(bins), np.zeros(bins)
+    for e in engines:
+        t = np.array(e.timeline.t_s)
+        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        np.add.at(kv, idx, np.array(e.timeline.kv_used))
+        np.add.at(kv_n, idx, 1)
+    expected = np.divide(kv, kv_n, out=np.zeros(bins), where=kv_n > 0)
+    assert got["kv_used"] == expected.tolist()
+    for idx in (np.sort(rng.integers(0, bins, 500)), rng.integers(0, bins, 500)):
+        last = np.full(bins, -1)
+        np.maximum.at(last, idx, np.arange(len(idx)))
+        assert _last_index_per_bin(idx, bins).tolist() == last.tolist()

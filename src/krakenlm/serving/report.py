@@ -266,26 +266,37 @@ def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.nda
     }
 
 
+def _last_index_per_bin(idx: np.ndarray, bins: int) -> np.ndarray:
+    """Per bin the last position in `idx` holding it, -1 for none: from where the bins change
+    when `idx` does not decrease (a replica's steps in time order), else by `maximum.at`."""
+    last = np.full(bins, -1)
+    steps = np.diff(idx)
+    if (steps >= 0).all():
+        ends = np.flatnonzero(np.r_[steps != 0, True])
+        last[idx[ends]] = ends
+    else:
+        np.maximum.at(last, idx, np.arange(len(idx)))
+    return last
+
+
 def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str, list[float]]:
     """The engines' per-step records in `bins` equal time bins: KV blocks in use (mean over
     steps and replicas), running and waiting requests (summed over replicas, last step in the
     bin), preemptions in the bin."""
     edges = np.linspace(0.0, makespan_s, bins + 1) if makespan_s > 0 else np.zeros(bins + 1)
-    kv = np.zeros(bins)
-    kv_n = np.zeros(bins)
     running = np.zeros(bins)
     waiting = np.zeros(bins)
     preempt = np.zeros(bins)
+    bin_parts, kv_parts = [np.zeros(0, dtype=np.intp)], [np.zeros(0)]
     for e in engines:
         tl = e.timeline
         t = np.array(tl.t_s)
         if not len(t):
             continue
         idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
-        np.add.at(kv, idx, np.array(tl.kv_used))
-        np.add.at(kv_n, idx, 1)
-        last = np.full(bins, -1)
-        np.maximum.at(last, idx, np.arange(len(t)))
+        bin_parts.append(idx)
+        kv_parts.append(np.array(tl.kv_used))
+        last = _last_index_per_bin(idx, bins)
         seen = last >= 0
         fill = np.maximum.accumulate(np.where(seen, last, -1))
         has = fill >= 0
@@ -296,6 +307,11 @@ def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str,
         cum = np.array(tl.preemptions)
         end = np.where(has, cum[np.maximum(fill, 0)], 0.0)
         preempt += np.diff(np.r_[0.0, end])
+    # per bin the steps' sum over the engines, added in engine and step order (as a loop of
+    # `kv[i] += x` does: bincount's weighted sum runs through its input in order)
+    idx = np.concatenate(bin_parts)
+    kv = np.bincount(idx, weights=np.concatenate(kv_parts), minlength=bins).astype(float)
+    kv_n = np.bincount(idx, minlength=bins).astype(float)
     centre = (edges[:-1] + edges[1:]) / 2
     kv_mean = np.divide(kv, kv_n, out=np.zeros(bins), where=kv_n > 0)
     return {"t_s": centre.tolist(), "kv_used": kv_mean.tolist(), "running": running.tolist(),
