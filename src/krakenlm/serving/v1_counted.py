@@ -116,22 +116,24 @@ class CountedV1Engine(V1Engine):
         self._counted = False
         self._finishes = []
 
-    def _finish(self, end: float) -> bool:
+    def _finish(self, end: float) -> list[Seq]:
         """Finish the counted requests whose last token came at this tick (in running
-        order, as `V1Engine` frees them); whether any did."""
+        order, as `V1Engine` frees them); the ones that did."""
         finishes, tick = self._finishes, self._tick
         if not finishes or finishes[0][0] != tick:
-            return False
+            return []
         pool = self.pool
+        done = []
         while finishes and finishes[0][0] == tick:
             s = heapq.heappop(finishes)[2]
+            done.append(s)
             self._write(s)
             s.finish_s = end
             pool.release(s.private, s.shared)
             s.private, s.shared = 0, []
             self._phases[s.phase] -= 1
             self._kv -= s.computed
-        return True
+        return done
 
     # ------------------------------------------------------------------ steps and windows
     def _step(self) -> bool:
@@ -176,7 +178,7 @@ class CountedV1Engine(V1Engine):
         self._kv += d
         self._last_s = now
         finishes = self._finishes
-        return bool(finishes) and finishes[0][0] == tick and self._finish(now)
+        return bool(finishes) and finishes[0][0] == tick and bool(self._finish(now))
 
     def _counted_window(self, until: float) -> bool:
         """`V1Engine._decode_window` on the counters: the same window (steps, times, blocks,
@@ -215,7 +217,8 @@ class CountedV1Engine(V1Engine):
         self._kv += k * d
         self._last_s = end
         finishes = self._finishes
-        if finishes[0][0] == tick and self._finish(end):
-            self.running = [s for s in running if s.finish_s != s.finish_s]
+        if finishes[0][0] == tick:  # the finished ones leave the running list (in C)
+            for s in self._finish(end):
+                running.remove(s)
         self._record_window(durations, ends, d, used, delta if total_need else None)
         return True
