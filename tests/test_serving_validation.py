@@ -94,6 +94,28 @@ def test_the_lambda_runs_keep_the_printed_totals_and_the_servers_flags():
         assert m["ttft_s"]["mean"] > m["ttft_s_printed"]["mean"] > 0
 
 
+def test_the_stated_ttft_statistics_are_those_of_the_saved_per_request_ttfts():
+    """The llmk8s and lambda result files save every request's client TTFT (`ttfts`); the run
+    keeps them, and its TTFT mean, median, p90 and p99 are numpy's statistics of them (as the
+    client computes its printed ones) over the requests that returned a token (0.0 is the
+    client's placeholder for none): the printed mean, median and p99 come out to the last
+    digit, so the p90 no client printed is computed from the same values."""
+    import numpy as np
+
+    runs = [r for r in load_runs()[1] if r.ttfts_s is not None]
+    assert {r.id for r in runs} == set(SOURCE_TOTALS) | set(LAMBDA)
+    for r in runs:
+        ttfts = np.array([t for t in r.ttfts_s if t > 0])
+        empty = LAMBDA.get(r.id, (0, 0, 0))[2]
+        assert len(ttfts) == len(r.prompt_tokens) - empty
+        stated = r.measured["ttft_s"]
+        assert stated["mean"] == pytest.approx(ttfts.mean(), rel=1e-12)
+        assert stated["p50"] == pytest.approx(np.median(ttfts), rel=1e-12)
+        assert stated["p99"] == pytest.approx(np.percentile(ttfts, 99), rel=1e-12)
+        assert stated["p90"] == pytest.approx(np.percentile(ttfts, 90), rel=1e-12)
+        assert stated["p50"] < stated["p90"] <= stated["p99"]
+
+
 def test_a_runs_engine_options_replace_the_engines_defaults_in_its_replay():
     from krakenlm.serving.validation import replay_run
 
@@ -172,6 +194,9 @@ def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
     (lambda r: r.update(source="nowhere"), "source 'nowhere' is not described"),
     (lambda r: r.update(engine_options={"max_model_len": 2000}),
      "engine_options max_model_len are not engine knobs"),
+    (lambda r: r.update(ttfts_s=[0.1]), "ttfts_s must hold one client TTFT"),
+    (lambda r: r["ttfts_s"].__setitem__(3, -0.5), "ttfts_s must hold one client TTFT"),
+    (lambda r: r.update(ttfts_s="fast"), "missing or bad field"),
 ])
 def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
     data = json.loads(RUNS_FILE.read_text())

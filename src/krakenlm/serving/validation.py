@@ -61,6 +61,7 @@ class ServingRun:
     served_before: tuple[str, ...] = ()
     test_prompt_first: bool = False
     engine_options: dict[str, Any] | None = None
+    ttfts_s: tuple[float, ...] | None = None
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -85,7 +86,9 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 capacity_per_s=r.get("capacity_per_s"),
                 served_before=tuple(r.get("served_before", ())),
                 test_prompt_first=bool(r.get("test_prompt_first", False)),
-                engine_options=r.get("engine_options"))
+                engine_options=r.get("engine_options"),
+                ttfts_s=None if r.get("ttfts_s") is None
+                else tuple(float(x) for x in r["ttfts_s"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
         if run.source not in data.get("sources", {}):
@@ -103,6 +106,10 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 min(run.prompt_tokens + run.output_tokens) < 1:
             raise ValidationDataError(f"{where}: prompt and output tokens must be equally "
                                       "many counts of at least 1")
+        if run.ttfts_s is not None and (len(run.ttfts_s) != len(run.prompt_tokens)
+                                        or min(run.ttfts_s) < 0):
+            raise ValidationDataError(f"{where}: ttfts_s must hold one client TTFT of at least "
+                                      "0 s per request, in the order sent")
         runs.append(run)
     if not runs:
         raise ValidationDataError(f"{path}: no runs")
