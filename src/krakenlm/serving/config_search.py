@@ -63,9 +63,8 @@ def parse_space(data: Any, where: str) -> ConfigSpace:
                                "seed, slo_ttft_s, ...)")
     for name, value in fixed.items():
         _check_fixed(where, name, value, str(fields[name].type))
-    if fixed.get("kv_cache_dtype", "auto") not in KV_CACHE_DTYPES:
-        raise ConfigSpaceError(f"{where}: option 'kv_cache_dtype' takes "
-                               f"{', '.join(KV_CACHE_DTYPES)}, got {fixed['kv_cache_dtype']!r}")
+    if "kv_cache_dtype" in fixed:
+        _check_kv_cache_dtype(where, "option", fixed["kv_cache_dtype"])
     for need in ("trace", "model"):
         if need not in fixed:
             raise ConfigSpaceError(f"{where}: give `{need}:` (as `sim serve --{need}`)")
@@ -86,13 +85,18 @@ def parse_space(data: Any, where: str) -> ConfigSpace:
                                        f"integers, got {v!r}")
             if kind is str and not isinstance(v, str):
                 raise ConfigSpaceError(f"{where}: space option {name!r} takes names, got {v!r}")
-            if name == "kv_cache_dtype" and v not in KV_CACHE_DTYPES:
-                raise ConfigSpaceError(f"{where}: space option 'kv_cache_dtype' takes "
-                                       f"{', '.join(KV_CACHE_DTYPES)}, got {v!r}")
+            if name == "kv_cache_dtype":
+                _check_kv_cache_dtype(where, "space option", v)
         checked[name] = list(values)
     if "system" not in fixed and "system" not in checked:
         raise ConfigSpaceError(f"{where}: give `system:` (fixed) or search it in `space:`")
     return ConfigSpace(fixed, checked)
+
+
+def _check_kv_cache_dtype(where: str, what: str, value: Any) -> None:
+    if value not in KV_CACHE_DTYPES:
+        raise ConfigSpaceError(f"{where}: {what} 'kv_cache_dtype' takes "
+                               f"{', '.join(KV_CACHE_DTYPES)}, got {value!r}")
 
 
 def _check_fixed(where: str, name: str, value: Any, annotation: str) -> None:

@@ -139,8 +139,8 @@ class Calibration:
 
 
 def _package_yaml(name: str) -> Any:
-    return yaml.safe_load(resources.files("krakenlm.simulator.constants").joinpath(name)
-                          .read_text())
+    return yamlio.safe_load(resources.files("krakenlm.simulator.constants").joinpath(name)
+                            .read_text())
 
 
 def with_sourced(data: dict[str, Any], sourced: dict[str, Any] | None = None) -> dict[str, Any]:
