@@ -18,6 +18,7 @@ NEW_SOURCES = {
     "fastertransformer_gpt": (55, 0, "trtllm", "07fdd2fc6aa46f961f304d5f3791efad016e38a3"),
     "vllm_pr2192": (2, 0, "vllm-v0", "pull request #2192"),
     "llm_inference_bench": (391, 19, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
+    "llm_inference_bench_mi300x": (240, 11, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
 }
 
 
@@ -52,10 +53,13 @@ def test_a_new_source_rows_are_well_formed_and_located(source):
         setups.add(setup)
 
 
-def test_llm_inference_bench_rows_match_the_printed_latency_and_throughput():
+@pytest.mark.parametrize("source", ["llm_inference_bench", "llm_inference_bench_mi300x"])
+def test_llm_inference_bench_rows_match_the_printed_latency_and_throughput(source):
     """Each row's value is the source's Latency (s) x 1000, and the source's own Throughput
     column (batch x (input + output) / Latency) checks the transcription digit by digit."""
-    for r in _csv_rows("llm_inference_bench"):
+    rows = _csv_rows(source)
+    assert rows
+    for r in rows:
         m = re.search(r"Latency (\S+) s x 1000 -> ms \(Throughput (\S+) =", r["notes"])
         latency_s, throughput = Decimal(m.group(1)), float(m.group(2))
         assert Decimal(r["value_ms"]) == latency_s * 1000
