@@ -93,7 +93,16 @@ def test_the_report_says_what_limits_each_at_its_capacity():
     assert "| kraken | 0.500 | 30.0 | 60.0 | 100% | 50 | tpot |" in text
     assert "GPT's median TPOT is 10.0 ms and Kraken's 30.0 ms (3.00x)" in text
     assert "miss the ttft SLO (GPT) and the tpot SLO (Kraken)" in text
-    assert "2.5x GPT's bytes per token" in text and "smaller cache fills and preempts" in text
+    assert "Kraken's KV cache is full at its capacity: it holds 40% of GPT's blocks (2.5x" in text
+    assert "the cache decides both" not in text
+    study.at_capacity["kraken"] = [{**study.at_capacity["kraken"][0], "kv_max_used": 0.5,
+                                    "missed_above": "ttft"}] * 2
+    text = _markdown(study, "cmd")
+    assert "2.5x GPT's bytes per token for Kraken, so its steps lengthen faster" in text
+    assert "KV cache is full" not in text and "p99 TPOT crosses its SLO" not in text
+    for arch in ("gpt", "kraken"):
+        study.at_capacity[arch] = [{**study.at_capacity[arch][0], "missed_above": "tpot"}] * 2
+    assert "the tail is the steps that carry prompt chunks" in _markdown(study, "cmd")
 
 
 @pytest.mark.parametrize("extra,message", [

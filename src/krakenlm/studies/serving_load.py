@@ -197,6 +197,9 @@ def _at_capacity(cap, plan: ServingPlan) -> dict[str, Any]:
             "preemptions": s["kv_cache"]["preemptions"], "missed_above": missed}
 
 
+FULL = 0.95  # a KV cache whose peak use reaches this is full (blocks are freed and reused)
+
+
 def _limits(study: ServingStudy) -> str:
     """What limits GPT and Kraken at their capacities, read off the replays there."""
     k_tpot, g_tpot = (study.at(a, "tpot_p50_s").mean for a in ("kraken", "gpt"))
@@ -210,13 +213,22 @@ def _limits(study: ServingStudy) -> str:
             f"{missed['kraken']} SLO (Kraken).")
     k_bytes = study.setup["kraken"]["bytes_per_block"]
     g_bytes = study.setup["gpt"]["bytes_per_block"]
-    if k_tpot > g_tpot and k_bytes > g_bytes:
+    k_blocks, g_blocks = study.setup["kraken"]["kv_blocks"], study.setup["gpt"]["kv_blocks"]
+    if k_kv >= FULL:
+        text += (f" Kraken's KV cache is full at its capacity: it holds {k_blocks / g_blocks:.0%} "
+                 f"of GPT's blocks ({k_bytes / g_bytes:.1f}x GPT's KV bytes per token and "
+                 "device), so requests start waiting for blocks at a lower rate"
+                 + ("; GPT's cache is full at its own capacity too: the cache decides both."
+                    if g_kv >= FULL else "."))
+    elif k_tpot > g_tpot and k_bytes > g_bytes:
         text += (f" A decode step reads every running request's KV, {k_bytes / g_bytes:.1f}x "
-                 "GPT's bytes per token for Kraken, so its steps "
-                 "lengthen faster with the running batch, more requests run at once, and "
-                 + ("its smaller cache fills and preempts: the capacity is lost to the KV "
-                    "layout, not to the parallel sub-layers." if k_pre > g_pre or k_kv > 0.95
-                    else "the queue builds at a lower rate."))
+                 "GPT's bytes per token for Kraken, so its steps lengthen faster with the "
+                 "running batch.")
+    if missed["gpt"] == missed["kraken"] == "tpot" and \
+            max(k_tpot, g_tpot) < 0.5 * study.plan.slo_tpot_s:
+        text += (" Both capacities end where the p99 TPOT crosses its SLO: the medians are "
+                 "under half of it, so the tail is the steps that carry prompt chunks, where "
+                 "Kraken's prefill is faster.")
     return text
 
 
