@@ -4,14 +4,19 @@ groups its KV heads), the report's statements follow its numbers, and bad input 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from krakenlm.cli import main
 from krakenlm.models import get_preset
-from types import SimpleNamespace
-
-from krakenlm.studies.serving_load import (ServingPlan, ServingStudy, _at_capacity, _markdown,
-                                            variants)
+from krakenlm.studies.serving_load import (
+    ServingPlan,
+    ServingStudy,
+    _at_capacity,
+    _markdown,
+    variants,
+)
 
 
 def test_a_grouped_kraken_only_for_a_model_that_groups_its_kv_heads():
@@ -101,7 +106,8 @@ def test_the_report_says_what_limits_each_at_its_capacity():
     assert "2.5x GPT's bytes per token for Kraken, so its steps lengthen faster" in text
     assert "KV cache is full" not in text and "p99 TPOT crosses its SLO" not in text
     for arch in ("gpt", "kraken"):
-        study.at_capacity[arch] = [{**study.at_capacity[arch][0], "missed_above": "tpot"}] * 2
+        study.at_capacity[arch] = [{**study.at_capacity[arch][0], "missed_above": "tpot",
+                                    "tpot_p50_s": 0.02}] * 2
     assert "the tail is the steps that carry prompt chunks" in _markdown(study, "cmd")
 
 

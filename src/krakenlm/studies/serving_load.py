@@ -283,10 +283,10 @@ def _markdown(study: ServingStudy, command: str) -> str:
         lines.append(f"| {arch} | {c.text('{:.2f}')} | {s['kv_blocks']:,} | "
                      f"{s['bytes_per_block']:,} |")
     if study.at_capacity:
-        lines += ["", "At each seed's capacity (the replay there; means over the seeds) and the SLO "
-                  "the nearest probe above it missed:", "",
-                  "| arch | p99 TTFT (s) | median TPOT (ms) | p99 TPOT (ms) | KV cache peak | "
-                  "preemptions | missed above |", "|---|---:|---:|---:|---:|---:|---|"]
+        lines += ["", ("At each seed's capacity (the replay there; means over the seeds) and the "
+                       "SLO the nearest probe above it missed:"), "",
+                  ("| arch | p99 TTFT (s) | median TPOT (ms) | p99 TPOT (ms) | KV cache peak | "
+                   "preemptions | missed above |"), "|---|---:|---:|---:|---:|---:|---|"]
         for arch in caps:
             if arch not in study.at_capacity:
                 continue
