@@ -181,7 +181,7 @@ def serving_command(
     tp: int = typer.Option(4, "--tp", help="Tensor-parallel degree of the one replica (= the Kraken degree)."),
     rates: str = typer.Option("4,8,16,24", "--rates", help="Request rates (per second) of the p99 TTFT curve."),
     seeds: str = typer.Option("0,1,2,3,4", "--seeds", help="Arrival seeds (intervals over them)."),
-    requests: int = typer.Option(300, "--requests", help="Requests per replay."),
+    requests: int = typer.Option(3000, "--requests", help="Requests per replay (a few hundred end before the queue settles: their capacities are upper bounds)."),
     slo_ttft_s: float = typer.Option(1.0, "--slo-ttft-s", help="p99 TTFT SLO of the capacity (seconds)."),
     slo_tpot_s: float = typer.Option(0.05, "--slo-tpot-s", help="p99 TPOT SLO of the capacity (seconds)."),
     trace: str = typer.Option(None, "--trace", help="Trace whose lengths are resampled (default ../shared/data/traces/azure2023_conv.csv)."),

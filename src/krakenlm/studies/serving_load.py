@@ -45,7 +45,7 @@ class ServingPlan:
     tp: int = 4
     rates: tuple[float, ...] = (4.0, 8.0, 16.0, 24.0)
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    requests: int = 300
+    requests: int = 3000
     slo_ttft_s: float = 1.0
     slo_tpot_s: float = 0.05
     tolerance: float = 0.02
@@ -94,16 +94,28 @@ class ServingStudy:
     runs: list[dict[str, Any]] = field(default_factory=list)  # one per arch, seed, rate
     capacity: dict[str, list[float]] = field(default_factory=dict)  # arch -> per seed
     setup: dict[str, dict[str, Any]] = field(default_factory=dict)  # arch -> KV blocks etc.
+    # arch -> per seed: the replay at the capacity and the SLO missed first just above it
+    at_capacity: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     report: Path | None = None
 
     def interval(self, arch: str, rate: float, key: str) -> Interval:
         return mean_interval([r[key] for r in self.runs
                               if r["arch"] == arch and r["rate_per_s"] == rate])
 
+    def at(self, arch: str, key: str) -> Interval:
+        """The mean over seeds of `key` in the replays at each seed's capacity."""
+        return mean_interval([r[key] for r in self.at_capacity.get(arch, [])])
+
+    def missed_first(self, arch: str) -> str:
+        """The SLO the probes just above the capacity missed first, over the seeds ("ttft",
+        "tpot", "both" or "mixed"; "" when no seed recorded one)."""
+        seen = {r["missed_above"] for r in self.at_capacity.get(arch, []) if r["missed_above"]}
+        return "" if not seen else seen.pop() if len(seen) == 1 else "mixed"
+
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan.__dict__, "note": self.note, "runs": self.runs,
-                "capacity_per_seed": self.capacity, "setup": self.setup,
-                "report": str(self.report) if self.report else None}
+                "capacity_per_seed": self.capacity, "at_capacity": self.at_capacity,
+                "setup": self.setup, "report": str(self.report) if self.report else None}
 
     def to_table(self) -> list[Any]:
         from ..console import table_of
@@ -153,6 +165,7 @@ def run_serving_study(out: Path, plan: ServingPlan = ServingPlan(), command: str
                 base_trace.rate_per_s(), slo_ttft_s=plan.slo_ttft_s, slo_tpot_s=plan.slo_tpot_s,
                 percentile=99, tolerance=plan.tolerance)
             caps.append(cap.rate_per_s)
+            study.at_capacity.setdefault(arch, []).append(_at_capacity(cap, plan))
             if progress is not None:
                 progress(f"{arch} seed {seed}: capacity {cap.rate_per_s:.2f} requests/s")
         study.capacity[arch] = caps
@@ -161,6 +174,62 @@ def run_serving_study(out: Path, plan: ServingPlan = ServingPlan(), command: str
     study.report = out / "report.md"
     write_text_atomically(study.report, _markdown(study, command))
     return study
+
+
+def _at_capacity(cap, plan: ServingPlan) -> dict[str, Any]:
+    """What the replay at a capacity shows (its p99 TTFT and TPOT, median TPOT, the KV cache's
+    peak use and its preemptions), and which SLO the nearest probe above it missed: "ttft",
+    "tpot" or "both" ("ttft" for a probe stopped early: its TTFT misses decided it)."""
+    s = cap.report.summary
+    above = [e for e in cap.evaluations if not e["meets"] and e["rate_scale"] > cap.rate_scale]
+    missed = ""
+    if above:
+        e = min(above, key=lambda e: e["rate_scale"])
+        if e["stopped_early"]:
+            missed = "ttft"
+        else:
+            ttft = e["ttft_p99_s"] is not None and e["ttft_p99_s"] > plan.slo_ttft_s
+            tpot = e["tpot_p99_s"] is not None and e["tpot_p99_s"] > plan.slo_tpot_s
+            missed = "both" if ttft and tpot else "ttft" if ttft else "tpot" if tpot else ""
+    return {"rate_per_s": cap.rate_per_s, "ttft_p99_s": s["ttft_s"]["p99"],
+            "tpot_p50_s": s["tpot_s"]["p50"], "tpot_p99_s": s["tpot_s"]["p99"],
+            "kv_max_used": s["kv_cache"]["max_used"],
+            "preemptions": s["kv_cache"]["preemptions"], "missed_above": missed}
+
+
+FULL = 0.95  # a KV cache whose peak use reaches this is full (blocks are freed and reused)
+
+
+def _limits(study: ServingStudy) -> str:
+    """What limits GPT and Kraken at their capacities, read off the replays there."""
+    k_tpot, g_tpot = (study.at(a, "tpot_p50_s").mean for a in ("kraken", "gpt"))
+    k_kv, g_kv = (study.at(a, "kv_max_used").mean for a in ("kraken", "gpt"))
+    k_pre, g_pre = (study.at(a, "preemptions").mean for a in ("kraken", "gpt"))
+    missed = {a: study.missed_first(a) or "no" for a in ("gpt", "kraken")}
+    text = (f"* At their capacities GPT's median TPOT is {g_tpot * 1e3:.1f} ms and Kraken's "
+            f"{k_tpot * 1e3:.1f} ms ({k_tpot / g_tpot:.2f}x); their KV caches peak at "
+            f"{g_kv:.0%} and {k_kv:.0%} of their blocks ({g_pre:.0f} and {k_pre:.0f} "
+            f"preemptions); just above, the probes miss the {missed['gpt']} SLO (GPT) and the "
+            f"{missed['kraken']} SLO (Kraken).")
+    k_bytes = study.setup["kraken"]["bytes_per_block"]
+    g_bytes = study.setup["gpt"]["bytes_per_block"]
+    k_blocks, g_blocks = study.setup["kraken"]["kv_blocks"], study.setup["gpt"]["kv_blocks"]
+    if k_kv >= FULL:
+        text += (f" Kraken's KV cache is full at its capacity: it holds {k_blocks / g_blocks:.0%} "
+                 f"of GPT's blocks ({k_bytes / g_bytes:.1f}x GPT's KV bytes per token and "
+                 "device), so requests start waiting for blocks at a lower rate"
+                 + ("; GPT's cache is full at its own capacity too: the cache decides both."
+                    if g_kv >= FULL else "."))
+    elif k_tpot > g_tpot and k_bytes > g_bytes:
+        text += (f" A decode step reads every running request's KV, {k_bytes / g_bytes:.1f}x "
+                 "GPT's bytes per token for Kraken, so its steps lengthen faster with the "
+                 "running batch.")
+    if missed["gpt"] == missed["kraken"] == "tpot" and \
+            max(k_tpot, g_tpot) < 0.5 * study.plan.slo_tpot_s:
+        text += (" Both capacities end where the p99 TPOT crosses its SLO: the medians are "
+                 "under half of it, so the tail is the steps that carry prompt chunks, where "
+                 "Kraken's prefill is faster.")
+    return text
 
 
 def _replay(trace, config: ModelConfig, plan: ServingPlan, arch: str):
@@ -213,6 +282,20 @@ def _markdown(study: ServingStudy, command: str) -> str:
         s = study.setup[arch]
         lines.append(f"| {arch} | {c.text('{:.2f}')} | {s['kv_blocks']:,} | "
                      f"{s['bytes_per_block']:,} |")
+    if study.at_capacity:
+        lines += ["", ("At each seed's capacity (the replay there; means over the seeds) and the "
+                       "SLO the nearest probe above it missed:"), "",
+                  ("| arch | p99 TTFT (s) | median TPOT (ms) | p99 TPOT (ms) | KV cache peak | "
+                   "preemptions | missed above |"), "|---|---:|---:|---:|---:|---:|---|"]
+        for arch in caps:
+            if arch not in study.at_capacity:
+                continue
+            lines.append(f"| {arch} | {study.at(arch, 'ttft_p99_s').mean:.3f} | "
+                         f"{study.at(arch, 'tpot_p50_s').mean * 1e3:.1f} | "
+                         f"{study.at(arch, 'tpot_p99_s').mean * 1e3:.1f} | "
+                         f"{study.at(arch, 'kv_max_used').mean:.0%} | "
+                         f"{study.at(arch, 'preemptions').mean:.0f} | "
+                         f"{study.missed_first(arch) or '-'} |")
     lines += ["", "| rate (/s) | " + " | ".join(f"{a} p99 TTFT (s)" for a in caps) + " | "
               + " | ".join(f"{a} preemptions" for a in caps) + " |",
               "|---:|" + "---:|" * (2 * len(caps))]
@@ -261,9 +344,13 @@ def _explain(study: ServingStudy, caps: dict[str, Interval]) -> list[str]:
     out.append(f"* Capacity under the SLOs: Kraken {caps['kraken'].text('{:.2f}')} against GPT "
                f"{caps['gpt'].text('{:.2f}')} requests/s ({ratio:.2f}x; the intervals "
                f"{'overlap: no difference is shown' if overlap else 'do not overlap'}); the "
-               f"parallel block {caps['parallel'].text('{:.2f}')}. A replay of "
-               f"{study.plan.requests} requests is a burst at high rates (it ends before the "
-               "queue settles), so capacities from short replays are upper bounds.")
+               f"parallel block {caps['parallel'].text('{:.2f}')}. At GPT's capacity the "
+               f"{study.plan.requests} requests of a replay arrive over "
+               f"{study.plan.requests / caps['gpt'].mean:.0f} s; a replay that ends before its "
+               "queue settles overstates the capacity, so replays of a few hundred requests give "
+               "upper bounds.")
+    if "kraken" in study.at_capacity and "gpt" in study.at_capacity:
+        out.append(_limits(study))
     if "kraken-gqa" in caps:
         out.append(f"* With the model's KV-head grouping the Kraken holds "
                    f"{study.setup['kraken-gqa']['kv_blocks']:,} blocks and serves "
