@@ -148,13 +148,7 @@ class SGLangEngine(V1Engine):
             need = max(-(-(computed + new) // bs) - per * hits, 0)
             if not pool.admit(hit_ids, need):
                 break
-            waiting.popleft()
-            running.append(s)
-            s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, need
-            s.cached_tokens += computed
-            if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
-                s.first_scheduled_s = self.now
-            sched.append((s, new))
+            self._start(sched, new, need, computed, hit_ids)
             rem_chunk -= new
             rem_input -= new
             if new < extend:

@@ -93,15 +93,7 @@ class TRTEngine(V1Engine):
             hit_ids = list(s.ids[:hits])
             if not pool.admit(hit_ids, need):
                 break
-            waiting.popleft()
-            running.append(s)
-            s.private = need
-            if hits:
-                s.computed, s.shared, s.next_id = computed, hit_ids, hits
-                s.cached_tokens += computed
-            if s.first_scheduled_s != s.first_scheduled_s:
-                s.first_scheduled_s = self.now
-            sched.append((s, take))
+            self._start(sched, take, need, computed, hit_ids if hits else None)
             budget -= take
         if not sched:
             return False

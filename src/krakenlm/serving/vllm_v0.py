@@ -115,12 +115,7 @@ class V0Engine(V1Engine):
                     or pool.available - need < watermark):
                 break
             pool.take(need)
-            waiting.popleft()
-            running.append(s)
-            s.private = need
-            if s.first_scheduled_s != s.first_scheduled_s:
-                s.first_scheduled_s = self.now
-            sched.append((s, tokens))
+            self._start(sched, tokens, need)
             budget -= tokens
         if not sched:
             before = self.preemptions

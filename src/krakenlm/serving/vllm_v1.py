@@ -443,14 +443,24 @@ class V1Engine:
                 need = 0
             if not pool.admit(hit_ids, need):
                 break
-            waiting.popleft()
-            running.append(s)
-            s.computed, s.shared, s.next_id, s.private = computed, hit_ids, hits, need
-            s.cached_tokens += computed
-            if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
-                s.first_scheduled_s = self.now
-            sched.append((s, new))
+            self._start(sched, new, need, computed, hit_ids)
             budget -= new
+
+    def _start(self, sched: list[tuple[Seq, int]], tokens: int, private: int, computed: int = 0,
+               hit_ids: list[int] | None = None) -> None:
+        """Move the head of the queue to the running requests, scheduled for `tokens` tokens
+        this step, holding `private` blocks of its own; with `hit_ids` (its prefix-cache hit,
+        admitted by the pool) it also takes the hit's blocks and its `computed` tokens. Its
+        first schedule time is kept across preemptions."""
+        s = self.waiting.popleft()
+        self.running.append(s)
+        s.private = private
+        if hit_ids is not None:
+            s.computed, s.shared, s.next_id = computed, hit_ids, len(hit_ids)
+            s.cached_tokens += computed
+        if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
+            s.first_scheduled_s = self.now
+        sched.append((s, tokens))
 
     def _execute(self, sched: list[tuple[Seq, int]], decoders: int = 0,
                  decoders_kv: int = 0) -> None:
