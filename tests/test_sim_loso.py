@@ -12,6 +12,7 @@ from krakenlm.simulator import simulate
 from krakenlm.simulator.calibration.loso import coverage, validate_loso
 from krakenlm.simulator.measurements.models import load_rows
 from krakenlm.simulator.uncertainty import (
+    LEVELS,
     Bands,
     Case,
     batch_band,
@@ -191,6 +192,41 @@ def test_intervals_cover_sources_whose_bias_differs_by_phase():
                     band = bands.band(case)
                     shares.append(band.low <= math.exp(r) <= band.high)
     assert 75 <= 100 * np.mean(shares) <= 88
+
+
+def _device_rows(device, effects, phase="decode"):
+    """Five rows per source in one (device, TP 8, batch 1, `phase`) group; `effects`: source ->
+    its mean ln(measured / predicted), rows scattered +-0.01 around it."""
+    return [(Case(device, 8, 1, 512, phase), e + 0.01 * (i % 3 - 1), f"{device}-{s}")
+            for s, e in effects.items() for i in range(5)]
+
+
+def test_a_source_disagreeing_on_one_device_does_not_widen_another_devices_band():
+    a100 = _device_rows("A100", {"a": 0.0, "b": 0.05, "c": -0.05})
+    agreeing = _device_rows("MI300X", {"a": 0.0, "b": 0.02, "c": -0.02})
+    disagreeing = _device_rows("MI300X", {"a": 0.0, "b": 0.02, "c": 0.9})
+    calm, upset = Bands.from_residuals(a100 + agreeing), Bands.from_residuals(a100 + disagreeing)
+    case = Case("A100", 8, 1, 512, "decode")
+    assert upset.band(case) == calm.band(case)
+    mi300x = Case("MI300X", 8, 1, 512, "decode")
+    assert upset.band(mi300x).high / upset.band(mi300x).low > \
+        3 * calm.band(mi300x).high / calm.band(mi300x).low
+    # the disagreement still reaches the level's pooled variance, which a device without a
+    # group of its own (here: the prefill of either, answered by the phase level) carries
+    lv = LEVELS[0]
+    assert upset.level_var[lv] > 10 * upset.class_var[(lv, "A100")][0]
+
+
+def test_a_device_with_two_sources_takes_its_levels_variance():
+    # two L40S sources that agree: a variance from them would be 0 on one degree of freedom;
+    # the class borrows the level's, which the A100 sources' disagreement sets
+    l40s = _device_rows("L40S", {"a": 0.0, "b": 0.01})
+    a100 = _device_rows("A100", {"a": -0.3, "b": 0.0, "c": 0.3})
+    bands = Bands.from_residuals(l40s + a100)
+    assert (LEVELS[0], "L40S") not in bands.class_var and (LEVELS[0], "A100") in bands.class_var
+    case = Case("L40S", 8, 1, 512, "decode")
+    alone = Bands.from_residuals(l40s).band(case)
+    assert bands.band(case).high / bands.band(case).low > 2 * alone.high / alone.low
 
 
 def test_student_t_quantiles():

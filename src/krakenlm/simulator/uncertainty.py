@@ -16,13 +16,23 @@ source's bias is not one number (its H100 decode and its A100 prefill differ), s
 new source brings to a device-TP-batch-phase group is that of source effects within such groups,
 which the sources' overall means average away. The group's centre mu is the mean of its sources'
 means and sigma^2 the pooled within-source variance of its rows.
+
+At the levels that include the device, tau^2 is pooled over the groups of the query's device class
+only, when that class has at least `MIN_CLASS_SOURCES` sources in groups of two or more: source
+effects differ by device (one engine build on one accelerator can be off by a factor its peers on
+another device never show), and a source disagreeing on one device says nothing about how far a
+new source on another device will be. A class with fewer sources takes the level's tau^2, pooled
+over every class (a variance from two sources has one degree of freedom and is 0 whenever they
+agree), and the levels without the device keep the pooled value, so a query that no group of its
+own device answers still carries every device's disagreement.
+
 A new source's residual then has variance tau^2 (1 + 1/k_group) + sigma^2 (its own effect, and
 the uncertainty of a centre estimated from k_group sources), and the nominal 80 % interval is
 its prediction times exp(mu +- t sd), with t the Student quantile on (sources - 1) degrees of
-freedom because tau^2 itself comes from a handful of sources. The group is the most specific
-one with at least `MIN_CASES` rows from at least `MIN_SOURCES` sources, tried in the order of
-`LEVELS`: same device class, TP, batch band and phase; then device, TP and phase; device and
-phase; phase; everything. The centre keeps its sign, so a systematic bias moves the interval
+freedom because tau^2 itself comes from a handful of sources (a class's tau^2: the class's
+sources). The group is the most specific one with at least `MIN_CASES` rows from at least
+`MIN_SOURCES` sources, tried in the order of `LEVELS`: same device class, TP, batch band and
+phase; then device, TP and phase; device and phase; phase; everything. The centre keeps its sign, so a systematic bias moves the interval
 off the prediction rather than widening it symmetrically.
 
 A query outside every validated case (a device class, a TP on that device, a batch or prompt
@@ -53,6 +63,9 @@ RESIDUAL_FIELDS = ("source", "model", "system", "device", "tp", "batch", "prompt
 LEVEL = 0.8
 MIN_CASES = 10
 MIN_SOURCES = 2
+# a device class's own between-source variance needs this many sources (two degrees of freedom);
+# with fewer its groups take their level's, pooled over every class
+MIN_CLASS_SOURCES = 3
 LEVELS = (("device", "tp", "batch_band", "phase"), ("device", "tp", "phase"),
           ("device", "phase"), ("phase",), ())
 PHASES = {"ttft": "prefill", "tpot": "decode", "e2e": "e2e"}
@@ -129,6 +142,9 @@ class Bands:
     source_count: int = 0
     # tau^2 of each level of comparison: source effects within that level's groups
     level_var: dict[tuple[str, ...], float] = field(default_factory=dict)
+    # (level, device class) -> (tau^2, sources) of a level that includes the device: source
+    # effects within that class's groups only, and how many sources they rest on
+    class_var: dict[tuple, tuple[float, int]] = field(default_factory=dict)
     # (device, tp, batch band, phase) -> the most specific group's (low, high, n, basis) or
     # None: what `band` finds for a case regardless of its prompt, worked out once per group
     _groups_of: dict[tuple, tuple | None] = field(default_factory=dict, init=False, repr=False,
@@ -151,15 +167,21 @@ class Bands:
                 members.setdefault((lv, case.key(lv)), {}).setdefault(source, []).append(r)
             tau2 = pooled_source_variance(members.values())
             bands.level_var[lv] = bands.between_source_var if tau2 is None else tau2
+            by_class = class_source_variances(members) if "device" in lv else {}
+            bands.class_var.update({(lv, d): v for d, v in by_class.items()})
             for k, by_source in members.items():
                 n = sum(len(v) for v in by_source.values())
                 if n < MIN_CASES or len(by_source) < MIN_SOURCES:
                     continue
+                tau2_k, t_k = bands.level_var[lv], t
+                if by_class and k[1][0] in by_class:   # a device level's keys start with it
+                    tau2_k, class_sources = by_class[k[1][0]]
+                    t_k = student_t_quantile(1 - (1 - level) / 2, max(1, class_sources - 1))
                 centre = float(np.mean([np.mean(v) for v in by_source.values()]))
                 within = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2))
                              for v in by_source.values()) / max(1, n - len(by_source))
-                sd = math.sqrt(bands.level_var[lv] * (1 + 1 / len(by_source)) + within)
-                bands.groups[k] = (centre - t * sd, centre + t * sd, n)
+                sd = math.sqrt(tau2_k * (1 + 1 / len(by_source)) + within)
+                bands.groups[k] = (centre - t_k * sd, centre + t_k * sd, n)
         for case, _, _ in rows:
             bands.tps.setdefault(case.device, set()).add(case.tp)
             bands.max_batch[case.device] = max(bands.max_batch.get(case.device, 0), case.batch)
@@ -221,6 +243,24 @@ def between_source_variance(rows: Iterable[tuple[float, str]]) -> tuple[float, i
     noise = np.mean([np.var(v, ddof=1) / len(v) if len(v) > 1 else 0.0
                      for v in by_source.values()])
     return max(0.0, float(np.var(means, ddof=1) - noise)), k
+
+
+def class_source_variances(members: dict[tuple, dict[str, list[float]]]
+                           ) -> dict[str, tuple[float, int]]:
+    """(tau^2, sources) per device class of a level whose key starts with the device: the
+    source effects pooled over that class's groups only (`pooled_source_variance`), and the
+    number of sources in its groups of two or more sources. A class without such a group has
+    no entry (its groups cannot answer a query anyway)."""
+    by_class: dict[str, list[dict[str, list[float]]]] = {}
+    for (_, key), by_source in members.items():
+        by_class.setdefault(key[0], []).append(by_source)
+    out = {}
+    for device, groups in by_class.items():
+        tau2 = pooled_source_variance(groups)
+        sources = len({s for g in groups if len(g) >= 2 for s in g})
+        if tau2 is not None and sources >= MIN_CLASS_SOURCES:
+            out[device] = (tau2, sources)
+    return out
 
 
 def pooled_source_variance(groups: Iterable[dict[str, list[float]]]) -> float | None:
