@@ -382,3 +382,47 @@ def test_row_parallel_bias_after_the_reduce_only_for_models_with_biases():
     assert deps["bias_attn"] == ("allreduce_attn",) and deps["bias_ffn"] == ("allreduce_ffn",)
     assert len(bloom) - len(_names(get_preset("bloom-176b"), GraphOptions(), tp=8)) == 2
     assert not {"bias_attn", "bias_ffn"} & set(_names(get_preset("llama2-7b"), after, tp=2))
+
+
+def test_rocm_vllm_before_its_custom_paged_attention_reads_kv_per_query_head():
+    """Engine era: vLLM's ROCm build before `attention.rocm_shared_kv_since` decoded with the
+    generic paged-attention kernel, one thread block per query head, each reading its KV head's
+    cache. A GQA model's decode attention on an AMD GPU of such a version is timed as MHA over
+    the query heads; a later version, an NVIDIA GPU or an MHA model (Llama-2-7B) is unchanged."""
+    from krakenlm.simulator.measurements.harness import engine_era, row_results
+    from krakenlm.simulator.measurements.models import load_rows
+    from krakenlm.simulator.run import resolve_model
+
+    v0 = load_software("vllm-v0")
+    assert v0.attention.decode_shares_kv and v0.attention.rocm_shared_kv_since == "0.6.2"
+    old = engine_era(v0, "0.6.1", "vllm", "amd")
+    assert not old.attention.decode_shares_kv and old.host == v0.host
+    assert engine_era(v0, "0.7.3", "vllm", "amd") is v0
+    assert engine_era(v0, "0.6.1", "vllm", "nvidia") is v0
+    assert engine_era(v0, "0.6.1", "vllm") is v0
+
+    def decode_attention_s(model, software):
+        row = next(r for r in load_rows() if r.source == "llm_inference_bench_mi300x"
+                   and r.model == model and r.tp == 8 and r.batch == 64)
+        main, _ = row_results(row, resolve_model(row.model)[1], software)
+        return main.decode.ops["attention"]["time_s"], main.profile
+
+    era_s, profile = decode_attention_s("llama2-70b", v0)  # the row says vLLM 0.6.1 on MI300X
+    assert not profile.attention.decode_shares_kv
+    shared = dataclasses.replace(v0, attention=dataclasses.replace(
+        v0.attention, rocm_shared_kv_since=""))
+    shared_s, _ = decode_attention_s("llama2-70b", shared)
+    # 64 query heads over 8 KV heads: at TP 8 one KV head per GPU read 8 times (batch 64 at
+    # 128-2048 tokens: the reads, not the fixed latencies, dominate)
+    assert era_s > 2 * shared_s
+    assert decode_attention_s("llama2-7b", v0)[0] == pytest.approx(
+        decode_attention_s("llama2-7b", shared)[0], rel=1e-12)
+
+
+def test_rocm_shared_kv_since_must_be_an_engine_version():
+    with pytest.raises(SoftwareError, match=r"^f: attention\.rocm_shared_kv_since: 'abc' is not "
+                                            r"an engine version"):
+        profile_from_dict({"name": "x", "kernels": "vllm",
+                           "attention": {"rocm_shared_kv_since": "abc"}}, "f")
+    data = {"name": "x", "kernels": "vllm", "attention": {"rocm_shared_kv_since": "0.6.2"}}
+    assert profile_from_dict(data, "f").attention.rocm_shared_kv_since == "0.6.2"

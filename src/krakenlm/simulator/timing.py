@@ -252,6 +252,8 @@ class OpTimer:
         else:
             batch, heads, kv_heads, kv_len, hd = args
             q_len = kv_len
+            if not self.software.attention.decode_shares_kv:  # K and V read per query head
+                kv_heads = heads
         if self.mode == "roofline":
             def roofline(b, h, kvh, q, kv, d):
                 r = flash_prefill(dev, b, h, kvh, q, kv, d, True, dtype) if prefill else \

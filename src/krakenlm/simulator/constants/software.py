@@ -116,6 +116,13 @@ class Attention:
     kernel: str = "FlashAttention-2"
     max_head_dim: int = 256
     context_fused: bool = True       # False: prefill runs QK^T, masked softmax and AV unfused
+    # False: the decode kernel runs one thread block per query head, each reading its KV head's
+    # cache, so a GQA group reads K and V once per query head (timed as MHA over `heads`)
+    decode_shares_kv: bool = True
+    # the first engine version whose ROCm build decodes with a kernel that reads K and V once per
+    # GQA group; a measurement of an older version on an AMD GPU ran the generic kernel
+    # (measurements/harness.py `engine_era`: decode_shares_kv false); "": every version
+    rocm_shared_kv_since: str = ""
 
 
 @dataclass(frozen=True)
@@ -227,7 +234,7 @@ def _section(cls: type, data: Any, where: str) -> Any:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of {PRECISIONS}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
-            if name in ("custom_since", "per_sequence_until") and value \
+            if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since") and value \
                     and not _VERSION.fullmatch(value):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not an engine version such "
                                     "as \"0.8\" or \"1.0.0rc1\" (or \"\" for every version)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ...hardware import load_system
 from ...hardware.schema import Device, System
 from ...models import ModelConfig
 from ..constants.software import Host, SoftwareProfile
@@ -179,17 +180,24 @@ PREDECESSOR_ENGINES = frozenset({"fastertransformer"})
 UNFUSED_CONTEXT_ENGINES = frozenset({"fastertransformer"})
 
 
-def engine_era(software: SoftwareProfile, version: str, framework: str = "") -> SoftwareProfile:
-    """The profile as engine `version` of `framework` ran it: before the profile's
-    `collectives.custom_since` (or on an engine that predates the profile's versions,
+def engine_era(software: SoftwareProfile, version: str, framework: str = "",
+               vendor: str = "") -> SoftwareProfile:
+    """The profile as engine `version` of `framework` ran it on a GPU of `vendor`: before the
+    profile's `collectives.custom_since` (or on an engine that predates the profile's versions,
     PREDECESSOR_ENGINES) the engine reduced with NCCL, not its custom all-reduce (TensorRT-LLM
     before 0.8 built the custom kernel only when asked: `--use_custom_all_reduce`, a store_true
     flag). An engine of UNFUSED_CONTEXT_ENGINES runs its context-phase attention unfused
-    (`attention.context_fused`). The host constants stay the profile's: an older version is
-    scored with what the others fitted."""
+    (`attention.context_fused`). On an AMD GPU, a version before the profile's
+    `attention.rocm_shared_kv_since` decoded with the generic paged-attention kernel, one thread
+    block per query head (`attention.decode_shares_kv` false). The host constants stay the
+    profile's: an older version is scored with what the others fitted."""
     if framework.lower() in UNFUSED_CONTEXT_ENGINES and software.attention.context_fused:
         software = dataclasses.replace(software, attention=dataclasses.replace(
             software.attention, context_fused=False))
+    since = software.attention.rocm_shared_kv_since
+    if vendor == "amd" and since and version and version_tuple(version) < version_tuple(since):
+        software = dataclasses.replace(software, attention=dataclasses.replace(
+            software.attention, decode_shares_kv=False))
     c = software.collectives
     if c.all_reduce != "custom" or not c.custom_since:
         return software
@@ -206,7 +214,8 @@ def row_results(row: ModelRow, config: ModelConfig, software: SoftwareProfile, *
     gets a batch-1 prefill run (see SEQUENTIAL_PREFILL)."""
     from ..run import simulate
 
-    software = engine_era(software, row.version, row.framework)
+    vendor = load_system(row.system).device.identity.vendor
+    software = engine_era(software, row.version, row.framework, vendor)
 
     dtype = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}[row.dtype]
     gen = 1 if row.metric == "ttft" else max(2, row.output)
