@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 from ...hardware import load_system
+from ...hardware.identity import lookup
 from ...hardware.schema import Device, System
 from ...models import ModelConfig
 from ..constants.software import Host, SoftwareProfile
@@ -214,7 +215,7 @@ def row_results(row: ModelRow, config: ModelConfig, software: SoftwareProfile, *
     gets a batch-1 prefill run (see SEQUENTIAL_PREFILL)."""
     from ..run import simulate
 
-    vendor = load_system(row.system).device.identity.vendor
+    vendor = lookup(load_system(row.system).device).architecture[0]
     software = engine_era(software, row.version, row.framework, vendor)
 
     dtype = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}[row.dtype]
