@@ -218,6 +218,9 @@ class _DecodePlan:
     # overhead) (or + overhead): the graphs' residuals do not vary with the attention time
     # (c sums the ones without attention), one graph adds the attention; else None
     scalar: tuple[float, float, int] | None = None
+    # with `scalar`, when the attention is one row of the table (a batch size on the grid):
+    # (row x, row y, c, r, count, head, overhead), `decode_steps_list`'s shortest path
+    line: tuple | None = None
 
 
 PREFILL_MEMO_SIZE = 1 << 16  # (chunk, context) prefill attention times kept per oracle
@@ -497,6 +500,21 @@ class StepTimer:
         plan = self._decode_plans.get(sequences)
         if plan is None:
             plan = self._decode_plans[sequences] = self._decode_plan(sequences)
+        line = plan.line
+        if line is not None and steps <= SCALAR_STEPS:
+            xs, ys, c, r, count, head, overhead = line
+            j = bisect.bisect_right(xs, mean_kv) - 1
+            if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and mean_kv + (steps - 1) < xs[j + 1]:
+                # every step inside one interval of the row: `_interp_run`'s first case and
+                # the scalar formula below, written out in one expression (the same
+                # operations in the same order)
+                lo, y0 = xs[j], ys[j]
+                slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                if plan.overlaps:
+                    return [g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count +
+                                  head) > overhead else overhead for i in range(steps)]
+                return [c + (r + (slope * (mean_kv + i - lo) + y0)) * count + head + overhead
+                        for i in range(steps)]
         scalar = plan.scalar
         if scalar is None or steps > SCALAR_STEPS:
             return self.decode_steps_s(sequences, mean_kv, steps).tolist()
@@ -542,9 +560,14 @@ class StepTimer:
         head = self._head(sequences)
         if floored:
             head = max(head, self._head_kernels * host.per_kernel_s)
-        return _DecodePlan(attention, graphs, head,
-                           step_overhead(host, sw, "decode", sequences), host.step_overlaps_gpu,
-                           _scalar_form(graphs))
+        overhead = step_overhead(host, sw, "decode", sequences)
+        scalar = _scalar_form(graphs)
+        row, _, w, beyond = attention
+        line = None
+        if scalar is not None and not row.constant and w == 0.0 and not beyond:
+            line = (row.x, row.y, *scalar, head, overhead)
+        return _DecodePlan(attention, graphs, head, overhead, host.step_overlaps_gpu, scalar,
+                           line)
 
     def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
                 logits: int | None = None) -> float:

@@ -329,14 +329,14 @@ class V1Engine:
         timer, now = self.timer, self.now
         if until == math.inf:
             durations = timer.decode_steps_list(d, mean_kv, k)
-            return durations, list(map(now.__add__, accumulate(durations)))
+            return durations, [now + t for t in accumulate(durations)]
         span = until - now
         guess = self._step_guess
         n = min(k, int(span / guess * 1.25) + 2) if guess > 0 else k
         durations = timer.decode_steps_list(d, mean_kv, n)
         first = durations[0]
         self._step_guess = first
-        ends = list(map(now.__add__, accumulate(durations)))
+        ends = [now + t for t in accumulate(durations)]
         starting = _first_start_at(ends, durations, until)
         limit = min(k, starting)
         margin = first * (1 + 1e-9)
@@ -349,7 +349,7 @@ class V1Engine:
             k = min(k, int(span / first) + 1)
             if k > n:
                 durations = timer.decode_steps_list(d, mean_kv, k)
-                ends = list(map(now.__add__, accumulate(durations)))
+                ends = [now + t for t in accumulate(durations)]
             else:
                 del durations[k:], ends[k:]
             bounded = min(k, _first_start_at(ends, durations, until))
