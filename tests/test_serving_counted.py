@@ -51,7 +51,7 @@ def outputs(engine, seqs) -> dict:
     return {"seqs": [[getattr(s, f) for f in FIELDS] for s in seqs],
             "timeline": [list(getattr(tl, f)) for f in ("t_s", "kv_used", "running", "waiting",
                                                         "preemptions", "tokens")],
-            "itl": sorted(engine.itl_s), "itl_windows": list(engine.itl_window_s),
+            "itl": sorted(engine.token_gaps().tolist()), "itl_windows": list(engine.itl_window_s),
             "itl_weight": list(engine.itl_weight), "steps": engine.steps,
             "preemptions": engine.preemptions}
 

@@ -259,8 +259,9 @@ def engine_series(engines) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     engine order: what `summarise` reads of a replay."""
     itl_parts, weight_parts = [], []
     for e in engines:
-        itl_parts += [np.array(e.itl_s), np.array(e.itl_window_s)]
-        weight_parts += [np.ones(len(e.itl_s)), np.array(e.itl_weight)]
+        gaps = e.token_gaps()
+        itl_parts += [gaps, np.array(e.itl_window_s)]
+        weight_parts += [np.ones(len(gaps)), np.array(e.itl_weight)]
     kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
     return np.concatenate(itl_parts), np.concatenate(weight_parts), kv_used
 

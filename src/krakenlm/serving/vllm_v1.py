@@ -196,6 +196,11 @@ class V1Engine:
         window records: a window of k steps of d requests logs k - 1 gaps of d tokens)."""
         return self.timeline.window_weights()
 
+    def token_gaps(self) -> np.ndarray:
+        """Every inter-token gap that stands for one token (`itl_s`; a subclass that logs
+        some as runs adds them), in no particular order: the report sorts them."""
+        return np.array(self.itl_s)
+
     @property
     def outstanding(self) -> int:
         return len(self.running) + len(self.waiting) + len(self.swapped)
