@@ -282,9 +282,9 @@ class StepTimer:
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
         self._prefill_memo: dict[tuple[int, int], float] = {}
-        # `step_s`'s interpolation over the token grid per token count (at most one entry per
-        # count up to the budget: the same (i, j, weight) every call)
-        self._token_brackets: dict[int, tuple[int, int, float]] = {}
+        # `step_s`'s rows per (bound, token count) (`_rows_at`: at most two entries per count
+        # up to the budget, the same every call)
+        self._step_rows: dict[tuple[str, int], tuple[float, tuple]] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -415,24 +415,15 @@ class StepTimer:
         host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
         _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
-        bracket = self._token_brackets.get(tokens)
-        if bracket is None:
-            xs = self.tokens_grid
-            if tokens <= xs[0]:
-                bracket = (0, 0, 0.0)
-            elif tokens >= xs[-1]:
-                bracket = (len(xs) - 1, len(xs) - 1, 0.0)
-            else:
-                j = bisect.bisect_right(xs, tokens)
-                bracket = (j - 1, j, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1]))
-            self._token_brackets[tokens] = bracket
-        i, j, w = bracket
+        rows = self._step_rows.get((bound, tokens))
+        if rows is None:
+            rows = self._step_rows[bound, tokens] = self._rows_at(bound, tokens)
+        w, graphs = rows
         a = attention_s
         gpu = 0.0
         bisect_right = bisect.bisect_right
-        for tables, attention, kernel_floor, count in self._fast_tables[bound]:
-            ax, ay = tables[i]  # `_at(tables[i], a)` written out
-            if a <= ax[0]:
+        for (ax, ay), (bx, by), attention, kernel_floor, count in graphs:
+            if a <= ax[0]:  # `_at((ax, ay), a)` written out
                 r = ay[0]
             elif a >= ax[-1]:
                 r = ay[-1]
@@ -441,8 +432,17 @@ class StepTimer:
                 x0 = ax[k - 1]
                 u = (a - x0) / (ax[k] - x0)
                 r = ay[k - 1] * (1 - u) + ay[k] * u
-            if w:
-                r = r * (1 - w) + _at(tables[j], a) * w
+            if w:  # and `_at((bx, by), a)`
+                if a <= bx[0]:
+                    r_j = by[0]
+                elif a >= bx[-1]:
+                    r_j = by[-1]
+                else:
+                    k = bisect_right(bx, a)
+                    x0 = bx[k - 1]
+                    u = (a - x0) / (bx[k] - x0)
+                    r_j = by[k - 1] * (1 - u) + by[k] * u
+                r = r * (1 - w) + r_j * w
             t = (r + (a if attention else 0.0)) * scale
             if floor and t < kernel_floor:
                 t = kernel_floor
@@ -454,6 +454,22 @@ class StepTimer:
         gpu += head
         overhead = per_step + sequences * per_seq + launch
         return max(gpu, overhead) if overlaps else gpu + overhead
+
+    def _rows_at(self, bound: str, tokens: int) -> tuple[float, tuple]:
+        """What `step_s` reads for a token count: the weight w of the upper of the two token
+        grid points around it, and per graph table (its residual row at the lower point, at
+        the upper, whether it holds attention, its kernel floor, its repeat count)."""
+        xs = self.tokens_grid
+        if tokens <= xs[0]:
+            i, j, w = 0, 0, 0.0
+        elif tokens >= xs[-1]:
+            i = j = len(xs) - 1
+            w = 0.0
+        else:
+            j = bisect.bisect_right(xs, tokens)
+            i, w = j - 1, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1])
+        return w, tuple((tables[i], tables[j], attention, kernel_floor, count)
+                        for tables, attention, kernel_floor, count in self._fast_tables[bound])
 
     def _head_step_s(self, logits: int, prefill: bool) -> float:
         """The LM head's part of `step_s` for `logits` sampling sequences (kept per count in

@@ -327,8 +327,10 @@ class V1Engine:
         `first` equals the first of `decode_steps_s`'s durations to a few ulps (the same
         formula, interpolated in another order), so it is computed only when the bound could
         bind: when `until - now` does not clear the window's other limit times that duration
-        by a relative 1e-9. The steps are timed for about as many as a recent step length
-        says fit before `until` (`_step_guess`; the next try times more when too few)."""
+        by a relative 1e-9. For the same reason there is no window (None) as soon as the
+        first duration, less that margin, ends at or after `until`: `step_s`'s first step
+        ends there too. The steps are timed for about as many as a recent step length says fit
+        before `until` (`_step_guess`; the next try times more when too few)."""
         if k < 2:
             return None
         timer, now = self.timer, self.now
@@ -341,8 +343,12 @@ class V1Engine:
         durations = timer.decode_steps_list(d, mean_kv, n)
         first = durations[0]
         self._step_guess = first
+        if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends at `until` or later
+            return None
         ends = [now + t for t in accumulate(durations)]
-        starting = _first_start_at(ends, durations, until)
+        starting = bisect.bisect_left(ends, until)  # `_first_start_at`, written out
+        while starting < n and ends[starting] - durations[starting] < until:
+            starting += 1
         limit = min(k, starting)
         margin = first * (1 + 1e-9)
         if (starting < n or n == k) and now + margin < until and span >= (limit - 1) * margin:
