@@ -113,25 +113,33 @@ class Timeline:
 
     def __init__(self):
         self.t_s, self.kv_used = array("d"), array("d")
-        # per step or window: steps, running, running after the last step, waiting,
-        # preemptions, tokens per step
-        self._log = array("d")
+        # per step or window, six ints: steps, running, running after the last step, waiting,
+        # preemptions, tokens per step (a flat list: appending a record is one list extend,
+        # where an array converts each value; read as a float array, kept until it grows)
+        self._log: list[int] = []
+        self._read: np.ndarray = np.zeros((0, 6))
 
     def step(self, t_s: float, kv_used: float, running: int, waiting: int, preemptions: int,
              tokens: int) -> None:
         self.t_s.append(t_s)
         self.kv_used.append(kv_used)
-        self._log.extend((1, running, running, waiting, preemptions, tokens))
+        self._log += (1, running, running, waiting, preemptions, tokens)
 
     def window(self, ends: list[float], kv_used: list[float], running: int, running_after: int,
                preemptions: int) -> None:
         """A decode window: `running` sequences decode one token each per step, none wait."""
-        self.t_s.extend(ends)
-        self.kv_used.extend(kv_used)
-        self._log.extend((len(ends), running, running_after, 0, preemptions, running))
+        self.t_s.fromlist(ends)
+        self.kv_used.fromlist(kv_used)
+        self._log += (len(ends), running, running_after, 0, preemptions, running)
+
+    def _records(self) -> np.ndarray:
+        """The log as one row of six floats per record."""
+        if len(self._read) * 6 != len(self._log):
+            self._read = np.array(self._log, dtype=float).reshape(-1, 6)
+        return self._read
 
     def _column(self, i: int) -> np.ndarray:
-        log = np.frombuffer(self._log, dtype=float).reshape(-1, 6)
+        log = self._records()
         counts = log[:, 0].astype(int)
         values = np.repeat(log[:, i], counts)
         if i == 1:  # the running requests after each record's last step
@@ -141,7 +149,7 @@ class Timeline:
     def window_weights(self) -> np.ndarray:
         """Per inter-token gap inside a decode window (a window of k steps has k - 1, in
         window order), the tokens it stands for: the window's running requests."""
-        log = np.frombuffer(self._log, dtype=float).reshape(-1, 6)
+        log = self._records()
         return np.repeat(log[:, 1], np.maximum(log[:, 0].astype(int) - 1, 0))
 
     @property
@@ -288,7 +296,7 @@ class V1Engine:
             levels = [u / total for u in accumulate(steps)]
         else:
             levels = [used / total] * (k - 1)
-        self.itl_window_s.extend(durations[1:k])  # their weights: d, from the timeline
+        self.itl_window_s.fromlist(durations[1:k])  # their weights: d, from the timeline
         self.now = ends[-1]
         self.steps += k
         levels.append((total - pool.available) / total)  # `pool.used`
