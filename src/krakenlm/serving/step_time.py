@@ -225,6 +225,7 @@ class _DecodePlan:
 
 PREFILL_MEMO_SIZE = 1 << 16  # (chunk, context) prefill attention times kept per oracle
 SCALAR_STEPS = 16  # decode windows up to this long are timed on Python floats
+LINE_STEPS = 64  # and up to this long when they stay inside one interval of a plan's `line`
 DECODE_OFFSETS = 4096  # steps of a decode window whose KV offsets are kept as one array
 
 
@@ -512,12 +513,14 @@ class StepTimer:
         steps) of a batch size whose plan has a `scalar` form is computed on Python floats
         past the attention interpolation: the same IEEE double operations in the same order
         as the array formula, so the same floats, without its fixed cost per array
-        operation (the engines' decode windows are mostly 2-10 steps)."""
+        operation (the engines' decode windows are mostly 2-10 steps); up to `LINE_STEPS`
+        steps when the plan's attention is one table row (`line`) and the window's KV
+        lengths stay inside one interval of it (one expression per step)."""
         plan = self._decode_plans.get(sequences)
         if plan is None:
             plan = self._decode_plans[sequences] = self._decode_plan(sequences)
         line = plan.line
-        if line is not None and steps <= SCALAR_STEPS:
+        if line is not None and steps <= LINE_STEPS:
             xs, ys, c, r, count, head, overhead = line
             j = bisect.bisect_right(xs, mean_kv) - 1
             if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and mean_kv + (steps - 1) < xs[j + 1]:
