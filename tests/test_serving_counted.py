@@ -46,12 +46,18 @@ CASES = {
 }
 
 
+def _gaps(engine) -> list[tuple[float, float]]:
+    """Every inter-token gap with the tokens it stands for, one entry per run member."""
+    values, weights, counts = engine.itl_runs()
+    return sorted(zip(np.repeat(values, counts).tolist(), np.repeat(weights, counts).tolist()))
+
+
 def outputs(engine, seqs) -> dict:
     tl = engine.timeline
     return {"seqs": [[getattr(s, f) for f in FIELDS] for s in seqs],
             "timeline": [list(getattr(tl, f)) for f in ("t_s", "kv_used", "running", "waiting",
                                                         "preemptions", "tokens")],
-            "itl": sorted(engine.token_gaps().tolist()), "itl_windows": list(engine.itl_window_s),
+            "itl": _gaps(engine), "itl_windows": list(engine.itl_window_s),
             "itl_weight": list(engine.itl_weight), "steps": engine.steps,
             "preemptions": engine.preemptions}
 

@@ -110,12 +110,16 @@ class CountedV1Engine(V1Engine):
         self._gap_values.append(gap)
         self._gap_counts.append(count)
 
-    def token_gaps(self) -> np.ndarray:
-        """`V1Engine.token_gaps` with the counted requests' runs expanded after the gaps
-        logged one by one (the order differs from `V1Engine`'s, the gaps do not: the report
-        sorts them, and all of them weigh one token)."""
-        runs = np.repeat(np.array(self._gap_values), np.array(self._gap_counts))
-        return np.concatenate([np.array(self.itl_s), runs])
+    def itl_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`V1Engine.itl_runs` with the counted requests' runs (one token each) after the
+        gaps logged one by one. The gaps are `V1Engine`'s in another order: the report sorts
+        them stably, and equal gaps of one token each are interchangeable."""
+        values, weights, counts = super().itl_runs()
+        singles = len(self.itl_s)
+        runs = len(self._gap_values)
+        return (np.insert(values, singles, np.array(self._gap_values)),
+                np.insert(weights, singles, np.ones(runs)),
+                np.insert(counts, singles, np.array(self._gap_counts, dtype=np.intp)))
 
     def _uncount(self) -> None:
         """Write every counted request and stop the counters."""

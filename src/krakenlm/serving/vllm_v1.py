@@ -204,10 +204,15 @@ class V1Engine:
         window records: a window of k steps of d requests logs k - 1 gaps of d tokens)."""
         return self.timeline.window_weights()
 
-    def token_gaps(self) -> np.ndarray:
-        """Every inter-token gap that stands for one token (`itl_s`; a subclass that logs
-        some as runs adds them), in no particular order: the report sorts them."""
-        return np.array(self.itl_s)
+    def itl_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every inter-token gap as runs (value, tokens each stands for, count of equal
+        entries), in log order: the gaps logged one per token (`itl_s`: one token, one
+        entry each), then the decode windows' (`itl_window_s`, `itl_weight`). A subclass
+        that logs equal gaps as one run adds its runs after `itl_s`'s."""
+        singles, windows = np.array(self.itl_s), np.array(self.itl_window_s)
+        return (np.concatenate([singles, windows]),
+                np.concatenate([np.ones(len(singles)), self.itl_weight]),
+                np.ones(len(singles) + len(windows), dtype=np.intp))
 
     @property
     def outstanding(self) -> int:
