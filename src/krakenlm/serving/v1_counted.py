@@ -193,44 +193,61 @@ class CountedV1Engine(V1Engine):
         return bool(finishes) and finishes[0][0] == tick and bool(self._finish(now))
 
     def _counted_window(self, until: float) -> bool:
-        """`V1Engine._decode_window` on the counters: the same window (steps, times, blocks,
-        finishes), without a pass over the requests."""
+        """`V1Engine._decode_window` on the counters, window after window: the same windows
+        (steps, times, blocks, finishes) without a pass over the requests. Runs windows
+        while the clock is before `until` and requests run; False when one could not run
+        (the caller then runs a step, as after a failed `_decode_window`), else True."""
         running = self.running
-        d = len(running)
-        if d > self.opt.max_num_batched_tokens:
-            return False
+        budget = self.opt.max_num_batched_tokens
+        while True:
+            d = len(running)
+            if d > budget or not self._one_window(until, d):
+                return False
+            if not (running and self.now < until):
+                return True
+
+    def _one_window(self, until: float, d: int) -> bool:
+        """One counted decode window of the `d` running requests; False (and nothing
+        changed) when it cannot run."""
         tick = self._tick
-        last_finish = self._finishes[0][0] - tick
-        last_finish = min(last_finish, WINDOW_MAX_STEPS)
-        window = self._window_steps(d, (self._kv + d) / d, last_finish, until)
+        finishes = self._finishes
+        k = finishes[0][0] - tick
+        window = self._window_steps(d, (self._kv + d) / d,
+                                    k if k < WINDOW_MAX_STEPS else WINDOW_MAX_STEPS, until)
         if window is None:
             return False
         durations, ends = window
         k = len(ends)
-        bs, pool = self.opt.block_size, self.pool
-        start = tick % bs
-        if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
-            delta = self._phases[start:start + k]  # new blocks at window step i
-            total_need = sum(delta)
-        else:
-            cycle = self._phases[start:] + self._phases[:start]  # new blocks at step i % bs
-            full, part = divmod(k, bs)
-            total_need = full * d + sum(cycle[:part])
-            delta = (cycle * (full + 1))[:k]
-        available = pool.available
+        delta, total_need = self._window_blocks(tick, k, d)
+        pool = self.pool
+        available = pool.free + pool.per_id * len(pool.lru)  # `pool.available`
         if total_need > available:
             return False
-        used = pool.total - available  # `pool.used`, read once
         if total_need:
             pool.take(total_need)
         end = ends[-1]
-        self._log_gaps(ends[0] - self._last_s, d)
+        self._gap_values.append(ends[0] - self._last_s)  # `_log_gaps`, written out
+        self._gap_counts.append(d)
         tick = self._tick = tick + k
         self._kv += k * d
         self._last_s = end
-        finishes = self._finishes
         if finishes[0][0] == tick:  # the finished ones leave the running list (in C)
+            running = self.running
             for s in self._finish(end):
                 running.remove(s)
-        self._record_window(durations, ends, d, used, delta if total_need else None)
+        self._record_window(durations, ends, d, pool.total - available,
+                            delta if total_need else None)
         return True
+
+    def _window_blocks(self, tick: int, k: int, d: int) -> tuple[list[int], int]:
+        """The new KV blocks the counted requests take at each of the k steps of a window
+        starting at `tick`, and their sum."""
+        phases = self._phases
+        bs = len(phases)
+        start = tick % bs
+        if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
+            delta = phases[start:start + k]  # new blocks at window step i
+            return delta, sum(delta)
+        cycle = phases[start:] + phases[:start]  # new blocks at step i % bs
+        full, part = divmod(k, bs)
+        return (cycle * (full + 1))[:k], full * d + sum(cycle[:part])
