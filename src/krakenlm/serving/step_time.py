@@ -281,6 +281,7 @@ class StepTimer:
         self._decode_attention = self._decode_attention_table()
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
         self._decode_plans: dict[int, _DecodePlan] = {}
+        self._attention_rows: dict[int, tuple] = {}  # `decode_attention_s`'s, per batch size
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
         self._prefill_memo: dict[tuple[int, int], float] = {}
         # `step_s`'s rows per (bound, token count) (`_rows_at`: at most two entries per count
@@ -389,21 +390,41 @@ class StepTimer:
         return t
 
     def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
-        """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
+        """Attention time (one layer) of `sequences` decode tokens at a mean KV length: the
+        KV-length interpolation of the batch size's row (`_attention_rows`), or of the two
+        rows around it weighted, or of the last row scaled past the table."""
         if sequences <= 0:
             return 0.0
+        rows = self._attention_rows.get(sequences)
+        if rows is None:
+            rows = self._attention_rows[sequences] = self._attention_rows_of(sequences)
+        (xs, ys), upper, w, beyond = rows
+        if mean_kv <= xs[0]:  # `_at((xs, ys), mean_kv)` written out
+            a = ys[0]
+        elif mean_kv >= xs[-1]:
+            a = ys[-1]
+        else:
+            i = bisect.bisect_right(xs, mean_kv)
+            x0 = xs[i - 1]
+            u = (mean_kv - x0) / (xs[i] - x0)
+            a = ys[i - 1] * (1 - u) + ys[i] * u
+        if beyond:  # beyond the table: proportional to the sequences
+            return a * sequences / beyond
+        return a if w == 0.0 else a * (1 - w) + _at(upper, mean_kv) * w
+
+    def _attention_rows_of(self, sequences: int) -> tuple[tuple, tuple, float, int]:
+        """`decode_attention_s`'s rows for a batch size: the lower row, the upper row, the
+        upper's weight, and the table's last size when the batch is past it (else 0)."""
         rows, grid = self._decode_rows, self.seq_grid
-        if sequences > grid[-1]:  # beyond the table: proportional to the sequences
-            return _at(rows[-1], mean_kv) * sequences / grid[-1]
+        if sequences > grid[-1]:
+            return rows[-1], rows[-1], 0.0, grid[-1]
         if sequences <= grid[0]:
-            return _at(rows[0], mean_kv)
+            return rows[0], rows[0], 0.0, 0
         if sequences == grid[-1]:
-            return _at(rows[-1], mean_kv)
+            return rows[-1], rows[-1], 0.0, 0
         j = bisect.bisect_right(grid, sequences)
         i = j - 1
-        w = (sequences - grid[i]) / (grid[j] - grid[i])
-        a = _at(rows[i], mean_kv)
-        return a if w == 0.0 else a * (1 - w) + _at(rows[j], mean_kv) * w
+        return rows[i], rows[j], (sequences - grid[i]) / (grid[j] - grid[i]), 0
 
     def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
                prefill: bool, attention_bound: str | None = None) -> float:

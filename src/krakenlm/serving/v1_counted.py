@@ -104,12 +104,6 @@ class CountedV1Engine(V1Engine):
             s.since_tick = self._tick
         s.last_token_s = self._last_s
 
-    def _log_gaps(self, gap: float, count: int) -> None:
-        """Log `count` equal inter-token gaps (one per counted request) as one run: two
-        appends whatever the count (`token_gaps` expands the runs once, at the end)."""
-        self._gap_values.append(gap)
-        self._gap_counts.append(count)
-
     def itl_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`V1Engine.itl_runs` with the counted requests' runs (one token each) after the
         gaps logged one by one. The gaps are `V1Engine`'s in another order: the report sorts
@@ -185,7 +179,8 @@ class CountedV1Engine(V1Engine):
         """The counted requests' token of a step `_execute` ran (their gaps first, in running
         order, as `V1Engine` writes them)."""
         now, d = self.now, len(self._finishes)
-        self._log_gaps(now - self._last_s, d)
+        self._gap_values.append(now - self._last_s)  # d equal gaps: one run
+        self._gap_counts.append(d)
         tick = self._tick = self._tick + 1
         self._kv += d
         self._last_s = now
@@ -226,7 +221,7 @@ class CountedV1Engine(V1Engine):
         if total_need:
             pool.take(total_need)
         end = ends[-1]
-        self._gap_values.append(ends[0] - self._last_s)  # `_log_gaps`, written out
+        self._gap_values.append(ends[0] - self._last_s)  # d equal gaps: one run
         self._gap_counts.append(d)
         tick = self._tick = tick + k
         self._kv += k * d

@@ -541,8 +541,9 @@ class V1Engine:
             self.running = [s for s in self.running if s.finish_s != s.finish_s]
         self.steps += 1
         total = pool.total
-        self.timeline.step(now, (total - pool.available) / total, len(self.running),
-                           len(self.waiting), self.preemptions, tokens)
+        used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
+        self.timeline.step(now, used / total, len(self.running), len(self.waiting),
+                           self.preemptions, tokens)
 
     def _decoders_sampled(self) -> bool:
         """Write a step's token into the decoders `_execute` was given apart from its batch
