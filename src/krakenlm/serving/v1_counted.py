@@ -207,8 +207,7 @@ class CountedV1Engine(V1Engine):
         tick = self._tick
         finishes = self._finishes
         k = finishes[0][0] - tick
-        window = self._window_steps(d, (self._kv + d) / d,
-                                    k if k < WINDOW_MAX_STEPS else WINDOW_MAX_STEPS, until)
+        window = self._window_steps(d, (self._kv + d) / d, min(k, WINDOW_MAX_STEPS), until)
         if window is None:
             return False
         durations, ends = window
