@@ -3,6 +3,8 @@ sent when one finishes), as vLLM's `benchmark_serving.py --max-concurrency N` dr
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from serving_cases import MODEL
@@ -25,7 +27,7 @@ def _serve(trace, software="vllm", **kw):
 @pytest.mark.parametrize("software", ["vllm", "vllm-v0", "sglang"])
 def test_one_in_flight_sends_each_request_when_the_one_before_finishes(software):
     rows = _serve(_burst(6), software, max_concurrency=1).rows
-    for before, row in zip(rows, rows[1:]):
+    for before, row in pairwise(rows):
         assert row["arrival_s"] == before["finish_s"]  # back to back
     assert all(r["queue_s"] == 0.0 for r in rows)  # the engine is idle when each arrives
     # equal requests on an idle engine take equal times
@@ -35,7 +37,7 @@ def test_one_in_flight_sends_each_request_when_the_one_before_finishes(software)
 def test_the_client_side_slot_frees_at_the_finish_the_client_sees():
     rows = _serve(_burst(4), max_concurrency=1, client_side=True).rows
     engine = _serve(_burst(4), max_concurrency=1).rows
-    for k, (before, row) in enumerate(zip(rows, rows[1:]), start=1):
+    for k, (before, row) in enumerate(pairwise(rows), start=1):
         assert row["arrival_s"] == pytest.approx(before["finish_s"])  # the client's finish
         # each request is sent 8.7 ms (vLLM's front end) after the engine finished the one
         # before: k of them behind the engine-side closed loop
