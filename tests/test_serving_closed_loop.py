@@ -69,3 +69,14 @@ def test_never_more_than_n_requests_in_flight_and_each_waits_for_a_free_slot():
 def test_a_cap_below_one_is_refused(n):
     with pytest.raises(ServeError, match=f"max_concurrency {n} must be at least 1"):
         _serve(_burst(2), max_concurrency=n)
+
+
+@pytest.mark.parametrize("router", ["least-loaded", "round-robin"])
+def test_with_replicas_no_replica_runs_past_a_send_time(router):
+    """Two replicas, two in flight, equal requests: each is sent when one finishes and finds
+    an idle replica (none was run to its own next finish beyond that send time)."""
+    trace = Trace("staggered", tuple(Request(i, 1e-3 * i, 200, 20) for i in range(8)))
+    rows = _serve(trace, max_concurrency=2, replicas=2, router=router).rows
+    assert all(r["queue_s"] == 0.0 for r in rows)
+    assert np.ptp([r["e2e_s"] for r in rows]) == pytest.approx(0.0, abs=1e-12)
+    assert sorted(r["replica"] for r in rows) == [0, 0, 0, 0, 1, 1, 1, 1]

@@ -396,7 +396,9 @@ class _ClosedLoop:
     """The client's semaphore of `serve(max_concurrency=N)`: request k >= N takes the slot
     that the (k - N + 1)-th finish (in time order) of the requests sent before it frees, as
     the client sees that finish (engine finish + `lag_s`). A finish is known once every busy
-    engine's clock has passed it; the engines are run to their next finish until then."""
+    engine's clock has passed it; until then the engine furthest behind runs to its next
+    finish, or to the end of its step in flight at the earliest finish known, so that no
+    replica runs past a send time by more than that step (as an arrival finds it)."""
 
     def __init__(self, engines: list, n: int, lag_s: float):
         self.engines, self.n, self.lag_s = engines, n, lag_s
@@ -423,8 +425,8 @@ class _ClosedLoop:
                 return heapq.heappop(freed)
             engine = min(busy, key=lambda e: e.now) if busy else None
             before = (engine.now, engine.outstanding) if engine else None
-            if engine is not None:
-                engine.advance(math.inf, stop_at_finish=True)
+            if engine is not None:  # no further than the step in flight at the best candidate
+                engine.advance(freed[0] - lag if freed else math.inf, stop_at_finish=True)
             if engine is None or (engine.now, engine.outstanding) == before:
                 raise ServeError("closed-loop replay: no request in flight can finish to free "
                                  "a slot (the KV cache cannot hold them)")
