@@ -42,15 +42,20 @@ class CountedV1Engine(V1Engine):
         self._last_s = 0.0  # when they sampled their last token
         self._one_gap = array("d", (0.0,))  # `_log_gaps`'s scratch
 
-    def advance(self, until: float) -> None:
+    def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold."""
         while self.now < until:
+            left = self.outstanding if stop_at_finish else 0
             if self.running and not (self.waiting or self.swapped) and (
                     self._counted_window(until) if self._counted else
                     self._decode_window(until)):
+                if stop_at_finish and self.outstanding < left:
+                    return
                 continue
             if not (self.running or self.waiting or self.swapped) or not self._step():
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
+                return
+            if stop_at_finish and self.outstanding < left:
                 return
 
     # ------------------------------------------------------------------ the counters
