@@ -86,8 +86,8 @@ def slope(points: list[tuple[int, float]]) -> float:
 
 def section_rates(rows, pred) -> list[str]:
     out = ["## 1. Time per added sequence as an effective dense rate", "",
-           "| model | TP | length | batches | measured s / sequence | predicted s / sequence | "
-           "ratio | effective TFLOP/s per GPU, measured | predicted |",
+           ("| model | TP | length | batches | measured s / sequence | predicted s / sequence | "
+           "ratio | effective TFLOP/s per GPU, measured | predicted |"),
            "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     groups: dict[tuple, list] = defaultdict(list)
     for r in rows:
@@ -107,8 +107,8 @@ def section_rates(rows, pred) -> list[str]:
 
 def section_batch1(rows, pred) -> list[str]:
     out = ["## 2. Batch 1: time per decode step", "",
-           "| model | TP | length | measured ms / step | predicted TPOT ms | excess ms | "
-           "implied weight stream TB/s |", "|---|---:|---:|---:|---:|---:|---:|"]
+           ("| model | TP | length | measured ms / step | predicted TPOT ms | excess ms | "
+            "implied weight stream TB/s |"), "|---|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r.model, r.tp, r.prompt)):
         if r.batch != 1 or r.prompt < 1024:
             continue
@@ -126,8 +126,8 @@ def kv_room_bytes(model: str, tp: int) -> float:
 
 def section_capacity(rows, pred) -> list[str]:
     out = ["## 3. KV capacity (waves, preemption)", "",
-           "| model | TP | KV room per GPU GB | largest scored KV demand per GPU GB | room / demand | "
-           "its row (batch, length) | its measured / predicted |",
+           ("| model | TP | KV room per GPU GB | largest scored KV demand per GPU GB | room / demand | "
+           "its row (batch, length) | its measured / predicted |"),
            "|---|---:|---:|---:|---:|---|---:|"]
     groups: dict[tuple, list] = defaultdict(list)
     for r in rows:
@@ -144,16 +144,16 @@ def section_capacity(rows, pred) -> list[str]:
                                                r.prompt + r.output, "fp16")
              < 0.1 * kv_room_bytes(r.model, r.tp)]
     ratios = [r.measured_s / pred[id(r)][0] for r in small]
-    out += ["", f"Rows whose KV demand is under 10 % of the room: {len(small)}, measured / "
-            f"predicted median {np.median(ratios):.2f} (range {min(ratios):.2f}-"
-            f"{max(ratios):.2f}).", ""]
+    out += ["", (f"Rows whose KV demand is under 10 % of the room: {len(small)}, measured / "
+                 f"predicted median {np.median(ratios):.2f} (range {min(ratios):.2f}-"
+                 f"{max(ratios):.2f})."), ""]
     return out
 
 
 def section_prefill_steps(rows, pred) -> list[str]:
     out = ["## 4. V0 prefill in steps of max_num_batched_tokens", "",
-           "| model | TP | batch | length | steps | predicted prefill, one step s | in steps s | "
-           "added s | measured excess s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           ("| model | TP | batch | length | steps | predicted prefill, one step s | in steps s | "
+            "added s | measured excess s |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r.model, r.tp, r.batch, r.prompt)):
         if r.tp not in (1, 8) or r.batch not in (64, 256) or r.prompt not in (128, 1024):
             continue
@@ -226,11 +226,11 @@ def report() -> str:
     pred = {id(r): predict(r) for r in rows}
     err = [pred[id(r)][0] / r.measured_s - 1 for r in rows]
     head = [f"# `{SOURCE}`: where the missing time is", "",
-            "`python benchmarks/sim_mi300x_decompose.py --out docs/data/sim-mi300x-decompose.md`"
-            " (shipped constants, as `sim validate` scores the rows).", "",
-            f"{len(rows)} scored rows: MAPE {100 * np.mean(np.abs(err)):.1f} %, signed "
-            f"{100 * np.mean(err):+.1f} %, measured / predicted median "
-            f"{np.median([r.measured_s / pred[id(r)][0] for r in rows]):.2f}.", ""]
+            ("`python benchmarks/sim_mi300x_decompose.py --out docs/data/sim-mi300x-decompose.md`"
+             " (shipped constants, as `sim validate` scores the rows)."), "",
+            (f"{len(rows)} scored rows: MAPE {100 * np.mean(np.abs(err)):.1f} %, signed "
+             f"{100 * np.mean(err):+.1f} %, measured / predicted median "
+             f"{np.median([r.measured_s / pred[id(r)][0] for r in rows]):.2f}."), ""]
     return "\n".join(head + section_rates(rows, pred) + section_batch1(rows, pred)
                      + section_capacity(rows, pred) + section_prefill_steps(rows, pred)
                      + section_oddity(rows) + section_llama3(rows, pred)

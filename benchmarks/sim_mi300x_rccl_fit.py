@@ -61,7 +61,9 @@ def main() -> None:
         return mape([predicted_s(system, s, p) for s, _ in fit],
                     [measured_s(s, bw) for s, bw in fit])
 
-    logit = lambda q: math.log(q / (1 - q))  # noqa: E731
+    def logit(q: float) -> float:
+        return math.log(q / (1 - q))
+
     starts = [np.array([math.log(a), logit(e1), math.log(b), logit(e2), math.log(c), logit(e3)])
               for a, b, c in ((5e-6, 20e-6, 60e-6), (10e-6, 30e-6, 100e-6))
               for e1, e2, e3 in ((0.05, 0.3, 0.8), (0.1, 0.5, 0.9))]
