@@ -65,13 +65,14 @@ def main() -> None:
                 summary = replay_run(replace(run, served_before=(), test_prompt_first=False),
                                      by_id, seed)[1]
             cold.append(summary)
-            if run.arrival == "burst":
-                break  # no randomness: one seed is all seeds
+            if run.rate_per_s is None:
+                break  # no randomness (all at once, capped or not): one seed is all seeds
         scored = score(run, _mean_summary(warm))
         cold_scores.append(score(run, _mean_summary(cold)))
         results.append({"id": run.id, "source": run.source, "locator": run.locator,
                         "model": run.model, "system": run.system, "tp": run.tp,
                         "arrival": run.arrival, "rate_per_s": run.rate_per_s,
+                        "max_concurrency": run.max_concurrency,
                         "requests": len(run.prompt_tokens), "seeds": len(warm),
                         "kv_blocks_predicted": report.setup["kv_cache"]["blocks"],
                         "kv_blocks_logged": run.kv_blocks_logged,
@@ -134,6 +135,8 @@ def _plot(results: list[dict]) -> bytes:
             bias = [100 * r["scores"][k]["bias"] if k in r["scores"] else np.nan
                     for k in metrics]
             rate = "burst" if r["rate_per_s"] is None else f"{r['rate_per_s']:g}/s"
+            if r.get("max_concurrency"):
+                rate += f", {r['max_concurrency']} in flight"
             ax.bar(np.arange(len(metrics)) + i * width, bias, width, color=plt.cm.tab20(i),
                    label=f"{r['id'].removeprefix(name + '-')} ({rate})")
         ax.axhline(0, color="k", lw=0.6)

@@ -15,6 +15,7 @@ from krakenlm.serving.validation import (
     ValidationDataError,
     load_runs,
     medians,
+    replay_run,
     run_trace,
     score,
 )
@@ -197,6 +198,14 @@ def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
     (lambda r: r.update(ttfts_s=[0.1]), "ttfts_s must hold one client TTFT"),
     (lambda r: r["ttfts_s"].__setitem__(3, -0.5), "ttfts_s must hold one client TTFT"),
     (lambda r: r.update(ttfts_s="fast"), "missing or bad field"),
+    (lambda r: r.update(arrival="concurrency"), "a concurrency run needs max_concurrency"),
+    (lambda r: r.update(arrival="concurrency", max_concurrency=0),
+     "a concurrency run needs max_concurrency"),
+    (lambda r: r.update(arrival="concurrency", max_concurrency=-4),
+     "a concurrency run needs max_concurrency"),
+    (lambda r: r.update(arrival="concurrency", max_concurrency="many"), "missing or bad field"),
+    (lambda r: r.update(max_concurrency=8), 'max_concurrency needs arrival "concurrency"'),
+    (lambda r: r.update(rate_per_s=-1.0), "rate_per_s must be positive"),
 ])
 def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
     data = json.loads(RUNS_FILE.read_text())
@@ -213,3 +222,24 @@ def test_a_run_naming_an_unknown_earlier_run_is_an_error():
     run = replace(_run(), served_before=("nowhere",))
     with pytest.raises(ValidationDataError, match="unknown run 'nowhere'"):
         run_trace(run, {})
+
+
+def test_a_concurrency_run_replays_its_clients_closed_loop():
+    """A run with arrival "concurrency" is sent as its rate says (all at once without one)
+    and replayed with at most `max_concurrency` requests in flight."""
+    base = replace(_run(), served_before=(), test_prompt_first=False, arrival="burst",
+                   rate_per_s=None, prompt_tokens=(300,) * 6, output_tokens=(20,) * 6,
+                   ttfts_s=None, measured={})
+    capped = replace(base, arrival="concurrency", max_concurrency=2)
+    trace, first = run_trace(capped)
+    assert first == 0 and [r.arrival_s for r in trace.requests] == [0.0] * 6
+    paced = replace(capped, rate_per_s=4.0)
+    assert run_trace(paced, seed=3)[0].requests == \
+        run_trace(replace(base, arrival="poisson", rate_per_s=4.0), seed=3)[0].requests
+    _, summary = replay_run(capped)
+    report, _ = replay_run(capped)
+    sent = sorted(r["arrival_s"] for r in report.rows)
+    assert sent[:2] == [0.0, 0.0] and sent[2] > 0  # the third waits for a finish
+    assert all(sum(r["arrival_s"] <= t < r["finish_s"] for r in report.rows) <= 2
+               for t in sent)
+    assert summary["e2e_s"]["mean"] < replay_run(base)[1]["e2e_s"]["mean"]  # less queueing

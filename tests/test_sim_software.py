@@ -397,7 +397,7 @@ def test_rocm_vllm_before_its_custom_paged_attention_reads_kv_per_query_head():
     assert v0.attention.decode_shares_kv and v0.attention.rocm_shared_kv_since == "0.6.2"
     old = engine_era(v0, "0.6.1", "vllm", "amd")
     assert not old.attention.decode_shares_kv and old.host == v0.host
-    assert engine_era(v0, "0.7.3", "vllm", "amd") is v0
+    assert engine_era(v0, "0.7.3", "vllm", "amd").attention == v0.attention
     assert engine_era(v0, "0.6.1", "vllm", "nvidia") is v0
     assert engine_era(v0, "0.6.1", "vllm") is v0
 
@@ -426,3 +426,54 @@ def test_rocm_shared_kv_since_must_be_an_engine_version():
                            "attention": {"rocm_shared_kv_since": "abc"}}, "f")
     data = {"name": "x", "kernels": "vllm", "attention": {"rocm_shared_kv_since": "0.6.2"}}
     assert profile_from_dict(data, "f").attention.rocm_shared_kv_since == "0.6.2"
+
+
+def test_upstream_rocm_vllm_v0_reduces_with_rccl_and_the_fork_with_its_custom_kernel():
+    """Engine era: upstream vLLM V0 disabled its custom all-reduce on AMD GPUs (is_hip(); the
+    custom kernel is built for CUDA only) until `collectives.rocm_custom_since`, so a measured
+    upstream build on an MI300X reduced with RCCL, timed by the MI300X's `nccl_all_reduce`
+    constants (fitted on Azure's rccl-tests curve: 1 KB over 8 GPUs in 45 us). AMD's fork had
+    the custom kernel: its rows, NVIDIA rows and version-less queries keep the profile's."""
+    from krakenlm.hardware import load_system
+    from krakenlm.simulator.constants.template import default_calibration
+    from krakenlm.simulator.kernels.template.collectives import collective_time
+    from krakenlm.simulator.measurements.harness import engine_era, row_results
+    from krakenlm.simulator.measurements.models import load_rows
+    from krakenlm.simulator.run import resolve_model
+
+    v0 = load_software("vllm-v0")
+    assert v0.collectives.all_reduce == "custom" and v0.collectives.rocm_custom_since == "0.8"
+    old = engine_era(v0, "0.6.1", "vllm", "amd")
+    assert old.collectives.all_reduce == "nccl" and old.host == v0.host
+    assert not old.attention.decode_shares_kv  # the attention era still applies
+    assert engine_era(v0, "0.7.3 (ROCm fork)", "vllm", "amd") is v0
+    assert engine_era(v0, "0.6.1", "vllm", "nvidia").collectives == v0.collectives
+    assert engine_era(v0, "", "vllm", "amd") is v0
+
+    mi300x = load_system("mi300x-x8")
+    rccl = default_calibration().find(mi300x.device, "nccl_all_reduce")
+    assert rccl is not None and default_calibration().find(mi300x.device, "no such op") is None
+    t = collective_time("all_reduce", mi300x.interconnect, 1024.0, 8, rccl.protocols)[0]
+    assert t + mi300x.device.launch_overhead_s == pytest.approx(44.8e-6, rel=0.05)
+
+    def decode_all_reduce_s(software):
+        row = next(r for r in load_rows() if r.source == "llm_inference_bench_mi300x"
+                   and r.model == "llama2-7b" and r.tp == 8 and r.batch == 1)
+        main, _ = row_results(row, resolve_model(row.model)[1], software)
+        return main.decode.categories["exposed AllReduce"], main.profile
+
+    era_s, profile = decode_all_reduce_s(v0)  # the row says vLLM 0.6.1 on MI300X
+    assert profile.collectives.all_reduce == "nccl"
+    custom = dataclasses.replace(v0, collectives=dataclasses.replace(
+        v0.collectives, rocm_custom_since=""))
+    custom_s, custom_profile = decode_all_reduce_s(custom)
+    assert custom_profile.collectives.all_reduce == "custom"
+    # 64 all-reduces of 8 KB a step: ~48 us each with RCCL, ~9 us with the custom kernel
+    assert era_s > 4 * custom_s
+
+
+def test_rocm_custom_since_must_be_an_engine_version():
+    with pytest.raises(SoftwareError, match=r"^f: collectives\.rocm_custom_since: 'abc' is not "
+                                            r"an engine version"):
+        profile_from_dict({"name": "x", "kernels": "vllm",
+                           "collectives": {"rocm_custom_since": "abc"}}, "f")

@@ -18,7 +18,7 @@ NEW_SOURCES = {
     "fastertransformer_gpt": (55, 0, "trtllm", "07fdd2fc6aa46f961f304d5f3791efad016e38a3"),
     "vllm_pr2192": (2, 0, "vllm-v0", "pull request #2192"),
     "llm_inference_bench": (391, 19, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
-    "llm_inference_bench_mi300x": (240, 11, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
+    "llm_inference_bench_mi300x": (479, 21, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
 }
 
 

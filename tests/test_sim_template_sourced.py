@@ -24,13 +24,13 @@ MI300X_FP8_GEMM_FLOPS = 1159.54e12   # hipBLASLt's best FP8 GEMM on the same mac
 def test_mi300x_is_the_mi210_with_its_measured_hbm_bandwidth_and_gemm_rate():
     cal = default_calibration()
     mi300x, mi210 = cal.devices["MI300X"], cal.devices["MI210"]
-    assert set(mi300x) == set(mi210)
+    assert set(mi300x) == set(mi210) | {"nccl_all_reduce"}  # its RCCL, from rccl-tests
     assert mi300x["matmul"].memory_efficiency == round(
         MI300X_STREAM_BYTES_PER_S / MI300X_PEAK_BYTES_PER_S, 4) == 0.7755
     assert mi300x["matmul"].compute_efficiency == round(
         MI300X_FP8_GEMM_FLOPS / MI300X_FP8_PEAK_FLOPS, 4) == 0.4434
     assert mi300x["matmul"].protocols == mi210["matmul"].protocols
-    for op in set(mi210) - {"matmul"}:
+    for op in set(mi210) - {"matmul", "nccl_all_reduce"}:
         assert mi300x[op] == mi210[op], op
 
 

@@ -54,6 +54,7 @@ def serve_cmd(
     slo_tpot_s: float = typer.Option(None, "--slo-tpot-s", help="TPOT SLO in seconds (attainment and goodput)."),
     skip_long: bool = typer.Option(False, "--skip-long", help="Drop requests longer than the model's context (default: an error)."),
     client_side: bool = typer.Option(False, "--client-side", help="Report TTFT, TPOT and E2E as a client measures them through the engine's API server: the software profile's frontend section (a fixed time per request, a time per output token of each stream; docs/serving.md). Default: the engine's own times."),
+    max_concurrency: int = typer.Option(None, "--max-concurrency", help="A closed-loop client (vLLM's benchmark_serving.py / SGLang's bench_serving --max-concurrency N): at most N requests in flight, each sent at its arrival or when an earlier one finishes (as the client sees it with --client-side). One pool of replicas; not with --capacity."),
     capacity: bool = typer.Option(False, "--capacity", help="Search the largest request rate (a scale of the trace's) whose --slo-percentile TTFT and TPOT meet the SLOs, to 1 %; report the replay at that rate."),
     slo_percentile: int = typer.Option(99, "--slo-percentile", help="With --capacity: the percentile the SLOs bound (50, 90, 95 or 99)."),
     out: str = typer.Option(None, "--out", help="Directory for requests.csv, timeline.csv, summary.json and serve.png."),

@@ -68,6 +68,7 @@ class ServeOptions:
     slo_tpot_s: float | None = None
     skip_long: bool = False
     client_side: bool = False  # times through the software profile's front end (frontend.py)
+    max_concurrency: int | None = None  # a closed-loop client (replay.serve's max_concurrency)
 
 
 def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
@@ -87,10 +88,27 @@ def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
              "section is 0): --client-side reports the engine's times")
 
 
+def _check_max_concurrency(o: ServeOptions, mode: str | None = None) -> None:
+    """--max-concurrency: at least 1, on one pool of replicas, and not with a rate search."""
+    from .replay import ServeError
+
+    if o.max_concurrency is None:
+        return
+    if o.max_concurrency < 1:
+        raise ServeError(f"--max-concurrency must be at least 1, got {o.max_concurrency}")
+    if mode is not None:
+        raise ServeError(f"--max-concurrency cannot be combined with {mode} (a closed loop "
+                         "sets its own load); drop one of them")
+    if _is_cluster(o):
+        raise ServeError("--max-concurrency is modelled on one pool of replicas (--replicas N, "
+                         "--pp 1, no disaggregation) only; drop it for this setup")
+
+
 def serve_command(o: ServeOptions,
                   progress: Callable[[int, int], None] | None = None) -> ServeReport:
     check_router(o.router)
     _check_client_side(o)
+    _check_max_concurrency(o)
     if _is_cluster(o):
         replay, trace = _cluster_replay(o, progress)
         report = replay(trace, o.skip_long)
@@ -101,8 +119,11 @@ def serve_command(o: ServeOptions,
                    replicas=int(o.replicas),
                    router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
                    model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
-                   skip_long=o.skip_long, progress=progress, client_side=o.client_side)
+                   skip_long=o.skip_long, progress=progress, client_side=o.client_side,
+                   max_concurrency=o.max_concurrency)
     report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
+    if o.max_concurrency is not None:
+        report.setup["max_concurrency"] = o.max_concurrency
     return report
 
 
@@ -111,6 +132,7 @@ def capacity_command(o: ServeOptions, percentile: int = 99,
     """The largest rate scale of the trace (times `o.rate_scale`) meeting the SLOs."""
     check_router(o.router)
     _check_client_side(o)
+    _check_max_concurrency(o, "--capacity")
     if _is_cluster(o):
         cluster_replay, trace = _cluster_replay(o, None)
 
@@ -258,6 +280,7 @@ def pd_search_command(o: ServeOptions, instances: int, percentile: int = 99,
     if o.slo_ttft_s is None and o.slo_tpot_s is None:
         raise ServeError("--pd-search needs an SLO: give --slo-ttft-s and/or --slo-tpot-s")
     _check_client_side(o, pd_search=True)
+    _check_max_concurrency(o, "--pd-search")
     (instance,) = _pools(o, 1, "--pd-search")
     check_router(o.router)
     model, label = _model(o)

@@ -20,6 +20,7 @@ deterministic: no randomness beyond the trace's own (synthetic traces take a see
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable
@@ -286,7 +287,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
           slo_tpot_s: float | None = None, skip_long: bool = False,
           progress: Callable[[int, int], None] | None = None,
           stop_after_ttft_misses: int | None = None, client_side: bool = False,
-          kv_cache_dtype: str = "auto") -> ServeReport:
+          kv_cache_dtype: str = "auto", max_concurrency: int | None = None) -> ServeReport:
     """Replay `trace` (see the module docstring). `stop_after_ttft_misses` (with
     `slo_ttft_s`): give up, raising `ReplayStopped`, once that many requests are known to
     miss the TTFT SLO (their first token came later, or they have waited longer already);
@@ -294,8 +295,17 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     `client_side`: report first tokens and finishes as a client sees them through the
     software profile's front end (serving/frontend.py); otherwise as the engine emits them.
     `kv_cache_dtype`: the engine's --kv-cache-dtype (`kv_cache.KV_CACHE_DTYPES`; "auto": the
-    profile's)."""
+    profile's).
+    `max_concurrency`: a closed-loop client (vLLM's `benchmark_serving.py` and SGLang's
+    `bench_serving` with `--max-concurrency N`: a semaphore of N around each request): at most
+    N requests in flight, each request sent at its trace arrival or, when N are in flight
+    then, when the earliest of them has finished as the client sees it (the engine's finish
+    plus the front end's fixed `request_s` with `client_side`), in trace order; its row's
+    arrival is when it was sent (the client times TTFT and E2E from there)."""
     started = time.perf_counter()
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ServeError(f"max_concurrency {max_concurrency} must be at least 1 (requests in "
+                         "flight at once); leave it out for an open-loop replay")
     prep = _prepare(trace, config, system, software=software, tp=tp, replicas=replicas,
                     router=router, options=options, scheduler=scheduler, dtype=dtype,
                     model_name=model_name, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
@@ -313,7 +323,14 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     watch = stop_after_ttft_misses is not None and slo_ttft_s is not None
     pending: list[Seq] = []  # requests whose TTFT SLO outcome is not known yet
     misses = 0
+    lag_s = sim.profile.frontend.request_s if client_side else 0.0
+    if max_concurrency and client_side and sim.profile.frontend.per_stream_token_s:
+        warn("max_concurrency frees a client's slot at the engine's finish plus the front "
+             "end's request_s; the profile's per_stream_token_s delay is not fed back")
+    loop = _ClosedLoop(engines, max_concurrency, lag_s) if max_concurrency else None
     for k, req in enumerate(trace.requests):
+        if loop is not None:
+            req = loop.send(req, k)
         if router == "round-robin":
             engine = engines[k % replicas]
             engine.advance(req.arrival_s)
@@ -328,6 +345,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         seq = Seq(req, engine.index)
         engine.add(seq)
         seqs.append(seq)
+        if loop is not None:
+            loop.in_flight.append(seq)
         if watch:
             pending.append(seq)
             if (k + 1) % STOP_CHECK_EVERY == 0 or k + 1 == total:
@@ -370,6 +389,46 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                                 "per_stream_token_s": frontend.per_stream_token_s}
     return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,
                        wall_s=time.perf_counter() - started, build_s=built)
+
+
+class _ClosedLoop:
+    """The client's semaphore of `serve(max_concurrency=N)`: request k >= N takes the slot
+    that the (k - N + 1)-th finish (in time order) of the requests sent before it frees, as
+    the client sees that finish (engine finish + `lag_s`). A finish is known once every busy
+    engine's clock has passed it; until then the engine furthest behind runs to its next
+    finish, or to the end of its step in flight at the earliest finish known, so that no
+    replica runs past a send time by more than that step (as an arrival finds it)."""
+
+    def __init__(self, engines: list, n: int, lag_s: float):
+        self.engines, self.n, self.lag_s = engines, n, lag_s
+        self.in_flight: list[Seq] = []  # sent, not yet seen finished
+        self.freed: list[float] = []  # client-side finish times not yet taken, a heap
+
+    def send(self, req, k: int):
+        """`req` as the client sends it: at its arrival, or later when a slot frees then."""
+        if k < self.n:
+            return req
+        free_s = self._next_free_s()
+        return replace(req, arrival_s=free_s) if free_s > req.arrival_s else req
+
+    def _next_free_s(self) -> float:
+        freed, lag = self.freed, self.lag_s
+        while True:
+            done = [s for s in self.in_flight if s.finish_s == s.finish_s]
+            if done:
+                for s in done:
+                    heapq.heappush(freed, s.finish_s + lag)
+                self.in_flight = [s for s in self.in_flight if s.finish_s != s.finish_s]
+            busy = [e for e in self.engines if e.outstanding]
+            if freed and all(freed[0] <= e.now + lag for e in busy):
+                return heapq.heappop(freed)
+            engine = min(busy, key=lambda e: e.now) if busy else None
+            before = (engine.now, engine.outstanding) if engine else None
+            if engine is not None:  # no further than the step in flight at the best candidate
+                engine.advance(freed[0] - lag if freed else math.inf, stop_at_finish=True)
+            if engine is None or (engine.now, engine.outstanding) == before:
+                raise ServeError("closed-loop replay: no request in flight can finish to free "
+                                 "a slot (the KV cache cannot hold them)")
 
 
 _TIMERS: dict[tuple, StepTimer] = {}

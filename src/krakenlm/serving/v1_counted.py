@@ -45,15 +45,20 @@ class CountedV1Engine(V1Engine):
         # gaps logged as runs: `_gap_counts[i]` tokens each waited `_gap_values[i]`
         self._gap_values, self._gap_counts = array("d"), array("q")
 
-    def advance(self, until: float) -> None:
+    def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold."""
         while self.now < until:
+            left = self.outstanding if stop_at_finish else 0
             if self.running and not (self.waiting or self.swapped) and (
                     self._counted_window(until) if self._counted else
                     self._decode_window(until)):
+                if stop_at_finish and self.outstanding < left:
+                    return
                 continue
             if not (self.running or self.waiting or self.swapped) or not self._step():
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
+                return
+            if stop_at_finish and self.outstanding < left:
                 return
 
     # ------------------------------------------------------------------ the counters

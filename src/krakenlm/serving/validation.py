@@ -2,8 +2,9 @@
 serving_runs.json`, sources and rejected candidates in `serving/data/SOURCES.md`).
 
 Each run states its engine, model, GPUs, tensor-parallel degree, arrival process (Poisson at a
-rate, or every request at once) and the prompt and output tokens of every request, in the
-order the client sent them; `run_trace` rebuilds that workload (the arrival times drawn from a
+rate, every request at once, or a closed loop of at most N requests in flight, sent at a rate
+or all at once) and the prompt and output tokens of every request, in the order the client
+sent them; `run_trace` rebuilds that workload (the arrival times drawn from a
 seeded generator: the client's own draw is not recorded) and `replay_run` serves it with the
 engine's default knobs. `score` compares a replay's summary with what the run measured: the
 relative error of every metric both give. Nothing of the simulator is fitted on these runs,
@@ -32,7 +33,7 @@ METRICS = (("e2e_s", "mean"), ("e2e_s", "p99"), ("ttft_s", "mean"), ("ttft_s", "
            ("tpot_s", "p50"),
            ("tpot_s", "p99"), ("itl_s", "mean"), ("itl_s", "p50"), ("itl_s", "p99"),
            ("throughput", "requests_per_s"), ("throughput", "output_tokens_per_s"))
-ARRIVALS = ("poisson", "burst")
+ARRIVALS = ("poisson", "burst", "concurrency")
 PREFIX_BLOCK_TOKENS = 16  # vLLM's block: the granularity its prefix cache hashes prompts at
 ID_STRIDE = 1 << 20  # prefix ids of prompt i: i * ID_STRIDE + block index
 WARM_GAP_S = 3600.0
@@ -62,6 +63,7 @@ class ServingRun:
     test_prompt_first: bool = False
     engine_options: dict[str, Any] | None = None
     ttfts_s: tuple[float, ...] | None = None
+    max_concurrency: int | None = None  # arrival "concurrency": requests in flight at most
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -88,7 +90,9 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 test_prompt_first=bool(r.get("test_prompt_first", False)),
                 engine_options=r.get("engine_options"),
                 ttfts_s=None if r.get("ttfts_s") is None
-                else tuple(float(x) for x in r["ttfts_s"]))
+                else tuple(float(x) for x in r["ttfts_s"]),
+                max_concurrency=None if r.get("max_concurrency") is None
+                else int(r["max_concurrency"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
         if run.source not in data.get("sources", {}):
@@ -96,8 +100,17 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
         if run.arrival not in ARRIVALS:
             raise ValidationDataError(f"{where}: arrival {run.arrival!r} is not one of "
                                       f"{', '.join(ARRIVALS)}")
-        if (run.rate_per_s is None) != (run.arrival == "burst"):
+        if run.arrival == "concurrency":
+            if run.max_concurrency is None or run.max_concurrency < 1:
+                raise ValidationDataError(f"{where}: a concurrency run needs max_concurrency, "
+                                          "the client's requests in flight (at least 1)")
+        elif run.max_concurrency is not None:
+            raise ValidationDataError(f"{where}: max_concurrency needs arrival "
+                                      "\"concurrency\"")
+        elif (run.rate_per_s is None) != (run.arrival == "burst"):
             raise ValidationDataError(f"{where}: a Poisson run needs a rate, a burst none")
+        if run.rate_per_s is not None and not run.rate_per_s > 0:
+            raise ValidationDataError(f"{where}: rate_per_s must be positive")
         unknown = set(run.engine_options or {}) - {f.name for f in fields(V1Options)}
         if unknown:
             raise ValidationDataError(f"{where}: engine_options {', '.join(sorted(unknown))} "
@@ -121,7 +134,9 @@ def run_trace(run: ServingRun, runs: dict[str, ServingRun] | None = None,
     """The run's workload, and the id of its first measured request.
 
     The requests come in the order sent, all at once (a burst) or with exponential gaps at the
-    run's rate (the client sends the first at once). Each prompt carries one prefix id per
+    run's rate (the client sends the first at once); a concurrency run's requests come so (at
+    its rate, or all at once without one) and `replay_run` holds each back until fewer than
+    `max_concurrency` are in flight. Each prompt carries one prefix id per
     full `PREFIX_BLOCK_TOKENS` block, the same ids for the same prompt in every run of a
     source (the same dataset sampled with the same seed), so vLLM's prefix cache can be
     replayed: before the measured requests come the prompts the server processed earlier
@@ -136,7 +151,7 @@ def run_trace(run: ServingRun, runs: dict[str, ServingRun] | None = None,
     if run.test_prompt_first:
         warm.append((0, run.prompt_tokens[0]))
     n = len(run.prompt_tokens)
-    if run.arrival == "burst":
+    if run.rate_per_s is None:
         arrivals = np.zeros(n)
     else:
         gaps = np.random.default_rng(seed).exponential(1.0 / run.rate_per_s, n)
@@ -163,7 +178,8 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
     were timed by a client through the engine's API server, so the replay reports the
     client's times through the profile's front end (`client_side=False`: the engine's).
     A run's `engine_options` (the server's flags, e.g. the max_model_len that sets vLLM V0's
-    batched-token budget) replace those of the engine's defaults on the run's system."""
+    batched-token budget) replace those of the engine's defaults on the run's system; a
+    concurrency run replays its client's closed loop (`serve`'s `max_concurrency`)."""
     from ..hardware import load_system
     from ..models import get_preset
     from ..simulator import Simulator
@@ -178,7 +194,8 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
         kind = scheduler_for(Simulator(system, run.software).profile.name, None)
         options = replace(default_options(kind, system, config), **run.engine_options)
     report = serve(trace, config, run.system, software=run.software, tp=run.tp,
-                   model_name=run.model, client_side=client_side, options=options)
+                   model_name=run.model, client_side=client_side, options=options,
+                   max_concurrency=run.max_concurrency)
     rows = [r for r in report.rows if r["id"] >= first]
     start = min(r["arrival_s"] for r in rows)
     arrivals = [r["arrival_s"] for r in rows]

@@ -221,15 +221,23 @@ class V1Engine:
     def add(self, seq: Seq) -> None:
         self.waiting.append(seq)
 
-    def advance(self, until: float) -> None:
+    def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """Run steps while the engine has work and its clock is before `until`; an idle engine
-        waits until then."""
+        waits until then. `stop_at_finish`: return after the first step in which a request
+        finished (a decode window ends at its first finish), the clock at that step's end:
+        a closed-loop client sends its next request then (`replay.serve`'s
+        `max_concurrency`)."""
         while self.now < until:
+            left = self.outstanding if stop_at_finish else 0
             if self.running and not (self.waiting or self.swapped) and \
                     self._decode_window(until):
+                if stop_at_finish and self.outstanding < left:
+                    return
                 continue
             if not (self.running or self.waiting or self.swapped) or not self.step():
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
+                return
+            if stop_at_finish and self.outstanding < left:
                 return
 
     # ----------------------------------------------------------------------------- a step

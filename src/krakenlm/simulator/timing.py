@@ -302,14 +302,25 @@ class OpTimer:
         missing = np.isnan(t)
         if missing.any():
             self._note(kind, None, "any")
-            c = self.template.get(dev, kind)
 
             def tile(s, g):
+                c = self._template_collective(kind, s)
                 return collective_time(kind, ic, float(s), g, c.protocols)[0] + (
                     dev.launch_overhead_s if g > 1 else 0.0), ""
             t[missing] = self._template(("collective", kind), [size[missing], n[missing]],
                                         tile)[0]
         return t
+
+    def _template_collective(self, kind: str, size_bytes: float):
+        """The template constants of one collective. A device whose constants name its
+        collective library's all-reduce (`nccl_all_reduce`: the MI300X's RCCL, fitted on a
+        public rccl-tests curve) times with them every all-reduce the framework does not hand
+        its custom kernel; any other collective takes the device's `kind` constants."""
+        if kind == "all_reduce" and not self.software.uses_custom_all_reduce(size_bytes):
+            library = self.template.find(self.dev, "nccl_all_reduce")
+            if library is not None:
+                return library
+        return self.template.get(self.dev, kind)
 
     def _fitted_collective(self, kind: str, size: np.ndarray, n: np.ndarray) -> np.ndarray:
         """Per row, the framework's custom all-reduce where the profile uses it (it hands large

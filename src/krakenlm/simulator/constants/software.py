@@ -109,6 +109,10 @@ class Collectives:
     # the first engine version whose all-reduce is the custom kernel by default; a measurement
     # of an older version ran NCCL (measurements/harness.py `engine_era`); "": every version
     custom_since: str = ""
+    # the first engine version whose upstream build runs the custom kernel on AMD GPUs; a
+    # measurement of an older upstream build on an AMD GPU ran the library's (RCCL) all-reduce
+    # (`engine_era`); "": as on other GPUs
+    rocm_custom_since: str = ""
 
 
 @dataclass(frozen=True)
@@ -234,7 +238,8 @@ def _section(cls: type, data: Any, where: str) -> Any:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of {PRECISIONS}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
-            if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since") and value \
+            if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since",
+                        "rocm_custom_since") and value \
                     and not _VERSION.fullmatch(value):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not an engine version such "
                                     "as \"0.8\" or \"1.0.0rc1\" (or \"\" for every version)")

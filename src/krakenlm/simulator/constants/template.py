@@ -132,6 +132,11 @@ class Calibration:
         ops = self.devices[key]
         return ops.get(op) or ops.get(OP_ALIASES.get(op, op)) or IDENTITY
 
+    def find(self, device: Device, op: str) -> OpConstants | None:
+        """The device's constants for `op` when its key names them (no alias, no default)."""
+        key = self.device_key(device)
+        return None if key is None else self.devices[key].get(op)
+
     def to_dict(self) -> dict[str, Any]:
         return {"meta": self.meta,
                 "devices": {k: {op: c.to_dict() for op, c in ops.items()}

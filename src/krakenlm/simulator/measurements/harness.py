@@ -181,6 +181,12 @@ PREDECESSOR_ENGINES = frozenset({"fastertransformer"})
 UNFUSED_CONTEXT_ENGINES = frozenset({"fastertransformer"})
 
 
+# A measured version string naming AMD's fork of vLLM (ROCm/vllm): the fork carried its own
+# custom all-reduce since ROCm/vllm pull request #27 "[Kernel] Enable custom AR on ROCm"
+# (2024-05-30), long before upstream (`collectives.rocm_custom_since`).
+ROCM_FORK = "rocm fork"
+
+
 def engine_era(software: SoftwareProfile, version: str, framework: str = "",
                vendor: str = "") -> SoftwareProfile:
     """The profile as engine `version` of `framework` ran it on a GPU of `vendor`: before the
@@ -190,8 +196,10 @@ def engine_era(software: SoftwareProfile, version: str, framework: str = "",
     flag). An engine of UNFUSED_CONTEXT_ENGINES runs its context-phase attention unfused
     (`attention.context_fused`). On an AMD GPU, a version before the profile's
     `attention.rocm_shared_kv_since` decoded with the generic paged-attention kernel, one thread
-    block per query head (`attention.decode_shares_kv` false). The host constants stay the
-    profile's: an older version is scored with what the others fitted."""
+    block per query head (`attention.decode_shares_kv` false), and an upstream build (not
+    ROCM_FORK) before `collectives.rocm_custom_since` reduced with the library (RCCL), not the
+    custom kernel. The host constants stay the profile's: an older version is scored with what
+    the others fitted."""
     if framework.lower() in UNFUSED_CONTEXT_ENGINES and software.attention.context_fused:
         software = dataclasses.replace(software, attention=dataclasses.replace(
             software.attention, context_fused=False))
@@ -200,6 +208,11 @@ def engine_era(software: SoftwareProfile, version: str, framework: str = "",
         software = dataclasses.replace(software, attention=dataclasses.replace(
             software.attention, decode_shares_kv=False))
     c = software.collectives
+    if vendor == "amd" and c.all_reduce == "custom" and c.rocm_custom_since and version \
+            and ROCM_FORK not in version.lower() \
+            and version_tuple(version) < version_tuple(c.rocm_custom_since):
+        return dataclasses.replace(software, collectives=dataclasses.replace(
+            c, all_reduce="nccl"))
     if c.all_reduce != "custom" or not c.custom_since:
         return software
     older = framework.lower() in PREDECESSOR_ENGINES or bool(version) and \
