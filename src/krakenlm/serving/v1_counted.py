@@ -50,7 +50,7 @@ class CountedV1Engine(V1Engine):
         while self.now < until:
             left = self.outstanding if stop_at_finish else 0
             if self.running and not (self.waiting or self.swapped) and (
-                    self._counted_window(until) if self._counted else
+                    self._counted_window(until, stop_at_finish) if self._counted else
                     self._decode_window(until)):
                 if stop_at_finish and self.outstanding < left:
                     return
@@ -192,18 +192,19 @@ class CountedV1Engine(V1Engine):
         finishes = self._finishes
         return bool(finishes) and finishes[0][0] == tick and bool(self._finish(now))
 
-    def _counted_window(self, until: float) -> bool:
+    def _counted_window(self, until: float, stop_at_finish: bool = False) -> bool:
         """`V1Engine._decode_window` on the counters, window after window: the same windows
         (steps, times, blocks, finishes) without a pass over the requests. Runs windows
-        while the clock is before `until` and requests run; False when one could not run
-        (the caller then runs a step, as after a failed `_decode_window`), else True."""
+        while the clock is before `until` and requests run (and, with `stop_at_finish`,
+        none finished: `advance` returns there); False when one could not run (the caller
+        then runs a step, as after a failed `_decode_window`), else True."""
         running = self.running
         budget = self.opt.max_num_batched_tokens
         while True:
             d = len(running)
             if d > budget or not self._one_window(until, d):
                 return False
-            if not (running and self.now < until):
+            if not (running and self.now < until) or (stop_at_finish and len(running) < d):
                 return True
 
     def _one_window(self, until: float, d: int) -> bool:
