@@ -80,3 +80,16 @@ def test_with_replicas_no_replica_runs_past_a_send_time(router):
     assert all(r["queue_s"] == 0.0 for r in rows)
     assert np.ptp([r["e2e_s"] for r in rows]) == pytest.approx(0.0, abs=1e-12)
     assert sorted(r["replica"] for r in rows) == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_the_counted_engine_sends_each_request_where_v1_does(monkeypatch):
+    """The counted vLLM V1 engine runs decode windows back to back in one call; under a
+    closed loop it still stops at the first window in which a request finished, so its
+    replay is exactly `V1Engine`'s (requests of different lengths: finishes at many
+    steps)."""
+    from krakenlm.serving import replay
+    from krakenlm.serving.vllm_v1 import V1Engine
+    trace = synthetic_trace(np.random.default_rng(2), 30, 100.0, "lognormal:300,40,0.6")
+    counted = _serve(trace, max_concurrency=4).rows
+    monkeypatch.setitem(replay.REPLAY_ENGINES, "vllm-v1", V1Engine)
+    assert counted == _serve(trace, max_concurrency=4).rows

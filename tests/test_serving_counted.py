@@ -46,12 +46,18 @@ CASES = {
 }
 
 
+def _gaps(engine) -> list[tuple[float, float]]:
+    """Every inter-token gap with the tokens it stands for, one entry per run member."""
+    values, weights, counts = engine.itl_runs()
+    return sorted(zip(np.repeat(values, counts).tolist(), np.repeat(weights, counts).tolist()))
+
+
 def outputs(engine, seqs) -> dict:
     tl = engine.timeline
     return {"seqs": [[getattr(s, f) for f in FIELDS] for s in seqs],
             "timeline": [list(getattr(tl, f)) for f in ("t_s", "kv_used", "running", "waiting",
                                                         "preemptions", "tokens")],
-            "itl": sorted(engine.itl_s), "itl_windows": list(engine.itl_window_s),
+            "itl": _gaps(engine), "itl_windows": list(engine.itl_window_s),
             "itl_weight": list(engine.itl_weight), "steps": engine.steps,
             "preemptions": engine.preemptions}
 
@@ -62,10 +68,10 @@ def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
     timer = small_timer("vllm")
     plain = outputs(*replay(timer, V1Engine, make(), blocks, block_tokens))
     used = {"windows": 0, "stopped": 0}
-    window, uncount = CountedV1Engine._counted_window, CountedV1Engine._uncount
+    window, uncount = CountedV1Engine._one_window, CountedV1Engine._uncount
 
-    def counted_window(self, until):
-        ran = window(self, until)
+    def one_window(self, until, d):
+        ran = window(self, until, d)
         used["windows"] += ran
         return ran
 
@@ -73,7 +79,7 @@ def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
         used["stopped"] += 1
         uncount(self)
 
-    monkeypatch.setattr(CountedV1Engine, "_counted_window", counted_window)
+    monkeypatch.setattr(CountedV1Engine, "_one_window", one_window)
     monkeypatch.setattr(CountedV1Engine, "_uncount", stop)
     counted = outputs(*replay(timer, CountedV1Engine, make(), blocks, block_tokens))
     assert counted == plain

@@ -352,6 +352,23 @@ def test_weighted_stats_sorts_runs_as_the_stable_sort_of_every_entry():
         assert weighted_stats(values, weights) == expected
 
 
+def test_weighted_stats_of_runs_equal_those_of_the_expanded_entries_bit_for_bit():
+    """`weighted_stats` given runs (value, whole-number weight, count) returns exactly what
+    it returns for the runs expanded entry by entry: ties of equal values with different
+    weights, adjacent runs of the same pair, one-entry runs and long ones."""
+    from krakenlm.serving.report import weighted_stats
+    rng = np.random.default_rng(8)
+    for _ in range(50):
+        n = 400
+        values = rng.choice(rng.uniform(0.01, 0.05, 30).round(3), n)
+        weights = rng.choice([1.0, 1.0, 7.0, 18.0], n)
+        counts = rng.choice([1, 1, 2, 40], n)
+        expanded = weighted_stats(np.repeat(values, counts), np.repeat(weights, counts))
+        assert weighted_stats(values, weights, counts) == expanded
+    empty = weighted_stats(np.zeros(0), np.zeros(0), np.zeros(0, dtype=int))
+    assert empty == weighted_stats(np.zeros(0), np.zeros(0))
+
+
 def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
     """`report.timeline` sums each bin's KV use with one bincount over every replica's steps
     and finds each bin's last step from where the bins change: the floats of `np.add.at` in

@@ -255,15 +255,14 @@ def throughput_bound_per_s(trace: Trace, config: ModelConfig, system: System | s
 
 
 
-def engine_series(engines) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The inter-token latencies, their weights and the KV use over time of every engine, in
-    engine order: what `summarise` reads of a replay."""
-    itl_parts, weight_parts = [], []
-    for e in engines:
-        itl_parts += [np.array(e.itl_s), np.array(e.itl_window_s)]
-        weight_parts += [np.ones(len(e.itl_s)), np.array(e.itl_weight)]
+def engine_series(engines) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The inter-token latencies as runs (values, weights, counts: `V1Engine.itl_runs`)
+    and the KV use over time of every engine, in engine order: what `summarise` reads of a
+    replay."""
+    parts = [e.itl_runs() for e in engines]
+    values, weights, counts = (np.concatenate([p[i] for p in parts]) for i in range(3))
     kv_used = np.concatenate([np.array(e.timeline.kv_used) for e in engines])
-    return np.concatenate(itl_parts), np.concatenate(weight_parts), kv_used
+    return values, weights, counts, kv_used
 
 
 def engine_summary(rows: list[dict], engines, trace: Trace, *, makespan_s: float,
@@ -272,13 +271,13 @@ def engine_summary(rows: list[dict], engines, trace: Trace, *, makespan_s: float
     """`summarise` over the rows and every engine's series, with the engines' preemptions and
     step count, and the inter-token latencies: what a single-pool replay and a cluster replay
     both report."""
-    itl, weights, kv_used = engine_series(engines)
+    itl, weights, counts, kv_used = engine_series(engines)
     summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan_s,
                         slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
                         preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
-                        usd_per_s=usd_per_s)
+                        usd_per_s=usd_per_s, itl_counts=counts)
     summary["steps"] = sum(e.steps for e in engines)
-    return summary, itl
+    return summary, np.repeat(itl, counts)
 
 
 def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: str = "vllm",

@@ -60,18 +60,45 @@ def _stable_sorted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
     return np.repeat(values[first], counts), np.repeat(weights[first], counts)
 
 
-def weighted_stats(values: np.ndarray, weights: np.ndarray) -> dict[str, float | None]:
+def weighted_stats(values: np.ndarray, weights: np.ndarray,
+                   counts: np.ndarray | None = None) -> dict[str, float | None]:
     """Mean and percentiles of values that stand for `weights` samples each (the inverted
-    CDF: the smallest value with at least p % of the weight at or below it)."""
+    CDF: the smallest value with at least p % of the weight at or below it).
+
+    `counts`: entry i stands for `counts[i]` consecutive equal entries (a run; weights are
+    then whole numbers, as token counts are): the same floats as the expanded entries give
+    (see `_run_stats`) without expanding more than their products."""
+    if counts is not None:
+        return _run_stats(values, weights, counts)
     if len(values) == 0 or weights.sum() <= 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     v, w = _stable_sorted(values, weights)
-    cum = np.cumsum(w)
+    return _sorted_stats(v, np.cumsum(w), v * w)
+
+
+def _sorted_stats(v: np.ndarray, cum: np.ndarray, products: np.ndarray) -> dict[str, float]:
+    """`weighted_stats` of sorted values `v` (or sorted runs of them) given the cumulative
+    weight at each one's end and every entry's value x weight."""
     total = cum[-1]
-    out = {"mean": float((v * w).sum() / total)}
+    out = {"mean": float(products.sum() / total)}
     for p in PERCENTILES:
         out[f"p{p}"] = float(v[min(len(v) - 1, int(np.searchsorted(cum, total * p / 100)))])
     return out
+
+
+def _run_stats(values: np.ndarray, weights: np.ndarray,
+               counts: np.ndarray) -> dict[str, float | None]:
+    """`weighted_stats` of runs, bit for bit that of the expanded entries: a stable sort of
+    the runs by value puts their entries where a stable sort of every entry does (equal
+    values keep their index order, and no index falls between a run's); the cumulative
+    weight at a run's end is the expanded one there (sums of whole numbers below 2**53 are
+    exact), and the first entry reaching a percentile's weight lies in the first run whose
+    end reaches it, with that run's value; the mean sums the expanded products in order."""
+    if len(values) == 0 or (weights * counts).sum() <= 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    order = np.argsort(values, kind="stable")
+    v, w, c = values[order], weights[order], counts[order]
+    return _sorted_stats(v, np.cumsum(w * c), np.repeat(v * w, c))
 
 
 @dataclass
@@ -214,7 +241,10 @@ def _cell(value: Any) -> Any:
 def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.ndarray, *,
               duration_s: float,
               makespan_s: float, slo_ttft_s: float | None, slo_tpot_s: float | None,
-              preemptions: int, kv_used: np.ndarray, usd_per_s: float) -> dict[str, Any]:
+              preemptions: int, kv_used: np.ndarray, usd_per_s: float,
+              itl_counts: np.ndarray | None = None) -> dict[str, Any]:
+    """The summary of a replay's rows and series; `itl_counts`: the gaps are runs
+    (`weighted_stats`)."""
     n = len(rows)
     ttft = np.array([r["ttft_s"] for r in rows])
     e2e = np.array([r["e2e_s"] for r in rows])
@@ -247,7 +277,7 @@ def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.nda
         "throughput": {"requests_per_s": served,
                        "output_tokens_per_s": out_tokens / makespan_s if makespan_s else None,
                        "tokens_per_s": all_tokens / makespan_s if makespan_s else None},
-        "ttft_s": _stats(ttft), "tpot_s": _stats(tpot), "itl_s": weighted_stats(itl_s, itl_weights),
+        "ttft_s": _stats(ttft), "tpot_s": _stats(tpot), "itl_s": weighted_stats(itl_s, itl_weights, itl_counts),
         "e2e_s": _stats(e2e), "queue_s": _stats(queue),
         "slo": {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s,
                 "attainment": float(ok.mean()) if n else None,

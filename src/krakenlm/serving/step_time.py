@@ -218,10 +218,14 @@ class _DecodePlan:
     # overhead) (or + overhead): the graphs' residuals do not vary with the attention time
     # (c sums the ones without attention), one graph adds the attention; else None
     scalar: tuple[float, float, int] | None = None
+    # with `scalar`, when the attention is one row of the table (a batch size on the grid):
+    # (row x, row y, c, r, count, head, overhead), `decode_steps_list`'s shortest path
+    line: tuple | None = None
 
 
 PREFILL_MEMO_SIZE = 1 << 16  # (chunk, context) prefill attention times kept per oracle
 SCALAR_STEPS = 16  # decode windows up to this long are timed on Python floats
+LINE_STEPS = 64  # and up to this long when they stay inside one interval of a plan's `line`
 DECODE_OFFSETS = 4096  # steps of a decode window whose KV offsets are kept as one array
 
 
@@ -277,11 +281,12 @@ class StepTimer:
         self._decode_attention = self._decode_attention_table()
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
         self._decode_plans: dict[int, _DecodePlan] = {}
+        self._attention_rows: dict[int, tuple] = {}  # `decode_attention_s`'s, per batch size
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
         self._prefill_memo: dict[tuple[int, int], float] = {}
-        # `step_s`'s interpolation over the token grid per token count (at most one entry per
-        # count up to the budget: the same (i, j, weight) every call)
-        self._token_brackets: dict[int, tuple[int, int, float]] = {}
+        # `step_s`'s rows per (bound, token count) (`_rows_at`: at most two entries per count
+        # up to the budget, the same every call)
+        self._step_rows: dict[tuple[str, int], tuple[float, tuple]] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -385,21 +390,41 @@ class StepTimer:
         return t
 
     def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
-        """Attention time (one layer) of `sequences` decode tokens at a mean KV length."""
+        """Attention time (one layer) of `sequences` decode tokens at a mean KV length: the
+        KV-length interpolation of the batch size's row (`_attention_rows`), or of the two
+        rows around it weighted, or of the last row scaled past the table."""
         if sequences <= 0:
             return 0.0
+        rows = self._attention_rows.get(sequences)
+        if rows is None:
+            rows = self._attention_rows[sequences] = self._attention_rows_of(sequences)
+        (xs, ys), upper, w, beyond = rows
+        if mean_kv <= xs[0]:  # `_at((xs, ys), mean_kv)` written out
+            a = ys[0]
+        elif mean_kv >= xs[-1]:
+            a = ys[-1]
+        else:
+            i = bisect.bisect_right(xs, mean_kv)
+            x0 = xs[i - 1]
+            u = (mean_kv - x0) / (xs[i] - x0)
+            a = ys[i - 1] * (1 - u) + ys[i] * u
+        if beyond:  # beyond the table: proportional to the sequences
+            return a * sequences / beyond
+        return a if w == 0.0 else a * (1 - w) + _at(upper, mean_kv) * w
+
+    def _attention_rows_of(self, sequences: int) -> tuple[tuple, tuple, float, int]:
+        """`decode_attention_s`'s rows for a batch size: the lower row, the upper row, the
+        upper's weight, and the table's last size when the batch is past it (else 0)."""
         rows, grid = self._decode_rows, self.seq_grid
-        if sequences > grid[-1]:  # beyond the table: proportional to the sequences
-            return _at(rows[-1], mean_kv) * sequences / grid[-1]
+        if sequences > grid[-1]:
+            return rows[-1], rows[-1], 0.0, grid[-1]
         if sequences <= grid[0]:
-            return _at(rows[0], mean_kv)
+            return rows[0], rows[0], 0.0, 0
         if sequences == grid[-1]:
-            return _at(rows[-1], mean_kv)
+            return rows[-1], rows[-1], 0.0, 0
         j = bisect.bisect_right(grid, sequences)
         i = j - 1
-        w = (sequences - grid[i]) / (grid[j] - grid[i])
-        a = _at(rows[i], mean_kv)
-        return a if w == 0.0 else a * (1 - w) + _at(rows[j], mean_kv) * w
+        return rows[i], rows[j], (sequences - grid[i]) / (grid[j] - grid[i]), 0
 
     def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
                prefill: bool, attention_bound: str | None = None) -> float:
@@ -412,24 +437,15 @@ class StepTimer:
         host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
         _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
-        bracket = self._token_brackets.get(tokens)
-        if bracket is None:
-            xs = self.tokens_grid
-            if tokens <= xs[0]:
-                bracket = (0, 0, 0.0)
-            elif tokens >= xs[-1]:
-                bracket = (len(xs) - 1, len(xs) - 1, 0.0)
-            else:
-                j = bisect.bisect_right(xs, tokens)
-                bracket = (j - 1, j, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1]))
-            self._token_brackets[tokens] = bracket
-        i, j, w = bracket
+        rows = self._step_rows.get((bound, tokens))
+        if rows is None:
+            rows = self._step_rows[bound, tokens] = self._rows_at(bound, tokens)
+        w, graphs = rows
         a = attention_s
         gpu = 0.0
         bisect_right = bisect.bisect_right
-        for tables, attention, kernel_floor, count in self._fast_tables[bound]:
-            ax, ay = tables[i]  # `_at(tables[i], a)` written out
-            if a <= ax[0]:
+        for (ax, ay), (bx, by), attention, kernel_floor, count in graphs:
+            if a <= ax[0]:  # `_at((ax, ay), a)` written out
                 r = ay[0]
             elif a >= ax[-1]:
                 r = ay[-1]
@@ -438,8 +454,17 @@ class StepTimer:
                 x0 = ax[k - 1]
                 u = (a - x0) / (ax[k] - x0)
                 r = ay[k - 1] * (1 - u) + ay[k] * u
-            if w:
-                r = r * (1 - w) + _at(tables[j], a) * w
+            if w:  # and `_at((bx, by), a)`
+                if a <= bx[0]:
+                    r_j = by[0]
+                elif a >= bx[-1]:
+                    r_j = by[-1]
+                else:
+                    k = bisect_right(bx, a)
+                    x0 = bx[k - 1]
+                    u = (a - x0) / (bx[k] - x0)
+                    r_j = by[k - 1] * (1 - u) + by[k] * u
+                r = r * (1 - w) + r_j * w
             t = (r + (a if attention else 0.0)) * scale
             if floor and t < kernel_floor:
                 t = kernel_floor
@@ -451,6 +476,22 @@ class StepTimer:
         gpu += head
         overhead = per_step + sequences * per_seq + launch
         return max(gpu, overhead) if overlaps else gpu + overhead
+
+    def _rows_at(self, bound: str, tokens: int) -> tuple[float, tuple]:
+        """What `step_s` reads for a token count: the weight w of the upper of the two token
+        grid points around it, and per graph table (its residual row at the lower point, at
+        the upper, whether it holds attention, its kernel floor, its repeat count)."""
+        xs = self.tokens_grid
+        if tokens <= xs[0]:
+            i, j, w = 0, 0, 0.0
+        elif tokens >= xs[-1]:
+            i = j = len(xs) - 1
+            w = 0.0
+        else:
+            j = bisect.bisect_right(xs, tokens)
+            i, w = j - 1, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1])
+        return w, tuple((tables[i], tables[j], attention, kernel_floor, count)
+                        for tables, attention, kernel_floor, count in self._fast_tables[bound])
 
     def _head_step_s(self, logits: int, prefill: bool) -> float:
         """The LM head's part of `step_s` for `logits` sampling sequences (kept per count in
@@ -493,10 +534,27 @@ class StepTimer:
         steps) of a batch size whose plan has a `scalar` form is computed on Python floats
         past the attention interpolation: the same IEEE double operations in the same order
         as the array formula, so the same floats, without its fixed cost per array
-        operation (the engines' decode windows are mostly 2-10 steps)."""
+        operation (the engines' decode windows are mostly 2-10 steps); up to `LINE_STEPS`
+        steps when the plan's attention is one table row (`line`) and the window's KV
+        lengths stay inside one interval of it (one expression per step)."""
         plan = self._decode_plans.get(sequences)
         if plan is None:
             plan = self._decode_plans[sequences] = self._decode_plan(sequences)
+        line = plan.line
+        if line is not None and steps <= LINE_STEPS:
+            xs, ys, c, r, count, head, overhead = line
+            j = bisect.bisect_right(xs, mean_kv) - 1
+            if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and mean_kv + (steps - 1) < xs[j + 1]:
+                # every step inside one interval of the row: `_interp_run`'s first case and
+                # the scalar formula below, written out in one expression (the same
+                # operations in the same order)
+                lo, y0 = xs[j], ys[j]
+                slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                if plan.overlaps:
+                    return [g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count +
+                                  head) > overhead else overhead for i in range(steps)]
+                return [c + (r + (slope * (mean_kv + i - lo) + y0)) * count + head + overhead
+                        for i in range(steps)]
         scalar = plan.scalar
         if scalar is None or steps > SCALAR_STEPS:
             return self.decode_steps_s(sequences, mean_kv, steps).tolist()
@@ -542,9 +600,14 @@ class StepTimer:
         head = self._head(sequences)
         if floored:
             head = max(head, self._head_kernels * host.per_kernel_s)
-        return _DecodePlan(attention, graphs, head,
-                           step_overhead(host, sw, "decode", sequences), host.step_overlaps_gpu,
-                           _scalar_form(graphs))
+        overhead = step_overhead(host, sw, "decode", sequences)
+        scalar = _scalar_form(graphs)
+        row, _, w, beyond = attention
+        line = None
+        if scalar is not None and not row.constant and w == 0.0 and not beyond:
+            line = (row.x, row.y, *scalar, head, overhead)
+        return _DecodePlan(attention, graphs, head, overhead, host.step_overlaps_gpu, scalar,
+                           line)
 
     def batch_s(self, prefills: list[tuple[int, int]], decode_kv: list[int],
                 logits: int | None = None) -> float:

@@ -25,6 +25,8 @@ import heapq
 import math
 from array import array
 
+import numpy as np
+
 from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine
 
 
@@ -40,14 +42,15 @@ class CountedV1Engine(V1Engine):
         self._finishes: list[tuple[int, int, Seq]] = []  # (tick it finishes at, order, seq)
         self._kv = 0  # their computed tokens
         self._last_s = 0.0  # when they sampled their last token
-        self._one_gap = array("d", (0.0,))  # `_log_gaps`'s scratch
+        # gaps logged as runs: `_gap_counts[i]` tokens each waited `_gap_values[i]`
+        self._gap_values, self._gap_counts = array("d"), array("q")
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold."""
         while self.now < until:
             left = self.outstanding if stop_at_finish else 0
             if self.running and not (self.waiting or self.swapped) and (
-                    self._counted_window(until) if self._counted else
+                    self._counted_window(until, stop_at_finish) if self._counted else
                     self._decode_window(until)):
                 if stop_at_finish and self.outstanding < left:
                     return
@@ -106,13 +109,16 @@ class CountedV1Engine(V1Engine):
             s.since_tick = self._tick
         s.last_token_s = self._last_s
 
-    def _log_gaps(self, gap: float, count: int) -> None:
-        """Log `count` equal inter-token gaps (one per counted request): repeated as an
-        array, in C, rather than as a list the array converts item by item (the same
-        doubles, a fraction of the time at tens of requests)."""
-        one = self._one_gap
-        one[0] = gap
-        self.itl_s.extend(one * count)
+    def itl_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`V1Engine.itl_runs` with the counted requests' runs (one token each) after the
+        gaps logged one by one. The gaps are `V1Engine`'s in another order: the report sorts
+        them stably, and equal gaps of one token each are interchangeable."""
+        values, weights, counts = super().itl_runs()
+        singles = len(self.itl_s)
+        runs = len(self._gap_values)
+        return (np.insert(values, singles, np.array(self._gap_values)),
+                np.insert(weights, singles, np.ones(runs)),
+                np.insert(counts, singles, np.array(self._gap_counts, dtype=np.intp)))
 
     def _uncount(self) -> None:
         """Write every counted request and stop the counters."""
@@ -178,52 +184,70 @@ class CountedV1Engine(V1Engine):
         """The counted requests' token of a step `_execute` ran (their gaps first, in running
         order, as `V1Engine` writes them)."""
         now, d = self.now, len(self._finishes)
-        self._log_gaps(now - self._last_s, d)
+        self._gap_values.append(now - self._last_s)  # d equal gaps: one run
+        self._gap_counts.append(d)
         tick = self._tick = self._tick + 1
         self._kv += d
         self._last_s = now
         finishes = self._finishes
         return bool(finishes) and finishes[0][0] == tick and bool(self._finish(now))
 
-    def _counted_window(self, until: float) -> bool:
-        """`V1Engine._decode_window` on the counters: the same window (steps, times, blocks,
-        finishes), without a pass over the requests."""
+    def _counted_window(self, until: float, stop_at_finish: bool = False) -> bool:
+        """`V1Engine._decode_window` on the counters, window after window: the same windows
+        (steps, times, blocks, finishes) without a pass over the requests. Runs windows
+        while the clock is before `until` and requests run (and, with `stop_at_finish`,
+        none finished: `advance` returns there); False when one could not run (the caller
+        then runs a step, as after a failed `_decode_window`), else True."""
         running = self.running
-        d = len(running)
-        if d > self.opt.max_num_batched_tokens:
-            return False
+        budget = self.opt.max_num_batched_tokens
+        while True:
+            d = len(running)
+            if d > budget or not self._one_window(until, d):
+                return False
+            if not (running and self.now < until) or (stop_at_finish and len(running) < d):
+                return True
+
+    def _one_window(self, until: float, d: int) -> bool:
+        """One counted decode window of the `d` running requests; False (and nothing
+        changed) when it cannot run."""
         tick = self._tick
-        last_finish = self._finishes[0][0] - tick
-        last_finish = min(last_finish, WINDOW_MAX_STEPS)
-        window = self._window_steps(d, (self._kv + d) / d, last_finish, until)
+        finishes = self._finishes
+        k = finishes[0][0] - tick
+        window = self._window_steps(d, (self._kv + d) / d, min(k, WINDOW_MAX_STEPS), until)
         if window is None:
             return False
         durations, ends = window
         k = len(ends)
-        bs, pool = self.opt.block_size, self.pool
-        start = tick % bs
-        if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
-            delta = self._phases[start:start + k]  # new blocks at window step i
-            total_need = sum(delta)
-        else:
-            cycle = self._phases[start:] + self._phases[:start]  # new blocks at step i % bs
-            full, part = divmod(k, bs)
-            total_need = full * d + sum(cycle[:part])
-            delta = (cycle * (full + 1))[:k]
-        available = pool.available
+        delta, total_need = self._window_blocks(tick, k, d)
+        pool = self.pool
+        available = pool.free + pool.per_id * len(pool.lru)  # `pool.available`
         if total_need > available:
             return False
-        used = pool.total - available  # `pool.used`, read once
         if total_need:
             pool.take(total_need)
         end = ends[-1]
-        self._log_gaps(ends[0] - self._last_s, d)
+        self._gap_values.append(ends[0] - self._last_s)  # d equal gaps: one run
+        self._gap_counts.append(d)
         tick = self._tick = tick + k
         self._kv += k * d
         self._last_s = end
-        finishes = self._finishes
         if finishes[0][0] == tick:  # the finished ones leave the running list (in C)
+            running = self.running
             for s in self._finish(end):
                 running.remove(s)
-        self._record_window(durations, ends, d, used, delta if total_need else None)
+        self._record_window(durations, ends, d, pool.total - available,
+                            delta if total_need else None)
         return True
+
+    def _window_blocks(self, tick: int, k: int, d: int) -> tuple[list[int], int]:
+        """The new KV blocks the counted requests take at each of the k steps of a window
+        starting at `tick`, and their sum."""
+        phases = self._phases
+        bs = len(phases)
+        start = tick % bs
+        if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
+            delta = phases[start:start + k]  # new blocks at window step i
+            return delta, sum(delta)
+        cycle = phases[start:] + phases[:start]  # new blocks at step i % bs
+        full, part = divmod(k, bs)
+        return (cycle * (full + 1))[:k], full * d + sum(cycle[:part])

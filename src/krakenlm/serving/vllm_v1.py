@@ -113,25 +113,33 @@ class Timeline:
 
     def __init__(self):
         self.t_s, self.kv_used = array("d"), array("d")
-        # per step or window: steps, running, running after the last step, waiting,
-        # preemptions, tokens per step
-        self._log = array("d")
+        # per step or window, six ints: steps, running, running after the last step, waiting,
+        # preemptions, tokens per step (a flat list: appending a record is one list extend,
+        # where an array converts each value; read as a float array, kept until it grows)
+        self._log: list[int] = []
+        self._read: np.ndarray = np.zeros((0, 6))
 
     def step(self, t_s: float, kv_used: float, running: int, waiting: int, preemptions: int,
              tokens: int) -> None:
         self.t_s.append(t_s)
         self.kv_used.append(kv_used)
-        self._log.extend((1, running, running, waiting, preemptions, tokens))
+        self._log += (1, running, running, waiting, preemptions, tokens)
 
     def window(self, ends: list[float], kv_used: list[float], running: int, running_after: int,
                preemptions: int) -> None:
         """A decode window: `running` sequences decode one token each per step, none wait."""
-        self.t_s.extend(ends)
-        self.kv_used.extend(kv_used)
-        self._log.extend((len(ends), running, running_after, 0, preemptions, running))
+        self.t_s.fromlist(ends)
+        self.kv_used.fromlist(kv_used)
+        self._log += (len(ends), running, running_after, 0, preemptions, running)
+
+    def _records(self) -> np.ndarray:
+        """The log as one row of six floats per record."""
+        if len(self._read) * 6 != len(self._log):
+            self._read = np.array(self._log, dtype=float).reshape(-1, 6)
+        return self._read
 
     def _column(self, i: int) -> np.ndarray:
-        log = np.frombuffer(self._log, dtype=float).reshape(-1, 6)
+        log = self._records()
         counts = log[:, 0].astype(int)
         values = np.repeat(log[:, i], counts)
         if i == 1:  # the running requests after each record's last step
@@ -141,7 +149,7 @@ class Timeline:
     def window_weights(self) -> np.ndarray:
         """Per inter-token gap inside a decode window (a window of k steps has k - 1, in
         window order), the tokens it stands for: the window's running requests."""
-        log = np.frombuffer(self._log, dtype=float).reshape(-1, 6)
+        log = self._records()
         return np.repeat(log[:, 1], np.maximum(log[:, 0].astype(int) - 1, 0))
 
     @property
@@ -195,6 +203,16 @@ class V1Engine:
         """The tokens each of `itl_window_s`'s gaps stands for (read from the timeline's
         window records: a window of k steps of d requests logs k - 1 gaps of d tokens)."""
         return self.timeline.window_weights()
+
+    def itl_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every inter-token gap as runs (value, tokens each stands for, count of equal
+        entries), in log order: the gaps logged one per token (`itl_s`: one token, one
+        entry each), then the decode windows' (`itl_window_s`, `itl_weight`). A subclass
+        that logs equal gaps as one run adds its runs after `itl_s`'s."""
+        singles, windows = np.array(self.itl_s), np.array(self.itl_window_s)
+        return (np.concatenate([singles, windows]),
+                np.concatenate([np.ones(len(singles)), self.itl_weight]),
+                np.ones(len(singles) + len(windows), dtype=np.intp))
 
     @property
     def outstanding(self) -> int:
@@ -291,7 +309,7 @@ class V1Engine:
             levels = [u / total for u in accumulate(steps)]
         else:
             levels = [used / total] * (k - 1)
-        self.itl_window_s.extend(durations[1:k])  # their weights: d, from the timeline
+        self.itl_window_s.fromlist(durations[1:k])  # their weights: d, from the timeline
         self.now = ends[-1]
         self.steps += k
         levels.append((total - pool.available) / total)  # `pool.used`
@@ -330,22 +348,28 @@ class V1Engine:
         `first` equals the first of `decode_steps_s`'s durations to a few ulps (the same
         formula, interpolated in another order), so it is computed only when the bound could
         bind: when `until - now` does not clear the window's other limit times that duration
-        by a relative 1e-9. The steps are timed for about as many as a recent step length
-        says fit before `until` (`_step_guess`; the next try times more when too few)."""
+        by a relative 1e-9. For the same reason there is no window (None) as soon as the
+        first duration, less that margin, ends at or after `until`: `step_s`'s first step
+        ends there too. The steps are timed for about as many as a recent step length says fit
+        before `until` (`_step_guess`; the next try times more when too few)."""
         if k < 2:
             return None
         timer, now = self.timer, self.now
         if until == math.inf:
             durations = timer.decode_steps_list(d, mean_kv, k)
-            return durations, list(map(now.__add__, accumulate(durations)))
+            return durations, [now + t for t in accumulate(durations)]
         span = until - now
         guess = self._step_guess
         n = min(k, int(span / guess * 1.25) + 2) if guess > 0 else k
         durations = timer.decode_steps_list(d, mean_kv, n)
         first = durations[0]
         self._step_guess = first
-        ends = list(map(now.__add__, accumulate(durations)))
-        starting = _first_start_at(ends, durations, until)
+        if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends at `until` or later
+            return None
+        ends = [now + t for t in accumulate(durations)]
+        starting = bisect.bisect_left(ends, until)  # `_first_start_at`, written out
+        while starting < n and ends[starting] - durations[starting] < until:
+            starting += 1
         limit = min(k, starting)
         margin = first * (1 + 1e-9)
         if (starting < n or n == k) and now + margin < until and span >= (limit - 1) * margin:
@@ -357,7 +381,7 @@ class V1Engine:
             k = min(k, int(span / first) + 1)
             if k > n:
                 durations = timer.decode_steps_list(d, mean_kv, k)
-                ends = list(map(now.__add__, accumulate(durations)))
+                ends = [now + t for t in accumulate(durations)]
             else:
                 del durations[k:], ends[k:]
             bounded = min(k, _first_start_at(ends, durations, until))
@@ -525,8 +549,9 @@ class V1Engine:
             self.running = [s for s in self.running if s.finish_s != s.finish_s]
         self.steps += 1
         total = pool.total
-        self.timeline.step(now, (total - pool.available) / total, len(self.running),
-                           len(self.waiting), self.preemptions, tokens)
+        used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
+        self.timeline.step(now, used / total, len(self.running), len(self.waiting),
+                           self.preemptions, tokens)
 
     def _decoders_sampled(self) -> bool:
         """Write a step's token into the decoders `_execute` was given apart from its batch
