@@ -354,6 +354,21 @@ def _nccl_version(base: Path, aic: str) -> str | None:
     return str((data.get("misc") or {}).get("nccl_version") or "") or None
 
 
+MESSAGE_SIZE_NOTE = "message_size is an element count; bytes = elements x 2 (16-bit)"
+
+
+def _collective_table(aic: str, framework: str, path: Path, cols: dict[str, np.ndarray],
+                      op: np.ndarray, library: str, graph: np.ndarray) -> KernelTable:
+    """Every row of a table of 16-bit collectives (`op` per row, on `num_gpus` GPUs, of
+    `message_size` elements), timed by `library` inside a CUDA graph where `graph` says so."""
+    elements = cols["message_size"].astype(np.int64)
+    c = {"op": op, "n": cols["num_gpus"].astype(np.int64), "elements": elements,
+         "bytes": elements * 2, "library": np.full(len(elements), library, object),
+         "graph": graph}
+    return _kernel_table("collective", aic, framework, path, cols, c,
+                         cols["latency"].astype(float) * 1e-3)
+
+
 @functools.lru_cache(maxsize=64)
 def read_nccl(system: str, version: str | None = None, root: str | None = None) -> KernelTable:
     """NCCL all-reduce, all-gather and reduce-scatter (16-bit messages only)."""
@@ -369,14 +384,9 @@ def read_nccl(system: str, version: str | None = None, root: str | None = None) 
     op = cols["op_name"].astype(str)
     dtype = _dtype(cols["nccl_dtype"])
     keep = np.isin(op, ["all_reduce", "all_gather", "reduce_scatter"]) & (dtype == "bf16")
-    elements = cols["message_size"].astype(np.int64)
-    c = {"op": op[keep].astype(object), "n": cols["num_gpus"].astype(np.int64)[keep],
-         "elements": elements[keep], "bytes": elements[keep] * 2,
-         "library": np.full(int(keep.sum()), "nccl", object),
-         "graph": np.ones(int(keep.sum()), bool)}
-    t = _kernel_table("collective", aic, "nccl", path, cols, c,
-                      cols["latency"].astype(float)[keep] * 1e-3)
-    t.notes.append("message_size is an element count; bytes = elements x 2 (16-bit)")
+    t = _collective_table(aic, "nccl", path, cols, op.astype(object), "nccl",
+                          np.ones(len(op), bool)).select(keep)
+    t.notes.append(MESSAGE_SIZE_NOTE)
     return _finite_positive(t)
 
 
@@ -394,14 +404,10 @@ def read_custom_allreduce(system: str, framework: str, version: str | None = Non
     # SGLang's directory also holds TensorRT-LLM's kernel measured under SGLang; keep its own.
     own = np.array(["trtllm" not in s.lower() for s in source]) if framework != "trtllm" \
         else np.ones(n, bool)
-    elements = cols["message_size"].astype(np.int64)
-    c = {"op": np.full(n, "all_reduce", object), "n": cols["num_gpus"].astype(np.int64),
-         "elements": elements, "bytes": elements * 2,
-         "library": np.full(n, "custom", object), "graph": graph}
-    t = _kernel_table("collective", aic, framework, path, cols, c,
-                      cols["latency"].astype(float) * 1e-3)
+    t = _collective_table(aic, framework, path, cols, np.full(n, "all_reduce", object),
+                          "custom", graph)
     t = t.select(own, "kernels of another framework measured in this framework's directory")
-    t.notes.append("message_size is an element count; bytes = elements x 2 (16-bit)")
+    t.notes.append(MESSAGE_SIZE_NOTE)
     return _finite_positive(t)
 
 
