@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,6 +44,19 @@ def _mean_summary(summaries: list[dict]) -> dict:
                             for k, v in stats.items() if isinstance(v, float | int)
                             and all(s[section][k] is not None for s in summaries)}
     return out
+
+
+def print_against_goals(scores: dict, errors: Callable[[str, dict], str], missing: str) -> None:
+    """One line per metric of `scores` (medians over runs): the errors `errors` writes of it,
+    its number of runs and the issue's goal where there is one; then one line saying `missing`
+    for each goal metric `scores` lacks."""
+    for k, v in scores.items():
+        goal = GOALS.get(k)
+        print(f"  {k:32s} {errors(k, v)}  ({v['runs']} runs)"
+              + (f"  goal {100 * goal:.0f} %" if goal else ""))
+    for k in GOALS:
+        if k not in scores:
+            print(f"  {k:32s} {missing}")
 
 
 def main() -> None:
@@ -84,23 +98,15 @@ def main() -> None:
                  for name in sources if any(r["source"] == name for r in results)}
     for name, held_out in by_source.items():
         print(f"\nleave-one-source-out: {name} (median over its runs, |error|)")
-        for k, v in held_out.items():
-            goal = GOALS.get(k)
-            print(f"  {k:32s} {100 * v['median']:6.1f} %  worst {100 * v['worst']:6.1f} %  "
-                  f"({v['runs']} runs)" + (f"  goal {100 * goal:.0f} %" if goal else ""))
-        for k in GOALS:
-            if k not in held_out:
-                print(f"  {k:32s} not stated by this source's runs")
+        print_against_goals(
+            held_out, lambda k, v: f"{100 * v['median']:6.1f} %  worst {100 * v['worst']:6.1f} %",
+            "not stated by this source's runs")
     summary = medians([r["scores"] for r in results])
     cold = medians(cold_scores)
     print("\nall sources: median over runs (|error|), warm prefix cache / cold; goal")
-    for k, v in summary.items():
-        goal = GOALS.get(k)
-        print(f"  {k:32s} {100 * v['median']:6.1f} % / {100 * cold[k]['median']:6.1f} %  "
-              f"({v['runs']} runs)" + (f"  goal {100 * goal:.0f} %" if goal else ""))
-    for k in GOALS:
-        if k not in summary:
-            print(f"  {k:32s} no run measured it")
+    print_against_goals(
+        summary, lambda k, v: f"{100 * v['median']:6.1f} % / {100 * cold[k]['median']:6.1f} %",
+        "no run measured it")
     out = {"command": "python benchmarks/serve_validation.py --json docs/data/serve-validation"
                       ".json --plot docs/img/serve-validation.png",
            "seeds": seeds, "sources": sources, "runs": results,

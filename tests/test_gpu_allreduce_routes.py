@@ -28,43 +28,45 @@ def test_tensorrt_llm_1_0_hands_more_than_128_tokens_to_nccl():
         assert kernels(route, n, [256, 1 * MiB, 2 * MiB]) == [R.ONESHOT, R.ONESHOT, R.NCCL]
 
 
-def test_tensorrt_llm_table_per_generation_and_gpu_count():
-    hopper = R.route_for("trtllm", "1.3.0rc20", "hopper")
-    # SM90, 8 GPUs: one-shot to 64 tokens, NCCL at 128, two-shot at 256-512, NCCL from 1024
-    assert kernels(hopper, 8, [512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB]) == \
-        [R.ONESHOT, R.NCCL, R.TWOSHOT, R.TWOSHOT, R.NCCL]
-    assert kernels(hopper, 2, [16 * MiB, 32 * MiB]) == [R.ONESHOT, R.NCCL]
-    blackwell = R.route_for("trtllm", "1.3.0rc20", "blackwell")
-    assert kernels(blackwell, 8, [2 * MiB, 4 * MiB, 32 * MiB, 64 * MiB]) == \
-        [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL]
+# (framework, version, GPU generation, GPUs, message sizes, the kernel the route picks for each)
+SWITCH_POINTS = [
+    # TensorRT-LLM's table: SM90, 8 GPUs: one-shot to 64 tokens, NCCL at 128, two-shot at
+    # 256-512, NCCL from 1024
+    pytest.param("trtllm", "1.3.0rc20", "hopper", 8,
+                 [512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB],
+                 [R.ONESHOT, R.NCCL, R.TWOSHOT, R.TWOSHOT, R.NCCL], id="trtllm-hopper-8"),
+    pytest.param("trtllm", "1.3.0rc20", "hopper", 2, [16 * MiB, 32 * MiB], [R.ONESHOT, R.NCCL],
+                 id="trtllm-hopper-2"),
+    pytest.param("trtllm", "1.3.0rc20", "blackwell", 8, [2 * MiB, 4 * MiB, 32 * MiB, 64 * MiB],
+                 [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL], id="trtllm-blackwell-8"),
     # beyond the 64 MiB workspace every GPU count goes to NCCL
-    assert kernels(blackwell, 4, [128 * MiB]) == [R.NCCL]
+    pytest.param("trtllm", "1.3.0rc20", "blackwell", 4, [128 * MiB], [R.NCCL],
+                 id="trtllm-blackwell-4-beyond-workspace"),
+    # vLLM: its custom kernel, symmetric memory and NCCL
+    pytest.param("vllm", "0.14.0", "ampere", 8, [128 * KiB, 256 * KiB, 4 * MiB, 8 * MiB],
+                 [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL], id="vllm-ampere-8"),
+    pytest.param("vllm", "0.24.0", "hopper", 8, [128 * KiB, 256 * KiB, 64 * MiB, 128 * MiB],
+                 [R.ONESHOT, R.SYMM_MULTIMEM, R.SYMM_MULTIMEM, R.NCCL], id="vllm-hopper-8"),
+    pytest.param("vllm", "0.24.0", "hopper", 2, [4 * MiB, 8 * MiB, 64 * MiB, 128 * MiB],
+                 [R.ONESHOT, R.SYMM_TWOSHOT, R.SYMM_TWOSHOT, R.NCCL], id="vllm-hopper-2"),
+    pytest.param("vllm", "0.24.0", "hopper", 4, [1 * MiB, 8 * MiB, 64 * MiB],
+                 [R.TWOSHOT, R.SYMM_MULTIMEM, R.NCCL], id="vllm-hopper-4"),
+    # multimem only on 6 and 8 GPUs
+    pytest.param("vllm", "0.24.0", "blackwell", 4, [1 * MiB, 2 * MiB, 32 * MiB, 64 * MiB],
+                 [R.TWOSHOT, R.SYMM_TWOSHOT, R.SYMM_TWOSHOT, R.NCCL], id="vllm-blackwell-4"),
+    # SGLang V1 and V2
+    pytest.param("sglang", "0.5.10", "ampere", 4, [256 * KiB, 512 * KiB, 8 * MiB, 16 * MiB],
+                 [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL], id="sglang-v1-ampere-4"),
+    pytest.param("sglang", "0.5.14", "hopper", 8, [160 * KiB, 256 * KiB, 16 * MiB, 32 * MiB],
+                 [R.ONESHOT, R.PULL_TWOSHOT, R.PULL_TWOSHOT, R.NCCL], id="sglang-v2-hopper-8"),
+    pytest.param("sglang", "0.5.14", "hopper", 2, [2 * MiB, 4 * MiB], [R.ONESHOT, R.PULL_ONESHOT],
+                 id="sglang-v2-hopper-2"),
+]
 
 
-def test_vllm_custom_kernel_symmetric_memory_and_nccl():
-    ampere = R.route_for("vllm", "0.14.0", "ampere")
-    assert kernels(ampere, 8, [128 * KiB, 256 * KiB, 4 * MiB, 8 * MiB]) == \
-        [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL]
-    hopper = R.route_for("vllm", "0.24.0", "hopper")
-    assert kernels(hopper, 8, [128 * KiB, 256 * KiB, 64 * MiB, 128 * MiB]) == \
-        [R.ONESHOT, R.SYMM_MULTIMEM, R.SYMM_MULTIMEM, R.NCCL]
-    assert kernels(hopper, 2, [4 * MiB, 8 * MiB, 64 * MiB, 128 * MiB]) == \
-        [R.ONESHOT, R.SYMM_TWOSHOT, R.SYMM_TWOSHOT, R.NCCL]
-    assert kernels(hopper, 4, [1 * MiB, 8 * MiB, 64 * MiB]) == \
-        [R.TWOSHOT, R.SYMM_MULTIMEM, R.NCCL]
-    blackwell = R.route_for("vllm", "0.24.0", "blackwell")  # multimem only on 6 and 8 GPUs
-    assert kernels(blackwell, 4, [1 * MiB, 2 * MiB, 32 * MiB, 64 * MiB]) == \
-        [R.TWOSHOT, R.SYMM_TWOSHOT, R.SYMM_TWOSHOT, R.NCCL]
-
-
-def test_sglang_v1_and_v2():
-    v1 = R.route_for("sglang", "0.5.10", "ampere")
-    assert kernels(v1, 4, [256 * KiB, 512 * KiB, 8 * MiB, 16 * MiB]) == \
-        [R.ONESHOT, R.TWOSHOT, R.TWOSHOT, R.NCCL]
-    v2 = R.route_for("sglang", "0.5.14", "hopper")
-    assert kernels(v2, 8, [160 * KiB, 256 * KiB, 16 * MiB, 32 * MiB]) == \
-        [R.ONESHOT, R.PULL_TWOSHOT, R.PULL_TWOSHOT, R.NCCL]
-    assert kernels(v2, 2, [2 * MiB, 4 * MiB]) == [R.ONESHOT, R.PULL_ONESHOT]
+@pytest.mark.parametrize("framework, version, arch, n, sizes, expected", SWITCH_POINTS)
+def test_route_switch_points(framework, version, arch, n, sizes, expected):
+    assert kernels(R.route_for(framework, version, arch), n, sizes) == expected
 
 
 @pytest.mark.parametrize("framework,version,arch", [("lmdeploy", "0.1", "hopper"),

@@ -55,24 +55,31 @@ def test_unit_strings_are_converted(a100_dict):
     assert s.device.frequency_hz == pytest.approx(1.41e9)
 
 
-def test_wrong_unit_names_the_field(a100_dict):
+REMOVE = object()  # a field left out of the description
+
+
+@pytest.mark.parametrize("field, value, message", [
+    pytest.param("memory.bandwidth_bytes_per_s", "80 GB", r"device\.memory\.bandwidth_bytes_per_s",
+                 id="wrong_unit_names_the_field"),
+    pytest.param("frequency_hz", 1.41, r"device\.frequency_hz.*implausible",
+                 id="frequency_in_ghz_written_as_hz_is_caught"),
+    pytest.param("memory.latency_s", REMOVE, r"missing field device\.memory\.latency_s",
+                 id="missing_field_is_named"),
+    pytest.param("core_count", 54, r"matrix_flops_per_s\.fp16",
+                 id="geometry_disagreeing_with_peak_is_an_error"),
+])
+def test_bad_device_field_is_named(a100_dict, field, value, message):
+    """`field` (a dotted path below `device`) set to `value`, or removed, fails naming it."""
     d = copy.deepcopy(a100_dict)
-    d["device"]["memory"]["bandwidth_bytes_per_s"] = "80 GB"
-    with pytest.raises(HardwareError, match=r"device\.memory\.bandwidth_bytes_per_s"):
-        system_from_dict(d)
-
-
-def test_frequency_in_ghz_written_as_hz_is_caught(a100_dict):
-    d = copy.deepcopy(a100_dict)
-    d["device"]["frequency_hz"] = 1.41
-    with pytest.raises(HardwareError, match=r"device\.frequency_hz.*implausible"):
-        system_from_dict(d)
-
-
-def test_missing_field_is_named(a100_dict):
-    d = copy.deepcopy(a100_dict)
-    del d["device"]["memory"]["latency_s"]
-    with pytest.raises(HardwareError, match=r"missing field device\.memory\.latency_s"):
+    *parents, name = field.split(".")
+    section = d["device"]
+    for parent in parents:
+        section = section[parent]
+    if value is REMOVE:
+        del section[name]
+    else:
+        section[name] = value
+    with pytest.raises(HardwareError, match=message):
         system_from_dict(d)
 
 
@@ -80,13 +87,6 @@ def test_unit_in_wrong_field_name_is_reported(a100_dict):
     d = copy.deepcopy(a100_dict)
     d["device"]["memory"]["bandwidth_gb_per_s"] = d["device"]["memory"].pop("bandwidth_bytes_per_s")
     with pytest.raises(HardwareError, match=r"device\.memory\.bandwidth_gb_per_s.*bandwidth_bytes_per_s"):
-        system_from_dict(d)
-
-
-def test_geometry_disagreeing_with_peak_is_an_error(a100_dict):
-    d = copy.deepcopy(a100_dict)
-    d["device"]["core_count"] = 54
-    with pytest.raises(HardwareError, match=r"matrix_flops_per_s\.fp16"):
         system_from_dict(d)
 
 

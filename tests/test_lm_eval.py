@@ -66,14 +66,9 @@ def test_simple_evaluate_runs_a_local_task(adapter, tmp_path):
     docs = [{"context": "One, two,", "choices": [" three", " banana"], "label": 0},
             {"context": "Red, green,", "choices": [" blue", " seven"], "label": 0},
             {"context": "Up and", "choices": [" down", " left"], "label": 0}]
-    (tmp_path / "toy.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    (tmp_path / "toy.yaml").write_text(
-        f"task: toy_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: "
-        f"{tmp_path / 'toy.jsonl'}\noutput_type: multiple_choice\ntest_split: test\n"
-        "doc_to_text: context\ndoc_to_choice: choices\ndoc_to_target: label\ntarget_delimiter: ''\n"
-        "metric_list:\n  - metric: acc\n")
+    task_dir = write_toy_task(tmp_path, docs)  # defined with the CLI tests below
     results = simple_evaluate(model=adapter, tasks=["toy_choice"], log_samples=False,
-                              task_manager=TaskManager(include_path=str(tmp_path),
+                              task_manager=TaskManager(include_path=str(task_dir),
                                                            include_defaults=False),
                               bootstrap_iters=0)
     acc = results["results"]["toy_choice"]["acc,none"]

@@ -6,22 +6,11 @@ import sys
 
 import pytest
 from conftest import run_cli
+from training_cases import SMALL, small_run
 
 from krakenlm.errors import KrakenError
-from krakenlm.models import ModelConfig
 from krakenlm.training import tracking
-from krakenlm.training.trainer import TrainConfig, train
-
-SMALL = ModelConfig(arch="kraken", n_layers=2, d_model=32, n_heads=2, ffn_dim=64, degree=2,
-                    vocab_size=50304, context_len=32)
-
-
-def small_run(out, **kw) -> TrainConfig:
-    base = dict(out_dir=out, max_steps=6, batch_size=2, seq_len=32, warmup_steps=2,
-                eval_interval=3, eval_batches=2, log_interval=1, checkpoint_interval=100,
-                precision="fp32", progress=False, threads=1)
-    base.update(kw)
-    return TrainConfig(**base)
+from krakenlm.training.trainer import train
 
 
 def metrics_by_tag(run_dir) -> dict[str, list[tuple[int, float]]]:

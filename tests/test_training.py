@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 from conftest import run_cli
+from training_cases import SMALL, small_run
 
 from krakenlm.errors import KrakenError
 from krakenlm.models import ModelConfig
@@ -14,17 +15,6 @@ from krakenlm.models.transformer import Transformer
 from krakenlm.runtime import checkpoint
 from krakenlm.training.optim import build_optimizer, learning_rate
 from krakenlm.training.trainer import TrainConfig, train
-
-SMALL = ModelConfig(arch="kraken", n_layers=2, d_model=32, n_heads=2, ffn_dim=64, degree=2,
-                    vocab_size=50304, context_len=32)
-
-
-def small_run(out, **kw) -> TrainConfig:
-    base = dict(out_dir=out, max_steps=6, batch_size=2, seq_len=32, warmup_steps=2,
-                eval_interval=3, eval_batches=2, log_interval=1, checkpoint_interval=100,
-                precision="fp32", progress=False, threads=1)
-    base.update(kw)
-    return TrainConfig(**base)
 
 
 def losses(out):

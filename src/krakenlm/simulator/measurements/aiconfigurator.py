@@ -257,32 +257,53 @@ def _finite_positive(t: KernelTable) -> KernelTable:
     return t.select(ok, "latency not a positive number")
 
 
+def _read_table(system: str, family: str, framework: str, table: str, version: str | None,
+                root: str | None, required: tuple[str, ...]
+                ) -> tuple[str, Path, dict[str, np.ndarray]]:
+    """The aiconfigurator name of `system`, the Parquet file of `table` (the version asked
+    for, else the current one) and its columns, checked to hold `required`."""
+    base = tables_root(root)
+    aic = aic_system(system, root)
+    path = _pick_version(base, aic, family, framework, table, version)
+    return aic, path, _read_parquet(path, required)
+
+
+def _kernel_table(family: str, aic: str, framework: str, path: Path,
+                  read_columns: dict[str, np.ndarray], columns: dict[str, np.ndarray],
+                  latency_s: np.ndarray) -> KernelTable:
+    """The KernelTable of `columns` normalised from the table at `path`: its folder names the
+    version, the `device` column of `read_columns` (the file's own columns) the device."""
+    return KernelTable(family, aic, framework, path.parent.name, _device_name(read_columns),
+                       columns, latency_s, [str(path)])
+
+
+def _note_fastest_kept(t: KernelTable, rows: int, kept: int) -> None:
+    """Say in `t.notes` how many of the `rows` read were slower kernels of a shape (`_fastest`
+    kept `kept`)."""
+    if kept < rows:
+        t.notes.append(f"{rows - kept} rows were other kernels for a shape already "
+                       "measured; the fastest kernel per shape is kept")
+
+
 @functools.lru_cache(maxsize=64)
 def read_gemm(system: str, framework: str, version: str | None = None,
               root: str | None = None) -> KernelTable:
-    base = tables_root(root)
-    aic = aic_system(system, root)
-    path = _pick_version(base, aic, "gemm", framework, "gemm_perf", version)
-    cols = _read_parquet(path, GEMM_COLUMNS)
+    aic, path, cols = _read_table(system, "gemm", framework, "gemm_perf", version, root,
+                                  GEMM_COLUMNS)
     dtype = _dtype(cols["gemm_dtype"])
     m, n, k = (cols[c].astype(np.int64) for c in ("m", "n", "k"))
     lat = cols["latency"].astype(float) * 1e-3
     keep = _fastest([dtype.astype(str), m, n, k], lat)
-    t = KernelTable("gemm", aic, framework, path.parent.name, _device_name(cols),
-                    {"m": m[keep], "n": n[keep], "k": k[keep], "dtype": dtype[keep]}, lat[keep],
-                    [str(path)])
-    if len(keep) < len(lat):
-        t.notes.append(f"{len(lat) - len(keep)} rows were other kernels for a shape already "
-                       "measured; the fastest kernel per shape is kept")
+    t = _kernel_table("gemm", aic, framework, path, cols,
+                      {"m": m[keep], "n": n[keep], "k": k[keep], "dtype": dtype[keep]}, lat[keep])
+    _note_fastest_kept(t, len(lat), len(keep))
     return _finite_positive(t)
 
 
 def _attention(system: str, framework: str, table: str, version: str | None,
                root: str | None) -> KernelTable:
-    base = tables_root(root)
-    aic = aic_system(system, root)
-    path = _pick_version(base, aic, "attention", framework, table, version)
-    cols = _read_parquet(path, ATTENTION_COLUMNS)
+    aic, path, cols = _read_table(system, "attention", framework, table, version, root,
+                                  ATTENTION_COLUMNS)
     n = len(cols["latency"])
     window = cols["window_size"].astype(np.int64) if "window_size" in cols else np.zeros(n, np.int64)
     attn = _dtype(cols["attn_dtype"]) if "attn_dtype" in cols else np.full(n, "bf16", object)
@@ -307,11 +328,8 @@ def _attention(system: str, framework: str, table: str, version: str | None,
         if framework == "trtllm":  # RoPE the op applied (it decides whether XQA fuses it)
             c["rope_dim"] = np.full(len(c["kv_len"]), TRTLLM_ROPE_DIM, np.int64)
     family = "context_attention" if table.startswith("context") else "generation_attention"
-    t = KernelTable(family, aic, framework, path.parent.name, _device_name(cols), c, lat[keep],
-                    [str(path)])
-    if len(keep) < len(lat):
-        t.notes.append(f"{len(lat) - len(keep)} rows were other kernels for a shape already "
-                       "measured; the fastest kernel per shape is kept")
+    t = _kernel_table(family, aic, framework, path, cols, c, lat[keep])
+    _note_fastest_kept(t, len(lat), len(keep))
     return _finite_positive(t)
 
 
@@ -336,6 +354,21 @@ def _nccl_version(base: Path, aic: str) -> str | None:
     return str((data.get("misc") or {}).get("nccl_version") or "") or None
 
 
+MESSAGE_SIZE_NOTE = "message_size is an element count; bytes = elements x 2 (16-bit)"
+
+
+def _collective_table(aic: str, framework: str, path: Path, cols: dict[str, np.ndarray],
+                      op: np.ndarray, library: str, graph: np.ndarray) -> KernelTable:
+    """Every row of a table of 16-bit collectives (`op` per row, on `num_gpus` GPUs, of
+    `message_size` elements), timed by `library` inside a CUDA graph where `graph` says so."""
+    elements = cols["message_size"].astype(np.int64)
+    c = {"op": op, "n": cols["num_gpus"].astype(np.int64), "elements": elements,
+         "bytes": elements * 2, "library": np.full(len(elements), library, object),
+         "graph": graph}
+    return _kernel_table("collective", aic, framework, path, cols, c,
+                         cols["latency"].astype(float) * 1e-3)
+
+
 @functools.lru_cache(maxsize=64)
 def read_nccl(system: str, version: str | None = None, root: str | None = None) -> KernelTable:
     """NCCL all-reduce, all-gather and reduce-scatter (16-bit messages only)."""
@@ -351,14 +384,9 @@ def read_nccl(system: str, version: str | None = None, root: str | None = None) 
     op = cols["op_name"].astype(str)
     dtype = _dtype(cols["nccl_dtype"])
     keep = np.isin(op, ["all_reduce", "all_gather", "reduce_scatter"]) & (dtype == "bf16")
-    elements = cols["message_size"].astype(np.int64)
-    c = {"op": op[keep].astype(object), "n": cols["num_gpus"].astype(np.int64)[keep],
-         "elements": elements[keep], "bytes": elements[keep] * 2,
-         "library": np.full(int(keep.sum()), "nccl", object),
-         "graph": np.ones(int(keep.sum()), bool)}
-    t = KernelTable("collective", aic, "nccl", path.parent.name, _device_name(cols), c,
-                    cols["latency"].astype(float)[keep] * 1e-3, [str(path)])
-    t.notes.append("message_size is an element count; bytes = elements x 2 (16-bit)")
+    t = _collective_table(aic, "nccl", path, cols, op.astype(object), "nccl",
+                          np.ones(len(op), bool)).select(keep)
+    t.notes.append(MESSAGE_SIZE_NOTE)
     return _finite_positive(t)
 
 
@@ -366,10 +394,8 @@ def read_nccl(system: str, version: str | None = None, root: str | None = None) 
 def read_custom_allreduce(system: str, framework: str, version: str | None = None,
                           root: str | None = None) -> KernelTable:
     """The framework's own all-reduce kernels (16-bit)."""
-    base = tables_root(root)
-    aic = aic_system(system, root)
-    path = _pick_version(base, aic, "comm", framework, "custom_allreduce_perf", version)
-    cols = _read_parquet(path, CUSTOM_AR_COLUMNS)
+    aic, path, cols = _read_table(system, "comm", framework, "custom_allreduce_perf", version,
+                                  root, CUSTOM_AR_COLUMNS)
     n = len(cols["latency"])
     backend = cols["backend"].astype(str) if "backend" in cols else np.full(n, "graph")
     # vLLM / SGLang tables time the kernel both inside a CUDA graph and eagerly.
@@ -378,14 +404,10 @@ def read_custom_allreduce(system: str, framework: str, version: str | None = Non
     # SGLang's directory also holds TensorRT-LLM's kernel measured under SGLang; keep its own.
     own = np.array(["trtllm" not in s.lower() for s in source]) if framework != "trtllm" \
         else np.ones(n, bool)
-    elements = cols["message_size"].astype(np.int64)
-    c = {"op": np.full(n, "all_reduce", object), "n": cols["num_gpus"].astype(np.int64),
-         "elements": elements, "bytes": elements * 2,
-         "library": np.full(n, "custom", object), "graph": graph}
-    t = KernelTable("collective", aic, framework, path.parent.name, _device_name(cols), c,
-                    cols["latency"].astype(float) * 1e-3, [str(path)])
+    t = _collective_table(aic, framework, path, cols, np.full(n, "all_reduce", object),
+                          "custom", graph)
     t = t.select(own, "kernels of another framework measured in this framework's directory")
-    t.notes.append("message_size is an element count; bytes = elements x 2 (16-bit)")
+    t.notes.append(MESSAGE_SIZE_NOTE)
     return _finite_positive(t)
 
 
@@ -393,16 +415,14 @@ def read_custom_allreduce(system: str, framework: str, version: str | None = Non
 def read_elementwise(system: str, framework: str, version: str | None = None,
                      root: str | None = None) -> KernelTable:
     """Static FP8 quantisation (read m x k 16-bit values, write them as 8-bit): bytes moved."""
-    base = tables_root(root)
-    aic = aic_system(system, root)
-    path = _pick_version(base, aic, "quantize", framework, "scale_matrix_perf", version)
-    cols = _read_parquet(path, QUANT_COLUMNS)
+    aic, path, cols = _read_table(system, "quantize", framework, "scale_matrix_perf", version,
+                                  root, QUANT_COLUMNS)
     m, k = cols["m"].astype(np.int64), cols["k"].astype(np.int64)
     elements = m * k
     c = {"rows": m, "cols": k, "elements": elements,
          "bytes_read": elements * 2, "bytes_written": elements * 1}
-    t = KernelTable("elementwise", aic, framework, path.parent.name, _device_name(cols), c,
-                    cols["latency"].astype(float) * 1e-3, [str(path)])
+    t = _kernel_table("elementwise", aic, framework, path, cols, c,
+                      cols["latency"].astype(float) * 1e-3)
     return _finite_positive(t)
 
 
