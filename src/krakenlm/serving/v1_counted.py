@@ -169,6 +169,10 @@ class CountedV1Engine(V1Engine):
         need = self._phases[self._tick % opt.block_size] if d else 0
         if need and not pool.take(need):  # takes nothing when they are not free
             return None
+        if not self.waiting:
+            if d:
+                self._decode_step(d)
+            return bool(d)
         if self._arrival_fits(budget - d):
             self._arrival_step(d)
             return True
@@ -182,6 +186,24 @@ class CountedV1Engine(V1Engine):
                 self._uncount()
                 break
         return True
+
+    def _decode_step(self, d: int) -> None:
+        """`_execute` for a step of the `d` counted decoders alone (nothing waits: a single
+        step where a window could not run, e.g. the one that crosses the next arrival). The
+        same float operations as the general path (no prefill: the attention is the
+        decoders', memory-bound)."""
+        timer = self.timer
+        attention_d = timer.decode_attention_s(d, (self._kv + d) / d)
+        bound = "compute" if 0.0 >= attention_d else "memory"
+        now = self.now = self.now + timer.step_s(d, d, d, 0.0 + attention_d, False, bound)
+        running = self.running
+        if self._decoders_sampled():
+            running[:] = [r for r in running if r.finish_s != r.finish_s]
+        self.steps += 1
+        pool = self.pool
+        total = pool.total
+        used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
+        self.timeline.step(now, used / total, len(running), 0, self.preemptions, d)
 
     def _arrival_fits(self, budget: int) -> bool:
         """Whether this step is the common arrival step `_arrival_step` runs: one request
