@@ -12,6 +12,7 @@ are the same in both). Prints the engine steps.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,10 @@ def main() -> None:
     parser.add_argument("--traces", default=str(ROOT.parent / "shared" / "data" / "traces"))
     args = parser.parse_args()
     conv = Path(args.traces) / "azure2023_conv.csv"
+    if not conv.exists():
+        print(f"error: {conv} not found; pass --traces DIR (the shared request traces)",
+              file=sys.stderr)
+        sys.exit(2)
     trace = synthetic_trace(np.random.default_rng(0), args.requests, 4.0, f"trace:{conv}")
     report = serve(trace, get_preset("llama2-70b"), "h100-80gb-x8", software="vllm", tp=4,
                    replicas=1, model_name="llama2-70b", skip_long=True)
