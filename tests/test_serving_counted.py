@@ -37,12 +37,27 @@ def prefix() -> list[Request]:
     return reqs
 
 
+def short_outputs() -> list[Request]:
+    """Requests of one to three output tokens (some finish at their first token, in the step
+    that admits them), some with prefix block ids and some without, on a prefix cache."""
+    rng = np.random.default_rng(6)
+    t, reqs = 0.0, []
+    for i in range(120):
+        t += float(rng.exponential(1 / 200.0))
+        blocks = int(rng.integers(1, 4))
+        ids = tuple(i % 3 * 100 + b for b in range(blocks)) if i % 2 else ()
+        reqs.append(Request(i, t, blocks * 64 + int(rng.integers(1, 64)),
+                            int(rng.integers(1, 4)), ids))
+    return reqs
+
+
 CASES = {
     "bursts, roomy cache": (bursts, 100_000, 0),
     "bursts, cache that preempts": (bursts, 260, 0),
     "long prompts chunked": (lambda: list(synthetic_trace(
         np.random.default_rng(5), 50, 80.0, "lognormal:1500,30,0.5").requests), 100_000, 0),
     "prefix cache, tight": (prefix, 120, 64),
+    "one to three output tokens, prefix cache": (short_outputs, 100_000, 64),
 }
 
 
@@ -86,3 +101,26 @@ def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
     assert used["windows"] > 10
     if plain["preemptions"]:
         assert used["stopped"] > 0
+
+
+@pytest.mark.parametrize("name", ["bursts, roomy cache", "one to three output tokens, prefix cache"])
+def test_the_common_arrival_and_decode_steps_take_their_short_paths(name, monkeypatch):
+    """A step that admits one new request beside the counted decoders, or that runs the
+    decoders alone, takes its short path (`_arrival_step`, `_decode_step`); the replay stays
+    `V1Engine`'s (the test above)."""
+    make, blocks, block_tokens = CASES[name]
+    used = {"_arrival_step": 0, "_decode_step": 0}
+
+    def counted(method: str):
+        run = getattr(CountedV1Engine, method)
+
+        def counting(self, d):
+            used[method] += 1
+            run(self, d)
+        return counting
+
+    for method in list(used):
+        monkeypatch.setattr(CountedV1Engine, method, counted(method))
+    replay(small_timer("vllm"), CountedV1Engine, make(), blocks, block_tokens)
+    assert used["_arrival_step"] > 10
+    assert used["_decode_step"] > 0
