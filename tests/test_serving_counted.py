@@ -102,25 +102,3 @@ def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
     if plain["preemptions"]:
         assert used["stopped"] > 0
 
-
-@pytest.mark.parametrize("name", ["bursts, roomy cache", "one to three output tokens, prefix cache"])
-def test_the_common_arrival_and_decode_steps_take_their_short_paths(name, monkeypatch):
-    """A step that admits one new request beside the counted decoders, or that runs the
-    decoders alone, takes its short path (`_arrival_step`, `_decode_step`); the replay stays
-    `V1Engine`'s (the test above)."""
-    make, blocks, block_tokens = CASES[name]
-    used = {"_arrival_step": 0, "_decode_step": 0}
-
-    def counted(method: str):
-        run = getattr(CountedV1Engine, method)
-
-        def counting(self, d):
-            used[method] += 1
-            run(self, d)
-        return counting
-
-    for method in list(used):
-        monkeypatch.setattr(CountedV1Engine, method, counted(method))
-    replay(small_timer("vllm"), CountedV1Engine, make(), blocks, block_tokens)
-    assert used["_arrival_step"] > 10
-    assert used["_decode_step"] > 0

@@ -366,9 +366,10 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         progress(total, total)
     frontend = sim.profile.frontend
     if client_side:
-        rows = _rows(seqs, *apply_frontend(seqs, engines, frontend))
+        first, finish = apply_frontend(seqs, engines, frontend)
+        rows = [_row(s, f, e) for s, f, e in zip(seqs, first.tolist(), finish.tolist())]
     else:
-        rows = _rows(seqs)
+        rows = [_row(s) for s in seqs]
     start = trace.requests[0].arrival_s
     makespan = max(r["finish_s"] for r in rows) - start
     gpus = tp * replicas
@@ -469,28 +470,16 @@ def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
     return timer
 
 
-def _rows(seqs: list[Seq], first_token_s: np.ndarray | None = None,
-          finish_s: np.ndarray | None = None) -> list[dict]:
-    """Every request's row, with its first token and finish as reported (the engine's unless
-    given: the client's through the front end). The times are computed column by column
-    (numpy's float64 operations are Python's, so the same floats) and the rows zipped from
-    the columns: one pass per field instead of one dict build with its arithmetic per row."""
-    def column(values: list) -> np.ndarray:
-        return np.array(values, dtype=float)
-
-    arrival = column([s.req.arrival_s for s in seqs])
-    first = column([s.first_token_s for s in seqs]) if first_token_s is None else first_token_s
-    finish = column([s.finish_s for s in seqs]) if finish_s is None else finish_s
-    output = [s.output for s in seqs]
-    outputs = np.array(output, dtype=np.int64)
-    with np.errstate(divide="ignore", invalid="ignore"):  # tpot is None for one token
-        tpot = ((finish - first) / (outputs - 1)).tolist()
-    tpot = [t if o > 1 else None for t, o in zip(tpot, output)]
-    queue = (column([s.first_scheduled_s for s in seqs]) - arrival).tolist()
-    ttft, e2e = (first - arrival).tolist(), (finish - arrival).tolist()
-    return [{"id": s.req.id, "replica": s.replica, "arrival_s": a, "queue_s": q,
-             "first_token_s": f, "finish_s": e, "ttft_s": t, "tpot_s": p, "e2e_s": d,
-             "prompt_tokens": s.prompt, "output_tokens": o, "cached_tokens": s.cached_tokens,
-             "preemptions": s.preemptions}
-            for s, a, q, f, e, t, p, d, o in zip(seqs, arrival.tolist(), queue, first.tolist(),
-                                                 finish.tolist(), ttft, tpot, e2e, output)]
+def _row(s: Seq, first_token_s: float | None = None, finish_s: float | None = None) -> dict:
+    """One request's row, with its first token and finish as reported (the engine's unless
+    given: the client's through the front end)."""
+    first_token_s = s.first_token_s if first_token_s is None else first_token_s
+    finish_s = s.finish_s if finish_s is None else finish_s
+    arrival = s.req.arrival_s
+    tpot = (finish_s - first_token_s) / (s.output - 1) if s.output > 1 else None
+    return {"id": s.req.id, "replica": s.replica, "arrival_s": arrival,
+            "queue_s": s.first_scheduled_s - arrival, "first_token_s": first_token_s,
+            "finish_s": finish_s, "ttft_s": first_token_s - arrival, "tpot_s": tpot,
+            "e2e_s": finish_s - arrival, "prompt_tokens": s.prompt,
+            "output_tokens": s.output, "cached_tokens": s.cached_tokens,
+            "preemptions": s.preemptions}

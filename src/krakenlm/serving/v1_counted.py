@@ -169,13 +169,6 @@ class CountedV1Engine(V1Engine):
         need = self._phases[self._tick % opt.block_size] if d else 0
         if need and not pool.take(need):  # takes nothing when they are not free
             return None
-        if not self.waiting:
-            if d:
-                self._decode_step(d)
-            return bool(d)
-        if self._arrival_fits(budget - d):
-            self._arrival_step(d)
-            return True
         sched: list[tuple[Seq, int]] = []
         self._admit(sched, budget - d)
         if not (sched or d):
@@ -186,87 +179,6 @@ class CountedV1Engine(V1Engine):
                 self._uncount()
                 break
         return True
-
-    def _decode_step(self, d: int) -> None:
-        """`_execute` for a step of the `d` counted decoders alone (nothing waits: a single
-        step where a window could not run, e.g. the one that crosses the next arrival). The
-        same float operations as the general path (no prefill: the attention is the
-        decoders', memory-bound)."""
-        timer = self.timer
-        attention_d = timer.decode_attention_s(d, (self._kv + d) / d)
-        bound = "compute" if 0.0 >= attention_d else "memory"
-        now = self.now = self.now + timer.step_s(d, d, d, 0.0 + attention_d, False, bound)
-        running = self.running
-        if self._decoders_sampled():
-            running[:] = [r for r in running if r.finish_s != r.finish_s]
-        self.steps += 1
-        pool = self.pool
-        total = pool.total
-        used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
-        self.timeline.step(now, used / total, len(running), 0, self.preemptions, d)
-
-    def _arrival_fits(self, budget: int) -> bool:
-        """Whether this step is the common arrival step `_arrival_step` runs: one request
-        waits, it has never run (no token computed or generated), it has no prefix-cache hit
-        to look up (no block ids, or no prefix caching), its whole prompt fits the token
-        budget left by the decoders and a sequence slot is free. Its blocks are taken here
-        when they fit (`_admit` would take them the same way); nothing is taken otherwise."""
-        waiting = self.waiting
-        if len(waiting) != 1:
-            return False
-        s = waiting[0]
-        if s.computed or s.generated or (s.ids and self.pool.per_id):
-            return False
-        prompt = s.prompt
-        if not 0 < prompt <= budget or len(self.running) >= self.opt.max_num_seqs:
-            return False
-        return self.pool.take(-(-prompt // self.opt.block_size))
-
-    def _arrival_step(self, d: int) -> None:
-        """`_admit`, `_execute` and `_join` for the step `_arrival_fits` accepted (its blocks
-        taken): the waiting request's whole prompt as one chunk beside the `d` counted
-        decoders; it samples its first token and joins the counters (its free slots are
-        fewer than a block: it holds ceil(prompt / block_size) blocks). The same float
-        operations as the general path, without its loops over a schedule of one."""
-        s = self.waiting.popleft()
-        prompt, bs = s.prompt, self.opt.block_size
-        private = s.private = -(-prompt // bs)
-        if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
-            s.first_scheduled_s = self.now
-        timer = self.timer
-        attention_p = 0.0
-        attention_p += timer.prefill_attention_s(prompt, 0)
-        attention_d = timer.decode_attention_s(d, (self._kv + d) / d) if d else 0.0
-        bound = "compute" if attention_p >= attention_d else "memory"
-        tokens = prompt + d
-        now = self.now = self.now + timer.step_s(tokens, d + 1, d + 1, attention_p + attention_d,
-                                                  True, bound)
-        finished = self._decoders_sampled() if d else False
-        running, pool = self.running, self.pool
-        s.computed = prompt
-        s.generated = 1
-        s.first_token_s = s.last_token_s = now
-        if s.output <= 1:
-            s.finish_s = now
-            pool.release(private, s.shared)
-            s.private, s.shared = 0, []
-            finished = True
-        if finished:
-            running[:] = [r for r in running if r.finish_s != r.finish_s]
-        if s.finish_s != s.finish_s:  # `_join`: it decodes, private * bs - prompt free slots
-            running.append(s)
-            tick = self._tick
-            s.since_tick, s.phase = tick, (tick + private * bs - prompt) % bs
-            self._phases[s.phase] += 1
-            heapq.heappush(self._finishes, (tick + s.output - 1, self._order, s))
-            self._order += 1
-            self._kv += prompt
-            self._last_s = now
-        self.steps += 1
-        total = pool.total
-        used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
-        self.timeline.step(now, used / total, len(running), len(self.waiting),
-                           self.preemptions, tokens)
 
     def _decoders_sampled(self) -> bool:
         """The counted requests' token of a step `_execute` ran (their gaps first, in running
