@@ -123,3 +123,31 @@ def test_two_specs_of_one_kernel_call_share_its_time_but_keep_their_own_names():
     assert b == alone and a.time_s == b.time_s and b.stream == "comm"
     norm = OpSpec("add_norm_ffn", "LayerNorm", "stream", ("add_rmsnorm", 1000, 8192))
     assert shared(norm) == timer()(norm)
+
+
+def test_gemms_timed_ahead_in_one_call_equal_those_timed_one_by_one():
+    """`OpTimer.prime` times a query's GEMMs as rows of one call: every time, bound and the
+    kernel-source note must be what the one-by-one path gives, bit for bit."""
+    from krakenlm.models import get_preset
+    from krakenlm.simulator.constants import gpu_kernels as store
+    from krakenlm.simulator.constants.software import load_software
+    from krakenlm.simulator.constants.template import default_calibration
+    from krakenlm.simulator.graph import model_graphs
+    from krakenlm.simulator.timing import OpTimer
+
+    for system_name, software in (("a100-80gb-x8", "vllm"), ("h100-80gb-x8", "trtllm")):
+        system = load_system(system_name)
+
+        def timer():
+            return OpTimer(system, load_software(software), "simulate", "fp16",
+                           default_calibration(), store.for_device(system.device))
+
+        for prompt in (1, 77, 1024, 3001):
+            graphs = model_graphs(get_preset("llama2-70b"), 4, 2, prompt, prompt, "prefill", 2)
+            specs = [s for g in graphs for s in g.ops]
+            assert sum(s.model == "matmul" for s in specs) >= 3
+            primed, plain = timer(), timer()
+            primed.prime(specs)
+            assert primed._primed  # the GEMMs were timed ahead, not one by one
+            assert [primed(s) for s in specs] == [plain(s) for s in specs]
+            assert list(primed.sources.items()) == list(plain.sources.items())

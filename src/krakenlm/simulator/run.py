@@ -282,6 +282,7 @@ def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
     layer: dict[str, float] = {}
     captured = software.graphs.prefill
     scale = software.host.prefill_gpu_time_scale
+    timer.prime(spec for g in graphs for spec in g.ops)
     for g in graphs:
         timed = [timer(spec) for spec in g.ops]
         sched = scheduler(timed)
@@ -344,6 +345,7 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
     overhead = step_overhead(software.host, software, "decode", batch)
     overlaps = software.host.step_overlaps_gpu
 
+    timer.prime(spec for g in base for spec in g.ops)
     step_gpu = np.zeros(steps)
     methods = set()
     layer: dict[str, float] = {}
