@@ -4,9 +4,10 @@
 
 Every log of the file is sized with the code `sim serve` runs (`serving.kv_logs.predict`:
 the engine's defaults, the logged utilisation, block size, batched-token budget and KV cache
-dtype, then `serving.kv_cache.size_kv_cache`; TensorRT-LLM's fraction is of the free memory). Prints one line per log (predicted, logged, error, and the
-terms of the sizing) and the median and largest absolute error against the issue's goal
-(within 3 % wherever a log gives the count). Nothing is fitted on these logs.
+dtype, and the version's profile accounting, then `serving.kv_cache.size_kv_cache`;
+TensorRT-LLM's fraction is of the free memory). Prints one line per log (predicted, logged,
+error, and the terms of the sizing) and the median and largest absolute error against the
+issue's goal (within 3 % wherever a log gives the count). Nothing is fitted on these logs.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> None:
         err = relative_error(sizing.blocks, log)
         rows.append({"id": log.id, "engine": log.engine, "engine_version": log.engine_version,
                      "model": log.model, "system": log.system, "tp": log.tp,
+                     "profile_charges": log.profile_charges,
                      "predicted_blocks": sizing.blocks, "logged_blocks": log.logged_blocks,
                      "error": err, "sizing": sizing.to_dict(), "locator": log.locator})
         print(f"{log.id:44s} {log.engine:8s} {sizing.blocks:9d} {log.logged_blocks:9d} "

@@ -15,6 +15,27 @@ the total the runtime reports (`Worker.determine_available_memory` takes
 datasheet capacity, on a MI300X 7 % above the YAML's decimal 192 GB.
 Predicted against engine logs in `serving/kv_logs.py`.
 
+What the profile charges besides the weights and the activation peak (`PROFILE_CHARGES`)
+differs by engine version; `sim serve` keeps "total-used" (the runtime reserve), the logs name
+their version's accounting (`serving/kv_logs.py`):
+- "total-used": the memory in use after profiling, everything outside torch included (CUDA
+  context, NCCL, workspaces): `peak_memory = total - free` after `profile_run`
+  (vllm-project/vllm#2031, V0 from v0.2.5; V1 at vllm-project/vllm@0012cf69
+  `vllm/v1/worker/gpu_worker.py`, `determine_available_memory`: `non_torch_allocations =
+  (total - free) - allocated_bytes.all.current`). The sizing charges `RUNTIME_RESERVE_BYTES`.
+- "torch-peak": `torch.cuda.max_memory_allocated()` only, so nothing outside torch's
+  allocator (vLLM up to v0.2.4, `Worker.profile_num_available_blocks`; a v0.1.0 copy,
+  IrisMagicBox/vllm-v0.1.0@145ab060 `vllm/worker/worker.py`, and the description of
+  vllm-project/vllm#2031, which replaced it). No reserve.
+- "since-init": only what grows after the worker's first snapshot (`MemorySnapshot()` in
+  `init_device`, taken after the CUDA context and the distributed environment, NCCL included,
+  exist; `non_kv_cache_memory = weights + torch_peak_increase + non_torch_increase` with the
+  non-torch increase measured from that snapshot, `vllm/utils/mem_utils.py`
+  `memory_profiling`): vLLM V1 since vllm-project/vllm#19312 (2025-06; a stored copy at
+  vllm-project/vllm@35d5cda1 `vllm/v1/worker/gpu_worker.py`). The context and NCCL live in
+  the (1 - utilisation) slack; the non-torch memory that appears during the profile run
+  itself (kernel modules loaded lazily, library handles) is not modelled, so no reserve.
+
 KV cache dtype (`--kv-cache-dtype`, `KV_CACHE_DTYPES`): the engines' spellings of the storage
 dtypes the simulator models. vLLM's `CacheDType` (vllm-project/vllm@002f10e0
 `vllm/config/cache.py`: "auto" uses the model dtype; "fp8" is fp8_e4m3; float16, bfloat16,
@@ -89,6 +110,10 @@ class KVSizing:
         return dict(self.__dict__)
 
 
+# an engine version's profile accounting -> whether it charges the runtime reserve
+PROFILE_CHARGES = {"total-used": True, "torch-peak": False, "since-init": False}
+
+
 def device_memory_bytes(system) -> float:
     """The device total a serving engine takes its memory fraction of: what the runtime
     reports (`memory.runtime_visible_bytes`), else the datasheet capacity."""
@@ -98,11 +123,17 @@ def device_memory_bytes(system) -> float:
 
 def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: int = 16,
                   gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
-                  model_name: str = "model", of_free_memory: bool = False) -> KVSizing:
+                  model_name: str = "model", of_free_memory: bool = False,
+                  profile_charges: str = "total-used") -> KVSizing:
     """Blocks of the KV cache per replica (every TP shard holds the same number).
     `of_free_memory`: the fraction applies to what the weights, activations and reserve leave
     (TensorRT-LLM's `free_gpu_memory_fraction`), not to the whole device (vLLM's
-    `gpu_memory_utilization`)."""
+    `gpu_memory_utilization`). `profile_charges`: what the engine version's profile charges
+    besides weights and activations (`PROFILE_CHARGES`, module docstring): the runtime reserve
+    for "total-used", nothing for "torch-peak" and "since-init"."""
+    if profile_charges not in PROFILE_CHARGES:
+        raise KVCacheError(f"profile accounting {profile_charges!r} is not one of "
+                           f"{', '.join(PROFILE_CHARGES)}")
     if not 0 < gpu_memory_utilization <= 1:
         raise KVCacheError(f"--gpu-memory-utilization must be in (0, 1], got "
                            f"{gpu_memory_utilization}")
@@ -113,9 +144,10 @@ def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: i
                            True)
     per_block = kv_cache_bytes(config, tp, 1, block_size, sim.precision("kv_cache"))
     capacity = int(device_memory_bytes(sim.system))
-    left = capacity - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
+    reserve = RUNTIME_RESERVE_BYTES if PROFILE_CHARGES[profile_charges] else 0
+    left = capacity - use.weights_bytes - act - reserve
     free = left * gpu_memory_utilization if of_free_memory else \
-        capacity * gpu_memory_utilization - use.weights_bytes - act - RUNTIME_RESERVE_BYTES
+        capacity * gpu_memory_utilization - use.weights_bytes - act - reserve
     blocks = int(free // per_block) if free > 0 else 0
     if blocks < 1:
         gb = 1e9
@@ -123,11 +155,11 @@ def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: i
             f"{model_name} leaves no KV cache on {sim.system.name} with --tp {tp}: "
             f"{capacity / gb:.1f} GB x {gpu_memory_utilization:g} - weights "
             f"{use.weights_bytes / gb:.1f} GB - activations {act / gb:.1f} GB - reserve "
-            f"{RUNTIME_RESERVE_BYTES / gb:.1f} GB = {free / gb:.1f} GB; use a larger --tp, a "
+            f"{reserve / gb:.1f} GB = {free / gb:.1f} GB; use a larger --tp, a "
             "higher --gpu-memory-utilization, a smaller --max-num-batched-tokens or a system "
             "with more memory")
-    return KVSizing(blocks, block_size, per_block, use.weights_bytes, act,
-                    RUNTIME_RESERVE_BYTES, capacity, gpu_memory_utilization)
+    return KVSizing(blocks, block_size, per_block, use.weights_bytes, act, reserve, capacity,
+                    gpu_memory_utilization)
 
 
 class BlockPool:

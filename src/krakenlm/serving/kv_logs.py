@@ -7,7 +7,11 @@ block_size) together with the model, GPU, tensor parallelism, memory utilisation
 its share of the free memory), dtype, KV cache dtype (optional, "auto" when not given) and
 engine version. `predict` sizes each with the code `sim serve` runs
 (`replay.default_options` for the engine, then `kv_cache.size_kv_cache` with the logged knobs),
-so the comparison scores exactly what a replay would be given.
+so the comparison scores exactly what a replay would be given, except for one knob a replay
+does not take: `profile_charges` (optional, "total-used" when not given), what that engine
+version's memory profile charges besides weights and activations (`kv_cache.PROFILE_CHARGES`:
+vLLM up to v0.2.4 only torch's allocation peak, V1 since vllm-project/vllm#19312 only what
+grows after the worker's first snapshot).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from ..fileio import read_user_text
 from ..hardware import load_system
 from ..models import get_preset
 from ..simulator import Simulator
-from .kv_cache import KV_CACHE_DTYPES, KVSizing, kv_cache_software, size_kv_cache
+from .kv_cache import (KV_CACHE_DTYPES, PROFILE_CHARGES, KVSizing, kv_cache_software,
+                       size_kv_cache)
 from .replay import default_options
 
 LOGS_FILE = Path(__file__).resolve().parent / "data" / "kv_cache_logs.json"
@@ -54,6 +59,7 @@ class KVLog:
     max_num_batched_tokens: int
     logged_blocks: int
     kv_cache_dtype: str = "auto"
+    profile_charges: str = "total-used"
 
 
 def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
@@ -82,7 +88,12 @@ def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
         if kv_dtype not in KV_CACHE_DTYPES:
             raise KVLogDataError(f"{path}: log {name}: kv_cache_dtype {kv_dtype!r} is not one "
                                  f"of {', '.join(KV_CACHE_DTYPES)}")
-        logs.append(KVLog(**{f: entry[f] for f in FIELDS}, kv_cache_dtype=kv_dtype))
+        charges = entry.get("profile_charges", "total-used")
+        if charges not in PROFILE_CHARGES:
+            raise KVLogDataError(f"{path}: log {name}: profile_charges {charges!r} is not one "
+                                 f"of {', '.join(PROFILE_CHARGES)}")
+        logs.append(KVLog(**{f: entry[f] for f in FIELDS}, kv_cache_dtype=kv_dtype,
+                          profile_charges=charges))
     return tuple(logs)
 
 
@@ -98,7 +109,8 @@ def predict(log: KVLog) -> KVSizing:
     return size_kv_cache(sim, config, log.tp, block_size=opt.block_size,
                          gpu_memory_utilization=opt.gpu_memory_utilization,
                          max_num_batched_tokens=opt.max_num_batched_tokens,
-                         model_name=log.model, of_free_memory=scheduler == "trtllm")
+                         model_name=log.model, of_free_memory=scheduler == "trtllm",
+                         profile_charges=log.profile_charges)
 
 
 def relative_error(predicted_blocks: int, log: KVLog) -> float:
