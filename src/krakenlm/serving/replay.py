@@ -20,6 +20,8 @@ deterministic: no randomness beyond the trace's own (synthetic traces take a see
 
 from __future__ import annotations
 
+import functools
+import gc
 import heapq
 import math
 import time
@@ -280,6 +282,27 @@ def engine_summary(rows: list[dict], engines, trace: Trace, *, makespan_s: float
     return summary, np.repeat(itl, counts)
 
 
+def _without_cycle_collector(replay: Callable) -> Callable:
+    """Run `replay` with Python's cycle collector off (back on afterwards if it was on). A
+    replay allocates requests, rows and per-step lists that stay alive until it returns and
+    form no reference cycles (`gc.collect()` after a replay whose step-time oracle was
+    already built finds none; a first one's build leaves a few hundred objects, collected
+    after it), so the collector's passes over them free nothing: pure cost, growing with the
+    live objects (callgrind: 3.2 % of a 10^4-request replay's instructions, ~5 % of the CPU
+    time of a 10^5-request one). Reference counting frees everything as before."""
+    @functools.wraps(replay)
+    def run(*args, **kwargs):
+        if not gc.isenabled():
+            return replay(*args, **kwargs)
+        gc.disable()
+        try:
+            return replay(*args, **kwargs)
+        finally:
+            gc.enable()
+    return run
+
+
+@_without_cycle_collector
 def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: str = "vllm",
           tp: int = 1, replicas: int = 1, router: str = "round-robin",
           options: V1Options | None = None, scheduler: str | None = None, dtype: str = "fp16",
