@@ -179,11 +179,10 @@ class OpTimer:
                 continue
             key = (spec.model, spec.category, spec.args)
             if key not in self._by_args and key not in self._primed:
-                pending.setdefault(_matmul_operator(spec), {})[key] = spec.args
-        for operator, rows in pending.items():
+                pending.setdefault(self.precision(_matmul_operator(spec)), {})[key] = spec.args
+        for dtype, rows in pending.items():
             if len(rows) < 2:
                 continue
-            dtype = self.precision(operator)
             found = self.entry("gemm", dtype)
             if found is None:
                 continue
