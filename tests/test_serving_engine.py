@@ -137,6 +137,38 @@ def test_the_replay_is_byte_identical_for_a_seed(tmp_path):
     assert a.summary["requests"] == 40 and 0 <= a.summary["slo"]["attainment"] <= 1
 
 
+def test_a_replay_runs_without_the_cycle_collector_and_restores_its_state(monkeypatch):
+    """`serve` turns the cycle collector off while it replays (its objects form no cycles) and
+    leaves it as it found it, on, off, or after an error."""
+    import gc
+
+    from krakenlm.serving import replay as replay_module
+
+    seen = []
+    inner = replay_module.engine_summary
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(replay_module, "engine_summary", spy)
+    trace = synthetic_trace(np.random.default_rng(1), 10, 8.0, "fixed:100,5")
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        serve(trace, get_preset(MODEL), "h100-80gb-x8", model_name=MODEL)
+        assert seen == [False] and gc.isenabled()
+        gc.disable()
+        serve(trace, get_preset(MODEL), "h100-80gb-x8", model_name=MODEL)
+        assert seen == [False, False] and not gc.isenabled()
+        gc.enable()
+        with pytest.raises(ServeError):
+            serve(trace, get_preset(MODEL), "h100-80gb-x8", router="random")
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 def test_bad_setups_are_one_line_errors():
     trace = Trace("t", (Request(0, 0.0, 3000, 100),))
     with pytest.raises(ServeError, match="exceed gpt3-1.3b's context of 2048 tokens"):
