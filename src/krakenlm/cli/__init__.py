@@ -8,6 +8,7 @@ import sys
 import typer
 
 from ..errors import Interrupted, KrakenError
+from ._invoked import invoked_only
 
 app = typer.Typer(
     name="krakenlm",
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # standalone_mode=False: usage errors and Ctrl-C come back here instead of being
         # printed by typer (a multi-line panel, or nothing at all for Ctrl-C).
-        code = app(args=argv, prog_name="krakenlm", standalone_mode=False)
+        # Only the invoked command is built (cli/_invoked.py): the others cost start-up time.
+        invoked = invoked_only(app, sys.argv[1:] if argv is None else argv)
+        code = invoked(args=argv, prog_name="krakenlm", standalone_mode=False)
     except KrakenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
