@@ -98,3 +98,18 @@ def test_mini8_size_trend_presets_span_4x_and_are_parameter_matched():
         kraken = get_preset(f"kraken-mini8-d{width}-2way" if width != 128 else "kraken-mini8-2way")
         assert kraken.degree == 2 and kraken.n_layers == gpt.n_layers == 8
         assert abs(kraken.num_params() - gpt.num_params()) / gpt.num_params() < 0.03, width
+
+
+def test_a_parameter_matched_preset_is_searched_for_when_first_read():
+    from krakenlm.models import kraken_engine_for_params
+    from krakenlm.models.presets import PresetTable, _build
+
+    table = PresetTable(_build())
+    name = "kraken-gpt3-175b-8way"
+    assert name in table and not isinstance(table._entries[name], ModelConfig)  # not yet
+    found = table[name]
+    assert table._entries[name] is found and table[name] is found  # searched once, then kept
+    gpt3 = get_preset("gpt3-175b")
+    assert found == kraken_engine_for_params(gpt3.num_params(), degree=8, n_layers=96,
+                                             context_len=2048, vocab_size=gpt3.vocab_size)
+    assert list(table) == list(PRESETS) and dict(table) == dict(PRESETS)

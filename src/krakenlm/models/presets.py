@@ -2,9 +2,16 @@
 
 Every preset is a plain `ModelConfig`. Large presets are shapes only (for the simulator and the
 inference benchmarks); they need not fit in memory here. Torch-free, like `config.py`.
+
+The parameter-matched Kraken presets are each a search over widths (dozens of configs built
+and counted); `PRESETS` works one out the first time it is asked for, so a command that needs
+one preset does not pay for the 28 searches.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 
 from .config import ConfigError, ModelConfig, kraken_engine_for_params, kraken_width_for_params
 
@@ -25,8 +32,33 @@ def _kraken(degree: int, n_layers: int, e: int, h: int, *, context_len: int = 10
                        degree=degree, vocab_size=vocab_size, context_len=context_len)
 
 
-def _build() -> dict[str, ModelConfig]:
-    p: dict[str, ModelConfig] = {}
+class PresetTable(Mapping[str, ModelConfig]):
+    """Preset name -> `ModelConfig`, in the order of `_build`; an entry given as a function
+    (a parameter-matched search) is called the first time it is read, and kept."""
+
+    def __init__(self, entries: dict[str, ModelConfig | Callable[[], ModelConfig]]):
+        self._entries = entries
+
+    def __getitem__(self, name: str) -> ModelConfig:
+        entry = self._entries[name]
+        if not isinstance(entry, ModelConfig):
+            entry = self._entries[name] = entry()
+        return entry
+
+    def __contains__(self, name: object) -> bool:  # without working the entry out
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _build() -> dict[str, ModelConfig | Callable[[], ModelConfig]]:
+    """The presets; a parameter-matched Kraken one as the search that finds it (`PresetTable`
+    runs it when it is first read)."""
+    p: dict[str, ModelConfig | Callable[[], ModelConfig]] = {}
 
     # Kraken configurations trained in the paper (spec table; vocab 50304, context 1024).
     p["kraken-125m-2way"] = _kraken(2, 12, 678, 6)
@@ -56,12 +88,13 @@ def _build() -> dict[str, ModelConfig]:
         # run; "-hc" ("head-count rule", the spec's): GPT-3's total head count kept, which
         # gives heads of 314-453 dimensions that engines run unfused.
         for degree in (4, 8):
-            p[f"kraken-{base}-{degree}way"] = kraken_engine_for_params(
-                standard.num_params(), degree=degree, n_layers=n_layers, context_len=2048,
+            p[f"kraken-{base}-{degree}way"] = partial(
+                kraken_engine_for_params, standard.num_params(), degree=degree,
+                n_layers=n_layers, context_len=2048, vocab_size=GPT3_VOCAB)
+            p[f"kraken-{base}-{degree}way-hc"] = partial(
+                kraken_width_for_params, standard.num_params(), degree=degree,
+                n_layers=n_layers, n_heads=heads // degree, context_len=2048,
                 vocab_size=GPT3_VOCAB)
-            p[f"kraken-{base}-{degree}way-hc"] = kraken_width_for_params(
-                standard.num_params(), degree=degree, n_layers=n_layers, n_heads=heads // degree,
-                context_len=2048, vocab_size=GPT3_VOCAB)
 
     # Modern families, for the simulator (the PyTorch model implements these blocks too).
     llama = dict(norm="rmsnorm", activation="swiglu", position="rope", tie_embeddings=False)
@@ -102,8 +135,9 @@ def _build() -> dict[str, ModelConfig]:
     p["gpt-tiny"] = ModelConfig(arch="gpt", n_layers=4, d_model=256, n_heads=8, ffn_dim=1024, **tiny)
     p["parallel-tiny"] = p["gpt-tiny"].replace(arch="parallel")
     for degree in (2, 4):
-        p[f"kraken-tiny-{degree}way"] = kraken_width_for_params(
-            p["gpt-tiny"].num_params(), degree=degree, n_layers=4, n_heads=8 // degree, **tiny)
+        p[f"kraken-tiny-{degree}way"] = partial(
+            kraken_width_for_params, p["gpt-tiny"].num_params(), degree=degree, n_layers=4,
+            n_heads=8 // degree, **tiny)
 
     # Deeper small models for the bpe-4k vocabulary (`train --tokenizer bpe-4k`): 8 layers, and
     # the embedding is a minority of the parameters (about 14 %, against 80 % for gpt-tiny with
@@ -113,8 +147,9 @@ def _build() -> dict[str, ModelConfig]:
                                   **small)
     p["parallel-small8"] = p["gpt-small8"].replace(arch="parallel")
     for degree in (2, 4):
-        p[f"kraken-small8-{degree}way"] = kraken_width_for_params(
-            p["gpt-small8"].num_params(), degree=degree, n_layers=8, n_heads=8 // degree, **small)
+        p[f"kraken-small8-{degree}way"] = partial(
+            kraken_width_for_params, p["gpt-small8"].num_params(), degree=degree, n_layers=8,
+            n_heads=8 // degree, **small)
 
     # The same depth at half the width (about 2.1M parameters, embedding 17-26 %): three times
     # faster to train, so a CPU budget reaches several times more tokens per parameter. The demo
@@ -123,14 +158,15 @@ def _build() -> dict[str, ModelConfig]:
                                  **small)
     p["parallel-mini8"] = p["gpt-mini8"].replace(arch="parallel")
     for degree in (2, 4):
-        p[f"kraken-mini8-{degree}way"] = kraken_width_for_params(
-            p["gpt-mini8"].num_params(), degree=degree, n_layers=8, n_heads=4 // degree, **small)
+        p[f"kraken-mini8-{degree}way"] = partial(
+            kraken_width_for_params, p["gpt-mini8"].num_params(), degree=degree, n_layers=8,
+            n_heads=4 // degree, **small)
 
     # Width ablations of the mini8 pair (is Kraken's small-scale gap a width effect?): GPT at
     # Kraken 2-way's sub-layer width (112), Kraken 2-way with an untied LM head (its head no
     # longer shares the 112-wide embedding; 0.46M more parameters), and Kraken 2-way with GPT's
     # 4 heads per stream (heads of 28; the same parameters as kraken-mini8-2way).
-    k2 = p["kraken-mini8-2way"]
+    k2 = p["kraken-mini8-2way"] = p["kraken-mini8-2way"]()  # found now: the ablations need it
     p["gpt-mini8-w112"] = p["gpt-mini8"].replace(d_model=k2.d_model, ffn_dim=4 * k2.d_model)
     p["kraken-mini8-2way-untied"] = k2.replace(tie_embeddings=False)
     p["kraken-mini8-2way-h4"] = k2.replace(n_heads=p["gpt-mini8"].n_heads)
@@ -147,12 +183,12 @@ def _build() -> dict[str, ModelConfig]:
     for width in (64, 160):
         gpt = p["gpt-mini8"].replace(d_model=width, ffn_dim=4 * width)
         p[f"gpt-mini8-d{width}"] = gpt
-        p[f"kraken-mini8-d{width}-2way"] = kraken_width_for_params(
-            gpt.num_params(), degree=2, n_layers=8, n_heads=2, **small)
+        p[f"kraken-mini8-d{width}-2way"] = partial(
+            kraken_width_for_params, gpt.num_params(), degree=2, n_layers=8, n_heads=2, **small)
     return p
 
 
-PRESETS: dict[str, ModelConfig] = _build()
+PRESETS: Mapping[str, ModelConfig] = PresetTable(_build())
 
 
 def get_preset(name: str) -> ModelConfig:
