@@ -19,7 +19,6 @@ import io
 import json
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -114,12 +113,18 @@ class LockBusy(Exception):
         self.path, self.holder = path, holder
 
 
+def _host_name() -> str:
+    import socket  # here, not at import: a command that takes no lock starts faster
+
+    return socket.gethostname()
+
+
 def describe_holder(holder: dict) -> str:
     """'pid 123 on host h, started 2025-01-01 12:00:00 UTC' from a lock file's record."""
     if not holder.get("pid"):
         return "a process its lock file does not name"
     text = f"pid {holder['pid']}"
-    if holder.get("host") and holder["host"] != socket.gethostname():
+    if holder.get("host") and holder["host"] != _host_name():
         text += f" on host {holder['host']}"
     if holder.get("started"):
         text += f", started {holder['started']}"
@@ -199,7 +204,7 @@ def acquire_lock(path: str | Path, *, wait: bool = False,
                 on_wait(holder)
             fcntl.flock(fd, fcntl.LOCK_EX)
         previous = read_holder(fd)
-        record = {"pid": os.getpid(), "host": socket.gethostname(),
+        record = {"pid": os.getpid(), "host": _host_name(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                   "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
