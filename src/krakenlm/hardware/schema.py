@@ -69,6 +69,8 @@ def _f(unit: str | None = None, default: Any = dataclasses.MISSING, **kw) -> Any
 
 @dataclass(frozen=True)
 class Core:
+    """One compute core (an SM, a CU, a TPU core): its lanes, systolic arrays, vector units
+    and local SRAM, as the template kernel models tile work onto it."""
     lane_count: int = _f(integer=True, doc="lanes per core (A100 SM: 4 tensor-core partitions)")
     systolic_array_height: int = _f(integer=True)
     systolic_array_width: int = _f(integer=True)
@@ -80,6 +82,7 @@ class Core:
 
 @dataclass(frozen=True)
 class GlobalBuffer:
+    """The on-chip buffer shared by all cores (L2, Infinity Cache, TPU CMEM)."""
     capacity_bytes: float = _f("bytes")
     bandwidth_bytes_per_cycle: float = _f(None, doc="aggregate over the device")
     latency_s: float = _f("s", default=0.0, positive=False)
@@ -87,6 +90,7 @@ class GlobalBuffer:
 
 @dataclass(frozen=True)
 class Memory:
+    """The device's main memory (HBM, GDDR, DRAM): capacity, bandwidth, latency."""
     technology: str = _f(choices=MEMORY_TECHNOLOGIES)
     capacity_bytes: float = _f("bytes")
     bandwidth_bytes_per_s: float = _f("bytes_per_s")
@@ -115,6 +119,8 @@ class PeakRates:
 
 @dataclass(frozen=True)
 class Device:
+    """One accelerator: cores, buffers, memory, peak rates and what identifies it for the
+    calibrated kernel models (`identity`)."""
     name: str = _f()
     frequency_hz: float = _f("hz")
     core_count: int = _f(integer=True)
@@ -173,6 +179,8 @@ class InterNode:
 
 @dataclass(frozen=True)
 class Interconnect:
+    """How the system's devices are linked within a node (topology, links, their
+    bandwidth and latency), and the network between nodes."""
     device_count: int = _f(integer=True)
     topology: str = _f(choices=TOPOLOGIES)
     links_per_device: int = _f(integer=True, doc="links leaving each device")
@@ -187,6 +195,7 @@ class Interconnect:
 
 @dataclass(frozen=True)
 class System:
+    """A node of identical devices and their interconnect: what `--system` names."""
     name: str = _f()
     description: str = _f()
     device: Device = _f()

@@ -62,6 +62,8 @@ class SoftwareError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class Host:
+    """The host (CPU) side of a serving stack: the time it spends issuing kernels and
+    running each step, per system where fitted, and the prefill GPU-time scale."""
     per_kernel_s: float = 0.0        # host time to issue one kernel outside a CUDA graph
     prefill_step_s: float = 0.0      # per prefill forward pass
     decode_step_s: float = 0.0       # per decode step
@@ -91,12 +93,14 @@ class Frontend:
 
 @dataclass(frozen=True)
 class Graphs:
+    """Which phases the stack replays as CUDA graphs (no per-kernel host issue time)."""
     prefill: bool = False
     decode: bool = True
 
 
 @dataclass(frozen=True)
 class Prefill:
+    """How the stack's prefill hands over to decode."""
     # FasterTransformer-style engines (TurboMind) prefill the prompt but its last token, whose
     # decode step then produces the first token: TTFT = prefill(prompt - 1) + one decode step
     last_token_in_decode: bool = False
@@ -104,6 +108,8 @@ class Prefill:
 
 @dataclass(frozen=True)
 class Collectives:
+    """The stack's all-reduce: its custom kernel (and up to what size) or the library's
+    (NCCL / RCCL), and the engine versions that changed it."""
     all_reduce: str = "nccl"         # "custom" (framework kernel) or "nccl"
     custom_max_bytes: float = 0.0    # custom all-reduce up to this many bytes; 0: any size
     # the first engine version whose all-reduce is the custom kernel by default; a measurement
@@ -117,6 +123,8 @@ class Collectives:
 
 @dataclass(frozen=True)
 class Attention:
+    """The stack's attention kernels: which family, the largest head it runs fused, and
+    the engine versions whose decode kernel read K and V differently."""
     kernel: str = "FlashAttention-2"
     max_head_dim: int = 256
     context_fused: bool = True       # False: prefill runs QK^T, masked softmax and AV unfused
@@ -131,6 +139,7 @@ class Attention:
 
 @dataclass(frozen=True)
 class Fusions:
+    """Which neighbouring operators the stack runs as one kernel."""
     add_norm: bool = True            # residual add + next norm in one kernel
     rope_in_attention: bool = False  # RoPE and the KV-cache write inside the attention kernel
     row_bias_after_reduce: bool = False  # a row-parallel Linear's bias: own kernel after the reduce
@@ -138,6 +147,7 @@ class Fusions:
 
 @dataclass(frozen=True)
 class Fp8Policy:
+    """The dtype each operator runs in when the model is served in FP8."""
     gemm: str = "fp8"
     attention: str = "bf16"
     kv_cache: str = "bf16"
@@ -152,6 +162,9 @@ SAME_HOST = {"a100-40gb-x8": "a100-80gb-x8"}
 
 @dataclass(frozen=True)
 class SoftwareProfile:
+    """A serving stack (`--software`, one YAML file in software_profiles/): its
+    kernels, CUDA graphs, host costs, collectives, attention, fusions, FP8 policy and front end,
+    with the sources of its constants and the per-system host fits."""
     name: str
     description: str
     kernels: str
