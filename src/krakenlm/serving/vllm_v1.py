@@ -312,7 +312,7 @@ class V1Engine:
         self.itl_window_s.fromlist(durations[1:k])  # their weights: d, from the timeline
         self.now = ends[-1]
         self.steps += k
-        levels.append((total - pool.available) / total)  # `pool.used`
+        levels.append((total - pool.free - pool.per_id * len(pool.lru)) / total)  # `pool.used`
         self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
