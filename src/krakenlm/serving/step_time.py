@@ -452,8 +452,8 @@ class StepTimer:
                 r = ay[0]
             elif a >= ax[-1]:
                 r = ay[-1]
-            else:
-                k = bisect_right(ax, a)
+            else:  # a two-point row (a graph without overlap) has one interval
+                k = bisect_right(ax, a) if len(ax) > 2 else 1
                 x0 = ax[k - 1]
                 u = (a - x0) / (ax[k] - x0)
                 r = ay[k - 1] * (1 - u) + ay[k] * u
@@ -463,7 +463,7 @@ class StepTimer:
                 elif a >= bx[-1]:
                     r_j = by[-1]
                 else:
-                    k = bisect_right(bx, a)
+                    k = bisect_right(bx, a) if len(bx) > 2 else 1
                     x0 = bx[k - 1]
                     u = (a - x0) / (bx[k] - x0)
                     r_j = by[k - 1] * (1 - u) + by[k] * u
