@@ -243,6 +243,8 @@ class BlockPool:
         """A request frees its blocks: private ones become free, its cached ids evictable when
         nobody else uses them (the tail first: freed in reverse order)."""
         self.free += private_blocks
+        if not ids:  # no cached ids (no reversed() object to build)
+            return
         refs, lru = self.refs, self.lru
         for h in reversed(ids):
             left = refs[h] - 1

@@ -143,12 +143,12 @@ def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: 
     if too_long:
         warn(f"dropped {len(too_long)} of {len(trace.requests)} requests longer than "
              f"{model_name}'s context of {config.context_len} tokens")
-        keep = tuple(r for r in trace.requests
-                     if r.prompt_tokens + r.output_tokens - 1 <= config.context_len)
+        keep = tuple([r for r in trace.requests
+                      if r.prompt_tokens + r.output_tokens - 1 <= config.context_len])
         if not keep:
             raise ServeError(f"every request of {trace.name} exceeds {model_name}'s context")
         trace = Trace(trace.name, keep, trace.hash_block_tokens)
-    largest = max(r.prompt_tokens + r.output_tokens for r in trace.requests)
+    largest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
     if math.ceil(largest / block_size) > blocks:
         raise KVCacheError(f"a request of {largest} tokens needs {math.ceil(largest / block_size)}"
                            f" KV blocks but the cache holds {blocks}; use a larger --tp or "
@@ -198,14 +198,14 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
     opt = pool_sized_options(opt, kind, sizing, config)
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
     chunks = kind in ("vllm-v1", "sglang") or (kind == "trtllm" and opt.chunked_prefill)
-    longest_pass = max(r.prompt_tokens + r.output_tokens - 1 for r in trace.requests)
+    longest_pass = max([r.prompt_tokens + r.output_tokens - 1 for r in trace.requests])
     if not chunks and longest_pass > opt.max_num_batched_tokens:
         raise ServeError(
             f"{kind} without chunked prefill runs a prompt in one step, and a request of "
             f"{longest_pass} tokens (with its recomputed output) exceeds "
             f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
             + (" or pass --chunked-prefill" if kind == "trtllm" else ""))
-    longest = max(r.prompt_tokens + r.output_tokens for r in trace.requests)
+    longest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
     built = time.perf_counter()
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens))
@@ -394,7 +394,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     else:
         rows = [_row(s) for s in seqs]
     start = trace.requests[0].arrival_s
-    makespan = max(r["finish_s"] for r in rows) - start
+    makespan = max([r["finish_s"] for r in rows]) - start
     gpus = tp * replicas
     usd_per_s = system_cost(system).system_usd / system.device_count * gpus / \
         (AMORTISATION_YEARS * SECONDS_PER_YEAR)

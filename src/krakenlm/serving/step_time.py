@@ -42,7 +42,7 @@ off-grid points.
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,7 +105,7 @@ class Linear1D:
             return self.y[0]
         if x >= xs[-1]:
             return self.y[-1]
-        i = bisect.bisect_right(xs, x)
+        i = bisect_right(xs, x)
         x0, x1 = xs[i - 1], xs[i]
         w = (x - x0) / (x1 - x0)
         return self.y[i - 1] * (1 - w) + self.y[i] * w
@@ -118,7 +118,7 @@ def _at(table: tuple[list[float], list[float]], x: float) -> float:
         return ys[0]
     if x >= xs[-1]:
         return ys[-1]
-    i = bisect.bisect_right(xs, x)
+    i = bisect_right(xs, x)
     x0, x1 = xs[i - 1], xs[i]
     w = (x - x0) / (x1 - x0)
     return ys[i - 1] * (1 - w) + ys[i] * w
@@ -131,7 +131,7 @@ def _interp_run(xs: list[float], ys: list[float], x0: float, steps: int) -> list
     slope * (x - xs[j]) + ys[j] with slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]); so
     the same floats as the array call, without its fixed cost on a few values. The points
     rise, so the bracket is searched once, and again only when a point leaves it."""
-    j = bisect.bisect_right(xs, x0) - 1
+    j = bisect_right(xs, x0) - 1
     if 0 <= j < len(xs) - 1 and xs[j] < x0 and x0 + (steps - 1) < xs[j + 1]:
         lo, y0 = xs[j], ys[j]  # every point inside one interval (most windows)
         slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
@@ -147,7 +147,7 @@ def _interp_run(xs: list[float], ys: list[float], x0: float, steps: int) -> list
             out.append(ys[-1])
         else:
             if xs[j + 1] <= x:
-                j = bisect.bisect_right(xs, x, j) - 1
+                j = bisect_right(xs, x, j) - 1
             lo = xs[j]
             if lo == x:
                 out.append(ys[j])
@@ -190,7 +190,7 @@ def _bracket(xs: list[float], x: float) -> tuple[int, int, float]:
     if x >= xs[-1]:
         n = len(xs) - 1
         return n, n, 0.0
-    i = bisect.bisect_right(xs, x)
+    i = bisect_right(xs, x)
     return i - 1, i, (x - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
@@ -216,8 +216,9 @@ class _DecodePlan:
     overlaps: bool
     # (c, r, count) when every step's time is max(c + (r + attention) * count + head,
     # overhead) (or + overhead): the graphs' residuals do not vary with the attention time
-    # (c sums the ones without attention), one graph adds the attention; else None
-    scalar: tuple[float, float, int] | None = None
+    # (c sums the ones without attention), one graph adds the attention; else None (count as
+    # a float: float-only arithmetic, the same products)
+    scalar: tuple[float, float, float] | None = None
     # with `scalar`, when the attention is one row of the table (a batch size on the grid):
     # (row x, row y, c, r, count, head, overhead), `decode_steps_list`'s shortest path
     line: tuple | None = None
@@ -226,10 +227,13 @@ class _DecodePlan:
 PREFILL_MEMO_SIZE = 1 << 16  # (chunk, context) prefill attention times kept per oracle
 SCALAR_STEPS = 16  # decode windows up to this long are timed on Python floats
 LINE_STEPS = 64  # and up to this long when they stay inside one interval of a plan's `line`
+# a step's offset from a window's first KV length as a float (x + 3.0 is x + 3: an int converts
+# exactly; float + float is the interpreter's specialised path)
+LINE_OFFSETS = tuple(float(i) for i in range(LINE_STEPS))
 DECODE_OFFSETS = 4096  # steps of a decode window whose KV offsets are kept as one array
 
 
-def _scalar_form(graphs: tuple) -> tuple[float, float, int] | None:
+def _scalar_form(graphs: tuple) -> tuple[float, float, float] | None:
     """A decode plan's `scalar` form (see `_DecodePlan`): c is what `decode_steps_s` adds
     up, in its order and by its operations, over the leading graphs without attention before
     the one graph with it; None when a residual varies with the attention time, a graph after
@@ -252,7 +256,7 @@ def _scalar_form(graphs: tuple) -> tuple[float, float, int] | None:
         c = t if c is None else c + t
     if len(tail) != 1 or not tail[0][1] or tail[0][2] is not None:
         return None
-    return (0.0 if c is None else c), tail[0][0], tail[0][3]
+    return (0.0 if c is None else c), tail[0][0], float(tail[0][3])  # x * 80.0 is x * 80
 
 
 class StepTimer:
@@ -404,7 +408,7 @@ class StepTimer:
         elif mean_kv >= xs[-1]:
             a = ys[-1]
         else:
-            i = bisect.bisect_right(xs, mean_kv)
+            i = bisect_right(xs, mean_kv)
             x0 = xs[i - 1]
             u = (mean_kv - x0) / (xs[i] - x0)
             a = ys[i - 1] * (1 - u) + ys[i] * u
@@ -422,7 +426,7 @@ class StepTimer:
             return rows[0], rows[0], 0.0, 0
         if sequences == grid[-1]:
             return rows[-1], rows[-1], 0.0, 0
-        j = bisect.bisect_right(grid, sequences)
+        j = bisect_right(grid, sequences)
         i = j - 1
         return rows[i], rows[j], (sequences - grid[i]) / (grid[j] - grid[i]), 0
 
@@ -443,14 +447,13 @@ class StepTimer:
         w, graphs = rows
         a = attention_s
         gpu = 0.0
-        bisect_right = bisect.bisect_right
-        for (ax, ay), (bx, by), attention, kernel_floor, count in graphs:
+        for ax, ay, bx, by, attention, kernel_floor, count in graphs:
             if a <= ax[0]:  # `_at((ax, ay), a)` written out
                 r = ay[0]
             elif a >= ax[-1]:
                 r = ay[-1]
-            else:
-                k = bisect_right(ax, a)
+            else:  # a two-point row (a graph without overlap) has one interval
+                k = bisect_right(ax, a) if len(ax) > 2 else 1
                 x0 = ax[k - 1]
                 u = (a - x0) / (ax[k] - x0)
                 r = ay[k - 1] * (1 - u) + ay[k] * u
@@ -460,7 +463,7 @@ class StepTimer:
                 elif a >= bx[-1]:
                     r_j = by[-1]
                 else:
-                    k = bisect_right(bx, a)
+                    k = bisect_right(bx, a) if len(bx) > 2 else 1
                     x0 = bx[k - 1]
                     u = (a - x0) / (bx[k] - x0)
                     r_j = by[k - 1] * (1 - u) + by[k] * u
@@ -475,12 +478,15 @@ class StepTimer:
             head = heads[logits] = self._head_step_s(logits, prefill)
         gpu += head
         overhead = per_step + sequences * per_seq + launch
-        return max(gpu, overhead) if overlaps else gpu + overhead
+        if overlaps:  # max(gpu, overhead) without the call
+            return overhead if overhead > gpu else gpu
+        return gpu + overhead
 
     def _rows_at(self, bound: str, tokens: int) -> tuple[float, tuple]:
         """What `step_s` reads for a token count: the weight w of the upper of the two token
-        grid points around it, and per graph table (its residual row at the lower point, at
-        the upper, whether it holds attention, its kernel floor, its repeat count)."""
+        grid points around it, and per graph table (its residual row at the lower point as x
+        and y lists, at the upper, whether it holds attention, its kernel floor, its repeat
+        count), one flat tuple per graph."""
         xs = self.tokens_grid
         if tokens <= xs[0]:
             i, j, w = 0, 0, 0.0
@@ -488,9 +494,9 @@ class StepTimer:
             i = j = len(xs) - 1
             w = 0.0
         else:
-            j = bisect.bisect_right(xs, tokens)
+            j = bisect_right(xs, tokens)
             i, w = j - 1, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1])
-        return w, tuple((tables[i], tables[j], attention, kernel_floor, count)
+        return w, tuple((*tables[i], *tables[j], attention, kernel_floor, float(count))
                         for tables, attention, kernel_floor, count in self._fast_tables[bound])
 
     def _head_step_s(self, logits: int, prefill: bool) -> float:
@@ -543,18 +549,19 @@ class StepTimer:
         line = plan.line
         if line is not None and steps <= LINE_STEPS:
             xs, ys, c, r, count, head, overhead = line
-            j = bisect.bisect_right(xs, mean_kv) - 1
+            j = bisect_right(xs, mean_kv) - 1
             if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and mean_kv + (steps - 1) < xs[j + 1]:
                 # every step inside one interval of the row: `_interp_run`'s first case and
                 # the scalar formula below, written out in one expression (the same
                 # operations in the same order)
                 lo, y0 = xs[j], ys[j]
                 slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                offsets = LINE_OFFSETS[:steps]  # floats: float-only arithmetic per step
                 if plan.overlaps:
                     return [g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count +
-                                  head) > overhead else overhead for i in range(steps)]
+                                  head) > overhead else overhead for i in offsets]
                 return [c + (r + (slope * (mean_kv + i - lo) + y0)) * count + head + overhead
-                        for i in range(steps)]
+                        for i in offsets]
         scalar = plan.scalar
         if scalar is None or steps > SCALAR_STEPS:
             return self.decode_steps_s(sequences, mean_kv, steps).tolist()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 
 import numpy as np
 
@@ -42,8 +41,11 @@ class CountedV1Engine(V1Engine):
         self._finishes: list[tuple[int, int, Seq]] = []  # (tick it finishes at, order, seq)
         self._kv = 0  # their computed tokens
         self._last_s = 0.0  # when they sampled their last token
-        # gaps logged as runs: `_gap_counts[i]` tokens each waited `_gap_values[i]`
-        self._gap_values, self._gap_counts = array("d"), array("q")
+        # gaps logged as runs: `_gap_counts[i]` tokens each waited `_gap_values[i]` (lists:
+        # one value per step or window, appended without the conversion an array makes;
+        # read once by `itl_runs`)
+        self._gap_values: list[float] = []
+        self._gap_counts: list[int] = []
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold."""
@@ -116,9 +118,9 @@ class CountedV1Engine(V1Engine):
         values, weights, counts = super().itl_runs()
         singles = len(self.itl_s)
         runs = len(self._gap_values)
-        return (np.insert(values, singles, np.array(self._gap_values)),
+        return (np.insert(values, singles, np.fromiter(self._gap_values, float, runs)),
                 np.insert(weights, singles, np.ones(runs)),
-                np.insert(counts, singles, np.array(self._gap_counts, dtype=np.intp)))
+                np.insert(counts, singles, np.fromiter(self._gap_counts, np.intp, runs)))
 
     def _uncount(self) -> None:
         """Write every counted request and stop the counters."""
@@ -213,7 +215,9 @@ class CountedV1Engine(V1Engine):
         tick = self._tick
         finishes = self._finishes
         k = finishes[0][0] - tick
-        window = self._window_steps(d, (self._kv + d) / d, min(k, WINDOW_MAX_STEPS), until)
+        if k > WINDOW_MAX_STEPS:  # noqa: PLR1730 (min() without the call)
+            k = WINDOW_MAX_STEPS
+        window = self._window_steps(d, (self._kv + d) / d, k, until)
         if window is None:
             return False
         durations, ends = window

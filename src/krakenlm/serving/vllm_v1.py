@@ -133,9 +133,11 @@ class Timeline:
         self._log += (len(ends), running, running_after, 0, preemptions, running)
 
     def _records(self) -> np.ndarray:
-        """The log as one row of six floats per record."""
-        if len(self._read) * 6 != len(self._log):
-            self._read = np.array(self._log, dtype=float).reshape(-1, 6)
+        """The log as one row of six floats per record (read as ints, then converted: the
+        same values, without numpy's type discovery over the list)."""
+        log = self._log
+        if len(self._read) * 6 != len(log):
+            self._read = np.fromiter(log, np.int64, len(log)).astype(float).reshape(-1, 6)
         return self._read
 
     def _column(self, i: int) -> np.ndarray:
@@ -312,7 +314,7 @@ class V1Engine:
         self.itl_window_s.fromlist(durations[1:k])  # their weights: d, from the timeline
         self.now = ends[-1]
         self.steps += k
-        levels.append((total - pool.available) / total)  # `pool.used`
+        levels.append((total - pool.free - pool.per_id * len(pool.lru)) / total)  # `pool.used`
         self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
@@ -360,7 +362,9 @@ class V1Engine:
             return durations, [now + t for t in accumulate(durations)]
         span = until - now
         guess = self._step_guess
-        n = min(k, int(span / guess * 1.25) + 2) if guess > 0 else k
+        n = int(span / guess * 1.25) + 2 if guess > 0 else k
+        if n > k:  # noqa: PLR1730 (min(k, n) without the call: this runs for every window)
+            n = k
         durations = timer.decode_steps_list(d, mean_kv, n)
         first = durations[0]
         self._step_guess = first
@@ -370,7 +374,7 @@ class V1Engine:
         starting = bisect.bisect_left(ends, until)  # `_first_start_at`, written out
         while starting < n and ends[starting] - durations[starting] < until:
             starting += 1
-        limit = min(k, starting)
+        limit = starting if starting < k else k  # min(k, starting)
         margin = first * (1 + 1e-9)
         if (starting < n or n == k) and now + margin < until and span >= (limit - 1) * margin:
             bounded = limit  # the first step's bound is not the one that binds
