@@ -77,6 +77,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ....hardware.identity import lookup
 from ....hardware.schema import System
 from ..base import SERVING, Conditions, KernelForm, Measured, Setting, one_of, register
 from ..numerics import smooth_max
@@ -175,7 +176,6 @@ def nccl_arch(system: System) -> str:
     """Which row of NCCL_TUNER applies: the kernel generation the device declares by its
     sm_version (hardware/identity.py; NCCL tunes per compute capability). NVLS stays a
     property of the fabric (nvls_available)."""
-    from ....hardware.identity import lookup
     return lookup(system.device).kernel_generation
 
 
@@ -254,14 +254,16 @@ def port_bandwidth(system: System) -> float:
 _choice_cache: list = []  # [(system, n, bytes, op arrays, choice)]: fits call with the same rows
 
 
-def nccl_choice(system: System, cols: dict[str, Any]) -> np.ndarray:
+def nccl_choice(system: System, cols: dict[str, Any],
+                arrays: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """Index into PROTOCOLS of what NCCL's tuner picks per row (its own cost model; it does not
-    depend on the fitted constants, so a fit computes it once for its rows)."""
+    depend on the fitted constants, so a fit computes it once for its rows). `arrays`:
+    `_arrays(cols)` where the caller has them."""
     key = (system, cols["n"], cols["bytes"], cols.get("op"))
     for entry in _choice_cache:
         if all(a is b for a, b in zip(entry[:4], key)):
             return entry[4]
-    n, size, ar = _arrays(cols)
+    n, size, ar = _arrays(cols) if arrays is None else arrays
     steps = np.maximum(_steps(ar, n), 1.0)
     t = NCCL_TUNER[nccl_arch(system)]
     links = system.interconnect.links_per_device
@@ -285,10 +287,11 @@ def nccl_choice(system: System, cols: dict[str, Any]) -> np.ndarray:
 
 
 def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float],
-                        ll128: bool = True, nvls: bool = True) -> np.ndarray:
+                        ll128: bool = True, nvls: bool = True,
+                        arrays: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """Seconds per row for each of PROTOCOLS (rows x 4; inf where a protocol does not apply or
-    its constants were not fitted: `ll128`, `nvls` False)."""
-    n, size, ar = _arrays(cols)
+    its constants were not fitted: `ll128`, `nvls` False). `arrays`: as nccl_choice's."""
+    n, size, ar = _arrays(cols) if arrays is None else arrays
     B = port_bandwidth(system)
     steps = _steps(ar, n)
     n_safe = np.maximum(n, 1.0)
@@ -362,9 +365,10 @@ def predict_nccl(system: System, cols: dict[str, Any], p, ll128: bool = True,
                  nvls: bool = True) -> np.ndarray:
     """Seconds per row of `cols` (arrays op, n, bytes): the protocol NCCL's tuner picks, timed
     with `p` (`ll128`, `nvls`: whether those protocols' constants are in `p`)."""
-    n, size, _ = _arrays(cols)
-    times = nccl_protocol_times(system, cols, p, ll128, nvls)
-    pick = nccl_choice(system, cols)
+    arrays = _arrays(cols)
+    n, size, _ = arrays
+    times = nccl_protocol_times(system, cols, p, ll128, nvls, arrays)
+    pick = nccl_choice(system, cols, arrays)
     t = np.take_along_axis(times, pick[:, None], axis=1)[:, 0]
     # a protocol without constants: the fastest fitted protocol instead
     t = np.where(np.isfinite(t), t, times.min(axis=1))
@@ -398,10 +402,12 @@ def legacy_kernels(cols: dict[str, Any], handoff: dict[int, float] | None = None
 
 
 def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float],
-                       kernels: np.ndarray) -> np.ndarray:
+                       kernels: np.ndarray,
+                       arrays: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """Seconds per row of the framework's own kernels (`kernels`: allreduce_routes codes per
-    row; NaN for NCCL rows, which predict_custom times with NCCL's model)."""
-    n, size, _ = _arrays(cols)
+    row; NaN for NCCL rows, which predict_custom times with NCCL's model). `arrays`:
+    `_arrays(cols)` where the caller has them."""
+    n, size, _ = _arrays(cols) if arrays is None else arrays
     B = port_bandwidth(system)
     n_safe = np.maximum(n, 1.0)
     t = np.full(len(n), np.nan)
@@ -535,7 +541,8 @@ def predict_custom(system: System, cols: dict[str, Any], p, *, nccl=None,
     """Seconds per row of `cols` (arrays n, bytes and optionally graph) for a framework's
     all-reduce: kernels by `route` (route_for), else by legacy_kernels; NCCL rows by `nccl`;
     with `eager`, rows with graph False take the eager host path (the module docstring)."""
-    n, size, _ = _arrays(cols)
+    arrays = _arrays(cols)
+    n, size, _ = arrays
     if route is None:
         kernels = legacy_kernels(cols, handoff if nccl is not None else None, oneshot_below)
     else:
@@ -544,11 +551,9 @@ def predict_custom(system: System, cols: dict[str, Any], p, *, nccl=None,
             kernels = np.where(kernels == R.NCCL, R.FASTER if "twoshot_efficiency" in p
                                else R.ONESHOT, kernels)
     to_nccl = kernels == R.NCCL
-    device = custom_device_time(system, cols, p, kernels)
+    device = custom_device_time(system, cols, p, kernels, arrays)
     if to_nccl.any():
-        sub = {"op": np.full(int(to_nccl.sum()), "all_reduce", object),
-               "n": n[to_nccl], "bytes": size[to_nccl]}
-        device[to_nccl] = nccl(sub)
+        device[to_nccl] = nccl({"n": n[to_nccl], "bytes": size[to_nccl]})  # no "op": all-reduces
     t = device
     graph = np.asarray(cols.get("graph", np.ones(len(n), bool)), bool)
     if eager and (~graph).any():
