@@ -194,6 +194,7 @@ KERNEL_PARAMS[R.FASTER] = KERNEL_PARAMS[R.ONESHOT] + KERNEL_PARAMS[R.TWOSHOT]
 KERNEL_PARAMS[R.PULL_ONESHOT] = KERNEL_PARAMS[R.ONESHOT]
 KERNEL_PARAMS[R.PULL_TWOSHOT] = KERNEL_PARAMS[R.TWOSHOT]
 SYMM_KERNELS = (R.SYMM_MULTIMEM, R.SYMM_TWOSHOT)
+PEER_KERNELS = (R.ONESHOT, R.TWOSHOT, R.FASTER, R.PULL_ONESHOT, R.PULL_TWOSHOT)  # peer stores
 STAGED_KERNELS = SYMM_KERNELS + (R.PULL_ONESHOT, R.PULL_TWOSHOT)  # copy in/out when eager
 
 
@@ -280,7 +281,7 @@ def nccl_choice(system: System, cols: dict[str, Any],
         cost.append(np.where(ar & (n > 2), nvls, np.inf))
     else:
         cost.append(np.full(len(n), np.inf))
-    choice = np.argmin(np.stack(cost), axis=0)
+    choice = np.argmin(np.array(cost), axis=0)
     if all(isinstance(a, np.ndarray) for a in key[1:3]):
         _choice_cache[:] = [(*key, choice)] + _choice_cache[:3]
     return choice
@@ -311,7 +312,7 @@ def nccl_protocol_times(system: System, cols: dict[str, Any], p: dict[str, float
         fill = n_safe * chunk / (B * eff)
         t = p["nvls_peer_s"] * (n_safe - 1) + w + w * fill / (w + fill)
         nvls = np.where(ar & (n > 2), t, np.inf)
-    return p["floor_s"] + np.stack([ll, ll128, simple, nvls], axis=1)
+    return p["floor_s"] + np.array([ll, ll128, simple, nvls]).T
 
 
 def nccl_wire_bytes(system: System, cols: dict[str, Any]) -> np.ndarray:
@@ -369,7 +370,7 @@ def predict_nccl(system: System, cols: dict[str, Any], p, ll128: bool = True,
     n, size, _ = arrays
     times = nccl_protocol_times(system, cols, p, ll128, nvls, arrays)
     pick = nccl_choice(system, cols, arrays)
-    t = np.take_along_axis(times, pick[:, None], axis=1)[:, 0]
+    t = times[np.arange(len(pick)), pick]
     # a protocol without constants: the fastest fitted protocol instead
     t = np.where(np.isfinite(t), t, times.min(axis=1))
     return np.where((n <= 1) | (size <= 0), 0.0, t)
@@ -411,8 +412,8 @@ def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float]
     B = port_bandwidth(system)
     n_safe = np.maximum(n, 1.0)
     t = np.full(len(n), np.nan)
-    custom = _one_of(kernels, (R.ONESHOT, R.TWOSHOT, R.FASTER, R.PULL_ONESHOT, R.PULL_TWOSHOT))
-    if custom.any():
+    present = set(kernels.tolist())  # a query's large all-reduce: NCCL only
+    if not present.isdisjoint(PEER_KERNELS):
         ramp = np.clip(np.log2(np.maximum(size, 1.0) / 2048.0) / 3.0, 0.0, 1.0)
         peers = (n_safe - 1) * (p.get("barrier_peer_s", 0.0) + ramp * p.get("blocks_peer_s", 0.0))
         inf = np.full(len(n), np.inf)
@@ -424,8 +425,8 @@ def custom_device_time(system: System, cols: dict[str, Any], p: dict[str, float]
         t = np.where(_one_of(kernels, (R.ONESHOT, R.PULL_ONESHOT)), one, t)
         t = np.where(_one_of(kernels, (R.TWOSHOT, R.PULL_TWOSHOT)), two, t)
         t = np.where(kernels == R.FASTER, np.minimum(one, two), t)
-    symm = _one_of(kernels, SYMM_KERNELS)
-    if symm.any():
+    if not present.isdisjoint(SYMM_KERNELS):
+        symm = _one_of(kernels, SYMM_KERNELS)
         # copy into the symmetric buffer and back out: 2 x (read S + write S) of device memory
         copies = 4.0 * size / system.device.memory.bandwidth_bytes_per_s
         eff = np.where(kernels == R.SYMM_MULTIMEM, p.get("multimem_efficiency", np.nan),
