@@ -252,6 +252,10 @@ def port_bandwidth(system: System) -> float:
     return ic.links_per_device * ic.link_bandwidth_bytes_per_s
 
 
+RING_PROTOCOLS = PROTOCOLS[:3]  # ll, ll128, simple
+# the tuner's ring latencies as columns (protocol x 1), to cost every protocol in one expression
+_RING_BASE_LAT = np.array([[NCCL_BASE_LAT[p]] for p in RING_PROTOCOLS])
+_RING_HW_LAT = np.array([[NCCL_HW_LAT[p]] for p in RING_PROTOCOLS])
 _choice_cache: list = []  # [(system, n, bytes, op arrays, choice)]: fits call with the same rows
 
 
@@ -272,16 +276,16 @@ def nccl_choice(system: System, cols: dict[str, Any],
     bw = {"ll": min(t["ll_max_bw"] / 1e6, 0.5 * simple_bw), "simple": simple_bw,
           "ll128": NCCL_LL128_FACTOR * simple_bw}
     n_safe = np.maximum(n, 1.0)
-    cost = [NCCL_BASE_LAT[p] + steps * NCCL_HW_LAT[p] + size * steps / (n_safe * bw[p])
-            for p in ("ll", "ll128", "simple")]
+    # per ring protocol (rows): baseLat + steps x hwLat + S x steps / (n x busBw)
+    cost = _RING_BASE_LAT + steps * _RING_HW_LAT + size * steps / (
+        n_safe * np.array([[bw[p]] for p in RING_PROTOCOLS]))
     if nvls_available(system) and t["nvls_channels"] > 1:
         ch = t["nvls_channels"]
         nvls_bus = 2.0 * simple_bw * t["nvls_eff"] * (ch - 1) / ch
         nvls = NCCL_NVLS_LAT + size * 2.0 * (n - 1) / (n_safe * nvls_bus)
-        cost.append(np.where(ar & (n > 2), nvls, np.inf))
-    else:
-        cost.append(np.full(len(n), np.inf))
-    choice = np.argmin(np.array(cost), axis=0)
+        cost = np.concatenate([cost, np.where(ar & (n > 2), nvls, np.inf)[None]])
+    # without NVLS its row would be inf, never the first minimum: the ring protocols decide
+    choice = np.argmin(cost, axis=0)
     if all(isinstance(a, np.ndarray) for a in key[1:3]):
         _choice_cache[:] = [(*key, choice)] + _choice_cache[:3]
     return choice
