@@ -52,6 +52,9 @@ def _slowdown(op: TimedOp, comm: TimedOp | None, core_share: float) -> float:
     return 1.0 / max(1.0 - min(share, 0.95), 0.05)
 
 
+_ALONE = {"compute": 1.0}  # progress rate of compute with no collective running
+
+
 def schedule(ops: list[TimedOp], core_share: float = COMM_CORE_SHARE) -> Schedule:
     queues = {"compute": [o for o in ops if o.stream == "compute"],
               "comm": [o for o in ops if o.stream == "comm"]}
@@ -73,7 +76,9 @@ def schedule(ops: list[TimedOp], core_share: float = COMM_CORE_SHARE) -> Schedul
         if not running:
             raise RuntimeError("schedule deadlock: an operator waits for one that never runs")
         comm = running.get("comm", [None])[0]
-        rates = {s: 1.0 / _slowdown(r[0], comm, core_share) for s, r in running.items()}
+        # compute alone runs at its isolated speed (_slowdown 1): most of a graph's events
+        rates = {s: 1.0 / _slowdown(r[0], comm, core_share) for s, r in running.items()} \
+            if comm is not None else _ALONE
         dt = min(r[1] / rates[s] for s, r in running.items())
         # Attribute [t, t + dt) to one category.
         if "compute" in running:
