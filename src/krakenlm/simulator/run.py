@@ -195,8 +195,12 @@ def _kernel_calibration(system: System, explicit: DeviceCalibration | None,
     return gpu
 
 
+SCHEDULE_MEMO_SIZE = 4096  # schedules a session keeps (a sweep's queries would grow it unbounded)
+
+
 class _Scheduler:
-    """Schedules timed graphs, memoised on the timed operators."""
+    """Schedules timed graphs, memoised on the timed operators: the last `SCHEDULE_MEMO_SIZE`
+    distinct graphs (the oldest dropped first), so a long session's memory stays bounded."""
 
     def __init__(self, core_share: float = COMM_CORE_SHARE) -> None:
         self.core_share = core_share
@@ -206,6 +210,8 @@ class _Scheduler:
         key = tuple(timed)
         hit = self.cache.get(key)
         if hit is None:
+            if len(self.cache) >= SCHEDULE_MEMO_SIZE:
+                del self.cache[next(iter(self.cache))]
             hit = self.cache[key] = schedule(timed, self.core_share)
         return hit
 
