@@ -47,22 +47,3 @@ def test_categories_add_up_to_the_wall_time():
     s = schedule(ops)
     assert sum(s.categories.values()) == pytest.approx(s.total_s)
 
-
-def test_a_sessions_schedule_memo_stays_bounded_and_exact(monkeypatch):
-    """`run._Scheduler` keeps at most SCHEDULE_MEMO_SIZE graphs (oldest dropped first) and
-    gives what an unmemoised `schedule` gives, before and after an eviction."""
-    from krakenlm.simulator import run
-
-    monkeypatch.setattr(run, "SCHEDULE_MEMO_SIZE", 3)
-    scheduler = run._Scheduler(core_share=0.1)
-
-    def graph(t):
-        return [TimedOp("a", "GEMM", "compute", t),
-                TimedOp("ar", "AllReduce", "comm", 2.0, deps=("a",), memory_share=0.5),
-                TimedOp("b", "elementwise", "compute", 1.0, bound="memory")]
-
-    for t in (1.0, 2.0, 3.0, 4.0, 5.0):
-        assert scheduler(graph(t)).total_s == schedule(graph(t), 0.1).total_s
-    assert len(scheduler.cache) == 3
-    assert [k[0].time_s for k in scheduler.cache] == [3.0, 4.0, 5.0]
-    assert scheduler(graph(1.0)).total_s == schedule(graph(1.0), 0.1).total_s  # recomputed

@@ -48,6 +48,9 @@ from .kernels.template.matmul import roofline_matmul, simulate_matmul
 from .schedule import TimedOp
 
 FRAMEWORK_ORDER = ("trtllm", "vllm", "sglang")
+# operator timings a session keeps before it starts afresh (a sweep of distinct queries adds
+# about seven a query; they are memos, so forgetting them changes no number)
+TIMER_MEMO_SIZE = 1 << 16
 ELEMENTWISE_ORDER = ("vllm", "trtllm", "sglang")
 
 
@@ -133,6 +136,8 @@ class OpTimer:
     def __call__(self, spec: OpSpec) -> TimedOp:
         hit = self.cache.get(spec)
         if hit is None:
+            if len(self.cache) >= TIMER_MEMO_SIZE:
+                self._forget()
             t, bound, share = self._timed_args(spec)
             if spec.model == "collective":
                 hit = TimedOp(spec.name, spec.category, "comm", t, deps=spec.deps,
@@ -141,6 +146,13 @@ class OpTimer:
                 hit = TimedOp(spec.name, spec.category, "compute", t, bound, spec.deps)
             self.cache[spec] = hit
         return hit
+
+    def _forget(self) -> None:
+        """Drop the per-spec, per-argument and per-row memos (`TIMER_MEMO_SIZE`): a long
+        session's memory stays bounded, and what is asked again is timed again, the same."""
+        self.cache.clear()
+        self._by_args.clear()
+        self._rows.clear()
 
     def _timed_args(self, spec: OpSpec) -> tuple[float, str, float]:
         """(seconds, bound, memory share) of the op `spec` names, memoised per model, category
