@@ -46,4 +46,3 @@ def test_categories_add_up_to_the_wall_time():
            TimedOp("y", "GEMM", "compute", 0.5, deps=("ar1",))]
     s = schedule(ops)
     assert sum(s.categories.values()) == pytest.approx(s.total_s)
-
