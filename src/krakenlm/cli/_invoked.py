@@ -27,8 +27,9 @@ def _name_of_command(info) -> str | None:
 
 
 def invoked_only(app: typer.Typer, args: list[str]) -> typer.Typer:
-    """A shallow copy of `app` keeping, level by level, only what the words of `args` name."""
-    if not args or args[0].startswith("-"):
+    """A shallow copy of `app` keeping, level by level, only what the words of `args` name
+    (`app` itself when it is not a typer app: a callable put in its place is called as is)."""
+    if not isinstance(app, typer.Typer) or not args or args[0].startswith("-"):
         return app
     word, rest = args[0], args[1:]
     groups = {solve_typer_info_defaults(info).name: info for info in app.registered_groups}
