@@ -32,6 +32,10 @@ class DesignSpaceError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class Knob:
+    """One design knob: its name (a key of a design dict), kind ("int", "float" or "choice"), the
+    inclusive physical range `low`..`high` a number must lie in (wide on purpose: outside it is a
+    unit mistake or an impossible part, not an uneconomic one), the allowed `choices` of a choice
+    knob, and `doc`, the one-line meaning `krakenlm sim knobs` shows (units in the knob's name)."""
     name: str
     kind: str                     # "int", "float" or "choice"
     low: float | None = None      # physical range (inclusive) for numbers
@@ -134,6 +138,9 @@ def design_key(design: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Range:
+    """A continuous search range for a numeric knob, `low`..`high` inclusive, in the knob's own
+    units; `log` samples it uniformly in log space. From YAML `{low, high, log}` or the CLI
+    `low:high` (`low:high:log`). Search only: a grid needs a list of values."""
     low: float
     high: float
     log: bool = False

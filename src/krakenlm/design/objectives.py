@@ -31,6 +31,12 @@ class ObjectiveError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class Objective:
+    """What a design is scored on (see the module docstring): `kind` "latency" (score 1 / `metric`
+    seconds at a fixed `batch`) or "throughput" (generated tokens/s over the system at the
+    largest batch per replica that fits, up to `max_batch`), for `model` (a preset name) at
+    `prompt_tokens` + `gen_tokens`. `metric` is ttft, tpot or e2e; `slo_s` (seconds) bounds it: a
+    design that misses it is infeasible (latency) or has its batch lowered (throughput). `arch`
+    is the architecture unless a design's `arch` knob says otherwise. Checked on construction."""
     kind: str = "throughput"
     model: str = "gpt3-175b"
     prompt_tokens: int = 1024

@@ -47,6 +47,7 @@ def rows_tables(rows: list[dict[str, Any]], top: int, title: str) -> list[Any]:
 
 @dataclass
 class KnobsReport:
+    """The table `krakenlm sim knobs` prints: a (knob, physical range, meaning) row per knob."""
     rows: list[tuple[str, str, str]]  # (knob, range, meaning)
 
     def to_json(self) -> list[dict[str, str]]:
@@ -66,6 +67,9 @@ def knobs_report() -> KnobsReport:
 
 @dataclass
 class ExploreReport:
+    """The output of `krakenlm sim explore`: the runner's summary (rows, baseline, counts, wall
+    time, table paths), the base system's name, the objective, the number of designs in the grid
+    (`total`) and how many of the best rows the table shows (`top`)."""
     summary: RunSummary
     base: str
     objective: Objective
@@ -103,6 +107,9 @@ def explore(space: DesignSpace, objective: Objective, base: str = "a100-80gb-x8"
 
 @dataclass
 class SearchReport:
+    """The output of `krakenlm sim search`: search.search()'s result (every trial row, the Pareto
+    front, the baseline, the trial count and seed), the objective, the directory the tables and
+    plot went to (None: not written) and how many front rows the table shows (`top`)."""
     result: dict[str, Any]            # search.search(): rows, front, baseline, trials, seed
     objective: Objective
     out: Path | None = None           # where trials.csv, front.csv and pareto.png were written

@@ -39,6 +39,11 @@ DEFAULT_CHUNK = 32
 
 @dataclass
 class RunSummary:
+    """What runner.run() returns for a grid of designs: every row of the results table (rows read
+    back from an earlier, resumed run included), how many designs this run evaluated and how many
+    it skipped as already in the table, the run's wall time (`seconds`), the base system's row
+    (`baseline`: perf, perf_unit, tp, batch, system_usd, ...) and the CSV and parquet tables
+    written (None when not written)."""
     rows: list[dict[str, Any]]      # every row of the table (old and new)
     evaluated: int                  # designs evaluated in this run
     skipped: int                    # designs already in the table (resume)

@@ -41,6 +41,9 @@ KNOB_NAMES = ["cores", "memory", "memory_units", "global_buffer_mib", "tp"]
 
 @dataclass(frozen=True)
 class Workload:
+    """The fixed workload of a hardware sweep: `model` (a preset name) at tensor-parallel degree
+    `tp`, `batch` requests of `prompt_tokens` prompt and `gen_tokens` generated tokens; scored as
+    the end-to-end latency of that batch (`objective()`)."""
     model: str = "gpt3-175b"
     tp: int = 8
     batch: int = 8
@@ -74,6 +77,12 @@ def design(base: System, cores: int, memory: str, global_buffer_mib: float) -> S
 
 @dataclass
 class SweepReport:
+    """The output of a hardware sweep (`krakenlm sim sweep`): the base system's name and row, the
+    workload, a row per design in grid order (cores, memory, bandwidth, capacity, die area,
+    device and system price from the template area/cost model, tokens/s, performance per $
+    against the base; `feasible`/`reason` for a design that cannot be built or does not fit), the
+    wall time of the sweep (`seconds`) and how many rows the table shows (`top`, best performance
+    per $ first)."""
     base_name: str
     workload: Workload
     base: dict[str, Any]             # the base's row
