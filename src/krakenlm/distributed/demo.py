@@ -26,6 +26,8 @@ DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
 @dataclass(frozen=True)
 class DemoCase:
+    """One architecture's case in the tensor-parallel demo: its name, the weights to load and the
+    prompt ids ([1, t], in the tokenizer the weights were trained with)."""
     arch: str
     weights: Weights
     prompt_ids: torch.Tensor  # [1, t], in the tokenizer the weights were trained with
@@ -33,6 +35,10 @@ class DemoCase:
 
 @dataclass
 class TPDemoReport:
+    """The tensor-parallel demo's result: the sharded run's rank count, prompt and new token counts,
+    timing repeats and all-reduce backend, how tokens were chosen (`how`), and a row per
+    architecture (its weights, whether the sharded tokens equal the one-device tokens, the
+    continuation, and the median TTFT in seconds of each run). `ok`: every row identical."""
     world_size: int
     prompt_tokens: int
     new_tokens: int

@@ -84,6 +84,10 @@ def build_local_model(ctx: RankContext, config: ModelConfig, *,
 
 @dataclass(frozen=True)
 class TimedGeneration:
+    """The new tokens ([b, n], on the CPU) of one generation and this rank's wall-clock timing in
+    seconds (time.perf_counter stamped as each token comes out, after a CUDA synchronize on a
+    GPU): TTFT, the mean TPOT after the first token (None for one token), and the prefill's time
+    inside collectives (and of that, waiting for peers, when the communicator can tell)."""
     tokens: torch.Tensor  # [b, n] new token ids, on the CPU
     ttft_s: float  # prompt in -> first token out (prefill, incl. the KV cache allocation)
     tpot_s: float | None  # mean time per decoded token after the first; None if only one token

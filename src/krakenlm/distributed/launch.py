@@ -58,6 +58,9 @@ class RankFailedError(KrakenError):
 
 @dataclass(frozen=True)
 class RankContext:
+    """This process's place in a launched group: global and node-local rank and sizes, its device,
+    the process group's backend (gloo or nccl), the timeout of collectives (seconds), the backend
+    the model's all-reduces use (shm, gloo or nccl) and, for shm, the shared-memory arena."""
     rank: int
     world_size: int
     local_rank: int

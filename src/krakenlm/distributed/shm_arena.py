@@ -121,6 +121,8 @@ def create_arena_file(path: str, world_size: int, slot_bytes: int) -> None:
 
 @dataclass
 class _Collective:
+    """A launched, not yet completed all-reduce: its sequence number in the arena (its parity picks
+    the slot half) and the caller's tensor, which receives the sum; `done` once summed."""
     seq: int
     tensor: torch.Tensor  # the caller's tensor: the sum is written into it
     done: bool = False

@@ -19,6 +19,10 @@ from ..models.transformer import Transformer
 
 @dataclass(frozen=True)
 class SamplingConfig:
+    """How `generate` picks tokens: up to `max_new_tokens`, greedily (argmax) or by sampling the
+    softmax of logits / `temperature`, restricted to the `top_k` most likely tokens when set,
+    from a generator seeded with `seed` (None: unseeded); it stops early once every sequence's
+    new token is `stop_token`."""
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_k: int | None = None
