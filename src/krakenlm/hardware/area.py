@@ -66,6 +66,9 @@ def _scale(table: dict[int, float], node_nm: float) -> float:
 
 @dataclass(frozen=True)
 class AreaBreakdown:
+    """A device's die area per block in mm^2 at its process node (die_area(); the blocks of BLOCKS,
+    after the die-shot breakdown of die_area.csv; the constants' sources are in the module
+    docstring). `total_mm2` is their sum."""
     blocks: dict[str, float]
 
     @property

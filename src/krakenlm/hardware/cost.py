@@ -66,6 +66,13 @@ def murphy_yield(area_mm2: float, defects_per_cm2: float) -> float:
 
 @dataclass(frozen=True)
 class CostBreakdown:
+    """The cost estimate of one system (system_cost(); sources in the module docstring), all prices
+    in USD: the die area per block, gross dies per 300 mm wafer, Murphy yield (0-1), the wafer
+    price at the node, die = wafer / (dies per wafer x yield), memory = capacity in GB (1e9
+    bytes) x the technology's $/GB, packaging (interposer + per-stack assembly for HBM, an
+    organic package otherwise), device = die + memory + packaging, and system = devices x (device
+    + board) + links x link price over its `devices` devices. Public estimates for relative
+    comparisons."""
     area: AreaBreakdown
     dies_per_wafer: int
     yield_fraction: float

@@ -14,6 +14,9 @@ from .schema import System
 
 @dataclass
 class PresetsReport:
+    """The table `krakenlm sim systems` prints: a row per shipped system preset with its
+    per-device figures (dense 16-bit FLOP/s, memory bytes and bytes/s, links and link bytes/s per
+    direction, inter-node bytes/s per direction or None)."""
     rows: list[dict[str, Any]]  # per preset, per device
 
     def to_json(self) -> list[dict[str, Any]]:
@@ -57,6 +60,9 @@ def presets_report() -> PresetsReport:
 
 @dataclass
 class CostReport:
+    """What `krakenlm sim cost` prints for one system: the die area per block, dies per wafer,
+    yield and the die, device and system prices of its CostBreakdown (template estimates, with
+    the published die area and street price next to them when the preset has them)."""
     system: System
     cost: CostBreakdown
 

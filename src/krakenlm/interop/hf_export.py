@@ -35,6 +35,9 @@ REMOTE_MODEL_TYPE = "krakenlm"
 
 @dataclass(frozen=True)
 class ExportResult:
+    """What an export to a Hugging Face directory wrote: the directory, the model family ("gpt2" or
+    "llama": loads in stock transformers; "krakenlm": needs trust_remote_code) and the names of
+    the files written."""
     out_dir: Path
     family: str  # "gpt2", "llama" or "krakenlm" (remote code)
     files: tuple[str, ...]

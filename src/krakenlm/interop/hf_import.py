@@ -37,6 +37,10 @@ PREFIXES = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "kra
 
 @dataclass(frozen=True)
 class ImportResult:
+    """What an import of a Hugging Face checkpoint produced: the run directory written, the
+    checkpoint's model_type, the krakenlm ModelConfig it maps to, its parameter count, the
+    tokenizer the run records and where it came from, and warnings (plausible but suspicious
+    values, printed as `warning:` lines)."""
     out_dir: Path
     model_type: str
     config: ModelConfig

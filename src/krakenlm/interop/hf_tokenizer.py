@@ -37,6 +37,9 @@ GPT2_PROBE = "Hello, world! It's 2024 -- naïve café, 日本語 \n\n  x's 'll  
 
 @dataclass(frozen=True)
 class DirTokenizer:
+    """The tokenizer found in a Hugging Face checkpoint directory: the tokenizer object (GPT-2's, or
+    an HfTokenizer read from tokenizer.json), how it was found ("read from <file(s)>" or
+    "assumed: no tokenizer files") and a warning to print when the choice is a guess."""
     tokenizer: object  # data.tokenizer.Tokenizer (GPT-2) or data.json_tokenizer.HfTokenizer
     source: str  # "read from <file(s)>", or "assumed: no tokenizer files"
     warning: str | None = None

@@ -36,6 +36,14 @@ class ConfigError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """The shape of a transformer, enough to build it (models.transformer) and to count its FLOPs
+    and bytes (simulator): architecture ("gpt": GPT-2 block, "parallel": GPT-J/PaLM parallel
+    attention + FFN, "kraken": d sub-layers per layer), layers, and per sub-layer the residual
+    width, query heads and FFN hidden width (Kraken's e, h and its FFN width; `degree` is
+    Kraken's d), vocabulary and context length (tokens), KV heads (grouped-query attention; None:
+    n_heads), norm, activation, position encoding, biases, tied embeddings, the norm's epsilon,
+    RoPE's base and Kraken's LM-head width ablation. Validated on construction; presets in
+    models.presets."""
     arch: str  # "gpt" (GPT-2 block), "parallel" (GPT-J/PaLM block) or "kraken"
     n_layers: int
     d_model: int  # residual width of one sub-layer (Kraken's e)

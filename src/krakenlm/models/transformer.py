@@ -48,6 +48,9 @@ def vocab_range(vocab_size: int, shard: Shard) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class LocalSizes:
+    """What one tensor-parallel rank holds of each layer (local_sizes()): for Kraken, d / p whole
+    sub-layers at full width; otherwise one sub-layer with n_heads / p query heads, n_kv_heads /
+    p KV heads and ffn_dim / p FFN columns (Megatron-style sharding)."""
     sublayers: int  # sub-layers held locally (d/p for Kraken, 1 otherwise)
     heads: int  # query heads per local sub-layer
     kv_heads: int
