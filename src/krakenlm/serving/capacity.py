@@ -23,6 +23,10 @@ MAX_DOUBLINGS = 16
 
 @dataclass
 class Capacity:
+    """The result of find_capacity (module docstring): the largest passing scale of the trace's
+    arrival rate and that rate (requests/s), the percentile the SLOs bound (e.g. 99) and the SLOs
+    (TTFT and TPOT, seconds; None: unbounded), the replay at the capacity, and a row per replay
+    of the search (rate, scale, the percentile TTFT and TPOT, overloaded, meets)."""
     rate_scale: float
     rate_per_s: float
     percentile: int

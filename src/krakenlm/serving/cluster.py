@@ -132,6 +132,12 @@ class Replica:
 
 @dataclass
 class BuiltPool:
+    """One pool of a cluster, ready to serve: its spec (system, tp, pp, count), the system and
+    simulator session, the scheduler kind (vllm-v1, trtllm, ...) and its options (sized for the
+    pool's KV cache), the model config of one pipeline stage, the KV sizing of one stage's
+    devices, the step timer (a PipelineTimer when pp > 1), the price per device-second (the
+    template system cost / devices / a 3-year amortisation, report.AMORTISATION_YEARS) and the
+    wall time spent building the step timer (s)."""
     spec: PoolSpec
     system: System
     sim: Simulator

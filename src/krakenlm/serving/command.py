@@ -28,6 +28,13 @@ SYNTHETIC = "synthetic"
 
 @dataclass(frozen=True)
 class ServeOptions:
+    """The options of `krakenlm sim serve`, as serve_command takes them: the trace (a file or
+    "synthetic", then `arrival`, `rate` in requests/s, `cv`, `requests` and `lengths` describe
+    it), the model, system, software profile, scheduler and architecture, the deployment (tp, pp,
+    replicas or pools, router, disaggregated prefill/decode pools, network Gb/s), the rate scale
+    and seed, the engine knobs (None: the engine's defaults for the device; swap_space in GiB per
+    GPU), the dtypes, SLOs in seconds, and how the client is modelled (client_side: through the
+    software profile's front end; max_concurrency: a closed loop)."""
     trace: str
     model: str
     system: str | None

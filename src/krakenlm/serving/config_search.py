@@ -31,6 +31,9 @@ class ConfigSpaceError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class ConfigSpace:
+    """A serving configuration search space from its file: the `sim serve` options every
+    configuration shares (`fixed`, ServeOptions fields) and, per searched option (SEARCHED), its
+    list of values; `grid()` is their product."""
     fixed: dict[str, Any]           # ServeOptions fields every configuration shares
     space: dict[str, list[Any]]     # searched option -> its values
 

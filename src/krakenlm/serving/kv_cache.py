@@ -97,6 +97,10 @@ def kv_cache_software(software: SoftwareProfile | str | None,
 
 @dataclass(frozen=True)
 class KVSizing:
+    """size_kv_cache's result for one replica's device: the KV cache blocks and tokens per block,
+    the bytes of one block on one TP shard, and the bytes it was sized from: weights, activations
+    at the token budget, the runtime reserve (0 when the engine's profile does not charge it),
+    the device memory the fraction applies to, and that fraction (gpu_memory_utilization, 0-1)."""
     blocks: int
     block_size: int
     bytes_per_block: int

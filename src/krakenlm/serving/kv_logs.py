@@ -44,6 +44,11 @@ class KVLogDataError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class KVLog:
+    """One engine start-up log line from data/kv_cache_logs.json (module docstring): its id, source
+    and where in it (`locator`), the line itself, the engine and version, the model, dtype,
+    system and TP, the engine knobs it ran with (memory utilisation 0-1, block size in tokens,
+    token budget), the KV blocks it logged, the KV cache dtype, and what that version's memory
+    profile charges (kv_cache.PROFILE_CHARGES)."""
     id: str
     source: str
     locator: str

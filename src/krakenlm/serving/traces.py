@@ -63,6 +63,9 @@ class Request:
 
 @dataclass(frozen=True)
 class Trace:
+    """A request trace (module docstring: read from a file or synthetic): its name, the requests in
+    arrival order (arrival in seconds from the start, prompt and output tokens, prefix-block ids)
+    and the tokens per prefix-block id (e.g. Mooncake's 512; 0: the trace gives none)."""
     name: str
     requests: tuple[Request, ...]
     hash_block_tokens: int = 0  # tokens per prefix-block id (0: no ids)

@@ -45,6 +45,14 @@ class ValidationDataError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class ServingRun:
+    """One public serving run from data/serving_runs.json (module docstring; sources in
+    data/SOURCES.md): id, source and where in it, model, system, engine, TP, the arrival process
+    (poisson at `rate_per_s`, burst, or concurrency with at most `max_concurrency` in flight) and
+    each request's prompt and output tokens in send order, the metrics measured ({section:
+    {statistic: value}}, seconds or per second), the KV blocks the server logged and the measured
+    capacity (requests/s; unused so far), the runs the same server served before this one and
+    whether the client sent a test prompt first (both warm vLLM's prefix cache), the server's
+    engine flags, and the per-request client TTFTs (seconds) when the source gives them."""
     id: str
     source: str
     locator: str
