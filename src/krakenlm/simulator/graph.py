@@ -45,6 +45,11 @@ class SimulationError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class OpSpec:
+    """One operator of a per-device graph: its name (unique in the graph), category (what it is the
+    per-category time breakdown reports it under, e.g. "GEMM", "LayerNorm", "AllReduce"), the
+    kernel model (matmul, stream, flash_prefill, flash_decode or collective) that times it and
+    that model's arguments (per-device shapes), the stream it runs on ("compute" or "comm") and
+    the names of the operators it waits for besides its stream's order."""
     name: str
     category: str
     model: str  # matmul | stream | flash_prefill | flash_decode | collective
@@ -55,6 +60,8 @@ class OpSpec:
 
 @dataclass
 class Graph:
+    """A per-device operator graph in program order (module docstring), run `count` times back to
+    back (one layer's graph stands for layers 2..L)."""
     name: str
     ops: list[OpSpec] = field(default_factory=list)
     count: int = 1  # identical copies run back to back (layers 2..L)
@@ -66,6 +73,11 @@ class Graph:
 
 @dataclass(frozen=True)
 class GraphOptions:
+    """What the serving software changes in the graph (module docstring; from simulator.software):
+    whether a fused attention kernel is asked for, the largest head dimension it supports and its
+    name, whether the engine's context phase has a fused kernel at all, a residual add fused into
+    the next norm, RoPE and the KV-cache write inside attention, and a row-parallel Linear's bias
+    added by its own kernel. The defaults are the plain graph."""
     fused_attention: bool = True      # asked for a fused (FlashAttention-style) kernel
     max_head_dim: int | None = None   # the fused kernel's largest head dimension (None: any)
     add_norm: bool = False            # residual add fused into the following norm

@@ -32,6 +32,9 @@ class ModelDoesNotFit(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class MemoryUse:
+    """Memory per device in bytes (module docstring: what each term counts): weights, KV cache at
+    the full sequence, peak activations and the runtime reserve (RUNTIME_RESERVE_BYTES), against
+    the device's datasheet capacity. `fits`: their sum is at most the capacity."""
     weights_bytes: int
     kv_cache_bytes: int
     activation_bytes: int

@@ -15,6 +15,9 @@ from .run import Result
 
 @dataclass
 class RunReport:
+    """What `krakenlm sim run` prints for one Result: its JSON, or its tables (time per operator and
+    per category in prefill and decode, in ms) and lines (software and kernel sources, TTFT,
+    TPOT, end-to-end, the interval, memory per device in GB)."""
     result: Result
 
     def to_json(self) -> dict[str, Any]:
@@ -104,6 +107,9 @@ def _interval_lines(r: Result) -> list[str]:
 
 @dataclass
 class SoftwareReport:
+    """The table `krakenlm sim software` prints (constants.software.SoftwareProfile): per profile
+    its kernels, CUDA graphs, host time per kernel and per step, all-reduce, attention kernel and
+    the systems whose host constants are fitted."""
     profiles: list[Any]  # constants.software.SoftwareProfile
 
     def to_json(self) -> list[dict[str, Any]]:

@@ -66,6 +66,10 @@ class GraphTime:
 
 @dataclass
 class PhaseResult:
+    """One phase (prefill or decode) of a simulated run: its time in seconds, that time per category
+    (the schedule's attribution, e.g. "GEMM", "exposed AllReduce"), per operator its category,
+    time (s) and count, the per-graph GPU times kept for re-timing with other host constants,
+    and, for decode, the time of every step (s)."""
     time_s: float = 0.0
     categories: dict[str, float] = field(default_factory=dict)
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> category, time, count
@@ -84,6 +88,14 @@ class PhaseResult:
 
 @dataclass
 class Result:
+    """One simulated query (Simulator.run): model, system, architecture, TP, batch, prompt and
+    generated tokens, the timing mode (simulate, tile or roofline) and dtype; TTFT, mean TPOT and
+    end-to-end time in seconds; memory per device; the prefill and decode phases and the
+    categories of one later layer per phase; the software profile, the attention path, which
+    model timed each kernel family, the device key of the fitted GPU kernel constants (None:
+    template models only), how the decode steps were scheduled (exact, or sampled every
+    DECODE_SAMPLE_STRIDE-th step), the wall time of the simulation itself (s), and the nominal 80
+    % interval of the latencies (uncertainty.py)."""
     model: str
     system: str
     arch: str

@@ -29,6 +29,10 @@ COMM_CORE_SHARE = 0.10
 
 @dataclass(frozen=True)
 class TimedOp:
+    """An operator ready to schedule (module docstring): name, category, stream ("compute" or
+    "comm"), its time in seconds alone on an idle device, which resource bounds a compute op
+    (what a running collective's contention slows), the operators it waits for, and, for a
+    collective, the fraction of memory bandwidth it takes while running."""
     name: str
     category: str
     stream: str  # "compute" or "comm"
@@ -40,6 +44,9 @@ class TimedOp:
 
 @dataclass
 class Schedule:
+    """The result of scheduling one graph on the two streams (module docstring): the wall time in
+    seconds, each operator's (start, end) in seconds, and the wall time attributed per category
+    (the categories add up to `total_s`)."""
     total_s: float
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (start, end)
     categories: dict[str, float] = field(default_factory=dict)

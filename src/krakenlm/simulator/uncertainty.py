@@ -107,6 +107,9 @@ WHERE_FIELDS = ("device", "tp", "batch_band", "phase")  # what a level may compa
 
 @dataclass(frozen=True)
 class Case:
+    """Where a prediction or a scored measurement sits, for choosing comparable residuals (module
+    docstring): device class (e.g. "A100"), TP, batch, prompt tokens and phase (prefill, decode
+    or e2e: the metric's, phase_of)."""
     device: str
     tp: int
     batch: int

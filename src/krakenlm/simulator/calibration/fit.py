@@ -53,6 +53,10 @@ class FitError(KrakenError, ValueError):
 
 @dataclass
 class FitResult:
+    """One fit of a kernel model (module docstring): the fitted constants by name (in their Params'
+    units), the fit-half and held-out row counts, and the MAPE in percent (split.mape) on each
+    half; notes on the fit; with fit_dataset, the winning kernel form, its structure and the
+    measurement conditions of its harness."""
     params: dict[str, float]
     n_fit: int
     n_held_out: int

@@ -74,6 +74,10 @@ class Fold:
 
 @dataclass
 class LosoReport:
+    """The leave-one-source-out validation (module docstring): a scored row per measured setup
+    (predicted with constants fitted without its source, `error_pct`, and with the shipped
+    constants, `shipped_error_pct`; signed, in percent), what each fold refitted, the sources or
+    rows that could not be scored, and the coverage of the 80 % intervals per slice."""
     rows: list[dict[str, Any]] = field(default_factory=list)
     folds: list[Fold] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)

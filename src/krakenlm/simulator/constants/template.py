@@ -57,6 +57,11 @@ class CalibrationError(KrakenError, ValueError):
 
 @dataclass(frozen=True)
 class OpConstants:
+    """One device's template constants for one operator (module docstring; template.yaml, fitted by
+    calibration/template.py): the fractions (<= 1) of the peak matrix rate and memory bandwidth
+    it reaches, the LLMCompass harness's overhead and measurement floor (seconds; used only when
+    comparing with that set), the row bytes a row reduction reads in one pass (0: the hardware
+    default), and the all-reduce's protocols (latency, efficiency; NCCL LL / LL128 / Simple)."""
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
     harness_overhead_s: float = 0.0

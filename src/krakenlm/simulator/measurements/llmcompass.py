@@ -46,6 +46,10 @@ def device_systems(pairs: list[str] | None) -> dict[str, str] | None:
 
 @dataclass(frozen=True)
 class Point:
+    """One operator measurement of the LLMCompass-format set (module docstring): the device name as
+    the file names it, the operator, its shape (matmul (M, N, K); softmax/layernorm (rows, cols);
+    gelu (elements,); allreduce (bytes, devices)), the measured time in seconds (the files' rates
+    and microseconds converted), and the file and row it came from."""
     device: str
     op: str
     shape: tuple  # matmul (M, N, K); row ops (rows, cols); gelu (elements,); allreduce (bytes, n)
@@ -65,6 +69,9 @@ class Point:
 
 @dataclass
 class MeasuredSet:
+    """A directory of operator measurements read (module docstring): the operator points, the GPT-3
+    175B layer files per (device, "prefill" | "decode") as seconds per LAYER_OPS entry, and the
+    files that matched no known name."""
     points: list[Point] = field(default_factory=list)
     layers: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (device, phase)
     skipped: list[str] = field(default_factory=list)

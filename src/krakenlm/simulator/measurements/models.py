@@ -49,6 +49,11 @@ HF_TO_PRESET = {
 
 @dataclass(frozen=True)
 class ModelRow:
+    """One public end-to-end measurement of data/model_measurements.csv (module docstring; sources
+    in data/SOURCES.md): source, model (a preset or Hugging Face name), system preset, TP,
+    framework and version, dtype, batch, prompt and output tokens, the metric (ttft, tpot or e2e)
+    and its measured value in seconds, the row's split ("fit" or "held_out"), and the curator's
+    notes ("ANOMALY" marks a run that did not do what its setup says)."""
     source: str
     model: str
     system: str

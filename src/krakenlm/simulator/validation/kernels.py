@@ -28,6 +28,10 @@ PLOT_POINTS_PER_GROUP = 300  # predicted-vs-measured points kept per group for t
 
 @dataclass
 class KernelReport:
+    """The operator-level validation against the measured kernel tables (module docstring): a group
+    per (device, framework, version, family, variant) with its row count and its MAPE in percent
+    on the fit and held-out halves (and the median signed held-out error), a sample of points for
+    plots and CSV, and what was skipped."""
     groups: list[dict[str, Any]] = field(default_factory=list)
     points: list[dict[str, Any]] = field(default_factory=list)  # a sample, for plots and CSV
     skipped: list[str] = field(default_factory=list)

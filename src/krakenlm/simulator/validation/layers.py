@@ -32,6 +32,10 @@ GEMM_OPS = ("qkv_proj", "o_proj", "mlp_up_proj", "mlp_down_proj")
 
 @dataclass
 class LayerReport:
+    """The layer-level validation (module docstring): a row per measured operator (measured and
+    predicted seconds, signed error in percent), a row per (source, system, TP, tokens) for the
+    sum of a layer's four GEMMs, and what was skipped; `by()` gives the error statistics per
+    group."""
     rows: list[dict[str, Any]] = field(default_factory=list)
     gemm_sums: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)

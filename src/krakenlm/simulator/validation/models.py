@@ -17,6 +17,9 @@ from ..measurements.models import ModelRow, half_of, load_rows, row_software, st
 
 @dataclass
 class ModelReport:
+    """The whole-model validation (module docstring): a row per public end-to-end measurement
+    (measured and predicted seconds, error, fit or held-out half, anomalous) and what was
+    skipped; error statistics leave the anomalous rows out."""
     rows: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 

@@ -31,6 +31,10 @@ LAYER = {"d_model": 12288, "heads": 96, "tp": 4, "batch": 8, "prefill_tokens": 2
 
 @dataclass
 class TemplateReport:
+    """The template models' validation against the LLMCompass set (module docstring): MAPE (percent)
+    per (device, operator) and overall and per device on the fit half, the held-out half and all
+    points, the GPT-3 175B layer predicted op by op per device and phase, the scored points, and
+    the files skipped."""
     ops: list[dict[str, Any]] = field(default_factory=list)
     overall: dict[str, float] = field(default_factory=dict)
     per_device: dict[str, dict[str, float]] = field(default_factory=dict)

@@ -166,6 +166,10 @@ def splits(sms: int, batch, kv_heads, head_dim, group, kv_len, fp8: bool, graph_
 
 @dataclass(frozen=True)
 class Fa3Structure:
+    """The structural choices of the FA3 decode form (module docstring): the split cap vLLM passes
+    for steps its CUDA graphs cover, up to GRAPH_SPLITS_BATCH sequences (0: FA3's own heuristic),
+    which version of num_splits_heuristic runs (RULES), and whether the key loop is bound by its
+    MMAs rather than the gather (FP8 caches)."""
     graph_splits: int = 0  # the launch's split cap up to GRAPH_SPLITS_BATCH (0: the heuristic)
     rule: str = "vllm-flash-attn"  # which num_splits_heuristic (RULES)
     mma_bound: bool = False  # the key loop is the larger of the gather and the MMAs (FP8)

@@ -196,6 +196,8 @@ class GemmForm(KernelForm):
 
 @dataclass(frozen=True)
 class CublasStructure:
+    """The structural choice of the cuBLAS GEMM form: whether the power-limited rate (POWER, module
+    docstring) floors every candidate kernel's compute, as SGLang's tables show."""
     power_limit: bool = False  # the power-limited rate floors every candidate (POWER)
 
 

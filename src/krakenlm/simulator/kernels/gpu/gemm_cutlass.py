@@ -257,6 +257,8 @@ class VllmCutlass(_Cutlass):
 
 @dataclass(frozen=True)
 class SglangStructure:
+    """The structural choice of SGLang's FP8 CUTLASS GEMM: which tile table its dispatch follows (0,
+    1 or 3, SGLANG_TABLES; described in the module docstring), chosen by the fit."""
     tile_table: int  # one of SGLANG_TABLES (the module docstring)
 
     def __post_init__(self) -> None:

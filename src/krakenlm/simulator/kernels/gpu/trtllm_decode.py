@@ -198,6 +198,8 @@ class _TrtllmForm(GenerationForm):
 
 @dataclass(frozen=True)
 class DiscreteStructure:
+    """The structural choice of the discrete TensorRT-LLM decode form (module docstring): the query
+    heads of a GQA group one tile serves (8 or 16 rows)."""
     q_tile_rows: int = 16  # query heads of a GQA group one pass serves (8 or 16)
 
     def __post_init__(self) -> None:
@@ -242,6 +244,9 @@ class TrtllmDiscrete(_TrtllmForm):
 
 @dataclass(frozen=True)
 class XqaStructure:
+    """The structural choices of the XQA dispatch form (module docstring): which XQA kernel runs
+    ("hmma": mha.cu; "qgmma": mha_sm90.cu, Hopper FP8 KV) and, for qgmma, whether large query
+    tiles keep 2 resident CTAs per SM instead of 3."""
     kernel: str = "hmma"  # the XQA kernel: "hmma" (mha.cu) or "qgmma" (mha_sm90.cu, sm90)
     large_tile_residency: bool = False  # qgmma: 2 resident CTAs of large tiles, not 3
 

@@ -33,6 +33,9 @@ from .matmul import systolic_cycles
 
 @dataclass(frozen=True)
 class AttentionResult:
+    """The template model's timing of one attention kernel (module docstring): time in seconds,
+    FLOPs, off-chip bytes moved, and whether the memory or the compute side bounds it ("memory"
+    or "compute")."""
     time_s: float
     flops: float
     bytes: float

@@ -38,6 +38,9 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 @dataclass(frozen=True)
 class Protocol:
+    """One protocol of the collective library (NCCL/RCCL LL, LL128, Simple): the latency it adds per
+    step (seconds) and the fraction (<= 1) of the algorithm's bandwidth it reaches. Fitted
+    constants (constants/template.py), not hardware facts; the default is the ideal protocol."""
     latency_s: float = 0.0
     efficiency: float = 1.0
 
@@ -47,6 +50,10 @@ IDEAL = (Protocol(),)
 
 @dataclass(frozen=True)
 class Plan:
+    """One algorithm for a collective on a topology (module docstring): its name ("direct", "ring",
+    "tree", "switch-reduce", "torus2d-ring"), the number of sequential steps (each pays the
+    latency), the bytes through a device's busiest links summed over the steps, and the
+    per-device bandwidth (bytes/s) those bytes flow through."""
     algorithm: str
     steps: int
     wire_bytes: float  # bytes through a device's links, summed over steps

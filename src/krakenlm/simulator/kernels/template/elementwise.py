@@ -46,6 +46,9 @@ ELEMENTWISE_CHUNK = 4096  # elements a core takes at a time in a purely elementw
 
 @dataclass(frozen=True)
 class StreamResult:
+    """The streaming model's timing of one vector-unit operator (module docstring): time in seconds
+    (max of the memory and vector times, plus latency), FLOPs, off-chip bytes moved, and which
+    side bounds it ("memory" or "compute")."""
     time_s: float
     flops: float
     bytes: float

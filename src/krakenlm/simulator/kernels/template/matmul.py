@@ -54,6 +54,9 @@ def systolic_cycles(m, n, k, height: int, width: int):
 
 @dataclass(frozen=True)
 class MatmulResult:
+    """The template model's timing of one matmul (module docstring): time in seconds, FLOPs,
+    off-chip bytes of the chosen mapping, the mapping (tile sizes, loop order, ..., or the GEMV
+    path and its split-K), and which side bounds it ("compute" or "memory")."""
     time_s: float
     flops: float
     bytes: float  # off-chip traffic of the chosen mapping
