@@ -44,6 +44,8 @@ VALIDATION_BLOCK_TOKENS = 8192
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One training run of a comparison: the model preset, the seed (data order and initialisation)
+    and the peak learning rate (None: the template's). `name` is its run directory's name."""
     preset: str
     seed: int
     lr: float | None = None  # None: the template's peak LR
@@ -56,6 +58,12 @@ class RunSpec:
 
 @dataclass
 class RunOutcome:
+    """What one finished run of a comparison measured (module docstring): its spec; parameters, with
+    and without the embeddings; training FLOPs per token (3 x the forward FLOPs at a key window
+    of seq_len / 2, the causal average); optimizer steps and tokens trained; the last logged
+    training loss; the validation loss (nats per token) and perplexity on the reported slice and
+    the loss on the LR-selection slice (validation_slices); the median logged tokens/s after the
+    first log; and the training wall time (s) of its last session."""
     spec: RunSpec
     params: int
     non_embedding_params: int

@@ -41,6 +41,11 @@ PAPER_GEOMEAN_REDUCTION_PCT = 35.6
 
 @dataclass(frozen=True)
 class TTFTRow:
+    """One cell of the Kraken TTFT study (module docstring): the GPT-3 shape, prompt tokens and TP
+    (Kraken degree d = TP), each architecture's simulated TTFT in seconds ("gpt", "parallel",
+    "kraken"), one prefill layer's time per architecture and category (s), the system, each
+    architecture's attention path, the nominal 80 % interval of each TTFT (Result.interval) and
+    what the query extrapolates beyond. `kraken_reduction` is 1 - TTFT(kraken) / TTFT(gpt)."""
     shape: str
     prompt_tokens: int
     tp: int

@@ -39,6 +39,10 @@ DEFAULT_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "data" /
 
 @dataclass(frozen=True)
 class ServingPlan:
+    """What `krakenlm study serving` runs (module docstring): the model, system, software profile
+    and TP, the request rates of the grid (requests/s), the arrival seeds, the requests per
+    replay, the SLOs on p99 TTFT and TPOT (s), the relative tolerance of the capacity bisection,
+    and the trace whose lengths are resampled."""
     model: str = "gpt3-6.7b"
     system: str = "h100-80gb-x8"
     software: str = "vllm"
@@ -89,6 +93,10 @@ def variants(base: ModelConfig, tp: int) -> tuple[dict[str, ModelConfig], str]:
 
 @dataclass
 class ServingStudy:
+    """The result of the serving study: its plan and note, a row per (architecture, seed, rate)
+    replay, the capacity per architecture and seed (requests/s), each architecture's setup (KV
+    blocks, ...), the replay at each seed's capacity with the SLO missed just above it, and the
+    report written. Intervals are means over seeds with 95 % t intervals (studies.stats)."""
     plan: ServingPlan
     note: str
     runs: list[dict[str, Any]] = field(default_factory=list)  # one per arch, seed, rate

@@ -25,6 +25,11 @@ FRONT_DIRECTIONS = ("maximize", "minimize")
 
 @dataclass
 class ServeSearchReport:
+    """The result of a serving configuration search (module docstring): the space searched, a row
+    per configuration (ROW_FIELDS: goodput in requests/s, $/hour, goodput per $ and per GPU, p99
+    TTFT and TPOT in s, ...; best goodput per $ first, failures with their `error`), the Pareto
+    front of goodput against $/hour (cheapest first), the wall time (s), the processes used, the
+    rows the table shows (`top`) and the files written."""
     space: ConfigSpace
     rows: list[dict[str, Any]]      # every configuration, best goodput per $ first
     front: list[dict[str, Any]]     # goodput against $/hour, cheapest first

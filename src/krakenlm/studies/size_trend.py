@@ -23,6 +23,10 @@ from .stats import t_975
 
 @dataclass(frozen=True)
 class SizePoint:
+    """One model size of the trend (module docstring): its label, the baseline's parameter count,
+    the Kraken/GPT perplexity ratio paired by seed (mean over seeds) with its 95 % t interval
+    (None with one seed), and the number of seeds. `log_se` is the standard error of the mean log
+    ratio the interval implies."""
     label: str
     params: int  # of the baseline model
     ratio: float  # paired perplexity ratio, mean over seeds

@@ -72,6 +72,8 @@ def student_t_quantile(p: float, dof: float) -> float:
 
 @dataclass(frozen=True)
 class Interval:
+    """A mean with its 95 % t interval (mean_interval and the paired ratios; `low`/`high` None with
+    a single sample) over `n` samples, in the samples' own units."""
     mean: float
     low: float | None  # None with a single sample: no interval
     high: float | None
