@@ -28,6 +28,13 @@ SEQ_LEN = 1024
 
 @dataclass(frozen=True)
 class Recipe:
+    """A named training recipe of the paper (module docstring: the sources of every number): the
+    model preset, peak LR, the largest micro-batch per GPU (sequences), the corpus, optimizer
+    steps and warm-up steps, the final LR as a fraction of the peak (cosine decay), AdamW's
+    weight decay and betas, gradient clipping (max norm), precision, torch.compile, and the
+    intervals in steps of evaluation, checkpoints and logging (eval_batches: batches per
+    evaluation). Every step is SEQUENCES_PER_STEP sequences of SEQ_LEN tokens whatever the world
+    size (`split`)."""
     name: str
     preset: str
     peak_lr: float

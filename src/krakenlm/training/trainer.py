@@ -46,6 +46,14 @@ METRICS_FILE = "metrics.jsonl"
 
 @dataclass
 class TrainConfig:
+    """The options of one training run (`krakenlm train`; checked against the model by `check`): the
+    run directory, corpus and tokenizer; optimizer steps, sequences per micro-batch per rank,
+    gradient accumulation and tokens per sequence (None: the model's context); the LR schedule
+    (linear warm-up over `warmup_steps` to `peak_lr`, cosine decay to peak_lr x min_lr_ratio at
+    max_steps: optim.learning_rate); AdamW's weight decay and betas, gradient clipping (max
+    norm); precision ("auto", "bf16", "fp32"), torch.compile, the seed, the intervals in steps of
+    evaluation (eval_batches batches each), logging and checkpoints; CPU threads; and how the run
+    stops, keeps checkpoints, checks memory and logs metrics."""
     out_dir: Path
     data: str | None = None  # corpus name or directory; None is the embedded Shakespeare
     # gpt2, bpe-4k or bpe-8k (data/vocab.py); None: gpt2, or on --resume the checkpoint's
@@ -133,6 +141,11 @@ class TrainingDiverged(KrakenError):
 
 @dataclass
 class TrainResult:
+    """What a training session returns: the last completed step, the last logged training loss (NaN
+    if none was logged), the last validation loss (None when no evaluation ran), the session's
+    tokens/s (tokens trained in this session / its wall time, evaluations and checkpoints
+    included), its wall time (s), and the rows it logged (training rows: step, loss, lr,
+    grad_norm, tokens, tokens_per_s, elapsed_s; evaluation rows: step, val_loss, val_perplexity)."""
     step: int
     train_loss: float
     val_loss: float | None
