@@ -84,9 +84,10 @@ def load_row(r: dict[str, str]) -> ModelRow:
 @dataclass
 class HostFit:
     """One fit of a software profile's host constants for one system (module docstring): the profile
-    and system, the fitted constants (seconds, by name, HOST_PARAMS) and which were fitted, the
-    fit and held-out row counts, and the end-to-end MAPE in percent on the fit rows, on the
-    held-out rows, and on the held-out rows with the profile's constants before the fit."""
+    and system, the fitted constants by name (HOST_PARAMS in seconds; prefill_gpu_time_scale, a
+    factor on the prefill's GPU time) and which were fitted, the fit and held-out row counts, and
+    the end-to-end MAPE in percent on the fit rows, on the held-out rows, and on the held-out
+    rows with the profile's constants before the fit."""
     profile: str
     system: str
     host: dict[str, float]
