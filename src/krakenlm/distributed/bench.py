@@ -82,11 +82,11 @@ def default_prompt_tokens(sizes: Sequence[str]) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """What `krakenlm dist bench` times: on `world_size` ranks, each model size in `sizes` and
+    """What `krakenlm bench tp` times: on `world_size` ranks, each model size in `sizes` and
     architecture in `archs`, at each prompt length (tokens), generating `new_tokens` (the first
     from the prefill, so TPOT averages new_tokens - 1 decode steps), `warmup` untimed and
     `repeats` timed runs; `comm` "on", "off" (every collective a local no-op) or "both", over
-    each of `comm_backends` (interleaved); `seed` for the random weights and prompts;
+    each of `comm_backends` (interleaved); `seed` for the random prompts (seed + prompt length);
     `vocab_parallel_head` shards the LM head over the vocabulary. `validate()` checks it before
     any process starts."""
     world_size: int
