@@ -5,8 +5,10 @@ Sizing (vllm-project/vllm@35d5cda1 `vllm/v1/worker/gpu_worker.py`,
 `max_num_batched_tokens` tokens, then gives the KV cache what is left of `total memory x
 gpu_memory_utilization` after the weights, that peak and the memory outside torch):
 blocks = (device memory x utilisation - weights - activation peak - runtime reserve) / bytes
-per block on one TP shard. The weights and the activation peak are the simulator's own
-(`simulator.memory`), the reserve its CUDA context and workspaces (`RUNTIME_RESERVE_BYTES`);
+per block on one TP shard. The weights are the simulator's own (`simulator.memory`), the
+activation peak the engine's profile run as its software profile's `kv_profile` says it is
+made (`profile_run_bytes`: the forward pass, a gated MLP's activation output, the dummy sampler
+run), the reserve its CUDA context and workspaces (`RUNTIME_RESERVE_BYTES`);
 a block holds `block_size` tokens of K and V for every layer on that shard. "Device memory" is
 the total the runtime reports (`Worker.determine_available_memory` takes
 `torch.cuda.mem_get_info()[1] x gpu_memory_utilization`, vllm-project/vllm@0012cf69
@@ -16,8 +18,10 @@ datasheet capacity, on a MI300X 7 % above the YAML's decimal 192 GB.
 Predicted against engine logs in `serving/kv_logs.py`.
 
 What the profile charges besides the weights and the activation peak (`PROFILE_CHARGES`)
-differs by engine version; `sim serve` keeps "total-used" (the runtime reserve), the logs name
-their version's accounting (`serving/kv_logs.py`):
+differs by engine version: the software profile's `kv_profile.accounting` (`vllm`: V1 since
+vllm-project/vllm#19312, "since-init"; `vllm-v0`, `trtllm`, `sglang` and the others
+"total-used"), which `sim serve` uses; a log or validation run of another version names its
+own (`with_accounting`; `serving/kv_logs.py`, `serving/validation.py`):
 - "total-used": the memory in use after profiling, everything outside torch included (CUDA
   context, NCCL, workspaces): `peak_memory = total - free` after `profile_run`
   (vllm-project/vllm#2031, V0 from v0.2.5; V1 at vllm-project/vllm@0012cf69
