@@ -154,7 +154,13 @@ def profile_run_bytes(config: ModelConfig, tp: int, tokens: int, max_num_seqs: i
     the logits are the whole vocabulary on the rank that samples (V0 gathers them to the driver,
     whose count the executor takes as the minimum over workers; V1 gathers them to every rank).
     peak = max(forward, sampler): the sampler runs after the forward pass's activations are
-    freed, so its tensors replace them rather than add to them."""
+    freed, so its tensors replace them rather than add to them. The bytes per logit: V0 32, at
+    `_apply_top_k_top_p`'s re-sort (the profile run samples with top_p 0.99 and top_k
+    vocab - 1; vllm-project/vllm@00f5ff34 `vllm/model_executor/layers/sampler.py`, @002a0ba9
+    `vllm/worker/model_runner.py`), V1 14 (model-dtype logits, their fp32 copy, probabilities,
+    exponential noise; @00ec9781 `vllm/v1/sample/sampler.py`, @01fa3fe7
+    `vllm/v1/sample/ops/topk_topp_sampler.py`); the derivations are the profiles' sources
+    KV0 and KV1."""
     b = DTYPE_BYTES[dtype]
     sh = shard(config, tp)
     forward = activation_bytes(config, tp, 1, tokens, dtype, True)
