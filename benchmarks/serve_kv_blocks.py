@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from krakenlm.fileio import write_text_atomically
-from krakenlm.serving.kv_logs import load_logs, predict, relative_error
+from krakenlm.serving.kv_logs import accounting, load_logs, predict, relative_error
 
 GOAL = 0.03
 GIB = 2**30
@@ -36,7 +36,7 @@ def main() -> None:
         err = relative_error(sizing.blocks, log)
         rows.append({"id": log.id, "engine": log.engine, "engine_version": log.engine_version,
                      "model": log.model, "system": log.system, "tp": log.tp,
-                     "profile_charges": log.profile_charges,
+                     "profile_charges": accounting(log),
                      "predicted_blocks": sizing.blocks, "logged_blocks": log.logged_blocks,
                      "error": err, "sizing": sizing.to_dict(), "locator": log.locator})
         print(f"{log.id:44s} {log.engine:8s} {sizing.blocks:9d} {log.logged_blocks:9d} "

@@ -11,9 +11,12 @@ from krakenlm.hardware import load_system
 from krakenlm.hardware.schema import HardwareError, system_from_dict, system_to_dict
 from krakenlm.models import get_preset
 from krakenlm.serving.kv_cache import (PROFILE_CHARGES, KVCacheError, kv_cache_software,
-                                       size_kv_cache)
-from krakenlm.serving.kv_logs import LOGS_FILE, KVLogDataError, load_logs, predict, relative_error
+                                       profile_run_bytes, size_kv_cache, with_accounting)
+from krakenlm.serving.kv_logs import (LOGS_FILE, KVLogDataError, accounting, load_logs, predict,
+                                      relative_error)
 from krakenlm.simulator import Simulator
+from krakenlm.simulator.constants.software import (KVProfile, SoftwareError, load_software,
+                                                   profile_from_dict)
 from krakenlm.simulator.memory import RUNTIME_RESERVE_BYTES, activation_bytes, memory_use
 
 GIB = 2**30
@@ -42,16 +45,21 @@ def test_every_log_states_its_setup_and_source():
 
 @pytest.mark.parametrize("log_id, predicted", [
     # vLLM 0.6.3 V0 on one MI300X: 20186 logged; 18707 (-7.3 %) while the sizing took the
-    # YAML's decimal 192e9 bytes instead of the 191.98 GiB the runtime reports
-    ("mi300x-llama2-7b-tp1-vllm063", 20224),
+    # YAML's decimal 192e9 bytes instead of the 191.98 GiB the runtime reports; 20224 before
+    # the SiluAndMul output was charged
+    ("mi300x-llama2-7b-tp1-vllm063", 20213),
     # vLLM 0.21 V1 on one MI300X at utilisation 0.85: 74649 logged (1,194,384 tokens); 74579
-    # (-0.1 %) while the sizing charged V1 the runtime reserve its init snapshot excludes
-    ("mi300x-llama3.1-8b-tp1-vllm0211", 75603),
-    # vLLM of December 2023 on one A100 80GB: 7351 logged
-    ("a100-80gb-llama2-7b-tp1-vllm-pr2031", 7226),
+    # (-0.1 %) while the sizing charged V1 the runtime reserve its init snapshot excludes;
+    # 75603 (+1.3 %) before the dummy sampler run of 1024 sequences was charged
+    ("mi300x-llama3.1-8b-tp1-vllm0211", 74982),
+    # vLLM of December 2023 on one A100 80GB: 7351 logged (7226 before the SiluAndMul term)
+    ("a100-80gb-llama2-7b-tp1-vllm-pr2031", 7215),
     # vLLM main before #2031 on 4x A100 80GB, Llama-2-70B: 31615 logged; 29911 (-5.4 %) while
     # the sizing charged the reserve that torch.cuda.max_memory_allocated() does not see
-    ("a100-80gb-llama2-70b-tp4-vllm-pre2031", 31549),
+    ("a100-80gb-llama2-70b-tp4-vllm-pre2031", 31490),
+    # vLLM main of 2024-12 (#10511) V0 on an H100: 27284 logged; 27534 (+0.9 %) before the
+    # dummy sampler's top-k/top-p re-sort (1.04 GiB of activations, 1.26 GiB logged)
+    ("h100-llama3-8b-tp1-vllm-pr10511", 27289),
 ])
 def test_logged_counts_are_reproduced_within_the_goal(log_id, predicted):
     log = _log(log_id)
@@ -65,11 +73,12 @@ def test_sizing_takes_its_fraction_of_the_runtime_visible_total():
     visible = 42402064630  # 39.49 GiB, vLLM's total_gpu_memory on an A100 40GB
     assert system.device.memory.runtime_visible_bytes == visible
     config = get_preset("gpt3-1.3b")
-    sim = Simulator(system, "vllm", dtype="fp16")
+    software = with_accounting("vllm", "total-used")
+    sim = Simulator(system, software, dtype="fp16")
     sizing = size_kv_cache(sim, config, 1, gpu_memory_utilization=0.5,
                            max_num_batched_tokens=2048)
     weights = memory_use(config, system, 1, 1, 1, 1, "fp16", True, sim.precision).weights_bytes
-    act = activation_bytes(config, 1, 1, 2048, "fp16", True)
+    act = profile_run_bytes(config, 1, 2048, 256, "fp16", sim.profile.kv_profile)
     per_block = 2 * config.n_layers * config.n_heads * config.head_dim * 16 * 2
     expected = int((visible * 0.5 - weights - act - RUNTIME_RESERVE_BYTES) // per_block)
     assert sizing.capacity_bytes == visible
@@ -77,8 +86,8 @@ def test_sizing_takes_its_fraction_of_the_runtime_visible_total():
     # without the field the datasheet capacity is the total, as before
     data = system_to_dict(system)
     del data["device"]["memory"]["runtime_visible_bytes"]
-    nominal = size_kv_cache(Simulator(system_from_dict(data), "vllm", dtype="fp16"), config, 1,
-                            gpu_memory_utilization=0.5, max_num_batched_tokens=2048)
+    nominal = size_kv_cache(Simulator(system_from_dict(data), software, dtype="fp16"), config,
+                            1, gpu_memory_utilization=0.5, max_num_batched_tokens=2048)
     assert nominal.capacity_bytes == 40 * GIB
     assert nominal.blocks == int((40 * GIB * 0.5 - weights - act - RUNTIME_RESERVE_BYTES)
                                  // per_block)
@@ -203,35 +212,84 @@ def test_the_sglang_log_is_scored_in_tokens():
 
 
 def test_the_profile_accounting_sets_what_is_charged_besides_weights_and_activations():
-    # "total-used" (vLLM 0.2.5 to V1 before #19312, and sim serve) charges the runtime reserve;
-    # "torch-peak" (vLLM up to 0.2.4) and "since-init" (V1 since #19312) charge nothing outside
-    # torch's allocations: the same sizing with the reserve's blocks back
+    # "total-used" (vLLM 0.2.5 to V1 before #19312) charges the runtime reserve; "torch-peak"
+    # (vLLM up to 0.2.4) and "since-init" (V1 since #19312) charge nothing outside torch's
+    # allocations: the same sizing with the reserve's blocks back
     config = get_preset("llama3-8b")
-    sim = Simulator("a100-40gb-x8", "vllm", dtype="bf16")
-    sized = {charges: size_kv_cache(sim, config, 1, max_num_batched_tokens=8192,
-                                    profile_charges=charges) for charges in PROFILE_CHARGES}
-    default = size_kv_cache(sim, config, 1, max_num_batched_tokens=8192)
-    assert sized["total-used"] == default
-    assert default.reserve_bytes == RUNTIME_RESERVE_BYTES
-    per_block = default.bytes_per_block
+    sized = {charges: size_kv_cache(Simulator("a100-40gb-x8", with_accounting("vllm", charges),
+                                              dtype="bf16"), config, 1,
+                                    max_num_batched_tokens=8192)
+             for charges in PROFILE_CHARGES}
+    default = size_kv_cache(Simulator("a100-40gb-x8", "vllm", dtype="bf16"), config, 1,
+                            max_num_batched_tokens=8192)
+    assert sized["since-init"] == default  # the vllm profile is V1 since #19312
+    total_used = sized["total-used"]
+    assert total_used.reserve_bytes == RUNTIME_RESERVE_BYTES
+    per_block = total_used.bytes_per_block
     for charges in ("torch-peak", "since-init"):
         assert sized[charges].reserve_bytes == 0
-        free = default.capacity_bytes * 0.9 - default.weights_bytes - default.activation_bytes
+        free = total_used.capacity_bytes * 0.9 - total_used.weights_bytes - \
+            total_used.activation_bytes
         assert sized[charges].blocks == int(free // per_block)
-        assert sized[charges].blocks - default.blocks in (RUNTIME_RESERVE_BYTES // per_block,
-                                                          RUNTIME_RESERVE_BYTES // per_block + 1)
+        assert sized[charges].blocks - total_used.blocks in (
+            RUNTIME_RESERVE_BYTES // per_block, RUNTIME_RESERVE_BYTES // per_block + 1)
     with pytest.raises(KVCacheError, match="profile accounting 'all' is not one of total-used"):
-        size_kv_cache(sim, config, 1, profile_charges="all")
+        with_accounting("vllm", "all")
+
+
+def test_each_profile_carries_its_engines_accounting():
+    # vLLM V1 since #19312 sizes since its init snapshot, V0 from v0.2.5 charges the memory in
+    # use; TensorRT-LLM and SGLang keep the sizing they had (no profile-run terms)
+    assert load_software("vllm").kv_profile == KVProfile("since-init", True, 14)
+    assert load_software("vllm-v0").kv_profile == KVProfile("total-used", True, 32)
+    for name in ("trtllm", "sglang"):
+        assert load_software(name).kv_profile == KVProfile()
+    with pytest.raises(SoftwareError, match="kv_profile.accounting: 'free' is not one of "
+                                            "total-used, torch-peak, since-init"):
+        profile_from_dict({"name": "x", "kernels": "vllm",
+                           "kv_profile": {"accounting": "free"}}, "x.yaml")
+
+
+def test_the_profile_run_peak_is_the_larger_of_the_forward_pass_and_the_sampler():
+    config = get_preset("llama3-8b")  # gated MLP, 14336 wide; 128256-token vocabulary
+    tokens, b = 8192, 2
+    forward = activation_bytes(config, 1, 1, tokens, "bf16", True)
+    silu = tokens * 14336 * b
+    hidden = tokens * 4096 * b
+    # no terms: the activation peak as before (TensorRT-LLM, SGLang)
+    assert profile_run_bytes(config, 1, tokens, 256, "bf16", KVProfile()) == forward
+    # the SiluAndMul output only
+    assert profile_run_bytes(config, 1, tokens, 256, "bf16", KVProfile(gated_mlp_output=True)) \
+        == forward + silu
+    # V1's sampler on 256 sequences is below the forward pass: the forward peak stands
+    v1 = load_software("vllm").kv_profile
+    assert 256 * 128256 * 14 + hidden < forward + silu
+    assert profile_run_bytes(config, 1, tokens, 256, "bf16", v1) == forward + silu
+    # on 1024 sequences it is above: the sampler's tensors and the hidden states, not a sum
+    assert profile_run_bytes(config, 1, tokens, 1024, "bf16", v1) == 1024 * 128256 * 14 + hidden
+    # V0's re-sort on 256 sequences: 1.04 GiB (the #10511 log: 1.26 GiB of torch peak)
+    v0 = load_software("vllm-v0").kv_profile
+    assert profile_run_bytes(config, 1, tokens, 256, "bf16", v0) == 256 * 128256 * 32 + hidden
+    # never more sequences than tokens
+    assert profile_run_bytes(config, 1, 64, 256, "bf16", v0) == \
+        max(activation_bytes(config, 1, 1, 64, "bf16", True) + 64 * 14336 * b,
+            64 * 128256 * 32 + 64 * 4096 * b)
+    # an ungated MLP has no activation output beside its input
+    gpt = get_preset("gpt3-1.3b")
+    assert profile_run_bytes(gpt, 1, 2048, 1, "fp16", KVProfile(gated_mlp_output=True)) == \
+        activation_bytes(gpt, 1, 1, 2048, "fp16", True)
 
 
 def test_the_logs_name_their_versions_accounting():
-    charges = {log.id: log.profile_charges for log in load_logs()}
+    charges = {log.id: accounting(log) for log in load_logs()}
     assert charges["a100-80gb-llama2-70b-tp4-vllm-pre2031"] == "torch-peak"
     assert charges["a100-80gb-llama2-70b-tp4-vllm-pr2031"] == "total-used"
     assert charges["a100-40gb-llama3.1-8b-tp1-vllm0151-eager"] == "since-init"
-    # the V1 log of 0.15.1: 10250 where 9871 are logged (+3.8 %; -6.5 % with the reserve)
+    assert charges["h100-llama2-7b-tp1-trtllm012-fp8kv"] == "total-used"
+    # the V1 log of 0.15.1: 10138 where 9871 are logged (+2.7 %; +3.8 % without the
+    # SiluAndMul output, -6.5 % with the reserve)
     log = _log("a100-40gb-llama3.1-8b-tp1-vllm0151-eager")
-    assert predict(log).blocks == 10250
+    assert predict(log).blocks == 10138
 
 
 def test_a_log_with_an_unknown_profile_accounting_is_named(tmp_path):

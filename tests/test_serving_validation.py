@@ -206,6 +206,7 @@ def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
     (lambda r: r.update(arrival="concurrency", max_concurrency="many"), "missing or bad field"),
     (lambda r: r.update(max_concurrency=8), 'max_concurrency needs arrival "concurrency"'),
     (lambda r: r.update(rate_per_s=-1.0), "rate_per_s must be positive"),
+    (lambda r: r.update(profile_charges="free"), "profile_charges 'free' is not one of"),
 ])
 def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
     data = json.loads(RUNS_FILE.read_text())
@@ -243,3 +244,17 @@ def test_a_concurrency_run_replays_its_clients_closed_loop():
     assert all(sum(r["arrival_s"] <= t < r["finish_s"] for r in report.rows) <= 2
                for t in sent)
     assert summary["e2e_s"]["mean"] < replay_run(base)[1]["e2e_s"]["mean"]  # less queueing
+
+
+def test_each_run_is_sized_with_its_engine_versions_accounting():
+    # vLLM 0.8.3 (llmk8s) is a V1 before vllm-project/vllm#19312: it charged the memory in use
+    # (the runtime reserve), not the vllm profile's since-init; lambda (0.5.4, vllm-v0) and
+    # datacrunch (SGLang) are their profiles' total-used already
+    from krakenlm.serving.kv_cache import with_accounting
+    from krakenlm.simulator.constants.software import load_software
+    _sources, runs = load_runs()
+    for run in runs:
+        software = with_accounting(run.software, run.profile_charges)
+        profile = software if not isinstance(software, str) else load_software(software)
+        assert profile.kv_profile.accounting == "total-used", run.id
+    assert {r.profile_charges for r in runs if r.source == "llmk8s"} == {"total-used"}

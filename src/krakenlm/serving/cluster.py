@@ -179,7 +179,8 @@ def build_pool(spec: PoolSpec, model: ModelConfig | Callable[[int], ModelConfig]
     sizing = size_kv_cache(sim, stage, spec.tp, block_size=options.block_size,
                            gpu_memory_utilization=options.gpu_memory_utilization,
                            max_num_batched_tokens=options.max_num_batched_tokens,
-                           model_name=model_name, of_free_memory=kind == "trtllm")
+                           model_name=model_name, of_free_memory=kind == "trtllm",
+                           max_num_seqs=options.max_num_seqs)
     options = pool_sized_options(options, kind, sizing, stage)
     if sizing.blocks // spec.pp < 1:
         raise ServeError(f"pool {spec.label}: {sizing.blocks} KV blocks cannot be split over "

@@ -5,8 +5,10 @@ Sizing (vllm-project/vllm@35d5cda1 `vllm/v1/worker/gpu_worker.py`,
 `max_num_batched_tokens` tokens, then gives the KV cache what is left of `total memory x
 gpu_memory_utilization` after the weights, that peak and the memory outside torch):
 blocks = (device memory x utilisation - weights - activation peak - runtime reserve) / bytes
-per block on one TP shard. The weights and the activation peak are the simulator's own
-(`simulator.memory`), the reserve its CUDA context and workspaces (`RUNTIME_RESERVE_BYTES`);
+per block on one TP shard. The weights are the simulator's own (`simulator.memory`), the
+activation peak the engine's profile run as its software profile's `kv_profile` says it is
+made (`profile_run_bytes`: the forward pass, a gated MLP's activation output, the dummy sampler
+run), the reserve its CUDA context and workspaces (`RUNTIME_RESERVE_BYTES`);
 a block holds `block_size` tokens of K and V for every layer on that shard. "Device memory" is
 the total the runtime reports (`Worker.determine_available_memory` takes
 `torch.cuda.mem_get_info()[1] x gpu_memory_utilization`, vllm-project/vllm@0012cf69
@@ -16,8 +18,10 @@ datasheet capacity, on a MI300X 7 % above the YAML's decimal 192 GB.
 Predicted against engine logs in `serving/kv_logs.py`.
 
 What the profile charges besides the weights and the activation peak (`PROFILE_CHARGES`)
-differs by engine version; `sim serve` keeps "total-used" (the runtime reserve), the logs name
-their version's accounting (`serving/kv_logs.py`):
+differs by engine version: the software profile's `kv_profile.accounting` (`vllm`: V1 since
+vllm-project/vllm#19312, "since-init"; `vllm-v0`, `trtllm`, `sglang` and the others
+"total-used"), which `sim serve` uses; a log or validation run of another version names its
+own (`with_accounting`; `serving/kv_logs.py`, `serving/validation.py`):
 - "total-used": the memory in use after profiling, everything outside torch included (CUDA
   context, NCCL, workspaces): `peak_memory = total - free` after `profile_run`
   (vllm-project/vllm#2031, V0 from v0.2.5; V1 at vllm-project/vllm@0012cf69
@@ -66,7 +70,10 @@ from dataclasses import dataclass, replace
 from ..errors import KrakenError
 from ..models import ModelConfig
 from ..simulator import Simulator
-from ..simulator.constants.software import SoftwareProfile, load_software
+from ..hardware.schema import DTYPE_BYTES
+from ..simulator.constants.software import (KV_ACCOUNTINGS, KVProfile, SoftwareProfile,
+                                            load_software)
+from ..simulator.graph import shard
 from ..simulator.memory import RUNTIME_RESERVE_BYTES, activation_bytes, kv_cache_bytes, memory_use
 
 
@@ -116,6 +123,59 @@ class KVSizing:
 
 # an engine version's profile accounting -> whether it charges the runtime reserve
 PROFILE_CHARGES = {"total-used": True, "torch-peak": False, "since-init": False}
+assert tuple(PROFILE_CHARGES) == KV_ACCOUNTINGS
+
+
+def with_accounting(software: SoftwareProfile | str | None,
+                    accounting: str | None) -> SoftwareProfile | str | None:
+    """The software profile with another engine version's profile accounting (a replay or
+    log of an older version than the profile's: `PROFILE_CHARGES`); None returns `software`."""
+    if accounting is None:
+        return software
+    if accounting not in PROFILE_CHARGES:
+        raise KVCacheError(f"profile accounting {accounting!r} is not one of "
+                           f"{', '.join(PROFILE_CHARGES)}")
+    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    return replace(profile, kv_profile=replace(profile.kv_profile, accounting=accounting))
+
+
+def profile_run_bytes(config: ModelConfig, tp: int, tokens: int, max_num_seqs: int,
+                      dtype: str, kv_profile: KVProfile) -> int:
+    """The torch peak of the engine's profile run on one TP shard, as `kv_profile` says it
+    is made (software profile, section `kv_profile`; sources in the profiles' YAML):
+
+    forward = `memory.activation_bytes` (a `tokens`-token pass: residual stream, its norm, the
+    widest GEMM output, one sequence's logits) + tokens x sharded ffn x dtype bytes when the
+    MLP is gated and the engine's activation writes its output beside its input
+    (`gated_mlp_output`: vLLM's `SiluAndMul.forward_cuda` allocates `out = torch.empty(...)`
+    and calls `ops.silu_and_mul(out, x)`, vllm-project/vllm@00db0119
+    `vllm/model_executor/layers/activation.py`; the gate/up output it reads is the widest GEMM
+    output already counted);
+    sampler = min(max_num_seqs, tokens) x vocabulary x `sampler_bytes_per_logit` + tokens x
+    d_model x dtype bytes: the dummy sampler run on one token of each dummy sequence, after the
+    forward pass, with the batch's last hidden states still referenced by the caller (vLLM V0
+    `ModelRunner.profile_run` / `execute_model`, V1 `profile_run` then `_dummy_sampler_run`);
+    the logits are the whole vocabulary on the rank that samples (V0 gathers them to the driver,
+    whose count the executor takes as the minimum over workers; V1 gathers them to every rank).
+    peak = max(forward, sampler): the sampler runs after the forward pass's activations are
+    freed, so its tensors replace them rather than add to them. The bytes per logit: V0 32, at
+    `_apply_top_k_top_p`'s re-sort (the profile run samples with top_p 0.99 and top_k
+    vocab - 1; vllm-project/vllm@00f5ff34 `vllm/model_executor/layers/sampler.py`, @002a0ba9
+    `vllm/worker/model_runner.py`), V1 14 (model-dtype logits, their fp32 copy, probabilities,
+    exponential noise; @00ec9781 `vllm/v1/sample/sampler.py`, @01fa3fe7
+    `vllm/v1/sample/ops/topk_topp_sampler.py`); the derivations are the profiles' sources
+    KV0 and KV1."""
+    b = DTYPE_BYTES[dtype]
+    sh = shard(config, tp)
+    forward = activation_bytes(config, tp, 1, tokens, dtype, True)
+    if kv_profile.gated_mlp_output and config.activation == "swiglu":
+        forward += tokens * sh.sublayers * sh.ffn * b
+    if not kv_profile.sampler_bytes_per_logit:
+        return forward
+    sequences = min(max_num_seqs, tokens)
+    sampler = sequences * config.vocab_size * kv_profile.sampler_bytes_per_logit \
+        + tokens * sh.width * b
+    return max(forward, sampler)
 
 
 def device_memory_bytes(system) -> float:
@@ -128,13 +188,17 @@ def device_memory_bytes(system) -> float:
 def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: int = 16,
                   gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
                   model_name: str = "model", of_free_memory: bool = False,
-                  profile_charges: str = "total-used") -> KVSizing:
+                  max_num_seqs: int = 256) -> KVSizing:
     """Blocks of the KV cache per replica (every TP shard holds the same number).
     `of_free_memory`: the fraction applies to what the weights, activations and reserve leave
     (TensorRT-LLM's `free_gpu_memory_fraction`), not to the whole device (vLLM's
-    `gpu_memory_utilization`). `profile_charges`: what the engine version's profile charges
-    besides weights and activations (`PROFILE_CHARGES`, module docstring): the runtime reserve
-    for "total-used", nothing for "torch-peak" and "since-init"."""
+    `gpu_memory_utilization`). What the engine version's profile charges besides weights and
+    activations is the software profile's `kv_profile.accounting` (`PROFILE_CHARGES`, module
+    docstring): the runtime reserve for "total-used", nothing for "torch-peak" and
+    "since-init"; the activation peak is `profile_run_bytes` (its `max_num_seqs` dummy
+    sequences sample one token each when the profile says the engine's profile run samples)."""
+    kv_profile = sim.profile.kv_profile
+    profile_charges = kv_profile.accounting
     if profile_charges not in PROFILE_CHARGES:
         raise KVCacheError(f"profile accounting {profile_charges!r} is not one of "
                            f"{', '.join(PROFILE_CHARGES)}")
@@ -144,8 +208,8 @@ def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: i
     if block_size < 1:
         raise KVCacheError(f"--block-size must be at least 1, got {block_size}")
     use = memory_use(config, sim.system, tp, 1, 1, 1, sim.dtype, True, sim.precision)
-    act = activation_bytes(config, tp, 1, max_num_batched_tokens, sim.precision("elementwise"),
-                           True)
+    act = profile_run_bytes(config, tp, max_num_batched_tokens, max_num_seqs,
+                            sim.precision("elementwise"), kv_profile)
     per_block = kv_cache_bytes(config, tp, 1, block_size, sim.precision("kv_cache"))
     capacity = int(device_memory_bytes(sim.system))
     reserve = RUNTIME_RESERVE_BYTES if PROFILE_CHARGES[profile_charges] else 0

@@ -7,11 +7,12 @@ block_size) together with the model, GPU, tensor parallelism, memory utilisation
 its share of the free memory), dtype, KV cache dtype (optional, "auto" when not given) and
 engine version. `predict` sizes each with the code `sim serve` runs
 (`replay.default_options` for the engine, then `kv_cache.size_kv_cache` with the logged knobs),
-so the comparison scores exactly what a replay would be given, except for one knob a replay
-does not take: `profile_charges` (optional, "total-used" when not given), what that engine
-version's memory profile charges besides weights and activations (`kv_cache.PROFILE_CHARGES`:
-vLLM up to v0.2.4 only torch's allocation peak, V1 since vllm-project/vllm#19312 only what
-grows after the worker's first snapshot).
+so the comparison scores exactly what a replay would be given. `profile_charges` (optional)
+names the accounting of the log's engine version where it differs from its software
+profile's `kv_profile.accounting` (`kv_cache.PROFILE_CHARGES`: vLLM up to v0.2.4 charged only
+torch's allocation peak, V0 from v0.2.5 and V1 before vllm-project/vllm#19312 the memory in
+use, V1 since #19312 only what grows after the worker's first snapshot; the `vllm` profile is
+V1 since #19312, `vllm-v0` V0 from v0.2.5).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from ..fileio import read_user_text
 from ..hardware import load_system
 from ..models import get_preset
 from ..simulator import Simulator
+from ..simulator.constants.software import SoftwareProfile, load_software
 from .kv_cache import (KV_CACHE_DTYPES, PROFILE_CHARGES, KVSizing, kv_cache_software,
-                       size_kv_cache)
+                       size_kv_cache, with_accounting)
 from .replay import default_options
 
 LOGS_FILE = Path(__file__).resolve().parent / "data" / "kv_cache_logs.json"
@@ -64,7 +66,7 @@ class KVLog:
     max_num_batched_tokens: int
     logged_blocks: int
     kv_cache_dtype: str = "auto"
-    profile_charges: str = "total-used"
+    profile_charges: str | None = None  # None: the software profile's accounting
 
 
 def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
@@ -93,8 +95,8 @@ def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
         if kv_dtype not in KV_CACHE_DTYPES:
             raise KVLogDataError(f"{path}: log {name}: kv_cache_dtype {kv_dtype!r} is not one "
                                  f"of {', '.join(KV_CACHE_DTYPES)}")
-        charges = entry.get("profile_charges", "total-used")
-        if charges not in PROFILE_CHARGES:
+        charges = entry.get("profile_charges")
+        if charges is not None and charges not in PROFILE_CHARGES:
             raise KVLogDataError(f"{path}: log {name}: profile_charges {charges!r} is not one "
                                  f"of {', '.join(PROFILE_CHARGES)}")
         logs.append(KVLog(**{f: entry[f] for f in FIELDS}, kv_cache_dtype=kv_dtype,
@@ -102,12 +104,26 @@ def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
     return tuple(logs)
 
 
+def log_software(log: KVLog):
+    """The software profile the log's engine version ran: its engine's profile, with the
+    logged KV cache dtype and the version's accounting where the log names one."""
+    software, _scheduler = ENGINES[log.engine]
+    return with_accounting(kv_cache_software(software, log.kv_cache_dtype), log.profile_charges)
+
+
+def accounting(log: KVLog) -> str:
+    """The profile accounting the log is sized with (`kv_cache.PROFILE_CHARGES`)."""
+    software = log_software(log)
+    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    return profile.kv_profile.accounting
+
+
 def predict(log: KVLog) -> KVSizing:
     """The KV sizing `sim serve` computes for the log's setup."""
-    software, scheduler = ENGINES[log.engine]
+    _software, scheduler = ENGINES[log.engine]
     system = load_system(log.system)
     config = get_preset(log.model)
-    sim = Simulator(system, kv_cache_software(software, log.kv_cache_dtype), dtype=log.dtype)
+    sim = Simulator(system, log_software(log), dtype=log.dtype)
     opt = replace(default_options(scheduler, system, config), block_size=log.block_size,
                   gpu_memory_utilization=log.gpu_memory_utilization,
                   max_num_batched_tokens=log.max_num_batched_tokens)
@@ -115,7 +131,7 @@ def predict(log: KVLog) -> KVSizing:
                          gpu_memory_utilization=opt.gpu_memory_utilization,
                          max_num_batched_tokens=opt.max_num_batched_tokens,
                          model_name=log.model, of_free_memory=scheduler == "trtllm",
-                         profile_charges=log.profile_charges)
+                         max_num_seqs=opt.max_num_seqs)
 
 
 def relative_error(predicted_blocks: int, log: KVLog) -> float:

@@ -194,7 +194,8 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
     sizing = size_kv_cache(sim, config, tp, block_size=opt.block_size,
                            gpu_memory_utilization=opt.gpu_memory_utilization,
                            max_num_batched_tokens=opt.max_num_batched_tokens,
-                           model_name=model_name, of_free_memory=kind == "trtllm")
+                           model_name=model_name, of_free_memory=kind == "trtllm",
+                           max_num_seqs=opt.max_num_seqs)
     opt = pool_sized_options(opt, kind, sizing, config)
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
     chunks = kind in ("vllm-v1", "sglang") or (kind == "trtllm" and opt.chunked_prefill)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import KrakenError
 from ..fileio import read_user_text
+from .kv_cache import PROFILE_CHARGES, with_accounting
 from .traces import Request, Trace
 from .vllm_v1 import V1Options
 
@@ -72,6 +73,9 @@ class ServingRun:
     engine_options: dict[str, Any] | None = None
     ttfts_s: tuple[float, ...] | None = None
     max_concurrency: int | None = None  # arrival "concurrency": requests in flight at most
+    # the KV sizing accounting of the run's engine version where it differs from its software
+    # profile's (`kv_cache.PROFILE_CHARGES`; vLLM 0.8.3's V1 predates vllm-project/vllm#19312)
+    profile_charges: str | None = None
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -100,9 +104,14 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 ttfts_s=None if r.get("ttfts_s") is None
                 else tuple(float(x) for x in r["ttfts_s"]),
                 max_concurrency=None if r.get("max_concurrency") is None
-                else int(r["max_concurrency"]))
+                else int(r["max_concurrency"]),
+                profile_charges=None if r.get("profile_charges") is None
+                else str(r["profile_charges"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
+        if run.profile_charges is not None and run.profile_charges not in PROFILE_CHARGES:
+            raise ValidationDataError(f"{where}: profile_charges {run.profile_charges!r} is "
+                                      f"not one of {', '.join(PROFILE_CHARGES)}")
         if run.source not in data.get("sources", {}):
             raise ValidationDataError(f"{where}: source {run.source!r} is not described")
         if run.arrival not in ARRIVALS:
@@ -187,7 +196,8 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
     client's times through the profile's front end (`client_side=False`: the engine's).
     A run's `engine_options` (the server's flags, e.g. the max_model_len that sets vLLM V0's
     batched-token budget) replace those of the engine's defaults on the run's system; a
-    concurrency run replays its client's closed loop (`serve`'s `max_concurrency`)."""
+    concurrency run replays its client's closed loop (`serve`'s `max_concurrency`). A run's
+    `profile_charges` sizes its KV cache with its engine version's accounting."""
     from ..hardware import load_system
     from ..models import get_preset
     from ..simulator import Simulator
@@ -201,7 +211,8 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
         system = load_system(run.system)
         kind = scheduler_for(Simulator(system, run.software).profile.name, None)
         options = replace(default_options(kind, system, config), **run.engine_options)
-    report = serve(trace, config, run.system, software=run.software, tp=run.tp,
+    report = serve(trace, config, run.system, tp=run.tp,
+                   software=with_accounting(run.software, run.profile_charges),
                    model_name=run.model, client_side=client_side, options=options,
                    max_concurrency=run.max_concurrency)
     rows = [r for r in report.rows if r["id"] >= first]

@@ -22,6 +22,9 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
   all-reduce (Megatron-style layers) rather than in the GEMM's epilogue;
 * `fp8`: with `--dtype fp8`, which operators actually run in FP8 (engines quantise the GEMMs
   and keep norms, the LM head and usually attention and the KV cache in 16-bit);
+* `kv_profile`: how the engine sizes its KV cache at startup (its memory profile's
+  accounting, and the tensors its profile run holds besides the forward pass's: serving's
+  `kv_cache.size_kv_cache`);
 * `frontend`: the API server in front of the engine (a fixed time per request, a time per
   output token of each running stream), which only a client-side replay
   (`sim serve --client-side`) adds; 0 by default.
@@ -155,6 +158,25 @@ class Fp8Policy:
     all_reduce: str = "bf16"
 
 
+# an engine version's KV sizing accounting (`KVProfile.accounting`; serving/kv_cache.py)
+KV_ACCOUNTINGS = ("total-used", "torch-peak", "since-init")
+
+
+@dataclass(frozen=True)
+class KVProfile:
+    """How the engine sizes its KV cache at startup: what its memory profile charges besides
+    the weights and the profile run's activations (`accounting`, one of `KV_ACCOUNTINGS`),
+    and which tensors its profile run holds beyond the forward pass's widest live set:
+    `gated_mlp_output`: a gated MLP's activation writes a new tensor beside its input (vLLM's
+    `SiluAndMul`); `sampler_bytes_per_logit`: the bytes alive per (dummy sequence, vocabulary
+    entry) at the peak of the dummy sampler run that follows the forward pass, 0 when the
+    profile run samples nothing the sizing charges. serving/kv_cache.py gives the formula;
+    the profiles' `sources` cite the code."""
+    accounting: str = "total-used"
+    gated_mlp_output: bool = False
+    sampler_bytes_per_logit: int = 0
+
+
 # Systems that share a host platform with a system the host constants were fitted on: the DGX
 # A100 40 GB and 80 GB both drive their GPUs from two AMD EPYC 7742 (NVIDIA DGX A100 datasheet).
 SAME_HOST = {"a100-40gb-x8": "a100-80gb-x8"}
@@ -176,6 +198,7 @@ class SoftwareProfile:
     fusions: Fusions = Fusions()
     fp8: Fp8Policy = Fp8Policy()
     frontend: Frontend = Frontend()
+    kv_profile: KVProfile = KVProfile()
     # the KV cache's storage dtype as a serving engine's --kv-cache-dtype sets it ("auto": the
     # profile's own, i.e. the model dtype or its FP8 policy); set per run, not in the YAML
     kv_cache_dtype: str = "auto"
@@ -208,7 +231,8 @@ class SoftwareProfile:
 
 
 _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": Collectives,
-             "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy, "frontend": Frontend}
+             "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy, "frontend": Frontend,
+             "kv_profile": KVProfile}
 
 
 # an engine version `measurements.harness.engine_era` can compare: "0.8", "1.0.0rc1", "0.5.6.post2"
@@ -249,6 +273,9 @@ def _section(cls: type, data: Any, where: str) -> Any:
                 raise SoftwareError(f"{where}.{name}: expected text, got {value!r}")
             if cls is Fp8Policy and value not in PRECISIONS:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of {PRECISIONS}")
+            if cls is KVProfile and name == "accounting" and value not in KV_ACCOUNTINGS:
+                raise SoftwareError(f"{where}.{name}: {value!r} is not one of "
+                                    f"{', '.join(KV_ACCOUNTINGS)}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
             if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since",
