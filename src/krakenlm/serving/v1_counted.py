@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 import numpy as np
 
-from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine
+from .step_time import LINE_OFFSETS, LINE_STEPS, StepTimer
+from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine, _first_start_at
 
 
 class CountedV1Engine(V1Engine):
@@ -199,59 +202,152 @@ class CountedV1Engine(V1Engine):
         (steps, times, blocks, finishes) without a pass over the requests. Runs windows
         while the clock is before `until` and requests run (and, with `stop_at_finish`,
         none finished: `advance` returns there); False when one could not run (the caller
-        then runs a step, as after a failed `_decode_window`), else True."""
+        then runs a step, as after a failed `_decode_window`), else True.
+
+        One loop, one pass of it per window, with what were its helpers written out (the
+        engine's hot path: about half the replay's events are windows). Per window, in order:
+
+        1. its length bound k: the steps until the first counted request finishes (at most
+           `WINDOW_MAX_STEPS`); fewer than two: no window;
+        2. its step times (`V1Engine._window_steps`: as many as a recent step length says
+           fit before `until`, from `StepTimer.decode_steps_list`, whose shortest path, a
+           `_DecodePlan.line` with every KV length inside one interval of its row, is written
+           out here by the same operations in the same order) and its end times
+           (`now + running sum`), cut at the first step starting at or after `until`;
+           `step_s`'s bound on the first step when it could bind (the same test and
+           fallback as `_window_steps`);
+        3. its new KV blocks (`_window_blocks`: the residues' counts over its steps); none
+           of it is written when they are not free (the window cannot run, nothing changed
+           but the step guess, as in `_window_steps`);
+        4. the counters: one gap run for the d requests, the tick, their KV tokens, the
+           finishes at the window's last step (`_finish`, written out of the running list);
+        5. its log (`_record_window` and `Timeline.window`): the in-window gaps, the clock,
+           the step count, the KV use after each step, the timeline record.
+
+        Invariants between passes: every running request is counted (`self._counted`), the
+        engine's fields (`now`, `_tick`, `_kv`, `_last_s`, `steps`) are written at the end of
+        each pass (`_finish` reads them), and `running` is the engine's list (finishes
+        remove from it in place), so `d` is re-read after a finish."""
         running = self.running
-        budget = self.opt.max_num_batched_tokens
+        d = len(running)
+        if d > self.opt.max_num_batched_tokens:  # d only falls from here on
+            return False
+        timer, pool, phases, finishes = self.timer, self.pool, self._phases, self._finishes
+        decode_steps_list = timer.decode_steps_list
+        plans = timer._decode_plans if type(timer) is StepTimer else None
+        bs, total = len(phases), pool.total
+        gap_values, gap_counts, itl_window = self._gap_values, self._gap_counts, self.itl_window_s
+        timeline = self.timeline
+        t_log, kv_log, log = timeline.t_s, timeline.kv_used, timeline._log
+        tick, now = self._tick, self.now
         while True:
-            d = len(running)
-            if d > budget or not self._one_window(until, d):
+            # 1. the bound
+            k = finishes[0][0] - tick
+            if k > WINDOW_MAX_STEPS:  # noqa: PLR1730 (min() without the call)
+                k = WINDOW_MAX_STEPS
+            if k < 2:
                 return False
-            if not (running and self.now < until) or (stop_at_finish and len(running) < d):
+            mean_kv = (self._kv + d) / d
+            # 2. the step times and end times (`_window_steps`)
+            if until == math.inf:
+                durations = decode_steps_list(d, mean_kv, k)
+                ends = [now + t for t in accumulate(durations)]
+            else:
+                span = until - now
+                guess = self._step_guess
+                n = int(span / guess * 1.25) + 2 if guess > 0 else k
+                if n > k:  # noqa: PLR1730
+                    n = k
+                durations = None
+                plan = plans.get(d) if plans is not None and n <= LINE_STEPS else None
+                line = plan.line if plan is not None else None
+                if line is not None:  # `decode_steps_list`'s line path
+                    xs, ys, c, r, count, head, overhead = line
+                    j = bisect_right(xs, mean_kv) - 1
+                    if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and \
+                            mean_kv + (n - 1) < xs[j + 1]:
+                        lo, y0 = xs[j], ys[j]
+                        slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                        if plan.overlaps:
+                            durations = [
+                                g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                      + head) > overhead else overhead
+                                for i in LINE_OFFSETS[:n]]
+                        else:
+                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                         + head + overhead for i in LINE_OFFSETS[:n]]
+                if durations is None:
+                    durations = decode_steps_list(d, mean_kv, n)
+                first = durations[0]
+                self._step_guess = first
+                if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there too
+                    return False
+                ends = [now + t for t in accumulate(durations)]
+                starting = bisect_left(ends, until)  # `_first_start_at`, written out
+                while starting < n and ends[starting] - durations[starting] < until:
+                    starting += 1
+                limit = starting if starting < k else k  # min(k, starting)
+                margin = first * (1 + 1e-9)
+                if (starting < n or n == k) and now + margin < until and \
+                        span >= (limit - 1) * margin:
+                    bounded = limit  # the first step's bound is not the one that binds
+                else:  # the bound as `step_s` times it
+                    first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
+                    if now + first >= until:
+                        return False
+                    k = min(k, int(span / first) + 1)
+                    if k > n:
+                        durations = decode_steps_list(d, mean_kv, k)
+                        ends = [now + t for t in accumulate(durations)]
+                    else:
+                        del durations[k:], ends[k:]
+                    bounded = min(k, _first_start_at(ends, durations, until))
+                if bounded < 2:
+                    return False
+                del ends[bounded:]
+            k = len(ends)
+            # 3. the new blocks (`_window_blocks`)
+            start = tick % bs
+            if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
+                delta = phases[start:start + k]  # new blocks at window step i
+                total_need = sum(delta)
+            else:
+                cycle = phases[start:] + phases[:start]  # new blocks at step i % bs
+                full, part = divmod(k, bs)
+                delta = (cycle * (full + 1))[:k]
+                total_need = full * d + sum(cycle[:part])
+            available = pool.free + pool.per_id * len(pool.lru)  # `pool.available`
+            if total_need > available:
+                return False
+            if total_need:
+                pool.take(total_need)
+            # 4. the counters
+            end = ends[-1]
+            gap_values.append(ends[0] - self._last_s)  # d equal gaps: one run
+            gap_counts.append(d)
+            tick = self._tick = tick + k
+            self._kv += k * d
+            self._last_s = end
+            if finishes[0][0] == tick:  # the finished ones leave the running list (in C)
+                for s in self._finish(end):
+                    running.remove(s)
+            # 5. the log (`_record_window`): KV use after each of the first k - 1 steps, then
+            # after the last (its finishes freed)
+            used = total - available
+            if total_need:
+                del delta[-1]
+                delta[0] += used
+                levels = [u / total for u in accumulate(delta)]
+            else:
+                levels = [used / total] * (k - 1)
+            itl_window.fromlist(durations[1:k])  # their weights: d, from the timeline
+            self.now = now = end
+            self.steps += k
+            levels.append((total - pool.free - pool.per_id * len(pool.lru)) / total)
+            t_log.fromlist(ends)
+            kv_log.fromlist(levels)
+            after = len(running)
+            log += (k, d, after, 0, self.preemptions, d)  # `Timeline.window`'s record
+            if not (after and now < until) or (stop_at_finish and after < d):
                 return True
-
-    def _one_window(self, until: float, d: int) -> bool:
-        """One counted decode window of the `d` running requests; False (and nothing
-        changed) when it cannot run."""
-        tick = self._tick
-        finishes = self._finishes
-        k = finishes[0][0] - tick
-        if k > WINDOW_MAX_STEPS:  # noqa: PLR1730 (min() without the call)
-            k = WINDOW_MAX_STEPS
-        window = self._window_steps(d, (self._kv + d) / d, k, until)
-        if window is None:
-            return False
-        durations, ends = window
-        k = len(ends)
-        delta, total_need = self._window_blocks(tick, k, d)
-        pool = self.pool
-        available = pool.free + pool.per_id * len(pool.lru)  # `pool.available`
-        if total_need > available:
-            return False
-        if total_need:
-            pool.take(total_need)
-        end = ends[-1]
-        self._gap_values.append(ends[0] - self._last_s)  # d equal gaps: one run
-        self._gap_counts.append(d)
-        tick = self._tick = tick + k
-        self._kv += k * d
-        self._last_s = end
-        if finishes[0][0] == tick:  # the finished ones leave the running list (in C)
-            running = self.running
-            for s in self._finish(end):
-                running.remove(s)
-        self._record_window(durations, ends, d, pool.total - available,
-                            delta if total_need else None)
-        return True
-
-    def _window_blocks(self, tick: int, k: int, d: int) -> tuple[list[int], int]:
-        """The new KV blocks the counted requests take at each of the k steps of a window
-        starting at `tick`, and their sum."""
-        phases = self._phases
-        bs = len(phases)
-        start = tick % bs
-        if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
-            delta = phases[start:start + k]  # new blocks at window step i
-            return delta, sum(delta)
-        cycle = phases[start:] + phases[:start]  # new blocks at step i % bs
-        full, part = divmod(k, bs)
-        return (cycle * (full + 1))[:k], full * d + sum(cycle[:part])
+            d = after
