@@ -28,7 +28,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from .step_time import LINE_OFFSETS, LINE_STEPS, StepTimer
+from .step_time import LINE_OFFSETS, LINE_STEPS, StepTimer, _at
 from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine, _first_start_at
 
 
@@ -165,37 +165,173 @@ class CountedV1Engine(V1Engine):
     def _counted_step(self) -> bool | None:
         """`V1Engine.step` when every running request is counted: each decodes (the budget
         covers them and their new blocks are free), then waiting requests start. None (and
-        nothing changed) when the step needs the per-request scheduler."""
+        nothing changed) when the step needs the per-request scheduler.
+
+        One method, with what were its helpers written out (the engine's other hot path: a
+        step per arrival). In order, as `V1Engine.step` does them:
+
+        1. the d counted decoders' new blocks (the requests at this tick's residue);
+        2. admission (`_admit` and `_start`): waiting requests in arrival order while the
+           budget lasts and fewer than `max_num_seqs` run, each with its prefix-cache hit;
+           each admitted one is classified as `_execute` does (a decode, or a chunk with its
+           prefill attention, summed in admission order);
+        3. the step's time (`_execute`: `decode_attention_s`'s row interpolation written
+           out for a batch size it has seen, then `step_s`);
+        4. the decoders' token (`_decoders_sampled`: one gap run, the tick, their finishes),
+           then the admitted ones' (`_execute`'s write pass), the running list without the
+           finished, the step count and the timeline record (`Timeline.step`);
+        5. the admitted ones that still run join the counters (`_join`); the first that
+           does not fit their pattern stops them (`_uncount`).
+
+        The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
+        wrote them (`_finish`, `_join` and `_uncount` read them)."""
         opt, pool = self.opt, self.pool
-        d = len(self.running)
+        running, waiting = self.running, self.waiting
+        d = len(running)
         budget = opt.max_num_batched_tokens
         if d > budget:
             return None
-        need = self._phases[self._tick % opt.block_size] if d else 0
-        if need and not pool.take(need):  # takes nothing when they are not free
-            return None
+        bs = opt.block_size
+        phases = self._phases
+        need = phases[self._tick % bs] if d else 0
+        if need:  # `pool.take(need)`; it takes nothing when they are not free
+            if need <= pool.free:
+                pool.free -= need
+            elif not pool.take(need):
+                return None
+        # 2. admission, and `_execute`'s first pass over the admitted
+        timer = self.timer
+        budget -= d
+        per, hash_tokens = pool.per_id, pool.hash_tokens
+        max_seqs = opt.max_num_seqs
         sched: list[tuple[Seq, int]] = []
-        self._admit(sched, budget - d)
+        chunk_tokens = chunk_logits = 0
+        decodes, kv_sum = d, self._kv + d
+        attention_p = 0.0
+        memo = timer._prefill_memo if type(timer) is StepTimer else None
+        now = self.now
+        while waiting and budget > 0 and len(running) < max_seqs:
+            s = waiting[0]
+            g = s.generated
+            tokens = s.prompt + g
+            hits = pool.hit_ids(s.ids, tokens) if per else 0
+            hit_ids = list(s.ids[:hits]) if hits else []
+            c = hits * hash_tokens
+            new = tokens - c
+            if new > budget:  # noqa: PLR1730
+                new = budget
+            blocks = -(-(c + new) // bs) - per * hits
+            if blocks < 0:  # noqa: PLR1730
+                blocks = 0
+            if hit_ids:  # `pool.admit`
+                pool.share(hit_ids)
+            if blocks <= pool.free:
+                pool.free -= blocks
+            elif not pool.take(blocks):
+                if hit_ids:
+                    pool.release(0, hit_ids)
+                break
+            waiting.popleft()  # `_start`
+            running.append(s)
+            s.private = blocks
+            s.computed, s.shared, s.next_id = c, hit_ids, hits
+            s.cached_tokens += c
+            if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
+                s.first_scheduled_s = now
+            sched.append((s, new))
+            budget -= new
+            if new == 1 and g and c == tokens - 1:  # a decode: its KV holds c + 1 tokens
+                decodes += 1
+                kv_sum += c + 1
+                continue
+            chunk_tokens += new
+            t = memo.get((new, c)) if memo is not None else None
+            attention_p += t if t is not None else timer.prefill_attention_s(new, c)
+            if c + new == tokens:
+                chunk_logits += 1
         if not (sched or d):
             return False
-        self._execute(sched, d, self._kv + d)
+        # 3. the step's time
+        sequences = len(sched) + d
+        prefill = decodes < sequences
+        tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
+        if decodes:
+            mean_kv = kv_sum / decodes
+            rows = timer._attention_rows.get(decodes) if memo is not None else None
+            if rows is None:
+                attention_d = timer.decode_attention_s(decodes, mean_kv)
+            else:  # `decode_attention_s`, written out
+                (xs, ys), upper, w, beyond = rows
+                if mean_kv <= xs[0]:
+                    a = ys[0]
+                elif mean_kv >= xs[-1]:
+                    a = ys[-1]
+                else:
+                    i = bisect_right(xs, mean_kv)
+                    x0 = xs[i - 1]
+                    u = (mean_kv - x0) / (xs[i] - x0)
+                    a = ys[i - 1] * (1 - u) + ys[i] * u
+                if beyond:
+                    attention_d = a * decodes / beyond
+                else:
+                    attention_d = a if w == 0.0 else a * (1 - w) + _at(upper, mean_kv) * w
+        else:
+            attention_d = 0.0
+        bound = "compute" if attention_p >= attention_d else "memory"
+        now = self.now = now + timer.step_s(tokens, sequences, logits,
+                                            attention_p + attention_d, prefill, bound)
+        # 4. the decoders' token (their gaps first, in running order, as `V1Engine` writes
+        # them), then the admitted ones'
+        finishes = self._finishes
+        finished = False
+        if d:
+            n = len(finishes)
+            self._gap_values.append(now - self._last_s)  # n equal gaps: one run
+            self._gap_counts.append(n)
+            tick = self._tick = self._tick + 1
+            self._kv += n
+            self._last_s = now
+            if finishes and finishes[0][0] == tick and self._finish(now):
+                finished = True
+        itl = self.itl_s
+        for s, new in sched:
+            c = s.computed = s.computed + new
+            if hash_tokens and s.next_id < len(s.ids):
+                full = min(c, s.prompt)  # a block of prompt tokens only
+                while s.next_id < len(s.ids) and (s.next_id + 1) * hash_tokens <= full:
+                    if pool.publish(s.ids[s.next_id]):
+                        s.private -= pool.per_id
+                        s.shared.append(s.ids[s.next_id])
+                    s.next_id += 1
+            g = s.generated
+            if c == s.prompt + g:
+                g = s.generated = g + 1
+                if g == 1:
+                    s.first_token_s = now
+                else:
+                    itl.append(now - s.last_token_s)
+                s.last_token_s = now
+                if g >= s.output:
+                    s.finish_s = now
+                    pool.release(s.private, s.shared)
+                    s.private, s.shared = 0, []
+                    finished = True
+        if finished:
+            running = self.running = [s for s in running if s.finish_s != s.finish_s]
+        self.steps += 1
+        total = pool.total
+        used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
+        timeline = self.timeline  # `Timeline.step`
+        timeline.t_s.append(now)
+        timeline.kv_used.append(used / total)
+        after = len(running)
+        timeline._log += (1, after, after, len(waiting), self.preemptions, tokens)
+        # 5. the admitted ones join the counters
         for s, _ in sched:
             if s.finish_s != s.finish_s and not self._join(s):  # running, not counted
                 self._uncount()
                 break
         return True
-
-    def _decoders_sampled(self) -> bool:
-        """The counted requests' token of a step `_execute` ran (their gaps first, in running
-        order, as `V1Engine` writes them)."""
-        now, d = self.now, len(self._finishes)
-        self._gap_values.append(now - self._last_s)  # d equal gaps: one run
-        self._gap_counts.append(d)
-        tick = self._tick = self._tick + 1
-        self._kv += d
-        self._last_s = now
-        finishes = self._finishes
-        return bool(finishes) and finishes[0][0] == tick and bool(self._finish(now))
 
     def _counted_window(self, until: float, stop_at_finish: bool = False) -> bool:
         """`V1Engine._decode_window` on the counters, window after window: the same windows
