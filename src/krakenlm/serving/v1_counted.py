@@ -116,14 +116,17 @@ class CountedV1Engine(V1Engine):
 
     def itl_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`V1Engine.itl_runs` with the counted requests' runs (one token each) after the
-        gaps logged one by one. The gaps are `V1Engine`'s in another order: the report sorts
-        them stably, and equal gaps of one token each are interchangeable."""
-        values, weights, counts = super().itl_runs()
-        singles = len(self.itl_s)
-        runs = len(self._gap_values)
-        return (np.insert(values, singles, np.fromiter(self._gap_values, float, runs)),
-                np.insert(weights, singles, np.ones(runs)),
-                np.insert(counts, singles, np.fromiter(self._gap_counts, np.intp, runs)))
+        gaps logged one by one (one concatenation per array). The gaps are `V1Engine`'s in
+        another order: the report sorts them stably, and equal gaps of one token each are
+        interchangeable."""
+        singles, windows = np.array(self.itl_s), np.array(self.itl_window_s)
+        n, runs = len(singles), len(self._gap_values)
+        ones = np.ones(n + runs)  # singles and runs stand for one token each (floats)
+        return (np.concatenate([singles, np.fromiter(self._gap_values, float, runs), windows]),
+                np.concatenate([ones, self.itl_weight]),
+                np.concatenate([np.ones(n, dtype=np.intp),
+                                np.fromiter(self._gap_counts, np.intp, runs),
+                                np.ones(len(windows), dtype=np.intp)]))
 
     def _uncount(self) -> None:
         """Write every counted request and stop the counters."""
