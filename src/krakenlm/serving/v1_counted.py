@@ -141,17 +141,30 @@ class CountedV1Engine(V1Engine):
         finishes, tick = self._finishes, self._tick
         if not finishes or finishes[0][0] != tick:
             return []
-        pool = self.pool
+        pool, phases, last_s = self.pool, self._phases, self._last_s
+        bs, per = self.opt.block_size, pool.per_id
+        kv = self._kv
         done = []
         while finishes and finishes[0][0] == tick:
             s = heapq.heappop(finishes)[2]
             done.append(s)
-            self._write(s)
+            m = tick - s.since_tick  # `_write` and `_slack`, written out
+            if m:
+                slack = (s.private + per * len(s.shared) if per else s.private) * bs - s.computed
+                if m > slack:
+                    s.private += (m - slack - 1) // bs + 1
+                s.computed += m
+                s.generated += m
+                s.since_tick = tick
+            s.last_token_s = last_s
             s.finish_s = end
-            pool.release(s.private, s.shared)
+            pool.free += s.private  # `pool.release`: its cached ids only when it has any
+            if s.shared:
+                pool.release(0, s.shared)
             s.private, s.shared = 0, []
-            self._phases[s.phase] -= 1
-            self._kv -= s.computed
+            phases[s.phase] -= 1
+            kv -= s.computed
+        self._kv = kv
         return done
 
     # ------------------------------------------------------------------ steps and windows
@@ -329,11 +342,25 @@ class CountedV1Engine(V1Engine):
         timeline.kv_used.append(used / total)
         after = len(running)
         timeline._log += (1, after, after, len(waiting), self.preemptions, tokens)
-        # 5. the admitted ones join the counters
+        # 5. the admitted ones that still run join the counters (`_join` and `_slack`,
+        # written out)
         for s, _ in sched:
-            if s.finish_s != s.finish_s and not self._join(s):  # running, not counted
-                self._uncount()
-                break
+            if s.finish_s == s.finish_s:  # finished
+                continue
+            g, c = s.generated, s.computed
+            if s.last_token_s == now and g and c == s.prompt + g - 1:
+                slack = (s.private + per * len(s.shared) if per else s.private) * bs - c
+                if 0 <= slack < bs:
+                    tick = self._tick
+                    s.since_tick, s.phase = tick, (tick + slack) % bs
+                    phases[s.phase] += 1
+                    heapq.heappush(finishes, (tick + s.output - g, self._order, s))
+                    self._order += 1
+                    self._kv += c
+                    self._last_s = now
+                    continue
+            self._uncount()  # running, not counted
+            break
         return True
 
     def _counted_window(self, until: float, stop_at_finish: bool = False) -> bool:
