@@ -485,8 +485,11 @@ class CountedV1Engine(V1Engine):
             available = pool.free + pool.per_id * len(pool.lru)  # `pool.available`
             if total_need > available:
                 return False
-            if total_need:
-                pool.take(total_need)
+            if total_need:  # `pool.take`: from the free blocks when they cover it
+                if total_need <= pool.free:
+                    pool.free -= total_need
+                else:
+                    pool.take(total_need)
             # 4. the counters
             end = ends[-1]
             gap_values.append(ends[0] - self._last_s)  # d equal gaps: one run
