@@ -60,7 +60,16 @@ class CountedV1Engine(V1Engine):
                 if stop_at_finish and self.outstanding < left:
                     return
                 continue
-            if not (self.running or self.waiting or self.swapped) or not self._step():
+            if not (self.running or self.waiting or self.swapped):
+                ran = False
+            else:  # a step: on the counters when it can, else the per-request scheduler's
+                ran = self._counted_step() if self._counted else None
+                if ran is None:
+                    if self._counted:
+                        self._uncount()
+                    ran = self.step()
+                    self._count()
+            if not ran:
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
                 return
             if stop_at_finish and self.outstanding < left:
@@ -168,16 +177,6 @@ class CountedV1Engine(V1Engine):
         return done
 
     # ------------------------------------------------------------------ steps and windows
-    def _step(self) -> bool:
-        if self._counted:
-            ran = self._counted_step()
-            if ran is not None:
-                return ran
-            self._uncount()
-        ran = self.step()
-        self._count()
-        return ran
-
     def _counted_step(self) -> bool | None:
         """`V1Engine.step` when every running request is counted: each decodes (the budget
         covers them and their new blocks are free), then waiting requests start. None (and
@@ -406,16 +405,19 @@ class CountedV1Engine(V1Engine):
         timeline = self.timeline
         t_log, kv_log, log = timeline.t_s, timeline.kv_used, timeline._log
         tick, now = self._tick, self.now
+        finite = until != math.inf
+        max_steps, line_steps, offsets = WINDOW_MAX_STEPS, LINE_STEPS, LINE_OFFSETS
+        preemptions = self.preemptions  # a window preempts nothing
         while True:
             # 1. the bound
             k = finishes[0][0] - tick
-            if k > WINDOW_MAX_STEPS:  # noqa: PLR1730 (min() without the call)
-                k = WINDOW_MAX_STEPS
+            if k > max_steps:  # noqa: PLR1730 (min() without the call)
+                k = max_steps
             if k < 2:
                 return False
             mean_kv = (self._kv + d) / d
             # 2. the step times and end times (`_window_steps`)
-            if until == math.inf:
+            if not finite:
                 durations = decode_steps_list(d, mean_kv, k)
                 ends = [now + t for t in accumulate(durations)]
             else:
@@ -425,7 +427,7 @@ class CountedV1Engine(V1Engine):
                 if n > k:  # noqa: PLR1730
                     n = k
                 durations = None
-                plan = plans.get(d) if plans is not None and n <= LINE_STEPS else None
+                plan = plans.get(d) if plans is not None and n <= line_steps else None
                 line = plan.line if plan is not None else None
                 if line is not None:  # `decode_steps_list`'s line path
                     xs, ys, c, r, count, head, overhead = line
@@ -438,10 +440,10 @@ class CountedV1Engine(V1Engine):
                             durations = [
                                 g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count
                                       + head) > overhead else overhead
-                                for i in LINE_OFFSETS[:n]]
+                                for i in offsets[:n]]
                         else:
                             durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
-                                         + head + overhead for i in LINE_OFFSETS[:n]]
+                                         + head + overhead for i in offsets[:n]]
                 if durations is None:
                     durations = decode_steps_list(d, mean_kv, n)
                 first = durations[0]
@@ -516,7 +518,7 @@ class CountedV1Engine(V1Engine):
             t_log.fromlist(ends)
             kv_log.fromlist(levels)
             after = len(running)
-            log += (k, d, after, 0, self.preemptions, d)  # `Timeline.window`'s record
+            log += (k, d, after, 0, preemptions, d)  # `Timeline.window`'s record
             if not (after and now < until) or (stop_at_finish and after < d):
                 return True
             d = after
