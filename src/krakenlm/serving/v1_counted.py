@@ -192,14 +192,14 @@ class CountedV1Engine(V1Engine):
            prefill attention, summed in admission order);
         3. the step's time (`_execute`: `decode_attention_s`'s row interpolation written
            out for a batch size it has seen, then `step_s`);
-        4. the decoders' token (`_decoders_sampled`: one gap run, the tick, their finishes),
+        4. the decoders' token (one gap run for all of them, the tick, their finishes),
            then the admitted ones' (`_execute`'s write pass), the running list without the
            finished, the step count and the timeline record (`Timeline.step`);
-        5. the admitted ones that still run join the counters (`_join`); the first that
-           does not fit their pattern stops them (`_uncount`).
+        5. the admitted ones that still run join the counters (`_join`, written out); the
+           first that does not fit their pattern stops them (`_uncount`).
 
         The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
-        wrote them (`_finish`, `_join` and `_uncount` read them)."""
+        wrote them (`_finish` and `_uncount` read them)."""
         opt, pool = self.opt, self.pool
         running, waiting = self.running, self.waiting
         d = len(running)
@@ -381,7 +381,7 @@ class CountedV1Engine(V1Engine):
            (`now + running sum`), cut at the first step starting at or after `until`;
            `step_s`'s bound on the first step when it could bind (the same test and
            fallback as `_window_steps`);
-        3. its new KV blocks (`_window_blocks`: the residues' counts over its steps); none
+        3. its new KV blocks (the residues' request counts over its steps); none
            of it is written when they are not free (the window cannot run, nothing changed
            but the step guess, as in `_window_steps`);
         4. the counters: one gap run for the d requests, the tick, their KV tokens, the
@@ -474,7 +474,7 @@ class CountedV1Engine(V1Engine):
                     return False
                 del ends[bounded:]
             k = len(ends)
-            # 3. the new blocks (`_window_blocks`)
+            # 3. the new blocks
             start = tick % bs
             if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
                 delta = phases[start:start + k]  # new blocks at window step i
