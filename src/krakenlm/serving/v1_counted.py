@@ -436,7 +436,15 @@ class CountedV1Engine(V1Engine):
                             mean_kv + (n - 1) < xs[j + 1]:
                         lo, y0 = xs[j], ys[j]
                         slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
-                        if plan.overlaps:
+                        if plan.overlaps and c + r * count + head > overhead:
+                            # max(gpu, overhead) is the GPU time at every step: each is
+                            # c + (r + a) * count + head with an attention time a >= 0 (an
+                            # interpolation inside one interval of positive table values) and a
+                            # count >= 1, and rounding is monotone, so none is below
+                            # c + r * count + head, evaluated in the same order
+                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                         + head for i in offsets[:n]]
+                        elif plan.overlaps:
                             durations = [
                                 g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count
                                       + head) > overhead else overhead
