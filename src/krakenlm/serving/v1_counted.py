@@ -49,6 +49,17 @@ class CountedV1Engine(V1Engine):
         # read once by `itl_runs`)
         self._gap_values: list[float] = []
         self._gap_counts: list[int] = []
+        # what the step and the window read on every call and that never changes (the same
+        # objects for the engine's life: one attribute read instead of a dozen); the oracle's
+        # memos only for a `StepTimer` (a pipeline's timer is called through its methods)
+        timer, pool, timeline = self.timer, self.pool, self.timeline
+        fast = type(timer) is StepTimer
+        self._consts = (
+            timer, pool, self.opt.block_size, self.opt.max_num_batched_tokens,
+            self.opt.max_num_seqs, timer._prefill_memo if fast else None,
+            timer._attention_rows if fast else None, timer._decode_plans if fast else None,
+            timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
+            self.itl_window_s, timeline.t_s, timeline.kv_used, timeline._log)
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold."""
@@ -200,13 +211,12 @@ class CountedV1Engine(V1Engine):
 
         The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
         wrote them (`_finish` and `_uncount` read them)."""
-        opt, pool = self.opt, self.pool
+        (timer, pool, bs, budget, max_seqs, memo, attention_rows, _, _, gap_values, gap_counts,
+         itl, _, t_log, kv_log, log) = self._consts
         running, waiting = self.running, self.waiting
         d = len(running)
-        budget = opt.max_num_batched_tokens
         if d > budget:
             return None
-        bs = opt.block_size
         phases = self._phases
         need = phases[self._tick % bs] if d else 0
         if need:  # `pool.take(need)`; it takes nothing when they are not free
@@ -215,15 +225,12 @@ class CountedV1Engine(V1Engine):
             elif not pool.take(need):
                 return None
         # 2. admission, and `_execute`'s first pass over the admitted
-        timer = self.timer
         budget -= d
         per, hash_tokens = pool.per_id, pool.hash_tokens
-        max_seqs = opt.max_num_seqs
         sched: list[tuple[Seq, int]] = []
         chunk_tokens = chunk_logits = 0
         decodes, kv_sum = d, self._kv + d
         attention_p = 0.0
-        memo = timer._prefill_memo if type(timer) is StepTimer else None
         now = self.now
         while waiting and budget > 0 and len(running) < max_seqs:
             s = waiting[0]
@@ -272,7 +279,7 @@ class CountedV1Engine(V1Engine):
         tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
         if decodes:
             mean_kv = kv_sum / decodes
-            rows = timer._attention_rows.get(decodes) if memo is not None else None
+            rows = attention_rows.get(decodes) if attention_rows is not None else None
             if rows is None:
                 attention_d = timer.decode_attention_s(decodes, mean_kv)
             else:  # `decode_attention_s`, written out
@@ -298,17 +305,16 @@ class CountedV1Engine(V1Engine):
         # 4. the decoders' token (their gaps first, in running order, as `V1Engine` writes
         # them), then the admitted ones'
         finishes = self._finishes
-        finished = False
         if d:
             n = len(finishes)
-            self._gap_values.append(now - self._last_s)  # n equal gaps: one run
-            self._gap_counts.append(n)
+            gap_values.append(now - self._last_s)  # n equal gaps: one run
+            gap_counts.append(n)
             tick = self._tick = self._tick + 1
             self._kv += n
             self._last_s = now
-            if finishes and finishes[0][0] == tick and self._finish(now):
-                finished = True
-        itl = self.itl_s
+            if finishes and finishes[0][0] == tick:  # they leave the running list (in C)
+                for s in self._finish(now):
+                    running.remove(s)
         for s, new in sched:
             c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
@@ -330,17 +336,14 @@ class CountedV1Engine(V1Engine):
                     s.finish_s = now
                     pool.release(s.private, s.shared)
                     s.private, s.shared = 0, []
-                    finished = True
-        if finished:
-            running = self.running = [s for s in running if s.finish_s != s.finish_s]
+                    running.remove(s)
         self.steps += 1
         total = pool.total
-        used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
-        timeline = self.timeline  # `Timeline.step`
-        timeline.t_s.append(now)
-        timeline.kv_used.append(used / total)
+        used = total - pool.free - per * len(pool.lru)  # `pool.used`, written out
+        t_log.append(now)  # `Timeline.step`
+        kv_log.append(used / total)
         after = len(running)
-        timeline._log += (1, after, after, len(waiting), self.preemptions, tokens)
+        log += (1, after, after, len(waiting), self.preemptions, tokens)
         # 5. the admitted ones that still run join the counters (`_join` and `_slack`,
         # written out)
         for s, _ in sched:
@@ -393,17 +396,13 @@ class CountedV1Engine(V1Engine):
         engine's fields (`now`, `_tick`, `_kv`, `_last_s`, `steps`) are written at the end of
         each pass (`_finish` reads them), and `running` is the engine's list (finishes
         remove from it in place), so `d` is re-read after a finish."""
+        (timer, pool, bs, budget, _, _, _, plans, decode_steps_list, gap_values, gap_counts, _,
+         itl_window, t_log, kv_log, log) = self._consts
         running = self.running
         d = len(running)
-        if d > self.opt.max_num_batched_tokens:  # d only falls from here on
+        if d > budget:  # d only falls from here on
             return False
-        timer, pool, phases, finishes = self.timer, self.pool, self._phases, self._finishes
-        decode_steps_list = timer.decode_steps_list
-        plans = timer._decode_plans if type(timer) is StepTimer else None
-        bs, total = len(phases), pool.total
-        gap_values, gap_counts, itl_window = self._gap_values, self._gap_counts, self.itl_window_s
-        timeline = self.timeline
-        t_log, kv_log, log = timeline.t_s, timeline.kv_used, timeline._log
+        phases, finishes, total = self._phases, self._finishes, pool.total
         tick, now = self._tick, self.now
         finite = until != math.inf
         max_steps, line_steps, offsets = WINDOW_MAX_STEPS, LINE_STEPS, LINE_OFFSETS
@@ -507,22 +506,24 @@ class CountedV1Engine(V1Engine):
             tick = self._tick = tick + k
             self._kv += k * d
             self._last_s = end
-            if finishes[0][0] == tick:  # the finished ones leave the running list (in C)
+            finished = finishes[0][0] == tick
+            if finished:  # the finished ones leave the running list (in C)
                 for s in self._finish(end):
                     running.remove(s)
-            # 5. the log (`_record_window`): KV use after each of the first k - 1 steps, then
-            # after the last (its finishes freed)
+            # 5. the log (`_record_window`): KV use after each step; after the last, the
+            # blocks in use are used + total_need (the pool's available blocks fell by what it
+            # took: evictions keep them) unless requests finished there and freed theirs
             used = total - available
             if total_need:
-                del delta[-1]
                 delta[0] += used
                 levels = [u / total for u in accumulate(delta)]
             else:
-                levels = [used / total] * (k - 1)
+                levels = [used / total] * k
+            if finished:
+                levels[-1] = (total - pool.free - pool.per_id * len(pool.lru)) / total
             itl_window.fromlist(durations[1:k])  # their weights: d, from the timeline
             self.now = now = end
             self.steps += k
-            levels.append((total - pool.free - pool.per_id * len(pool.lru)) / total)
             t_log.fromlist(ends)
             kv_log.fromlist(levels)
             after = len(running)
