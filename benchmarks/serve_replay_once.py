@@ -6,12 +6,22 @@ instruction count compares (CPU seconds on a loaded machine vary more than a sma
     grep ^summary: OUT     # instructions of the whole process
 
 The replay's own count is N's less a small N's (the imports and the step-time oracle's build
-are the same in both). Prints the engine steps.
+are the same in both). Or count the replay alone: `--warm 200` replays 200 requests first
+(the oracle's build) and `--callgrind` switches callgrind's counting on around the N-request
+replay only (`callgrind_control -i on/off`; start valgrind with `--instr-atstart=no`):
+
+    valgrind --tool=callgrind --instr-atstart=no --dump-instr=no --callgrind-out-file=OUT \\
+        python benchmarks/serve_replay_once.py N --warm 200 --callgrind
+    grep ^totals: OUT     # instructions of the N-request replay
+
+Prints the engine steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,19 +34,39 @@ from krakenlm.serving.traces import synthetic_trace
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def trace_of(requests: int, conv: Path):
+    return synthetic_trace(np.random.default_rng(0), requests, 4.0, f"trace:{conv}")
+
+
+def replay(trace):
+    return serve(trace, get_preset("llama2-70b"), "h100-80gb-x8", software="vllm", tp=4,
+                 replicas=1, model_name="llama2-70b", skip_long=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("requests", type=int)
     parser.add_argument("--traces", default=str(ROOT.parent / "shared" / "data" / "traces"))
+    parser.add_argument("--warm", type=int, default=0,
+                        help="replay this many requests first (builds the step-time oracle)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count instructions (callgrind_control -i) around the replay only")
     args = parser.parse_args()
     conv = Path(args.traces) / "azure2023_conv.csv"
     if not conv.exists():
         print(f"error: {conv} not found; pass --traces DIR (the shared request traces)",
               file=sys.stderr)
         sys.exit(2)
-    trace = synthetic_trace(np.random.default_rng(0), args.requests, 4.0, f"trace:{conv}")
-    report = serve(trace, get_preset("llama2-70b"), "h100-80gb-x8", software="vllm", tp=4,
-                   replicas=1, model_name="llama2-70b", skip_long=True)
+    if args.warm:
+        replay(trace_of(args.warm, conv))
+    trace = trace_of(args.requests, conv)
+    if args.callgrind:
+        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
+                       capture_output=True)
+    report = replay(trace)
+    if args.callgrind:
+        subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], check=True,
+                       capture_output=True)
     print(report.summary["steps"])
 
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 import numpy as np
 
-from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine
+from .step_time import LINE_OFFSETS, LINE_STEPS, StepTimer, _at
+from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine, _first_start_at
 
 
 class CountedV1Engine(V1Engine):
@@ -46,6 +49,17 @@ class CountedV1Engine(V1Engine):
         # read once by `itl_runs`)
         self._gap_values: list[float] = []
         self._gap_counts: list[int] = []
+        # what the step and the window read on every call and that never changes (the same
+        # objects for the engine's life: one attribute read instead of a dozen); the oracle's
+        # memos only for a `StepTimer` (a pipeline's timer is called through its methods)
+        timer, pool, timeline = self.timer, self.pool, self.timeline
+        fast = type(timer) is StepTimer
+        self._consts = (
+            timer, pool, self.opt.block_size, self.opt.max_num_batched_tokens,
+            self.opt.max_num_seqs, timer._prefill_memo if fast else None,
+            timer._attention_rows if fast else None, timer._decode_plans if fast else None,
+            timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
+            self.itl_window_s, timeline.t_s, timeline.kv_used, timeline._log)
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold."""
@@ -57,7 +71,16 @@ class CountedV1Engine(V1Engine):
                 if stop_at_finish and self.outstanding < left:
                     return
                 continue
-            if not (self.running or self.waiting or self.swapped) or not self._step():
+            if not (self.running or self.waiting or self.swapped):
+                ran = False
+            else:  # a step: on the counters when it can, else the per-request scheduler's
+                ran = self._counted_step() if self._counted else None
+                if ran is None:
+                    if self._counted:
+                        self._uncount()
+                    ran = self.step()
+                    self._count()
+            if not ran:
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
                 return
             if stop_at_finish and self.outstanding < left:
@@ -113,14 +136,17 @@ class CountedV1Engine(V1Engine):
 
     def itl_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`V1Engine.itl_runs` with the counted requests' runs (one token each) after the
-        gaps logged one by one. The gaps are `V1Engine`'s in another order: the report sorts
-        them stably, and equal gaps of one token each are interchangeable."""
-        values, weights, counts = super().itl_runs()
-        singles = len(self.itl_s)
-        runs = len(self._gap_values)
-        return (np.insert(values, singles, np.fromiter(self._gap_values, float, runs)),
-                np.insert(weights, singles, np.ones(runs)),
-                np.insert(counts, singles, np.fromiter(self._gap_counts, np.intp, runs)))
+        gaps logged one by one (one concatenation per array). The gaps are `V1Engine`'s in
+        another order: the report sorts them stably, and equal gaps of one token each are
+        interchangeable."""
+        singles, windows = np.array(self.itl_s), np.array(self.itl_window_s)
+        n, runs = len(singles), len(self._gap_values)
+        ones = np.ones(n + runs)  # singles and runs stand for one token each (floats)
+        return (np.concatenate([singles, np.fromiter(self._gap_values, float, runs), windows]),
+                np.concatenate([ones, self.itl_weight]),
+                np.concatenate([np.ones(n, dtype=np.intp),
+                                np.fromiter(self._gap_counts, np.intp, runs),
+                                np.ones(len(windows), dtype=np.intp)]))
 
     def _uncount(self) -> None:
         """Write every counted request and stop the counters."""
@@ -135,123 +161,373 @@ class CountedV1Engine(V1Engine):
         finishes, tick = self._finishes, self._tick
         if not finishes or finishes[0][0] != tick:
             return []
-        pool = self.pool
+        pool, phases, last_s = self.pool, self._phases, self._last_s
+        bs, per = self.opt.block_size, pool.per_id
+        kv = self._kv
         done = []
         while finishes and finishes[0][0] == tick:
             s = heapq.heappop(finishes)[2]
             done.append(s)
-            self._write(s)
+            m = tick - s.since_tick  # `_write` and `_slack`, written out
+            if m:
+                slack = (s.private + per * len(s.shared) if per else s.private) * bs - s.computed
+                if m > slack:
+                    s.private += (m - slack - 1) // bs + 1
+                s.computed += m
+                s.generated += m
+                s.since_tick = tick
+            s.last_token_s = last_s
             s.finish_s = end
-            pool.release(s.private, s.shared)
+            pool.free += s.private  # `pool.release`: its cached ids only when it has any
+            if s.shared:
+                pool.release(0, s.shared)
             s.private, s.shared = 0, []
-            self._phases[s.phase] -= 1
-            self._kv -= s.computed
+            phases[s.phase] -= 1
+            kv -= s.computed
+        self._kv = kv
         return done
 
     # ------------------------------------------------------------------ steps and windows
-    def _step(self) -> bool:
-        if self._counted:
-            ran = self._counted_step()
-            if ran is not None:
-                return ran
-            self._uncount()
-        ran = self.step()
-        self._count()
-        return ran
-
     def _counted_step(self) -> bool | None:
         """`V1Engine.step` when every running request is counted: each decodes (the budget
         covers them and their new blocks are free), then waiting requests start. None (and
-        nothing changed) when the step needs the per-request scheduler."""
-        opt, pool = self.opt, self.pool
-        d = len(self.running)
-        budget = opt.max_num_batched_tokens
+        nothing changed) when the step needs the per-request scheduler.
+
+        One method, with what were its helpers written out (the engine's other hot path: a
+        step per arrival). In order, as `V1Engine.step` does them:
+
+        1. the d counted decoders' new blocks (the requests at this tick's residue);
+        2. admission (`_admit` and `_start`): waiting requests in arrival order while the
+           budget lasts and fewer than `max_num_seqs` run, each with its prefix-cache hit;
+           each admitted one is classified as `_execute` does (a decode, or a chunk with its
+           prefill attention, summed in admission order);
+        3. the step's time (`_execute`: `decode_attention_s`'s row interpolation written
+           out for a batch size it has seen, then `step_s`);
+        4. the decoders' token (one gap run for all of them, the tick, their finishes),
+           then the admitted ones' (`_execute`'s write pass), the running list without the
+           finished, the step count and the timeline record (`Timeline.step`);
+        5. the admitted ones that still run join the counters (`_join`, written out); the
+           first that does not fit their pattern stops them (`_uncount`).
+
+        The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
+        wrote them (`_finish` and `_uncount` read them)."""
+        (timer, pool, bs, budget, max_seqs, memo, attention_rows, _, _, gap_values, gap_counts,
+         itl, _, t_log, kv_log, log) = self._consts
+        running, waiting = self.running, self.waiting
+        d = len(running)
         if d > budget:
             return None
-        need = self._phases[self._tick % opt.block_size] if d else 0
-        if need and not pool.take(need):  # takes nothing when they are not free
-            return None
+        phases = self._phases
+        need = phases[self._tick % bs] if d else 0
+        if need:  # `pool.take(need)`; it takes nothing when they are not free
+            if need <= pool.free:
+                pool.free -= need
+            elif not pool.take(need):
+                return None
+        # 2. admission, and `_execute`'s first pass over the admitted
+        budget -= d
+        per, hash_tokens = pool.per_id, pool.hash_tokens
         sched: list[tuple[Seq, int]] = []
-        self._admit(sched, budget - d)
+        chunk_tokens = chunk_logits = 0
+        decodes, kv_sum = d, self._kv + d
+        attention_p = 0.0
+        now = self.now
+        while waiting and budget > 0 and len(running) < max_seqs:
+            s = waiting[0]
+            g = s.generated
+            tokens = s.prompt + g
+            hits = pool.hit_ids(s.ids, tokens) if per else 0
+            hit_ids = list(s.ids[:hits]) if hits else []
+            c = hits * hash_tokens
+            new = tokens - c
+            if new > budget:  # noqa: PLR1730
+                new = budget
+            blocks = -(-(c + new) // bs) - per * hits
+            if blocks < 0:  # noqa: PLR1730
+                blocks = 0
+            if hit_ids:  # `pool.admit`
+                pool.share(hit_ids)
+            if blocks <= pool.free:
+                pool.free -= blocks
+            elif not pool.take(blocks):
+                if hit_ids:
+                    pool.release(0, hit_ids)
+                break
+            waiting.popleft()  # `_start`
+            running.append(s)
+            s.private = blocks
+            s.computed, s.shared, s.next_id = c, hit_ids, hits
+            s.cached_tokens += c
+            if s.first_scheduled_s != s.first_scheduled_s:  # nan: first time
+                s.first_scheduled_s = now
+            sched.append((s, new))
+            budget -= new
+            if new == 1 and g and c == tokens - 1:  # a decode: its KV holds c + 1 tokens
+                decodes += 1
+                kv_sum += c + 1
+                continue
+            chunk_tokens += new
+            t = memo.get((new, c)) if memo is not None else None
+            attention_p += t if t is not None else timer.prefill_attention_s(new, c)
+            if c + new == tokens:
+                chunk_logits += 1
         if not (sched or d):
             return False
-        self._execute(sched, d, self._kv + d)
-        for s, _ in sched:
-            if s.finish_s != s.finish_s and not self._join(s):  # running, not counted
-                self._uncount()
-                break
-        return True
-
-    def _decoders_sampled(self) -> bool:
-        """The counted requests' token of a step `_execute` ran (their gaps first, in running
-        order, as `V1Engine` writes them)."""
-        now, d = self.now, len(self._finishes)
-        self._gap_values.append(now - self._last_s)  # d equal gaps: one run
-        self._gap_counts.append(d)
-        tick = self._tick = self._tick + 1
-        self._kv += d
-        self._last_s = now
+        # 3. the step's time
+        sequences = len(sched) + d
+        prefill = decodes < sequences
+        tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
+        if decodes:
+            mean_kv = kv_sum / decodes
+            rows = attention_rows.get(decodes) if attention_rows is not None else None
+            if rows is None:
+                attention_d = timer.decode_attention_s(decodes, mean_kv)
+            else:  # `decode_attention_s`, written out
+                (xs, ys), upper, w, beyond = rows
+                if mean_kv <= xs[0]:
+                    a = ys[0]
+                elif mean_kv >= xs[-1]:
+                    a = ys[-1]
+                else:
+                    i = bisect_right(xs, mean_kv)
+                    x0 = xs[i - 1]
+                    u = (mean_kv - x0) / (xs[i] - x0)
+                    a = ys[i - 1] * (1 - u) + ys[i] * u
+                if beyond:
+                    attention_d = a * decodes / beyond
+                else:
+                    attention_d = a if w == 0.0 else a * (1 - w) + _at(upper, mean_kv) * w
+        else:
+            attention_d = 0.0
+        bound = "compute" if attention_p >= attention_d else "memory"
+        now = self.now = now + timer.step_s(tokens, sequences, logits,
+                                            attention_p + attention_d, prefill, bound)
+        # 4. the decoders' token (their gaps first, in running order, as `V1Engine` writes
+        # them), then the admitted ones'
         finishes = self._finishes
-        return bool(finishes) and finishes[0][0] == tick and bool(self._finish(now))
+        if d:
+            n = len(finishes)
+            gap_values.append(now - self._last_s)  # n equal gaps: one run
+            gap_counts.append(n)
+            tick = self._tick = self._tick + 1
+            self._kv += n
+            self._last_s = now
+            if finishes and finishes[0][0] == tick:  # they leave the running list (in C)
+                for s in self._finish(now):
+                    running.remove(s)
+        for s, new in sched:
+            c = s.computed = s.computed + new
+            if hash_tokens and s.next_id < len(s.ids):
+                full = min(c, s.prompt)  # a block of prompt tokens only
+                while s.next_id < len(s.ids) and (s.next_id + 1) * hash_tokens <= full:
+                    if pool.publish(s.ids[s.next_id]):
+                        s.private -= pool.per_id
+                        s.shared.append(s.ids[s.next_id])
+                    s.next_id += 1
+            g = s.generated
+            if c == s.prompt + g:
+                g = s.generated = g + 1
+                if g == 1:
+                    s.first_token_s = now
+                else:
+                    itl.append(now - s.last_token_s)
+                s.last_token_s = now
+                if g >= s.output:
+                    s.finish_s = now
+                    pool.release(s.private, s.shared)
+                    s.private, s.shared = 0, []
+                    running.remove(s)
+        self.steps += 1
+        total = pool.total
+        used = total - pool.free - per * len(pool.lru)  # `pool.used`, written out
+        t_log.append(now)  # `Timeline.step`
+        kv_log.append(used / total)
+        after = len(running)
+        log += (1, after, after, len(waiting), self.preemptions, tokens)
+        # 5. the admitted ones that still run join the counters (`_join` and `_slack`,
+        # written out)
+        for s, _ in sched:
+            if s.finish_s == s.finish_s:  # finished
+                continue
+            g, c = s.generated, s.computed
+            if s.last_token_s == now and g and c == s.prompt + g - 1:
+                slack = (s.private + per * len(s.shared) if per else s.private) * bs - c
+                if 0 <= slack < bs:
+                    tick = self._tick
+                    s.since_tick, s.phase = tick, (tick + slack) % bs
+                    phases[s.phase] += 1
+                    heapq.heappush(finishes, (tick + s.output - g, self._order, s))
+                    self._order += 1
+                    self._kv += c
+                    self._last_s = now
+                    continue
+            self._uncount()  # running, not counted
+            break
+        return True
 
     def _counted_window(self, until: float, stop_at_finish: bool = False) -> bool:
         """`V1Engine._decode_window` on the counters, window after window: the same windows
         (steps, times, blocks, finishes) without a pass over the requests. Runs windows
         while the clock is before `until` and requests run (and, with `stop_at_finish`,
         none finished: `advance` returns there); False when one could not run (the caller
-        then runs a step, as after a failed `_decode_window`), else True."""
+        then runs a step, as after a failed `_decode_window`), else True.
+
+        One loop, one pass of it per window, with what were its helpers written out (the
+        engine's hot path: about half the replay's events are windows). Per window, in order:
+
+        1. its length bound k: the steps until the first counted request finishes (at most
+           `WINDOW_MAX_STEPS`); fewer than two: no window;
+        2. its step times (`V1Engine._window_steps`: as many as a recent step length says
+           fit before `until`, from `StepTimer.decode_steps_list`, whose shortest path, a
+           `_DecodePlan.line` with every KV length inside one interval of its row, is written
+           out here by the same operations in the same order) and its end times
+           (`now + running sum`), cut at the first step starting at or after `until`;
+           `step_s`'s bound on the first step when it could bind (the same test and
+           fallback as `_window_steps`);
+        3. its new KV blocks (the residues' request counts over its steps); none
+           of it is written when they are not free (the window cannot run, nothing changed
+           but the step guess, as in `_window_steps`);
+        4. the counters: one gap run for the d requests, the tick, their KV tokens, the
+           finishes at the window's last step (`_finish`, written out of the running list);
+        5. its log (`_record_window` and `Timeline.window`): the in-window gaps, the clock,
+           the step count, the KV use after each step, the timeline record.
+
+        Invariants between passes: every running request is counted (`self._counted`), the
+        engine's fields (`now`, `_tick`, `_kv`, `_last_s`, `steps`) are written at the end of
+        each pass (`_finish` reads them), and `running` is the engine's list (finishes
+        remove from it in place), so `d` is re-read after a finish."""
+        (timer, pool, bs, budget, _, _, _, plans, decode_steps_list, gap_values, gap_counts, _,
+         itl_window, t_log, kv_log, log) = self._consts
         running = self.running
-        budget = self.opt.max_num_batched_tokens
+        d = len(running)
+        if d > budget:  # d only falls from here on
+            return False
+        phases, finishes, total = self._phases, self._finishes, pool.total
+        tick, now = self._tick, self.now
+        finite = until != math.inf
+        max_steps, line_steps, offsets = WINDOW_MAX_STEPS, LINE_STEPS, LINE_OFFSETS
+        preemptions = self.preemptions  # a window preempts nothing
         while True:
-            d = len(running)
-            if d > budget or not self._one_window(until, d):
+            # 1. the bound
+            k = finishes[0][0] - tick
+            if k > max_steps:  # noqa: PLR1730 (min() without the call)
+                k = max_steps
+            if k < 2:
                 return False
-            if not (running and self.now < until) or (stop_at_finish and len(running) < d):
+            mean_kv = (self._kv + d) / d
+            # 2. the step times and end times (`_window_steps`)
+            if not finite:
+                durations = decode_steps_list(d, mean_kv, k)
+                ends = [now + t for t in accumulate(durations)]
+            else:
+                span = until - now
+                guess = self._step_guess
+                n = int(span / guess * 1.25) + 2 if guess > 0 else k
+                if n > k:  # noqa: PLR1730
+                    n = k
+                durations = None
+                plan = plans.get(d) if plans is not None and n <= line_steps else None
+                line = plan.line if plan is not None else None
+                if line is not None:  # `decode_steps_list`'s line path
+                    xs, ys, c, r, count, head, overhead = line
+                    j = bisect_right(xs, mean_kv) - 1
+                    if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and \
+                            mean_kv + (n - 1) < xs[j + 1]:
+                        lo, y0 = xs[j], ys[j]
+                        slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                        if plan.overlaps and c + r * count + head > overhead:
+                            # max(gpu, overhead) is the GPU time at every step: each is
+                            # c + (r + a) * count + head with an attention time a >= 0 (an
+                            # interpolation inside one interval of positive table values) and a
+                            # count >= 1, and rounding is monotone, so none is below
+                            # c + r * count + head, evaluated in the same order
+                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                         + head for i in offsets[:n]]
+                        elif plan.overlaps:
+                            durations = [
+                                g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                      + head) > overhead else overhead
+                                for i in offsets[:n]]
+                        else:
+                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                         + head + overhead for i in offsets[:n]]
+                if durations is None:
+                    durations = decode_steps_list(d, mean_kv, n)
+                first = durations[0]
+                self._step_guess = first
+                if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there too
+                    return False
+                ends = [now + t for t in accumulate(durations)]
+                starting = bisect_left(ends, until)  # `_first_start_at`, written out
+                while starting < n and ends[starting] - durations[starting] < until:
+                    starting += 1
+                limit = starting if starting < k else k  # min(k, starting)
+                margin = first * (1 + 1e-9)
+                if (starting < n or n == k) and now + margin < until and \
+                        span >= (limit - 1) * margin:
+                    bounded = limit  # the first step's bound is not the one that binds
+                else:  # the bound as `step_s` times it
+                    first = timer.step_s(d, d, d, timer.decode_attention_s(d, mean_kv), False)
+                    if now + first >= until:
+                        return False
+                    k = min(k, int(span / first) + 1)
+                    if k > n:
+                        durations = decode_steps_list(d, mean_kv, k)
+                        ends = [now + t for t in accumulate(durations)]
+                    else:
+                        del durations[k:], ends[k:]
+                    bounded = min(k, _first_start_at(ends, durations, until))
+                if bounded < 2:
+                    return False
+                del ends[bounded:]
+            k = len(ends)
+            # 3. the new blocks
+            start = tick % bs
+            if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
+                delta = phases[start:start + k]  # new blocks at window step i
+                total_need = sum(delta)
+            else:
+                cycle = phases[start:] + phases[:start]  # new blocks at step i % bs
+                full, part = divmod(k, bs)
+                delta = (cycle * (full + 1))[:k]
+                total_need = full * d + sum(cycle[:part])
+            available = pool.free + pool.per_id * len(pool.lru)  # `pool.available`
+            if total_need > available:
+                return False
+            if total_need:  # `pool.take`: from the free blocks when they cover it
+                if total_need <= pool.free:
+                    pool.free -= total_need
+                else:
+                    pool.take(total_need)
+            # 4. the counters
+            end = ends[-1]
+            gap_values.append(ends[0] - self._last_s)  # d equal gaps: one run
+            gap_counts.append(d)
+            tick = self._tick = tick + k
+            self._kv += k * d
+            self._last_s = end
+            finished = finishes[0][0] == tick
+            if finished:  # the finished ones leave the running list (in C)
+                for s in self._finish(end):
+                    running.remove(s)
+            # 5. the log (`_record_window`): KV use after each step; after the last, the
+            # blocks in use are used + total_need (the pool's available blocks fell by what it
+            # took: evictions keep them) unless requests finished there and freed theirs
+            used = total - available
+            if total_need:
+                delta[0] += used
+                levels = [u / total for u in accumulate(delta)]
+            else:
+                levels = [used / total] * k
+            if finished:
+                levels[-1] = (total - pool.free - pool.per_id * len(pool.lru)) / total
+            itl_window.fromlist(durations[1:k])  # their weights: d, from the timeline
+            self.now = now = end
+            self.steps += k
+            t_log.fromlist(ends)
+            kv_log.fromlist(levels)
+            after = len(running)
+            log += (k, d, after, 0, preemptions, d)  # `Timeline.window`'s record
+            if not (after and now < until) or (stop_at_finish and after < d):
                 return True
-
-    def _one_window(self, until: float, d: int) -> bool:
-        """One counted decode window of the `d` running requests; False (and nothing
-        changed) when it cannot run."""
-        tick = self._tick
-        finishes = self._finishes
-        k = finishes[0][0] - tick
-        if k > WINDOW_MAX_STEPS:  # noqa: PLR1730 (min() without the call)
-            k = WINDOW_MAX_STEPS
-        window = self._window_steps(d, (self._kv + d) / d, k, until)
-        if window is None:
-            return False
-        durations, ends = window
-        k = len(ends)
-        delta, total_need = self._window_blocks(tick, k, d)
-        pool = self.pool
-        available = pool.free + pool.per_id * len(pool.lru)  # `pool.available`
-        if total_need > available:
-            return False
-        if total_need:
-            pool.take(total_need)
-        end = ends[-1]
-        self._gap_values.append(ends[0] - self._last_s)  # d equal gaps: one run
-        self._gap_counts.append(d)
-        tick = self._tick = tick + k
-        self._kv += k * d
-        self._last_s = end
-        if finishes[0][0] == tick:  # the finished ones leave the running list (in C)
-            running = self.running
-            for s in self._finish(end):
-                running.remove(s)
-        self._record_window(durations, ends, d, pool.total - available,
-                            delta if total_need else None)
-        return True
-
-    def _window_blocks(self, tick: int, k: int, d: int) -> tuple[list[int], int]:
-        """The new KV blocks the counted requests take at each of the k steps of a window
-        starting at `tick`, and their sum."""
-        phases = self._phases
-        bs = len(phases)
-        start = tick % bs
-        if k < bs and start + k <= bs:  # the window's steps take blocks at residues start..
-            delta = phases[start:start + k]  # new blocks at window step i
-            return delta, sum(delta)
-        cycle = phases[start:] + phases[:start]  # new blocks at step i % bs
-        full, part = divmod(k, bs)
-        return (cycle * (full + 1))[:k], full * d + sum(cycle[:part])
+            d = after

@@ -498,14 +498,11 @@ class V1Engine:
             s.first_scheduled_s = self.now
         sched.append((s, tokens))
 
-    def _execute(self, sched: list[tuple[Seq, int]], decoders: int = 0,
-                 decoders_kv: int = 0) -> None:
-        """Time the step and write it into its requests. `decoders`: running requests that
-        decode in this step ahead of `sched` without being in it, `decoders_kv` their KV
-        tokens (the new ones included); `_decoders_sampled` writes their tokens."""
+    def _execute(self, sched: list[tuple[Seq, int]]) -> None:
+        """Time the step and write it into its requests."""
         timer = self.timer
         chunk_tokens = chunk_logits = 0
-        decodes, kv_sum = decoders, decoders_kv
+        decodes = kv_sum = 0
         attention_p = 0.0
         for s, new in sched:
             c, g = s.computed, s.generated
@@ -517,7 +514,7 @@ class V1Engine:
             attention_p += timer.prefill_attention_s(new, c)
             if c + new == s.prompt + g:
                 chunk_logits += 1
-        sequences = len(sched) + decoders
+        sequences = len(sched)
         prefill = decodes < sequences
         tokens, logits = chunk_tokens + decodes, chunk_logits + decodes
         attention_d = timer.decode_attention_s(decodes, kv_sum / decodes) if decodes else 0.0
@@ -526,7 +523,7 @@ class V1Engine:
                                  prefill, bound)
         now, pool, itl = self.now, self.pool, self.itl_s
         hash_tokens = pool.hash_tokens
-        finished = self._decoders_sampled() if decoders else False
+        finished = False
         for s, new in sched:
             c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
@@ -556,8 +553,3 @@ class V1Engine:
         used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
         self.timeline.step(now, used / total, len(self.running), len(self.waiting),
                            self.preemptions, tokens)
-
-    def _decoders_sampled(self) -> bool:
-        """Write a step's token into the decoders `_execute` was given apart from its batch
-        (none here: a subclass that keeps them apart writes them); whether any finished."""
-        raise NotImplementedError
