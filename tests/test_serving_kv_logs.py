@@ -15,8 +15,8 @@ from krakenlm.serving.kv_cache import (PROFILE_CHARGES, KVCacheError, kv_cache_s
 from krakenlm.serving.kv_logs import (LOGS_FILE, KVLogDataError, accounting, load_logs, predict,
                                       relative_error)
 from krakenlm.simulator import Simulator
-from krakenlm.simulator.constants.software import (KVProfile, SoftwareError, load_software,
-                                                   profile_from_dict)
+from krakenlm.simulator.constants.software import (KV_ACCOUNTINGS, KVProfile, SoftwareError,
+                                                   load_software, profile_from_dict)
 from krakenlm.simulator.memory import RUNTIME_RESERVE_BYTES, activation_bytes, memory_use
 
 GIB = 2**30
@@ -300,3 +300,9 @@ def test_a_log_with_an_unknown_profile_accounting_is_named(tmp_path):
     with pytest.raises(KVLogDataError, match="profile_charges 'everything' is not one of "
                                              "total-used, torch-peak, since-init"):
         load_logs(path)
+
+
+def test_every_accounting_a_profile_may_name_has_its_charges():
+    # the software profile validates `kv_profile.accounting` against KV_ACCOUNTINGS; the sizing
+    # looks each one up in PROFILE_CHARGES, so the two lists must be the same
+    assert tuple(PROFILE_CHARGES) == KV_ACCOUNTINGS
