@@ -56,6 +56,15 @@ def test_cost_grows_with_memory_and_devices():
     assert c40.memory_usd < c8.memory_usd
 
 
+def test_memory_is_priced_per_binary_gigabyte():
+    # presets give "80 GB" HBM2e as 80 GiB (85899345920 bytes) and DRAM is priced per GiB, so
+    # the A100 80GB pays 80 x $10 exactly ($859 under the old capacity / 1e9 formula); the
+    # 40 GB part pays half, the MI300X's 192 GiB of HBM3 192 x $15
+    assert system_cost(load_system("a100-80gb-x8")).memory_usd == 80 * 10.0
+    assert system_cost(load_system("a100-40gb-x8")).memory_usd == 40 * 10.0
+    assert system_cost(load_system("mi300x-x8")).memory_usd == 192 * 15.0
+
+
 def test_design_rescales_peaks_and_memory():
     base = load_system("a100-80gb-x8")
     d = design(base, 54, "DDR5-16", 20)

@@ -285,14 +285,14 @@ def _knobs(row: dict) -> str:
 def write_report(res: dict[str, Any], out: Path, command: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plots = _plots(res, out)
-    from ..hardware.cost import MEMORY_PRICE_SOURCES, MEMORY_USD_PER_GB
+    from ..hardware.cost import MEMORY_PRICE_SOURCES, MEMORY_USD_PER_GIB
     base = res["compute"][0]
     L = [f"# Design-space study (`{command}`)", "",
          "Base: 8x A100 80GB (NVSwitch), timed like every design by the template (tile) model "
          "(not the measured-kernel A100 calibration), with the trtllm host profile. Cost: "
          "krakenlm.hardware.cost (die area -> dies per wafer, Murphy yield, wafer price; memory "
-         "$/GB; packaging; board). Memory prices: " + "; ".join(
-             f"{t} ${MEMORY_USD_PER_GB[t]:g}/GB ({MEMORY_PRICE_SOURCES[t]})"
+         "$/GiB; packaging; board). Memory prices: " + "; ".join(
+             f"{t} ${MEMORY_USD_PER_GIB[t]:g}/GiB ({MEMORY_PRICE_SOURCES[t]})"
              for t in ("HBM2e", "HBM3", "DDR5", "LPDDR5")) + ".", ""]
     sections = [("compute", "1. Compute organisation at constant MACs per cycle", False),
                 ("bandwidth", "2. Memory bandwidth (capacity fixed at 80 GB)", False),
