@@ -7,7 +7,9 @@ vLLM logs on an H100 (79.22 GiB, `memory.runtime_visible_bytes`), which sizes th
 "vllm-v1 roomy 3 replicas least-loaded" since the vllm profile sizes its KV cache as V1 since
 vllm-project/vllm#19312 does (accounting "since-init": no runtime reserve, 23,492 blocks
 instead of 22,809); the two tight V1 cases keep their pools (and digests) by naming the
-accounting of V1 before #19312."""
+accounting of V1 before #19312; every case since hardware.cost prices memory per GiB (the
+summary's cost.usd and $/Mtok fall 1.6 % with the H100 system's price, $43,758 -> $43,051;
+every row and the timeline are unchanged)."""
 
 from __future__ import annotations
 
@@ -16,21 +18,21 @@ from serving_golden import cases, digest, run
 
 PINNED = {
     "vllm-v1 preempting":
-        "5574da1771659844763edfc62aecfd621d8db6744e45838bdf720697412fc15c",
+        "43bb512f11186a4facfd40dd55130ae156527f8d016305de6f83e9cf7a750b19",
     "vllm-v1 prefix cache 2 replicas prefix-affinity":
-        "366e89959e5ea54190dca55181400f3029ac253a5c767afcafe8469c4772bf44",
+        "3ed083a0d6d89247d2fac41516ac5798b2419e0dce0cafe2c785c094d6540983",
     "vllm-v1 roomy 3 replicas least-loaded":
-        "b200fab4c23bc37a70ad8ac3f93c382e9959aa33a2011b4c9dbfbafe5d32ed4b",
+        "bf247736d797449bf6181d002d75dd0e9a47a0ee7c7aa6e9644f64a05f5d5d43",
     "vllm-v0 preempting":
-        "65b4b2f1ea02d74a1de5481741a653167d5686b724ff043cf332d26bfd4b74c6",
+        "bc14f79d8b44c0ec5af163f12259cfde8550025c2f52bc2f70232778746e2fbe",
     "trtllm no-evict":
-        "0b53fc5641a0947155821d5a1b66d56017fde2d26eb619e1ee60bbcf41dc164d",
+        "656152c471a426786cf52396b060c3f8bd4d7b9eb6794bbc3af8a80bc379d3e2",
     "trtllm max-utilization chunked":
-        "e4620f517d3079520f8fb7b6c0f4f72dd2895010f20a694fbe83193eea093f1a",
+        "b6e38597fb95924f2966475a5f04df9df7b17012b2f41f20db6c8b2ac29ed425",
     "sglang lpm prefix cache":
-        "b47ee275b4a31262d18018e8ba7a26ffae3e6a6198a0d07e7e9d29c4be9b7451",
+        "c743eb96f72e312c137a89ba73861911c0994e5f43597f00aa2e173bfd37e06b",
     "sglang fcfs preempting":
-        "5440bee359d9748fbeed930d614e26d3e3ee345a3a3a5ad2b1051d0cac28c8b2",
+        "cbdeac64ad129c77c8c03fefd8ce42fdb2383e10c893eae431805653cebb5315",
 }
 
 
