@@ -19,7 +19,11 @@ NEW_SOURCES = {
     "vllm_pr2192": (2, 0, "vllm-v0", "pull request #2192"),
     "llm_inference_bench": (391, 19, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
     "llm_inference_bench_mi300x": (479, 21, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
+    "trtllm_v080": (40, 0, "trtllm", "'All data was generated using version 0.8.0'"),
+    "optimum_benchmark_llamas": (26, 0, "eager", "huggingface/optimum-benchmark@"),
 }
+# the metrics of a new source's rows (e2e unless named here)
+METRICS = {"trtllm_v080": {"ttft"}, "optimum_benchmark_llamas": {"ttft", "e2e"}}
 
 
 def _csv_rows(source: str) -> list[dict[str, str]]:
@@ -42,13 +46,15 @@ def test_a_new_source_rows_are_well_formed_and_located(source):
     rows = _csv_rows(source)
     setups = set()
     for r in rows:
-        assert r["model"] in PRESETS and load_system(r["system"])
+        # a preset, or an architecture built from its Hugging Face config (SOURCES.md table)
+        assert r["model"] in PRESETS or (not r["model"] and r["hf_model"])
+        assert load_system(r["system"])
         assert r["gpus"] == r["tp"] and int(r["tp"]) in (1, 2, 4, 8)
-        assert r["metric"] == "e2e" and Decimal(r["value_ms"]) > 0
+        assert r["metric"] in METRICS.get(source, {"e2e"}) and Decimal(r["value_ms"]) > 0
         assert r["split"] == "held_out", "a new source is never fitted on"
         assert locator in r["notes"]
-        setup = (r["system"], r["model"], r["tp"], r["batch"], r["prompt_tokens"], r["output_tokens"],
-                 r["framework_version"])
+        setup = (r["system"], r["model"], r["hf_model"], r["tp"], r["batch"], r["prompt_tokens"],
+                 r["output_tokens"], r["framework_version"], r["metric"])
         assert setup not in setups, f"duplicate setup {setup}"
         setups.add(setup)
 
@@ -78,6 +84,46 @@ def test_fastertransformer_rows_are_the_guide_tables():
     assert {r["tp"] for r in by_model["gpt3-175b"]} == {"8"}
     first = next(r for r in by_model["gpt3-175b"] if r["batch"] == "1" and r["prompt_tokens"] == "128")
     assert first["value_ms"] == "488.86" and first["output_tokens"] == "8"
+
+
+def test_optimum_benchmark_rows_match_the_printed_latency_and_throughput():
+    """Each value is the report's forward.latency or generate.latency (s) x 1000, and the report's
+    own throughput column checks the transcription: forward = batch / latency (samples/s),
+    generate = batch x 512 new tokens / latency (tokens/s), both printed to 3 significant digits."""
+    rows = _csv_rows("optimum_benchmark_llamas")
+    assert {(r["model"], r["batch"]) for r in rows if r["metric"] == "e2e"} == \
+        {("llama2-7b", str(b)) for b in (1, 2, 4, 8, 16, 32, 64)} | \
+        {("llama2-13b", str(b)) for b in (1, 2, 4, 8, 16, 32)}
+    for r in rows:
+        m = re.search(r"(forward|generate)\.latency (\S+) s x 1000 -> ms \(\1\.throughput (\S+) ",
+                      r["notes"])
+        kind, latency_s, throughput = m.group(1), Decimal(m.group(2)), float(m.group(3))
+        assert Decimal(r["value_ms"]) == latency_s * 1000
+        assert r["prompt_tokens"] == "256"
+        assert (kind, r["metric"]) in (("forward", "ttft"), ("generate", "e2e"))
+        batch = int(r["batch"])
+        new_tokens = 512 if kind == "generate" else 1
+        assert int(r["output_tokens"]) == new_tokens
+        assert batch * new_tokens / float(latency_s) == pytest.approx(throughput, rel=6e-3)
+
+
+def test_trtllm_v080_rows_are_the_low_latency_tables_of_v090s_grid():
+    """TensorRT-LLM 0.8.0's batch-1 TTFT tables: the same (GPU, model, input) grid as the 0.9.0
+    source, output length 1, and a few values as printed."""
+    rows = _csv_rows("trtllm_v080")
+    grid = {(r["system"], r["hf_model"], r["prompt_tokens"]) for r in rows}
+    v090 = _csv_rows("trtllm_v090")
+    assert grid == {(r["system"], r["hf_model"], r["prompt_tokens"]) for r in v090}
+    assert {(r["batch"], r["output_tokens"], r["framework_version"]) for r in rows} == \
+        {("1", "1", "0.8.0")}
+    value = {(r["system"], r["hf_model"], r["prompt_tokens"]): (r["tp"], r["value_ms"])
+             for r in rows}
+    llama70 = "meta-llama/Llama-2-70b-hf"
+    assert value["a100-80gb-x8", llama70, "128"] == ("8", "35.6")
+    assert value["l40s-x8", llama70, "2048"] == ("8", "708.7")
+    assert value["h200-x8", "tiiuae/falcon-180B", "2048"] == ("8", "120.8")
+    assert {r["dtype"] for r in rows if r["system"] == "a100-80gb-x8"} == {"fp16"}
+    assert {r["dtype"] for r in rows if r["system"] != "a100-80gb-x8"} == {"fp8"}
 
 
 @pytest.mark.parametrize("source", sorted(NEW_SOURCES))
