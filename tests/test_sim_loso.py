@@ -10,7 +10,7 @@ from krakenlm.cli import main
 from krakenlm.models import get_preset
 from krakenlm.simulator import simulate
 from krakenlm.simulator.calibration.loso import coverage, validate_loso
-from krakenlm.simulator.measurements.models import load_rows
+from krakenlm.simulator.measurements.models import lineage, load_rows
 from krakenlm.simulator.uncertainty import (
     LEVELS,
     Bands,
@@ -49,6 +49,25 @@ def test_a_left_out_source_never_moves_its_own_constants(trtllm_h100_rows, repor
 
     assert predicted(corrupted, "trtllm_v090") == pytest.approx(predicted(report, "trtllm_v090"))
     assert predicted(corrupted, "trtllm_v05") != pytest.approx(predicted(report, "trtllm_v05"))
+
+
+def test_a_lineage_is_left_out_whole():
+    # trtllm_v080 repeats trtllm_v090's grid (SOURCE_LINEAGE): corrupting v080 must not move
+    # v090's predictions (its fold leaves v080 out too), while it moves v05's, which fit on it.
+    rows = [r for r in load_rows() if r.system == "h100-80gb-x8"
+            and r.source in ("trtllm_v05", "trtllm_v080", "trtllm_v090")]
+    assert lineage("trtllm_v080") == lineage("trtllm_v090") != lineage("trtllm_v05")
+    clean = validate_loso(rows)
+    bad = validate_loso([dataclasses.replace(r, measured_s=r.measured_s * 3)
+                         if r.source == "trtllm_v080" else r for r in rows])
+
+    def predicted(rep, source):
+        return [r["predicted_s"] for r in rep.rows if r["source"] == source]
+
+    assert predicted(bad, "trtllm_v090") == pytest.approx(predicted(clean, "trtllm_v090"))
+    assert predicted(bad, "trtllm_v05") != pytest.approx(predicted(clean, "trtllm_v05"))
+    fold = next(f for f in clean.folds if f.source == "trtllm_v090")
+    assert all("trtllm_v080" not in c.get("sources_fitted", []) for c in fold.constants)
 
 
 def test_every_row_scored_once_with_its_slices(trtllm_h100_rows, report):

@@ -7,7 +7,9 @@ the same sources, engines and sweeps the constants were fitted on. Here each sou
 constants fitted without it: for every whole-model source S, everything fitted on whole-model
 data (the host constants and the prefill GPU-time scale of each (software profile, system):
 calibration/software.py) is refitted on the rows of every other source, and S's rows are
-predicted with those constants. A (profile, system) that no other source measured (fewer than
+predicted with those constants. Sources that copy one another's measurements form one lineage
+(`measurements.models.SOURCE_LINEAGE`): S's fold leaves its whole lineage out, and the interval
+coverage and the between-source variance count a lineage once. A (profile, system) that no other source measured (fewer than
 `MIN_ROWS` rows) falls back to the profile's sourced constants: what a user of a stack nobody
 measured gets. Constants the shipped profile does not fit for a system stay as shipped.
 
@@ -34,7 +36,7 @@ from ...fileio import write_csv_atomically
 from ...hardware import load_system
 from ...models import PRESETS
 from ..constants.software import SAME_HOST, Host, load_software
-from ..measurements.models import ModelRow, load_rows, row_software, stats
+from ..measurements.models import ModelRow, lineage, load_rows, row_software, stats
 from ..uncertainty import (
     BATCH_BANDS,
     LEVEL,
@@ -206,7 +208,8 @@ def _fold_host(profile, system: str, source: str, mine: list[ModelRow],
     if system not in profile.host_systems:
         record["constants"] = "sourced (the shipped profile fits none on this system)"
         return profile.host_for(system), record
-    train = [r for r in mine if r.source != source and host_system(r.system) == system]
+    train = [r for r in mine if lineage(r.source) != lineage(source)
+             and host_system(r.system) == system]
     record["n_fit"] = len(train)
     record["sources_fitted"] = sorted({r.source for r in train})
     if len(train) < MIN_ROWS:
@@ -244,8 +247,9 @@ def coverage(report: LosoReport, level: float = LEVEL) -> dict[str, Any]:
     query's rule, `uncertainty.Bands`), and are counted inside or outside it."""
     inside: list[dict[str, Any]] = []
     for source in sorted({r["source"] for r in report.rows}):
-        bands = Bands.from_residuals((_case(r), _log_ratio(r), r["source"]) for r in report.rows
-                                     if r["source"] != source)
+        bands = Bands.from_residuals((_case(r), _log_ratio(r), lineage(r["source"]))
+                                     for r in report.rows
+                                     if lineage(r["source"]) != lineage(source))
         for r in (r for r in report.rows if r["source"] == source):
             band = bands.band(_case(r))
             if band is None:
@@ -272,14 +276,17 @@ def coverage(report: LosoReport, level: float = LEVEL) -> dict[str, Any]:
     # one vote per source: the overall share is mostly the largest source's
     out["mean_over_sources_pct"] = float(np.mean([g["coverage_pct"] for g in out["source"]])) \
         if out["source"] else math.nan
-    tau2, k = between_source_variance((_log_ratio(r), r["source"]) for r in report.rows)
+    tau2, k = between_source_variance((_log_ratio(r), lineage(r["source"]))
+                                      for r in report.rows)
     out["between_source_sd"] = math.sqrt(tau2)
     out["sources"] = k
     return out
 
 
 def write_residuals(report: LosoReport, path) -> None:
-    """The residual table the query's intervals read (`uncertainty.RESIDUAL_FIELDS`)."""
-    rows = [{**{k: r[k] for k in RESIDUAL_FIELDS if k in r}, "log_ratio": f"{_log_ratio(r):.5f}"}
-            for r in report.rows]
+    """The residual table the query's intervals read (`uncertainty.RESIDUAL_FIELDS`); its
+    source column is the row's lineage (`measurements.models.lineage`), the unit the intervals
+    count as one independent draw."""
+    rows = [{**{k: r[k] for k in RESIDUAL_FIELDS if k in r}, "source": lineage(r["source"]),
+             "log_ratio": f"{_log_ratio(r):.5f}"} for r in report.rows]
     write_csv_atomically(path, list(RESIDUAL_FIELDS), rows)

@@ -39,6 +39,20 @@ DATA_DIR = "data"
 # Python one by one, as vLLM did before CUDA graphs (0.2.2, Nov 2023).
 SOURCE_SOFTWARE = {"splitwise": "vllm-eager"}
 
+# Sources that repeat one another's measurements, so a left-out source must not be fitted on its
+# copy: leave-one-source-out leaves a lineage out as a whole, and the intervals count it as one
+# independent draw. TensorRT-LLM's v0.8.0 and v0.9.0 "Low Latency" tables time the same (GPU,
+# model, input) grid with the same harness one release apart, 1-4 % apart where both ran the
+# same TP (SOURCES.md, `trtllm_v080`); v0.5's tables are other runs and stay their own source.
+SOURCE_LINEAGE = {"trtllm_v080": "trtllm_low_latency_v08_v09",
+                  "trtllm_v090": "trtllm_low_latency_v08_v09"}
+
+
+def lineage(source: str) -> str:
+    """The independent source a measured source belongs to: itself unless `SOURCE_LINEAGE`
+    names the sources that copy it."""
+    return SOURCE_LINEAGE.get(source, source)
+
 
 HF_TO_PRESET = {
     "EleutherAI/gpt-j-6b": "gpt-j-6b",
