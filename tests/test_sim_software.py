@@ -477,3 +477,59 @@ def test_rocm_custom_since_must_be_an_engine_version():
                                             r"an engine version"):
         profile_from_dict({"name": "x", "kernels": "vllm",
                            "collectives": {"rocm_custom_since": "abc"}}, "f")
+
+
+def test_transformers_decode_copies_the_whole_kv_cache_to_append_a_token():
+    """Engine era: Hugging Face transformers appends each decode step's K and V by
+    torch.cat([past, new], dim=seq) per layer (measurements/harness.py CONCAT_KV_ENGINES cites the
+    code): the step reads the cached kv_len - 1 tokens and the new one and writes kv_len tokens,
+    2 (read + write) x batch x kv_len x 2 (K, V) x kv_heads x head_dim x 2 bytes (fp16) per
+    layer. That copy is memory-bound: no faster than DRAM, grows with batch x context, and
+    replaces the one-token cache write. Other frameworks on the `eager` profile (gpt-fast's
+    static cache) and the prefill are unchanged."""
+    from krakenlm.simulator.measurements.harness import engine_era
+
+    eager = load_software("eager")
+    assert eager.attention.kv_append == "in_place"
+    hf = engine_era(eager, "4.35.2", "hf")
+    assert hf.attention.kv_append == "concat" and hf.host == eager.host
+    assert engine_era(eager, "", "pytorch") is eager
+    assert engine_era(load_software("trtllm"), "0.9.0", "trtllm").attention.kv_append == "in_place"
+
+    cfg = get_preset("llama2-7b")
+    run = {"check_memory": False, "check_context": False}
+    prompt, gen = 256, 257  # the cache doubles over the run: the copy must grow with it
+    bandwidth = A100.device.memory.bandwidth_bytes_per_s
+
+    def copy_bytes(batch):
+        kv_lens = range(prompt + 1, prompt + gen)  # the decode steps' cache lengths
+        return sum(2 * batch * kv * 2 * cfg.kv_heads * cfg.head_dim * 2 for kv in kv_lens) \
+            * cfg.n_layers
+
+    copies = {}
+    for batch in (16, 32):
+        era = simulate(cfg, A100, 1, batch, prompt, gen, software=hf, **run)
+        base = simulate(cfg, A100, 1, batch, prompt, gen, software=eager, **run)
+        assert "kv_cache_concat" in era.decode.ops and "kv_cache_write" not in era.decode.ops
+        assert "kv_cache_write" in base.decode.ops and "kv_cache_concat" not in base.decode.ops
+        copy_s = era.decode.ops["kv_cache_concat"]["time_s"]
+        assert copy_bytes(batch) / bandwidth <= copy_s <= copy_bytes(batch) / (0.5 * bandwidth)
+        # the step pays the copy instead of the one-token write
+        extra_s = (era.tpot_s - base.tpot_s) * (gen - 1)
+        assert extra_s == pytest.approx(copy_s - base.decode.ops["kv_cache_write"]["time_s"],
+                                        rel=1e-6)
+        assert era.ttft_s == base.ttft_s  # the prefill concatenates nothing
+        copies[batch] = copy_s
+    assert copies[32] == pytest.approx(2 * copies[16], rel=0.05)
+    # the fast decode path times the growing copy exactly as scheduling every step does
+    exact = simulate(cfg, A100, 1, 16, prompt, gen, software=hf, exact_decode=True, **run)
+    fast = simulate(cfg, A100, 1, 16, prompt, gen, software=hf, **run)
+    assert fast.e2e_s == pytest.approx(exact.e2e_s, rel=1e-12)
+
+
+def test_kv_append_must_be_in_place_or_concat():
+    data = {"name": "x", "kernels": "trtllm", "attention": {"kv_append": "concat"}}
+    assert profile_from_dict(data, "f").attention.kv_append == "concat"
+    with pytest.raises(SoftwareError, match="attention.kv_append: 'append' is not one of"):
+        profile_from_dict({"name": "x", "kernels": "trtllm",
+                           "attention": {"kv_append": "append"}}, "f")

@@ -76,8 +76,9 @@ class GraphOptions:
     """What the serving software changes in the graph (module docstring; from simulator.software):
     whether a fused attention kernel is asked for, the largest head dimension it supports and its
     name, whether the engine's context phase has a fused kernel at all, a residual add fused into
-    the next norm, RoPE and the KV-cache write inside attention, and a row-parallel Linear's bias
-    added by its own kernel. The defaults are the plain graph."""
+    the next norm, RoPE and the KV-cache write inside attention, a row-parallel Linear's bias
+    added by its own kernel, and whether decode appends to the KV cache by concatenation. The
+    defaults are the plain graph."""
     fused_attention: bool = True      # asked for a fused (FlashAttention-style) kernel
     max_head_dim: int | None = None   # the fused kernel's largest head dimension (None: any)
     add_norm: bool = False            # residual add fused into the following norm
@@ -85,6 +86,8 @@ class GraphOptions:
     row_bias_after_reduce: bool = False  # a row-parallel Linear's bias added by a kernel of its own
     attention_kernel: str = "fused attention"
     fused_context: bool = True        # the engine's context phase has a fused kernel at all
+    # "concat": a decode step copies each layer's whole K/V cache to append one token (`_attention`)
+    kv_append: str = "in_place"
 
     def attention_path(self, head_dim: int, phase: str = "") -> str:
         """"fused", or why the unfused kernels run; `phase` "prefill" or "decode" asks about
@@ -143,16 +146,33 @@ def shard(cfg: ModelConfig, tp: int) -> Sharding:
 
 def _attention(g: Graph, cfg: ModelConfig, sh: Sharding, batch: int, q_len: int, kv_len: int,
                phase: str, opts: GraphOptions) -> str:
-    """Append RoPE, the KV-cache write and attention; return the name of the last op."""
+    """Append RoPE, the KV-cache write and attention; return the name of the last op.
+
+    With `opts.kv_append` "concat" a decode step does not write the new token into the cache: it
+    builds each layer's cache anew, torch.cat([past, new], dim=seq) for K and for V (Hugging Face
+    transformers, measurements/harness.py `engine_era` cites the code). The copy reads the
+    kv_len - 1 cached tokens and the new one and writes kv_len tokens: the graph's cache-write op
+    ("kv_append": read one tensor, write one) over every cached token instead of the new one,
+
+        bytes per layer per step = 2 (read + write) x batch x kv_len x 2 (K, V) x kv_heads
+                                   x head_dim x bytes per KV value
+
+    a memory-bound copy the streaming model times. RoPE stays its own op (the concatenation
+    sits outside any fused kernel)."""
     s, hd = sh.sublayers, cfg.head_dim
     tokens = batch * q_len
     fused = opts.attention_path(hd, phase) == "fused"
-    if not (fused and opts.rope_in_attention):
+    concat = opts.kv_append == "concat" and phase == "decode"
+    if not (fused and opts.rope_in_attention) or concat:
         if cfg.position == "rope":
             g.add("rope", "attention", "stream",
                   ("rope", tokens * s, (sh.heads + sh.kv_heads) * hd))
-        g.add("kv_cache_write", "attention", "stream",
-              ("kv_append", tokens * s, 2 * sh.kv_heads * hd))
+        if concat:
+            g.add("kv_cache_concat", "attention", "stream",
+                  ("kv_append", batch * kv_len * s, 2 * sh.kv_heads * hd))
+        else:
+            g.add("kv_cache_write", "attention", "stream",
+                  ("kv_append", tokens * s, 2 * sh.kv_heads * hd))
     if fused:
         if phase == "prefill":
             g.add("attention", "attention", "flash_prefill",

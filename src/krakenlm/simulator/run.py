@@ -291,7 +291,8 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
                         rope_in_attention=software.fusions.rope_in_attention,
                         row_bias_after_reduce=software.fusions.row_bias_after_reduce,
                         attention_kernel=software.attention.kernel,
-                        fused_context=software.attention.context_fused)
+                        fused_context=software.attention.context_fused,
+                        kv_append=software.attention.kv_append)
 
 
 def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,

@@ -215,11 +215,14 @@ class OpTimer:
 
     def time_steps(self, first: OpSpec, second: OpSpec, kv: np.ndarray) -> np.ndarray:
         """Seconds of an operator at every KV length in `kv`: `first` and `second` are its specs
-        at kv[0] and kv[0] + 1, so the arguments that differ are the KV length."""
+        at kv[0] and kv[0] + 1, so the arguments that differ are linear in the KV length (the
+        KV length itself, or e.g. batch x KV length rows of a cache copy): their step per token
+        is second - first."""
         moving = [i for i, (a, b) in enumerate(zip(first.args, second.args)) if a != b]
         args = [a if isinstance(a, str) else np.full(len(kv), a) for a in first.args]
         for i in moving:
-            args[i] = kv + (first.args[i] - int(kv[0]))
+            slope = second.args[i] - first.args[i]
+            args[i] = first.args[i] + (kv - int(kv[0])) * slope
         return self._time(first, args)[0]
 
     def _time(self, spec: OpSpec, args: list) -> tuple[np.ndarray, str]:

@@ -16,7 +16,10 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
   the unfused path (QK^T GEMM, softmax, AV GEMM), which the breakdown names; `context_fused:
   false` says the engine's context phase (prefill) runs that unfused path at every head size
   while decode keeps its fused kernel (an engine era: FasterTransformer 5.x, see
-  `measurements.harness.engine_era`);
+  `measurements.harness.engine_era`); `kv_append: concat` says each decode step appends the new
+  token's K and V by concatenating it onto the layer's whole cache into a new tensor (reading
+  the old cache, writing the new one) instead of writing one token in place (`in_place`, the
+  default): an engine era too, Hugging Face transformers' tuple / DynamicCache cache;
 * `fusions`: residual add fused into the next norm, RoPE and the KV-cache write inside the
   attention kernel, a row-parallel Linear's bias added by a kernel of its own after the
   all-reduce (Megatron-style layers) rather than in the GEMM's epilogue;
@@ -138,6 +141,15 @@ class Attention:
     # GQA group; a measurement of an older version on an AMD GPU ran the generic kernel
     # (measurements/harness.py `engine_era`: decode_shares_kv false); "": every version
     rocm_shared_kv_since: str = ""
+    # how a decode step stores the new token's K and V (one of KV_APPENDS): "in_place" writes
+    # one token into a preallocated cache (paged or static); "concat" builds a new cache tensor
+    # per layer, torch.cat([past, new], dim=seq), which reads the old cache and writes the new
+    # one (graph.py `_attention`; the era: measurements/harness.py `engine_era`)
+    kv_append: str = "in_place"
+
+
+# `Attention.kv_append`: the new token's K and V written in place, or the cache concatenated anew
+KV_APPENDS = ("in_place", "concat")
 
 
 @dataclass(frozen=True)
@@ -276,6 +288,9 @@ def _section(cls: type, data: Any, where: str) -> Any:
             if cls is KVProfile and name == "accounting" and value not in KV_ACCOUNTINGS:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of "
                                     f"{', '.join(KV_ACCOUNTINGS)}")
+            if cls is Attention and name == "kv_append" and value not in KV_APPENDS:
+                raise SoftwareError(f"{where}.{name}: {value!r} is not one of "
+                                    f"{', '.join(KV_APPENDS)}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
             if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since",

@@ -179,6 +179,22 @@ PREDECESSOR_ENGINES = frozenset({"fastertransformer"})
 # src/fastertransformer/layers/attention_layers/GptContextAttentionLayer.cc, `forward`), while its
 # decode runs the fused masked multi-head attention kernel.
 UNFUSED_CONTEXT_ENGINES = frozenset({"fastertransformer"})
+# Frameworks whose decode step appends the new token's K and V by concatenating it onto each
+# layer's whole cache (`attention.kv_append: concat`): Hugging Face transformers' `generate`.
+# The Llama attention of the tuple-cache era (transformers v4.35.2,
+# src/transformers/models/llama/modeling_llama.py, `LlamaAttention.forward`) and optimum's
+# BetterTransformer replacement of it, which the optimum-benchmark rows ran
+# (huggingface/optimum@014ea91b2980f86d1fb5f8fc75cd21798833fb9b
+# optimum/bettertransformer/models/attention.py, `llama_forward`), both do
+# `key_states = torch.cat([past_key_value[0], key_states], dim=2)`, the same for the values, and
+# return `past_key_value = (key_states, value_states)`; the later default cache does the same
+# per layer (huggingface/transformers@67dd5524d384fdf6b20f6123e7a9d74e6ed96345
+# src/transformers/cache_utils.py, `DynamicCache.update`: `self.key_cache[layer_idx] =
+# torch.cat([self.key_cache[layer_idx], key_states], dim=-2)`).
+# gpt-fast, the other stack on the `eager` profile, writes a static cache in place
+# (pytorch-labs/gpt-fast@870415262cf12f7144d93359317acb24629e6dfd model.py, `KVCache.update`:
+# `torch.ops.aten.index_put_(self.k_cache, [None, None, input_pos], k_val)`).
+CONCAT_KV_ENGINES = frozenset({"hf"})
 
 
 # A measured version string naming AMD's fork of vLLM (ROCm/vllm): the fork carried its own
@@ -198,8 +214,13 @@ def engine_era(software: SoftwareProfile, version: str, framework: str = "",
     `attention.rocm_shared_kv_since` decoded with the generic paged-attention kernel, one thread
     block per query head (`attention.decode_shares_kv` false), and an upstream build (not
     ROCM_FORK) before `collectives.rocm_custom_since` reduced with the library (RCCL), not the
-    custom kernel. The host constants stay the profile's: an older version is scored with what
-    the others fitted."""
+    custom kernel. A framework of CONCAT_KV_ENGINES (Hugging Face transformers) appends each
+    decode step's K and V by copying the layer's whole cache (`attention.kv_append` concat). The
+    host constants stay the profile's: an older version is scored with what the others
+    fitted."""
+    if framework.lower() in CONCAT_KV_ENGINES and software.attention.kv_append != "concat":
+        software = dataclasses.replace(software, attention=dataclasses.replace(
+            software.attention, kv_append="concat"))
     if framework.lower() in UNFUSED_CONTEXT_ENGINES and software.attention.context_fused:
         software = dataclasses.replace(software, attention=dataclasses.replace(
             software.attention, context_fused=False))
