@@ -90,6 +90,22 @@ def test_bad_input_is_one_error_line_and_writes_nothing(tmp_path, extra, message
     assert not out.exists()
 
 
+def test_a_profile_that_copies_the_kv_cache_is_refused(tmp_path):
+    # the replay's step-time oracle writes the KV cache in place; a profile that appends by
+    # copying the cache (Hugging Face's torch.cat era) would be timed as if it did not
+    import krakenlm.simulator.constants.software_profiles as profiles
+
+    text = (Path(profiles.__file__).parent / "vllm.yaml").read_text()
+    yaml = tmp_path / "concat.yaml"
+    yaml.write_text(text.replace("attention:\n", "attention:\n  kv_append: concat\n", 1))
+    out = tmp_path / "out"
+    err = cli_one_line_or_success(BASE + ["--trace", str(TRACES / "vidur_style.csv"),
+                                          "--software", str(yaml), "--scheduler", "vllm-v1",
+                                          "--out", str(out)])
+    assert "(attention.kv_append: concat), which the serving replay does not model" in err, err
+    assert not out.exists()
+
+
 def test_weights_that_do_not_fit_are_one_error_line(tmp_path):
     err = cli_one_line_or_success(["sim", "serve", "--model", "llama2-70b", "--system",
                                    "h100-80gb-x8", "--tp", "1", "--trace",

@@ -472,6 +472,12 @@ def session(system: System, software: SoftwareProfile | str | None,
     (a larger token budget or batch still times its new grid points). A session's answers
     do not depend on what it was asked before, so the replays are the same."""
     profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    if profile.attention.kv_append != "in_place":
+        # the step-time oracle tabulates decode attention over a KV cache written in place
+        # (step_time.py), as every serving engine modelled here writes it
+        raise ServeError(f"software {profile.name} appends to the KV cache by copying it "
+                         f"(attention.kv_append: {profile.attention.kv_append}), which the "
+                         "serving replay does not model; set kv_append: in_place in the profile")
     key = (repr(system), repr(profile), dtype)  # a profile file edited in between is another
     sim = _SESSIONS.get(key)
     if sim is None:
