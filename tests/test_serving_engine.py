@@ -415,9 +415,9 @@ def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
     rng = np.random.default_rng(11)
     engines = []
     for n in (3000, 0, 1700):
-        tl = vllm_v1.Timeline()
+        tl = vllm_v1.Timeline(977)
         for t in np.sort(rng.uniform(0, 50, n)):
-            tl.step(float(t), float(rng.uniform()), int(rng.integers(0, 9)), 0, 0, 1)
+            tl.step(float(t), int(rng.integers(0, 978)), int(rng.integers(0, 9)), 0, 0, 1)
         engines.append(SimpleNamespace(timeline=tl))
     bins = 40
     got = timeline(engines, 50.0, bins)

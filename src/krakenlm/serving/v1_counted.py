@@ -60,7 +60,7 @@ class CountedV1Engine(V1Engine):
             self.opt.max_num_seqs, timer._prefill_memo if fast else None,
             timer._attention_rows if fast else None, timer._decode_plans if fast else None,
             timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
-            self.itl_window_s, timeline.t_s, timeline.kv_used, timeline._log,
+            self.itl_window_s, timeline.t_s, timeline.kv_blocks, timeline._log,
             timer._kv_index if fast else None)
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
@@ -343,7 +343,7 @@ class CountedV1Engine(V1Engine):
         total = pool.total
         used = total - pool.free - per * len(pool.lru)  # `pool.used`, written out
         t_log.append(now)  # `Timeline.step`
-        kv_log.append(used / total)
+        kv_log.append(used)
         after = len(running)
         log += (1, after, after, len(waiting), self.preemptions, tokens)
         # 5. the admitted ones that still run join the counters (`_join` and `_slack`,
@@ -514,22 +514,21 @@ class CountedV1Engine(V1Engine):
             if finished:  # the finished ones leave the running list (in C)
                 for s in self._finish(end):
                     running.remove(s)
-            # 5. the log (`_record_window`): KV use after each step; after the last, the
-            # blocks in use are used + total_need (the pool's available blocks fell by what it
-            # took: evictions keep them) unless requests finished there and freed theirs
+            # 5. the log (`_record_window`): KV blocks in use after each step; after the
+            # last, used + total_need (the pool's available blocks fell by what it took:
+            # evictions keep them) unless requests finished there and freed theirs
             used = total - available
             if total_need:
                 delta[0] += used
-                levels = [u / total for u in accumulate(delta)]
+                kv_log += accumulate(delta)
             else:
-                levels = [used / total] * k
+                kv_log += [used] * k
             if finished:
-                levels[-1] = (total - pool.free - pool.per_id * len(pool.lru)) / total
+                kv_log[-1] = total - pool.free - pool.per_id * len(pool.lru)
             itl_window.fromlist(durations[1:k])  # their weights: d, from the timeline
             self.now = now = end
             self.steps += k
             t_log.fromlist(ends)
-            kv_log.fromlist(levels)
             after = len(running)
             log += (k, d, after, 0, preemptions, d)  # `Timeline.window`'s record
             if not (after and now < until) or (stop_at_finish and after < d):
