@@ -146,7 +146,7 @@ class Timeline:
         """The fraction of the KV blocks in use after each step (kept until the log grows)."""
         blocks = self.kv_blocks
         if len(self._kv_read) != len(blocks):
-            self._kv_read = np.array(blocks, dtype=float) / self.total_blocks
+            self._kv_read = np.fromiter(blocks, np.int64, len(blocks)) / self.total_blocks
         return self._kv_read
 
     def _records(self) -> np.ndarray:
