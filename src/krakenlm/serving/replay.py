@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import compress
 
 import numpy as np
 
@@ -131,24 +132,32 @@ def pool_sized_options(opt: V1Options, kind: str, sizing, config: ModelConfig) -
 
 def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: int,
                     skip_long: bool, model_name: str) -> Trace:
-    too_long = [r for r in trace.requests
-                if r.prompt_tokens + r.output_tokens - 1 > config.context_len]
-    if too_long and not skip_long:
+    """The trace without the requests longer than the model's context (with `skip_long`; else
+    an error naming them), checked against the KV cache. A request fits when its prompt and
+    all but its last output token fit the context: prompt + output <= context + 1. One pass
+    reads the requests' lengths; the drop and the largest are taken from those sums."""
+    requests = trace.requests
+    totals = [r.prompt_tokens + r.output_tokens for r in requests]
+    limit = config.context_len + 1
+    fits = [t <= limit for t in totals]
+    dropped = len(fits) - sum(fits)
+    if dropped and not skip_long:
+        too_long = [r for r, ok in zip(requests, fits) if not ok]
         worst = max(too_long, key=lambda r: r.prompt_tokens + r.output_tokens)
         raise ServeError(
-            f"{len(too_long)} of {len(trace.requests)} requests of {trace.name} exceed "
+            f"{dropped} of {len(requests)} requests of {trace.name} exceed "
             f"{model_name}'s context of {config.context_len} tokens (the longest: "
             f"{worst.prompt_tokens} + {worst.output_tokens}); pass --skip-long to drop them "
             "(an engine rejects them) or pick a model with a longer context")
-    if too_long:
-        warn(f"dropped {len(too_long)} of {len(trace.requests)} requests longer than "
+    if dropped:
+        warn(f"dropped {dropped} of {len(requests)} requests longer than "
              f"{model_name}'s context of {config.context_len} tokens")
-        keep = tuple([r for r in trace.requests
-                      if r.prompt_tokens + r.output_tokens - 1 <= config.context_len])
+        keep = tuple(compress(requests, fits))
         if not keep:
             raise ServeError(f"every request of {trace.name} exceeds {model_name}'s context")
         trace = Trace(trace.name, keep, trace.hash_block_tokens)
-    largest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
+        totals = list(compress(totals, fits))
+    largest = max(totals)
     if math.ceil(largest / block_size) > blocks:
         raise KVCacheError(f"a request of {largest} tokens needs {math.ceil(largest / block_size)}"
                            f" KV blocks but the cache holds {blocks}; use a larger --tp or "
@@ -199,14 +208,14 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
     opt = pool_sized_options(opt, kind, sizing, config)
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
     chunks = kind in ("vllm-v1", "sglang") or (kind == "trtllm" and opt.chunked_prefill)
-    longest_pass = max([r.prompt_tokens + r.output_tokens - 1 for r in trace.requests])
+    longest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
+    longest_pass = longest - 1  # its prompt and all but its last output token
     if not chunks and longest_pass > opt.max_num_batched_tokens:
         raise ServeError(
             f"{kind} without chunked prefill runs a prompt in one step, and a request of "
             f"{longest_pass} tokens (with its recomputed output) exceeds "
             f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
             + (" or pass --chunked-prefill" if kind == "trtllm" else ""))
-    longest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
     built = time.perf_counter()
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens))
