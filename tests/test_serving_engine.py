@@ -410,14 +410,14 @@ def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
     not (the fallback)."""
     from types import SimpleNamespace
 
-    from krakenlm.serving.report import _last_index_per_bin, timeline
+    from krakenlm.serving.report import _bin_index, _last_index_per_bin, timeline
 
     rng = np.random.default_rng(11)
     engines = []
     for n in (3000, 0, 1700):
-        tl = vllm_v1.Timeline()
+        tl = vllm_v1.Timeline(977)
         for t in np.sort(rng.uniform(0, 50, n)):
-            tl.step(float(t), float(rng.uniform()), int(rng.integers(0, 9)), 0, 0, 1)
+            tl.step(float(t), int(rng.integers(0, 978)), int(rng.integers(0, 9)), 0, 0, 1)
         engines.append(SimpleNamespace(timeline=tl))
     bins = 40
     got = timeline(engines, 50.0, bins)
@@ -430,6 +430,12 @@ def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
         np.add.at(kv_n, idx, 1)
     expected = np.divide(kv, kv_n, out=np.zeros(bins), where=kv_n > 0)
     assert got["kv_used"] == expected.tolist()
+    for t in (np.sort(rng.uniform(-5, 55, 700)), rng.uniform(-5, 55, 700),
+              np.repeat(np.sort(rng.uniform(0, 50, 50)), 3), np.array([50.0, 50.0]),
+              np.zeros(0)):
+        for e in (edges, np.zeros(bins + 1)):
+            expected_idx = np.clip(np.searchsorted(e, t, side="right") - 1, 0, bins - 1)
+            assert _bin_index(e, t, bins).tolist() == expected_idx.tolist()
     for idx in (np.sort(rng.integers(0, bins, 500)), rng.integers(0, bins, 500)):
         last = np.full(bins, -1)
         np.maximum.at(last, idx, np.arange(len(idx)))

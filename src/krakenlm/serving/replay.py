@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import compress
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from ..simulator import Simulator
 from ..simulator.constants.software import SoftwareProfile, load_software
 from .frontend import apply_frontend
 from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
-from .report import AMORTISATION_YEARS, ServeReport, summarise, timeline
+from .report import AMORTISATION_YEARS, RequestColumns, ServeReport, summarise, timeline
 from .sglang import POLICIES as SGLANG_POLICIES
 from .sglang import POOL_SIZED, SGLangEngine, max_running_requests
 from .step_time import StepTimer
@@ -131,24 +132,32 @@ def pool_sized_options(opt: V1Options, kind: str, sizing, config: ModelConfig) -
 
 def _check_requests(trace: Trace, config: ModelConfig, blocks: int, block_size: int,
                     skip_long: bool, model_name: str) -> Trace:
-    too_long = [r for r in trace.requests
-                if r.prompt_tokens + r.output_tokens - 1 > config.context_len]
-    if too_long and not skip_long:
+    """The trace without the requests longer than the model's context (with `skip_long`; else
+    an error naming them), checked against the KV cache. A request fits when its prompt and
+    all but its last output token fit the context: prompt + output <= context + 1. One pass
+    reads the requests' lengths; the drop and the largest are taken from those sums."""
+    requests = trace.requests
+    totals = [r.prompt_tokens + r.output_tokens for r in requests]
+    limit = config.context_len + 1
+    fits = [t <= limit for t in totals]
+    dropped = len(fits) - sum(fits)
+    if dropped and not skip_long:
+        too_long = [r for r, ok in zip(requests, fits) if not ok]
         worst = max(too_long, key=lambda r: r.prompt_tokens + r.output_tokens)
         raise ServeError(
-            f"{len(too_long)} of {len(trace.requests)} requests of {trace.name} exceed "
+            f"{dropped} of {len(requests)} requests of {trace.name} exceed "
             f"{model_name}'s context of {config.context_len} tokens (the longest: "
             f"{worst.prompt_tokens} + {worst.output_tokens}); pass --skip-long to drop them "
             "(an engine rejects them) or pick a model with a longer context")
-    if too_long:
-        warn(f"dropped {len(too_long)} of {len(trace.requests)} requests longer than "
+    if dropped:
+        warn(f"dropped {dropped} of {len(requests)} requests longer than "
              f"{model_name}'s context of {config.context_len} tokens")
-        keep = tuple([r for r in trace.requests
-                      if r.prompt_tokens + r.output_tokens - 1 <= config.context_len])
+        keep = tuple(compress(requests, fits))
         if not keep:
             raise ServeError(f"every request of {trace.name} exceeds {model_name}'s context")
         trace = Trace(trace.name, keep, trace.hash_block_tokens)
-    largest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
+        totals = list(compress(totals, fits))
+    largest = max(totals)
     if math.ceil(largest / block_size) > blocks:
         raise KVCacheError(f"a request of {largest} tokens needs {math.ceil(largest / block_size)}"
                            f" KV blocks but the cache holds {blocks}; use a larger --tp or "
@@ -199,14 +208,14 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
     opt = pool_sized_options(opt, kind, sizing, config)
     trace = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long, model_name)
     chunks = kind in ("vllm-v1", "sglang") or (kind == "trtllm" and opt.chunked_prefill)
-    longest_pass = max([r.prompt_tokens + r.output_tokens - 1 for r in trace.requests])
+    longest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
+    longest_pass = longest - 1  # its prompt and all but its last output token
     if not chunks and longest_pass > opt.max_num_batched_tokens:
         raise ServeError(
             f"{kind} without chunked prefill runs a prompt in one step, and a request of "
             f"{longest_pass} tokens (with its recomputed output) exceeds "
             f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
             + (" or pass --chunked-prefill" if kind == "trtllm" else ""))
-    longest = max([r.prompt_tokens + r.output_tokens for r in trace.requests])
     built = time.perf_counter()
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens))
@@ -272,15 +281,17 @@ def engine_series(engines) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
 
 def engine_summary(rows: list[dict], engines, trace: Trace, *, makespan_s: float,
                    slo_ttft_s: float | None, slo_tpot_s: float | None,
-                   usd_per_s: float) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
-    """`summarise` over the rows and every engine's series, with the engines' preemptions and
-    step count, and the inter-token latencies as runs (values, counts: `ServeReport.itl_runs`):
-    what a single-pool replay and a cluster replay both report."""
+                   usd_per_s: float, columns: RequestColumns | None = None,
+                   ) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """`summarise` over the rows (and their `columns` when built with them) and every
+    engine's series, with the engines' preemptions and step count, and the inter-token
+    latencies as runs (values, counts: `ServeReport.itl_runs`): what a single-pool replay and
+    a cluster replay both report."""
     itl, weights, counts, kv_used = engine_series(engines)
     summary = summarise(rows, itl, weights, duration_s=trace.duration_s, makespan_s=makespan_s,
                         slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
                         preemptions=sum(e.preemptions for e in engines), kv_used=kv_used,
-                        usd_per_s=usd_per_s, itl_counts=counts)
+                        usd_per_s=usd_per_s, itl_counts=counts, columns=columns)
     summary["steps"] = sum(e.steps for e in engines)
     return summary, (itl, counts)
 
@@ -393,16 +404,16 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     frontend = sim.profile.frontend
     if client_side:
         first, finish = apply_frontend(seqs, engines, frontend)
-        rows = [_row(s, f, e) for s, f, e in zip(seqs, first.tolist(), finish.tolist())]
+        rows, columns = _rows(seqs, first.tolist(), finish.tolist())
     else:
-        rows = [_row(s) for s in seqs]
+        rows, columns = _rows(seqs)
     start = trace.requests[0].arrival_s
-    makespan = max([r["finish_s"] for r in rows]) - start
+    makespan = float(columns.finish_s.max()) - start
     gpus = tp * replicas
     usd_per_s = system_cost(system).system_usd / system.device_count * gpus / \
         (AMORTISATION_YEARS * SECONDS_PER_YEAR)
     summary, itl = engine_summary(rows, engines, trace, makespan_s=makespan, slo_ttft_s=slo_ttft_s,
-                                  slo_tpot_s=slo_tpot_s, usd_per_s=usd_per_s)
+                                  slo_tpot_s=slo_tpot_s, usd_per_s=usd_per_s, columns=columns)
     if opt.preemption_mode == "swap":
         summary["swapped_blocks"] = sum(e.swapped_blocks_total for e in engines)
     setup = {"trace": trace.name, "model": model_name, "arch": config.arch,
@@ -515,3 +526,54 @@ def _row(s: Seq, first_token_s: float | None = None, finish_s: float | None = No
             "e2e_s": finish_s - arrival, "prompt_tokens": s.prompt,
             "output_tokens": s.output, "cached_tokens": s.cached_tokens,
             "preemptions": s.preemptions}
+
+
+def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,
+          finish_s: list[float] | None = None) -> tuple[list[dict], RequestColumns]:
+    """Every request's row (`_row`'s values: the engine's first token and finish, or the
+    given ones) and the `RequestColumns` the summary reads, in one pass: each value is
+    computed once, by the same operation as in `_row`, and kept in its column as it goes
+    into its row, so the summary reads no row back."""
+    if first_token_s is None:
+        first_token_s = [s.first_token_s for s in seqs]
+    if finish_s is None:
+        finish_s = [s.finish_s for s in seqs]
+    rows: list[dict] = []
+    arrivals: list[float] = []
+    queues: list[float] = []
+    ttfts: list[float] = []
+    e2es: list[float] = []
+    tpots: list[float] = []
+    has_tpot: list[bool] = []
+    output_total = prompt_total = cached_total = 0
+    for s, first, finish in zip(seqs, first_token_s, finish_s):
+        req = s.req
+        arrival = req.arrival_s
+        output = s.output
+        queue = s.first_scheduled_s - arrival
+        ttft = first - arrival
+        e2e = finish - arrival
+        if output > 1:
+            tpot = (finish - first) / (output - 1)
+            tpots.append(tpot)
+            has_tpot.append(True)
+        else:
+            tpot = None
+            has_tpot.append(False)
+        rows.append({"id": req.id, "replica": s.replica, "arrival_s": arrival,
+                     "queue_s": queue, "first_token_s": first, "finish_s": finish,
+                     "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "prompt_tokens": s.prompt,
+                     "output_tokens": output, "cached_tokens": s.cached_tokens,
+                     "preemptions": s.preemptions})
+        arrivals.append(arrival)
+        queues.append(queue)
+        ttfts.append(ttft)
+        e2es.append(e2e)
+        output_total += output
+        prompt_total += s.prompt
+        cached_total += s.cached_tokens
+    columns = RequestColumns(np.array(arrivals), np.array(queues), np.array(ttfts),
+                             np.array(e2es), np.array(finish_s, dtype=float), np.array(tpots),
+                             np.array(has_tpot, dtype=bool), output_total, prompt_total,
+                             cached_total)
+    return rows, columns

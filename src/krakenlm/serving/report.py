@@ -248,37 +248,72 @@ def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
+@dataclass(frozen=True)
+class RequestColumns:
+    """What `summarise` reads of the request rows, in row order: arrival, queueing delay,
+    TTFT, E2E and finish (s) as float arrays, the TPOT of the rows that have one (more than
+    one output token) and which rows those are, and the output, prompt and prefix-cached token
+    totals (ints). `of_rows` reads them from the rows; a replay builds them with its rows
+    (`replay._rows`), so that the summary does not read ~10 columns back out of 10^5 dicts."""
+    arrival_s: np.ndarray
+    queue_s: np.ndarray
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    finish_s: np.ndarray
+    tpot_s: np.ndarray
+    has_tpot: np.ndarray
+    output_tokens: int
+    prompt_tokens: int
+    cached_tokens: int
+
+    @classmethod
+    def of_rows(cls, rows: list[dict[str, Any]]) -> RequestColumns:
+        tpot = [r["tpot_s"] for r in rows]
+        return cls(np.array([r["arrival_s"] for r in rows]),
+                   np.array([r["queue_s"] for r in rows]),
+                   np.array([r["ttft_s"] for r in rows]),
+                   np.array([r["e2e_s"] for r in rows]),
+                   np.array([r["finish_s"] for r in rows]),
+                   np.array([t for t in tpot if t is not None]),
+                   np.array([t is not None for t in tpot], dtype=bool),
+                   sum([r["output_tokens"] for r in rows]),  # lists: a generator costs more
+                   sum([r["prompt_tokens"] for r in rows]),
+                   sum([r["cached_tokens"] for r in rows]))
+
+
 def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.ndarray, *,
               duration_s: float,
               makespan_s: float, slo_ttft_s: float | None, slo_tpot_s: float | None,
               preemptions: int, kv_used: np.ndarray, usd_per_s: float,
-              itl_counts: np.ndarray | None = None) -> dict[str, Any]:
+              itl_counts: np.ndarray | None = None,
+              columns: RequestColumns | None = None) -> dict[str, Any]:
     """The summary of a replay's rows and series; `itl_counts`: the gaps are runs
-    (`weighted_stats`)."""
+    (`weighted_stats`); `columns`: the rows' `RequestColumns` when the caller has them (else
+    read from the rows)."""
     n = len(rows)
-    ttft = np.array([r["ttft_s"] for r in rows])
-    e2e = np.array([r["e2e_s"] for r in rows])
-    queue = np.array([r["queue_s"] for r in rows])
-    tpot = np.array([r["tpot_s"] for r in rows if r["tpot_s"] is not None])
-    out_tokens = sum([r["output_tokens"] for r in rows])  # lists: a generator costs more
-    all_tokens = out_tokens + sum([r["prompt_tokens"] for r in rows])
+    c = columns if columns is not None else RequestColumns.of_rows(rows)
+    ttft, e2e, queue, tpot = c.ttft_s, c.e2e_s, c.queue_s, c.tpot_s
+    out_tokens = c.output_tokens
+    all_tokens = out_tokens + c.prompt_tokens
     ok = np.ones(n, bool)
     if slo_ttft_s is not None:
         ok &= ttft <= slo_ttft_s
-    if slo_tpot_s is not None:
-        ok &= np.array([r["tpot_s"] is None or r["tpot_s"] <= slo_tpot_s for r in rows])
+    if slo_tpot_s is not None:  # a row without a TPOT meets the TPOT SLO
+        tpot_ok = np.ones(n, bool)
+        tpot_ok[c.has_tpot] = tpot <= slo_tpot_s
+        ok &= tpot_ok
     offered = (n - 1) / duration_s if n > 1 and duration_s > 0 else None
     served = n / makespan_s if makespan_s > 0 else None
     # overloaded: the queue keeps growing. A stable system's queueing delays are stationary; an
     # overloaded one's grow with the time: the last fifth of the requests (by arrival) waits
     # over a second on average and five times longer than the first fifth.
-    by_arrival = np.argsort([r["arrival_s"] for r in rows], kind="stable")
+    by_arrival = np.argsort(c.arrival_s, kind="stable")
     fifth = max(1, n // 5)
     q_first = float(queue[by_arrival[:fifth]].mean()) if n else 0.0
     q_last = float(queue[by_arrival[-fifth:]].mean()) if n else 0.0
     overloaded = bool(n >= 50 and q_last > OVERLOAD_QUEUE_S and q_last > 5 * q_first)
-    last_arrival = max([r["arrival_s"] for r in rows])
-    done = sum([r["finish_s"] <= last_arrival for r in rows])
+    last_arrival = float(c.arrival_s.max())
+    done = int(np.count_nonzero(c.finish_s <= last_arrival))
     cost = usd_per_s * makespan_s
     return {
         "requests": n,
@@ -295,7 +330,7 @@ def summarise(rows: list[dict[str, Any]], itl_s: np.ndarray, itl_weights: np.nda
         "kv_cache": {"mean_used": float(kv_used.mean()) if len(kv_used) else 0.0,
                      "max_used": float(kv_used.max()) if len(kv_used) else 0.0,
                      "preemptions": preemptions,
-                     "prefix_hit_tokens": int(sum([r["cached_tokens"] for r in rows]))},
+                     "prefix_hit_tokens": int(c.cached_tokens)},
         "cost": {"usd": cost,
                  "usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
                  "usd_per_million_tokens": cost / all_tokens * 1e6 if all_tokens else None,
@@ -319,6 +354,20 @@ def _last_index_per_bin(idx: np.ndarray, bins: int) -> np.ndarray:
     return last
 
 
+def _bin_index(edges: np.ndarray, t: np.ndarray, bins: int) -> np.ndarray:
+    """Per time in `t` its bin, `np.clip(np.searchsorted(edges, t, side="right") - 1, 0,
+    bins - 1)`. For times in order (a replica's steps) from one search per edge instead of
+    one per time: with below[j] the count of times before edge j, the edges at or below
+    t[i] are those with below[j] <= i (t[i] >= edge j exactly when every time before the
+    edge comes before t[i]), counted by a cumulative sum; times out of order search each."""
+    n = len(t)
+    if n > 1 and not (t[1:] >= t[:-1]).all():
+        return np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+    below = np.searchsorted(t, edges, side="left")
+    at_or_below = np.cumsum(np.bincount(below, minlength=n + 1)[:n])
+    return np.clip(at_or_below - 1, 0, bins - 1)
+
+
 def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str, list[float]]:
     """The engines' per-step records in `bins` equal time bins: KV blocks in use (mean over
     steps and replicas), running and waiting requests (summed over replicas, last step in the
@@ -333,7 +382,7 @@ def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str,
         t = np.array(tl.t_s)
         if not len(t):
             continue
-        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        idx = _bin_index(edges, t, bins)
         bin_parts.append(idx)
         kv_parts.append(np.array(tl.kv_used))
         last = _last_index_per_bin(idx, bins)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from math import floor
 
 import numpy as np
 
@@ -109,6 +110,17 @@ class Linear1D:
         x0, x1 = xs[i - 1], xs[i]
         w = (x - x0) / (x1 - x0)
         return self.y[i - 1] * (1 - w) + self.y[i] * w
+
+
+def _whole_grid_index(xs: list[float]) -> list[int]:
+    """`bisect_right(xs, m)` for every whole m from 0 to xs[-1], for a grid of whole numbers
+    (the KV lengths of `token_grid`): then `bisect_right(xs, x)` is `index[int(x)]` for every
+    float 0 <= x <= xs[-1], since a whole xs[i] is <= x exactly when it is <= floor(x): one
+    `math.floor` and a list read instead of a bisect's ~9 float comparisons through the object
+    protocol."""
+    if any(x != int(x) or x < 0 for x in xs):
+        raise ValueError("the grid index needs whole, non-negative grid points")
+    return [bisect_right(xs, m) for m in range(int(xs[-1]) + 1)]
 
 
 def _at(table: tuple[list[float], list[float]], x: float) -> float:
@@ -284,6 +296,12 @@ class StepTimer:
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
+        # every decode row is on the same KV grid (`_decode_attention_table`): its bisects as
+        # one list read (`_whole_grid_index`; `decode_attention_s`, the counted engine)
+        kv_grid = self._decode_rows[0][0]
+        if any(x != kv_grid for x, _ in self._decode_rows):
+            raise ValueError("decode attention rows on different KV grids")
+        self._kv_index = _whole_grid_index(kv_grid)
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._attention_rows: dict[int, tuple] = {}  # `decode_attention_s`'s, per batch size
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
@@ -407,8 +425,8 @@ class StepTimer:
             a = ys[0]
         elif mean_kv >= xs[-1]:
             a = ys[-1]
-        else:
-            i = bisect_right(xs, mean_kv)
+        else:  # xs[0] < mean_kv < xs[-1]: `bisect_right(xs, mean_kv)`
+            i = self._kv_index[floor(mean_kv)]
             x0 = xs[i - 1]
             u = (mean_kv - x0) / (xs[i] - x0)
             a = ys[i - 1] * (1 - u) + ys[i] * u

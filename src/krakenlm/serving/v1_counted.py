@@ -25,6 +25,7 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
+from math import floor
 
 import numpy as np
 
@@ -59,7 +60,8 @@ class CountedV1Engine(V1Engine):
             self.opt.max_num_seqs, timer._prefill_memo if fast else None,
             timer._attention_rows if fast else None, timer._decode_plans if fast else None,
             timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
-            self.itl_window_s, timeline.t_s, timeline.kv_used, timeline._log)
+            self.itl_window_s, timeline.t_s, timeline.kv_blocks, timeline._log,
+            timer._kv_index if fast else None)
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold."""
@@ -212,7 +214,7 @@ class CountedV1Engine(V1Engine):
         The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
         wrote them (`_finish` and `_uncount` read them)."""
         (timer, pool, bs, budget, max_seqs, memo, attention_rows, _, _, gap_values, gap_counts,
-         itl, _, t_log, kv_log, log) = self._consts
+         itl, _, t_log, kv_log, log, kv_index) = self._consts
         running, waiting = self.running, self.waiting
         d = len(running)
         if d > budget:
@@ -288,8 +290,8 @@ class CountedV1Engine(V1Engine):
                     a = ys[0]
                 elif mean_kv >= xs[-1]:
                     a = ys[-1]
-                else:
-                    i = bisect_right(xs, mean_kv)
+                else:  # `bisect_right(xs, mean_kv)`: the KV grid's index
+                    i = kv_index[floor(mean_kv)]
                     x0 = xs[i - 1]
                     u = (mean_kv - x0) / (xs[i] - x0)
                     a = ys[i - 1] * (1 - u) + ys[i] * u
@@ -341,7 +343,7 @@ class CountedV1Engine(V1Engine):
         total = pool.total
         used = total - pool.free - per * len(pool.lru)  # `pool.used`, written out
         t_log.append(now)  # `Timeline.step`
-        kv_log.append(used / total)
+        kv_log.append(used)
         after = len(running)
         log += (1, after, after, len(waiting), self.preemptions, tokens)
         # 5. the admitted ones that still run join the counters (`_join` and `_slack`,
@@ -397,7 +399,7 @@ class CountedV1Engine(V1Engine):
         each pass (`_finish` reads them), and `running` is the engine's list (finishes
         remove from it in place), so `d` is re-read after a finish."""
         (timer, pool, bs, budget, _, _, _, plans, decode_steps_list, gap_values, gap_counts, _,
-         itl_window, t_log, kv_log, log) = self._consts
+         itl_window, t_log, kv_log, log, kv_index) = self._consts
         running = self.running
         d = len(running)
         if d > budget:  # d only falls from here on
@@ -430,7 +432,9 @@ class CountedV1Engine(V1Engine):
                 line = plan.line if plan is not None else None
                 if line is not None:  # `decode_steps_list`'s line path
                     xs, ys, c, r, count, head, overhead = line
-                    j = bisect_right(xs, mean_kv) - 1
+                    # `bisect_right(xs, mean_kv) - 1` (the line's row is on the KV grid, and
+                    # mean_kv at most its last point, the longest request)
+                    j = kv_index[floor(mean_kv)] - 1
                     if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and \
                             mean_kv + (n - 1) < xs[j + 1]:
                         lo, y0 = xs[j], ys[j]
@@ -510,22 +514,21 @@ class CountedV1Engine(V1Engine):
             if finished:  # the finished ones leave the running list (in C)
                 for s in self._finish(end):
                     running.remove(s)
-            # 5. the log (`_record_window`): KV use after each step; after the last, the
-            # blocks in use are used + total_need (the pool's available blocks fell by what it
-            # took: evictions keep them) unless requests finished there and freed theirs
+            # 5. the log (`_record_window`): KV blocks in use after each step; after the
+            # last, used + total_need (the pool's available blocks fell by what it took:
+            # evictions keep them) unless requests finished there and freed theirs
             used = total - available
             if total_need:
                 delta[0] += used
-                levels = [u / total for u in accumulate(delta)]
+                kv_log += accumulate(delta)
             else:
-                levels = [used / total] * k
+                kv_log += [used] * k
             if finished:
-                levels[-1] = (total - pool.free - pool.per_id * len(pool.lru)) / total
+                kv_log[-1] = total - pool.free - pool.per_id * len(pool.lru)
             itl_window.fromlist(durations[1:k])  # their weights: d, from the timeline
             self.now = now = end
             self.steps += k
             t_log.fromlist(ends)
-            kv_log.fromlist(levels)
             after = len(running)
             log += (k, d, after, 0, preemptions, d)  # `Timeline.window`'s record
             if not (after and now < until) or (stop_at_finish and after < d):

@@ -106,31 +106,48 @@ class Seq:
 
 
 class Timeline:
-    """Per step: end time, KV blocks in use (fraction), running and waiting requests,
-    preemptions so far, tokens in the step. The last four are logged once per step or per
-    decode window (whose steps share them, but for the running requests after its last step)
-    and expanded to one value per step when read."""
+    """Per step: end time, KV blocks in use (logged as a count of the pool's `total_blocks`,
+    read as the fraction), running and waiting requests, preemptions so far, tokens in the
+    step. The last four are logged once per step or per decode window (whose steps share them,
+    but for the running requests after its last step) and expanded to one value per step when
+    read."""
 
-    def __init__(self):
-        self.t_s, self.kv_used = array("d"), array("d")
+    def __init__(self, total_blocks: int = 1):
+        self.t_s = array("d")
+        # KV blocks in use after each step, as ints in a list: a decode window extends it with
+        # its running block counts (`accumulate` consumed in C), where a fraction per step
+        # would be a division and an array the parsing of every float; `kv_used` divides once
+        # when read (int / int is the double quotient of two exact doubles in Python as in
+        # numpy, so the same floats as dividing as they are logged)
+        self.kv_blocks: list[int] = []
+        self.total_blocks = total_blocks
+        self._kv_read: np.ndarray = np.zeros(0)
         # per step or window, six ints: steps, running, running after the last step, waiting,
         # preemptions, tokens per step (a flat list: appending a record is one list extend,
         # where an array converts each value; read as a float array, kept until it grows)
         self._log: list[int] = []
         self._read: np.ndarray = np.zeros((0, 6))
 
-    def step(self, t_s: float, kv_used: float, running: int, waiting: int, preemptions: int,
+    def step(self, t_s: float, kv_blocks: int, running: int, waiting: int, preemptions: int,
              tokens: int) -> None:
         self.t_s.append(t_s)
-        self.kv_used.append(kv_used)
+        self.kv_blocks.append(kv_blocks)
         self._log += (1, running, running, waiting, preemptions, tokens)
 
-    def window(self, ends: list[float], kv_used: list[float], running: int, running_after: int,
-               preemptions: int) -> None:
+    def window(self, ends: list[float], kv_blocks: list[int], running: int,
+               running_after: int, preemptions: int) -> None:
         """A decode window: `running` sequences decode one token each per step, none wait."""
         self.t_s.fromlist(ends)
-        self.kv_used.fromlist(kv_used)
+        self.kv_blocks += kv_blocks
         self._log += (len(ends), running, running_after, 0, preemptions, running)
+
+    @property
+    def kv_used(self) -> np.ndarray:
+        """The fraction of the KV blocks in use after each step (kept until the log grows)."""
+        blocks = self.kv_blocks
+        if len(self._kv_read) != len(blocks):
+            self._kv_read = np.fromiter(blocks, np.int64, len(blocks)) / self.total_blocks
+        return self._kv_read
 
     def _records(self) -> np.ndarray:
         """The log as one row of six floats per record (read as ints, then converted: the
@@ -196,7 +213,7 @@ class V1Engine:
         self.preemptions = 0
         self.itl_s = array("d")  # inter-token gaps, one per token
         self.itl_window_s = array("d")  # gaps of decode windows, each for `itl_weight` tokens
-        self.timeline = Timeline()
+        self.timeline = Timeline(self.pool.total)
         self.steps = 0
         self._step_guess = 0.0  # a recent decode step's length (`_window_steps`)
 
@@ -304,17 +321,17 @@ class V1Engine:
         k = len(ends)
         pool = self.pool
         total = pool.total
-        if delta is not None:  # the fraction in use after each of the first k - 1 steps
+        if delta is not None:  # the blocks in use after each of the first k - 1 steps
             steps = delta[:k - 1]
             if steps:
                 steps[0] += used
-            levels = [u / total for u in accumulate(steps)]
+            levels = list(accumulate(steps))
         else:
-            levels = [used / total] * (k - 1)
+            levels = [used] * (k - 1)
         self.itl_window_s.fromlist(durations[1:k])  # their weights: d, from the timeline
         self.now = ends[-1]
         self.steps += k
-        levels.append((total - pool.free - pool.per_id * len(pool.lru)) / total)  # `pool.used`
+        levels.append(total - pool.free - pool.per_id * len(pool.lru))  # `pool.used`
         self.timeline.window(ends, levels, d, len(self.running), self.preemptions)
 
     def _window_scan(self, running: list[Seq]) -> tuple[int, int, list[int]] | None:
@@ -551,5 +568,5 @@ class V1Engine:
         self.steps += 1
         total = pool.total
         used = total - pool.free - pool.per_id * len(pool.lru)  # `pool.used`, written out
-        self.timeline.step(now, used / total, len(self.running), len(self.waiting),
+        self.timeline.step(now, used, len(self.running), len(self.waiting),
                            self.preemptions, tokens)
