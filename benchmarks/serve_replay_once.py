@@ -14,7 +14,11 @@ replay only (`callgrind_control -i on/off`; start valgrind with `--instr-atstart
         python benchmarks/serve_replay_once.py N --warm 200 --callgrind
     grep ^totals: OUT     # instructions of the N-request replay
 
-Prints the engine steps.
+Prints the engine steps. `--repeat K` replays the N requests K times in the process (a fresh
+trace each time, the same requests) and prints each replay's CPU seconds, the figure stop 38
+compared across trees in alternated processes:
+
+    python benchmarks/serve_replay_once.py 100000 --warm 200 --repeat 3
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +56,8 @@ def main() -> None:
                         help="replay this many requests first (builds the step-time oracle)")
     parser.add_argument("--callgrind", action="store_true",
                         help="count instructions (callgrind_control -i) around the replay only")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="replay the N requests this many times; print each one's CPU s")
     args = parser.parse_args()
     conv = Path(args.traces) / "azure2023_conv.csv"
     if not conv.exists():
@@ -59,15 +66,21 @@ def main() -> None:
         sys.exit(2)
     if args.warm:
         replay(trace_of(args.warm, conv))
-    trace = trace_of(args.requests, conv)
-    if args.callgrind:
-        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
-                       capture_output=True)
-    report = replay(trace)
-    if args.callgrind:
-        subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], check=True,
-                       capture_output=True)
+    cpu_s = []
+    for _ in range(max(1, args.repeat)):
+        trace = trace_of(args.requests, conv)
+        if args.callgrind:
+            subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
+                           capture_output=True)
+        started = time.process_time()
+        report = replay(trace)
+        cpu_s.append(time.process_time() - started)
+        if args.callgrind:
+            subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], check=True,
+                           capture_output=True)
     print(report.summary["steps"])
+    if args.repeat > 1:
+        print("cpu_s " + " ".join(f"{t:.2f}" for t in cpu_s))
 
 
 if __name__ == "__main__":
