@@ -36,7 +36,7 @@ from .replay import (
     SECONDS_PER_YEAR,
     ServeError,
     _check_requests,
-    _row,
+    _rows,
     _step_timer,
     default_options,
     engine_summary,
@@ -313,7 +313,7 @@ def serve_cluster(trace: Trace, model: ModelConfig | Callable[[int], ModelConfig
     total = len(trace.requests)
     if progress is not None:
         progress(total, total)
-    return cluster_report(trace, built, replicas, [_row(s) for s in seqs], seqs,
+    return cluster_report(trace, built, replicas, _rows(seqs)[0], seqs,
                           router=router, model_name=model_name, dtype=dtype,
                           slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, started=started,
                           extra_setup={"network": network.describe()})

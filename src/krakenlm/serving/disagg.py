@@ -54,7 +54,7 @@ from .cluster import (
     serve_cluster,
     start_replay,
 )
-from .replay import ServeError, _row
+from .replay import ServeError, _rows
 from .report import ServeReport
 from .routing import choose
 from .traces import Trace, scale_rate
@@ -196,9 +196,8 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
             dec_seqs[i] = s
     for d in decoders:
         d.advance(math.inf)
-    rows = []
-    for i, pre in enumerate(pre_seqs):
-        row = _row(pre)
+    rows = _rows(pre_seqs)[0]  # the prefill side's rows, completed with the decode side's
+    for i, (pre, row) in enumerate(zip(pre_seqs, rows)):
         s = dec_seqs.get(i)
         if s is not None:
             row.update(finish_s=s.finish_s, e2e_s=s.finish_s - row["arrival_s"],
@@ -207,7 +206,6 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
         row.update(decode_replica=-1 if s is None else s.replica, kv_transfer_s=transfer[i],
                    kv_ready_s=ready[i],
                    decode_admitted_s=math.nan if s is None else s.first_scheduled_s)
-        rows.append(row)
     n_pre = sum(p.devices for p in p_built)
     extra = {"disaggregated": {
         "prefill": [p.spec.label for p in p_built], "decode": [p.spec.label for p in d_built],

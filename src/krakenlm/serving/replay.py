@@ -513,27 +513,13 @@ def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
     return timer
 
 
-def _row(s: Seq, first_token_s: float | None = None, finish_s: float | None = None) -> dict:
-    """One request's row, with its first token and finish as reported (the engine's unless
-    given: the client's through the front end)."""
-    first_token_s = s.first_token_s if first_token_s is None else first_token_s
-    finish_s = s.finish_s if finish_s is None else finish_s
-    arrival = s.req.arrival_s
-    tpot = (finish_s - first_token_s) / (s.output - 1) if s.output > 1 else None
-    return {"id": s.req.id, "replica": s.replica, "arrival_s": arrival,
-            "queue_s": s.first_scheduled_s - arrival, "first_token_s": first_token_s,
-            "finish_s": finish_s, "ttft_s": first_token_s - arrival, "tpot_s": tpot,
-            "e2e_s": finish_s - arrival, "prompt_tokens": s.prompt,
-            "output_tokens": s.output, "cached_tokens": s.cached_tokens,
-            "preemptions": s.preemptions}
-
-
 def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,
           finish_s: list[float] | None = None) -> tuple[list[dict], RequestColumns]:
-    """Every request's row (`_row`'s values: the engine's first token and finish, or the
-    given ones) and the `RequestColumns` the summary reads, in one pass: each value is
-    computed once, by the same operation as in `_row`, and kept in its column as it goes
-    into its row, so the summary reads no row back."""
+    """Every request's row, with its first token and finish as reported (the engine's unless
+    given: the client's through the front end), and the `RequestColumns` the summary reads,
+    in one pass: each value is computed once and kept in its column as it goes into its row,
+    so the summary reads no row back. The one definition of a request row (single pools,
+    clusters and disaggregated serving all build theirs here)."""
     if first_token_s is None:
         first_token_s = [s.first_token_s for s in seqs]
     if finish_s is None:
