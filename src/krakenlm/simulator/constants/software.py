@@ -285,12 +285,10 @@ def _section(cls: type, data: Any, where: str) -> Any:
                 raise SoftwareError(f"{where}.{name}: expected text, got {value!r}")
             if cls is Fp8Policy and value not in PRECISIONS:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of {PRECISIONS}")
-            if cls is KVProfile and name == "accounting" and value not in KV_ACCOUNTINGS:
+            choices = _NAMED_CHOICES.get((cls.__name__, name))
+            if choices is not None and value not in choices:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of "
-                                    f"{', '.join(KV_ACCOUNTINGS)}")
-            if cls is Attention and name == "kv_append" and value not in KV_APPENDS:
-                raise SoftwareError(f"{where}.{name}: {value!r} is not one of "
-                                    f"{', '.join(KV_APPENDS)}")
+                                    f"{', '.join(choices)}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
             if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since",
@@ -300,6 +298,11 @@ def _section(cls: type, data: Any, where: str) -> Any:
                                     "as \"0.8\" or \"1.0.0rc1\" (or \"\" for every version)")
         kwargs[name] = value
     return cls(**kwargs)
+
+
+# Text fields that take one of a few words: (section class, field) -> the words.
+_NAMED_CHOICES = {("KVProfile", "accounting"): KV_ACCOUNTINGS,
+                  ("Attention", "kv_append"): KV_APPENDS}
 
 
 def profile_from_dict(data: Any, source: str) -> SoftwareProfile:

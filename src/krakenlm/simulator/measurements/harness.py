@@ -181,13 +181,13 @@ PREDECESSOR_ENGINES = frozenset({"fastertransformer"})
 UNFUSED_CONTEXT_ENGINES = frozenset({"fastertransformer"})
 # Frameworks whose decode step appends the new token's K and V by concatenating it onto each
 # layer's whole cache (`attention.kv_append: concat`): Hugging Face transformers' `generate`.
-# The Llama attention of the tuple-cache era (transformers v4.35.2,
-# src/transformers/models/llama/modeling_llama.py, `LlamaAttention.forward`) and optimum's
-# BetterTransformer replacement of it, which the optimum-benchmark rows ran
-# (huggingface/optimum@014ea91b2980f86d1fb5f8fc75cd21798833fb9b
-# optimum/bettertransformer/models/attention.py, `llama_forward`), both do
+# Optimum's BetterTransformer replacement of the Llama attention, which the optimum-benchmark
+# rows ran (read at huggingface/optimum@014ea91b2980f86d1fb5f8fc75cd21798833fb9b, an older
+# commit than the rows' optimum 1.14.1, which no stored copy holds:
+# optimum/bettertransformer/models/attention.py, `llama_forward`), does
 # `key_states = torch.cat([past_key_value[0], key_states], dim=2)`, the same for the values, and
-# return `past_key_value = (key_states, value_states)`; the later default cache does the same
+# returns `past_key_value = (key_states, value_states)`, as transformers' own tuple-cache Llama
+# attention of v4.35 does (`LlamaAttention.forward`; cited by tag, no stored copy read); the later default cache does the same
 # per layer (huggingface/transformers@67dd5524d384fdf6b20f6123e7a9d74e6ed96345
 # src/transformers/cache_utils.py, `DynamicCache.update`: `self.key_cache[layer_idx] =
 # torch.cat([self.key_cache[layer_idx], key_states], dim=-2)`).
