@@ -210,12 +210,25 @@ def _read_only_directory(tmp_path: Path) -> Path:
     pytest.skip("no read-only directory available to a root user here")
 
 
-def test_cli_train_into_a_read_only_directory_is_one_line(tmp_path):
+def cli_in_process(capsys, *args: str) -> tuple[int, str]:
+    """`krakenlm ARGS` through `main()` in this process, for errors that come before any work
+    (a subprocess costs seconds of imports); returns (exit code, stderr)."""
+    from krakenlm.cli import main
+
+    capsys.readouterr()  # only the command's own output: not the warnings of a training before
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    return exc.value.code, capsys.readouterr().err
+
+
+def test_cli_train_into_a_read_only_directory_is_one_line(tmp_path, capsys):
     parent = _read_only_directory(tmp_path)
-    proc = run_cli("train", "--preset", "gpt-tiny", "--out", str(parent / "run"),
-                   "--max-steps", "1", "--no-progress")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
+    # --threads 1: this process keeps its one thread (the refusal comes after the threads are set)
+    code, err = cli_in_process(capsys, "train", "--preset", "gpt-tiny", "--out",
+                               str(parent / "run"), "--max-steps", "1", "--no-progress",
+                               "--threads", "1")
+    assert code == 2, err[-2000:]
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot write to --out {parent}/run:")
     assert "choose a directory on a writable filesystem" in lines[0]
 
@@ -236,7 +249,7 @@ def test_old_flat_run_directory_loads_resumes_and_moves_to_the_new_layout(tmp_pa
     assert checkpoint.resolve(out) == out / "checkpoints" / checkpoint.step_dir_name(MAX_STEPS)
 
 
-def test_torn_old_flat_checkpoint_is_refused_by_eval(tmp_path, shakespeare):
+def test_torn_old_flat_checkpoint_is_refused_by_eval(tmp_path, shakespeare, capsys):
     out = tmp_path / "run"
     train(SMALL, run_config(out, max_steps=2))
     step_dir = checkpoint.resolve(out)
@@ -245,9 +258,9 @@ def test_torn_old_flat_checkpoint_is_refused_by_eval(tmp_path, shakespeare):
     shutil.rmtree(out / "checkpoints")
     # an old non-atomic save killed after the weights: weights of step 2, state of step 1
     (out / "train_state.json").write_text(json.dumps({"step": 1}))
-    proc = run_cli("eval", "--checkpoint", str(out), "--max-batches", "1")
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+    code, err = cli_in_process(capsys, "eval", "--checkpoint", str(out), "--max-batches", "1")
+    assert code == 2
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: checkpoint {out} is inconsistent: "
                                                    "weights from step 2, train_state.json says 1")
 
