@@ -113,38 +113,44 @@ def test_data_parallel_equals_gradient_accumulation(tmp_path, shakespeare):
     assert losses(ddp)[3] == pytest.approx(losses(single)[3], rel=1e-5)
 
 
-def test_checkpoint_that_does_not_match_its_config_is_refused(tmp_path, shakespeare):
+def test_checkpoint_that_does_not_match_its_config_is_refused(tmp_path, shakespeare, capsys):
     out = tmp_path / "run"
     train(SMALL, small_run(out, max_steps=1))
     SMALL.replace(d_model=48, n_heads=3, ffn_dim=96).save(checkpoint.resolve(out) / "config.json")
     with pytest.raises(KrakenError, match=r"do not match its config.json \(conj.weight is "
                                           r"\(2, 32, 32\) but config.json implies \(2, 48, 48\)"):
         checkpoint.load_model(out)
-    proc = run_cli("eval", "--checkpoint", str(out))
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("error: checkpoint") and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    capsys.readouterr()  # the training's warnings
+    code, err = cli_in_process(capsys, "eval", "--checkpoint", str(out))
+    assert code == 2
+    assert err.startswith("error: checkpoint") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
-def test_cli_train_eval_generate(tmp_path, shakespeare):
+def test_cli_train_eval_generate(tmp_path, shakespeare, capsys):
     SMALL.save(tmp_path / "model.json")
     out = tmp_path / "cli"
+    # training, and one generation below, in real processes (`python -m krakenlm`, end to end);
+    # the rest through main() in this process (each subprocess costs seconds of imports)
     proc = run_cli("train", "--config", str(tmp_path / "model.json"), "--out", str(out),
                    "--max-steps", "2", "--batch-size", "2", "--seq-len", "32", "--no-progress",
                    "--eval-batches", "1")
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli("eval", "--checkpoint", str(out), "--json", "--max-batches", "2")
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    code, stdout, err = cli_captured(capsys, "eval", "--checkpoint", str(out), "--json",
+                                     "--max-batches", "2")
+    assert code == 0, err
+    result = json.loads(stdout)
     assert set(result) >= {"loss", "perplexity"} and result["perplexity"] > 1
-    proc = run_cli("generate", "--checkpoint", str(out), "--prompt", "ROMEO:", "--greedy",
-                   "--max-new-tokens", "5")
-    again = run_cli("generate", "--checkpoint", str(out), "--prompt", "ROMEO:", "--greedy",
-                    "--max-new-tokens", "5")
-    assert proc.returncode == 0 and proc.stdout == again.stdout and proc.stdout.strip()
-    too_long = run_cli("generate", "--checkpoint", str(out), "--prompt", "word " * 40)
-    assert too_long.returncode == 2
-    assert "the prompt has 41 tokens but the model's context is 32" in too_long.stderr
+    generate = ["generate", "--checkpoint", str(out), "--prompt", "ROMEO:", "--greedy",
+                "--max-new-tokens", "5"]
+    proc = run_cli(*generate)
+    # the same tokens from another process, one that has run other tests first
+    code, again, err = cli_captured(capsys, *generate)
+    assert proc.returncode == 0 and code == 0 and proc.stdout == again and again.strip(), err
+    code, _, err = cli_captured(capsys, "generate", "--checkpoint", str(out), "--prompt",
+                                "word " * 40)
+    assert code == 2
+    assert "the prompt has 41 tokens but the model's context is 32" in err
 
 
 @pytest.mark.parametrize("args,message", [
@@ -162,9 +168,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys, m
 
 
 # ------------------------------------------------------------------ bad input: one line, exit 2
-def cli_in_process(capsys, *args: str) -> tuple[int, str]:
+def cli_captured(capsys, *args: str) -> tuple[int, str, str]:
     """`krakenlm ARGS` through `main()` in this process (each subprocess costs seconds of
-    imports); returns (exit code, stderr)."""
+    imports); returns (exit code, stdout, stderr)."""
     from krakenlm.cli import main
 
     try:
@@ -172,7 +178,14 @@ def cli_in_process(capsys, *args: str) -> tuple[int, str]:
         code = 0
     except SystemExit as exc:
         code = exc.code
-    return code, capsys.readouterr().err
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def cli_in_process(capsys, *args: str) -> tuple[int, str]:
+    """`krakenlm ARGS` through `main()` in this process; returns (exit code, stderr)."""
+    code, _, err = cli_captured(capsys, *args)
+    return code, err
 
 
 TRAIN = ["train", "--preset", "gpt-tiny", "--out", "{out}"]
