@@ -262,22 +262,36 @@ def test_plugin_command_runs_lm_evals_cli_with_the_krakenlm_model(tiny_checkpoin
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # tests never touch the network
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("args,env,message", [
-    (["--limit", "0"], {}, "--limit must be >= 1 (got 0)"),
-    (["--limit", "-2"], {}, "--limit must be >= 1 (got -2)"),
-    (["--batch-size", "0"], {}, "--batch-size must be >= 1 (got 0)"),
-    (["--batch-size", "-4"], {}, "--batch-size must be >= 1 (got -4)"),
-    (["--tasks", " , "], {}, "--tasks is empty"),
-    (["--tasks", "shakespeare_next_lin"], {},
+@pytest.mark.parametrize("args,message", [
+    (["--limit", "0"], "--limit must be >= 1 (got 0)"),
+    (["--limit", "-2"], "--limit must be >= 1 (got -2)"),
+    (["--batch-size", "0"], "--batch-size must be >= 1 (got 0)"),
+    (["--batch-size", "-4"], "--batch-size must be >= 1 (got -4)"),
+    (["--tasks", " , "], "--tasks is empty"),
+    (["--tasks", "shakespeare_next_lin"],
      "unknown lm-eval task 'shakespeare_next_lin' (did you mean shakespeare_next_line?)"),
-    (["--tasks", "copa"], OFFLINE, "Couldn't reach 'aps/super_glue' on the Hub"),
 ])
-def test_cli_bad_input_is_one_line_and_exit_2(tiny_checkpoint, args, env, message):
-    proc = run_cli("lm-eval", "--checkpoint", str(tiny_checkpoint), *args, env_extra=env)
+def test_cli_bad_input_is_one_line_and_exit_2(tiny_checkpoint, args, message, capsys):
+    from krakenlm.cli import main
+
+    # in this process (a subprocess costs seconds of torch and lm-eval imports); the hub row
+    # below needs its offline variables before `datasets` is imported, so it has its own process
+    with pytest.raises(SystemExit) as exc:
+        main(["lm-eval", "--checkpoint", str(tiny_checkpoint), *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@pytest.mark.slow
+def test_cli_hub_task_without_a_network_is_one_line_and_exit_2(tiny_checkpoint):
+    proc = run_cli("lm-eval", "--checkpoint", str(tiny_checkpoint), "--tasks", "copa",
+                   env_extra=OFFLINE)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "Couldn't reach 'aps/super_glue' on the Hub" in lines[0], lines
 
 
 def test_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
