@@ -5,7 +5,6 @@ import re
 import sys
 
 import pytest
-from conftest import run_cli
 from training_cases import SMALL, small_run
 
 from krakenlm.errors import KrakenError
@@ -129,9 +128,16 @@ def test_wandb_offline_run_is_continued_on_resume(tmp_path, shakespeare, monkeyp
     assert b"d_model" in data  # the config
 
 
-def test_cli_log_to_unknown_is_one_line_and_exit_2(tmp_path):
-    proc = run_cli("train", "--preset", "gpt-tiny", "--out", str(tmp_path / "x"),
-                   "--log-to", "tensorboard,mlfow")
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: --log-to 'mlfow' is not a tracker; choose from "
-                                   "tensorboard, wandb (metrics.jsonl is always written)")
+def test_cli_log_to_unknown_is_one_line_and_exit_2(tmp_path, capsys):
+    from krakenlm.cli import main
+
+    # in this process: the option is refused while the command line is read, before training
+    # (a subprocess costs seconds of imports)
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--preset", "gpt-tiny", "--out", str(tmp_path / "x"),
+              "--log-to", "tensorboard,mlfow"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --log-to 'mlfow' is not a tracker; choose from tensorboard, wandb "
+        "(metrics.jsonl is always written)")
+    assert not (tmp_path / "x").exists()
