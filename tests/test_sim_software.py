@@ -494,6 +494,8 @@ def test_transformers_decode_copies_the_whole_kv_cache_to_append_a_token():
     hf = engine_era(eager, "4.35.2", "hf")
     assert hf.attention.kv_append == "concat" and hf.host == eager.host
     assert engine_era(eager, "", "pytorch") is eager
+    # the copy alone: the era's measured kernel counts (tested below) would hide it behind host time
+    hf = dataclasses.replace(hf, issued_kernels=eager.issued_kernels)
     assert engine_era(load_software("trtllm"), "0.9.0", "trtllm").attention.kv_append == "in_place"
 
     cfg = get_preset("llama2-7b")
@@ -525,6 +527,39 @@ def test_transformers_decode_copies_the_whole_kv_cache_to_append_a_token():
     exact = simulate(cfg, A100, 1, 16, prompt, gen, software=hf, exact_decode=True, **run)
     fast = simulate(cfg, A100, 1, 16, prompt, gen, software=hf, **run)
     assert fast.e2e_s == pytest.approx(exact.e2e_s, rel=1e-12)
+
+
+def test_transformers_decode_step_is_bound_by_the_kernels_it_issues():
+    """Engine era: Hugging Face transformers' eager Llama issues every elementwise step of its
+    RMSNorms and RoPE as a kernel (measurements/harness.py EAGER_OP_ENGINES, counted by
+    benchmarks/hf_eager_op_count.py): 42 per layer and 44 outside the layers per decode step.
+    At batch 1 each layer's GPU time is below 42 x 30 us, so the step is host-bound at the
+    counted kernels x the profile's host.per_kernel_s (the graph's 12 operators gave 11.8 ms
+    for Llama-2-7B). Every other framework and the profile itself keep the graph's count."""
+    from krakenlm.simulator.measurements.harness import EAGER_OP_ENGINES, engine_era
+    from krakenlm.simulator.run import issued_kernels
+
+    eager = load_software("eager")
+    hf = engine_era(eager, "4.35.2", "hf")
+    counts = EAGER_OP_ENGINES["hf"]
+    assert hf.issued_kernels == counts and hf.host == eager.host
+    assert engine_era(eager, "", "pytorch").issued_kernels == eager.issued_kernels
+    cfg = get_preset("llama2-7b")
+    for phase, q_len in (("prefill", 256), ("decode", 1)):
+        for g in model_graphs(cfg, 1, 1, q_len, 257, phase, 2):
+            assert issued_kernels(g, eager, phase) == len(g.ops)
+
+    per_kernel = eager.host.per_kernel_s
+    run = {"check_memory": False, "check_context": False}
+    era = simulate(cfg, A100, 1, 1, 256, 3, software=hf, **run)
+    host_s = (cfg.n_layers * counts.layer_decode + counts.outside_layers_decode) * per_kernel
+    embedding_s = era.decode.ops["embedding"]["time_s"] / 2  # the one graph left to the GPU
+    assert era.tpot_s == pytest.approx(host_s + embedding_s, rel=1e-9)
+    assert embedding_s < 0.01 * host_s
+    old = simulate(cfg, A100, 1, 1, 256, 3, software=eager, **run)
+    assert old.tpot_s < 0.4 * era.tpot_s
+    # the host-constant fit re-times a result from its graphs: the counts travel with them
+    assert era.retimed(hf.host) == pytest.approx((era.ttft_s, era.tpot_s), rel=1e-12)
 
 
 def test_kv_append_must_be_in_place_or_concat():
