@@ -27,8 +27,8 @@ Two layer variants are counted:
   = "sdpa"` and its DynamicCache (`torch.cat` per layer and step: `DynamicLayer.update`).
 * `v4.35-bettertransformer`: the attention the optimum-benchmark rows ran (transformers 4.35.2
   + optimum 1.14.1 `to_bettertransformer()`), transcribed from optimum's `llama_forward`
-  (optimum/bettertransformer/models/attention.py; stored copy: the diff of the optimum 1.8.8 ->
-  1.9.0 releases, which adds it): per layer `cos, sin = self.rotary_emb(value_states,
+  (optimum/bettertransformer/models/attention.py; stored copy: a diff of the optimum 1.8.8 ->
+  1.9.0 PyPI releases, which adds it, stored id 27790841970; optimum 1.14.1 itself not read): per layer `cos, sin = self.rotary_emb(value_states,
   seq_len=kv_seq_len)` (transformers 4.3x: `cos_cached[:seq_len].to(dtype=x.dtype)`, a no-op
   cast when the cache is already in the model dtype), `apply_rotary_pos_emb(q, k, cos, sin,
   position_ids)` (4.3x: `cos[position_ids]`, `sin[position_ids]`: two gathers, then
