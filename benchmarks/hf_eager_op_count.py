@@ -3,6 +3,11 @@ prefill forward: counted, not guessed, by running the installed transformers cod
 random LlamaConfig on the CPU under a `TorchDispatchMode` that records every ATen op.
 
     python benchmarks/hf_eager_op_count.py [--json]
+    python benchmarks/hf_eager_op_count.py --gpt-fast-model-py PATH/gpt-fast/model.py [--json]
+
+The second form counts gpt-fast's eager Llama instead (`gpt_fast_counts`; its docstring): the
+model.py of a gpt-fast checkout the user has (pytorch-labs/gpt-fast@87041526, the code the
+`eager` profile's per-kernel host time is derived from), imported from that path, not copied.
 
 What is counted (the rule, `launches_kernel`): every ATen op the dispatcher runs for the call,
 except the ones that launch no GPU kernel:
@@ -51,7 +56,10 @@ forward, in 4.35 inside every layer, which the v4.35 variant counts in the layer
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import sys
+from pathlib import Path
 from collections import Counter
 from typing import Any, Callable
 
@@ -244,13 +252,131 @@ def layer_breakdown(era: str, phase: str = "decode") -> Counter:
     return Counter({k: v for k, v in diff.items() if v})
 
 
+# A tiny gpt-fast ModelArgs (its own fields) and the prompt / cache lengths of the count.
+GPT_FAST_TINY = dict(block_size=64, vocab_size=256, n_head=4, dim=64)
+GPT_FAST_CACHE_TOKENS = 32
+# gpt-fast generate.py `main`'s sampling defaults, which the blog's runs used
+GPT_FAST_TEMPERATURE, GPT_FAST_TOP_K = 0.8, 200
+
+
+def load_gpt_fast_model(model_py: str):
+    """Import gpt-fast's model.py from the user's path (its code is not in this repository)."""
+    path = Path(model_py)
+    if not path.is_file():
+        raise SystemExit(f"error: --gpt-fast-model-py {model_py}: no such file (give the model.py "
+                         "of a pytorch-labs/gpt-fast checkout, commit 87041526)")
+    spec = importlib.util.spec_from_file_location("gpt_fast_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("ModelArgs", "Transformer"):
+        if not hasattr(module, name):
+            raise SystemExit(f"error: --gpt-fast-model-py {model_py}: no `{name}` in it "
+                             "(not gpt-fast's model.py)")
+    return module
+
+
+def _gpt_fast_sampling_step(logits):
+    """The kernels gpt-fast's eager decode loop runs per token besides the model's forward, as
+    ATen ops (generate.py `decode_n_tokens` / `decode_one_token` / `sample` / `logits_to_probs`
+    / `multinomial_sample_one_no_sync`, stored copy id 43925398078, commit 0055c42d; not
+    imported: it needs sentencepiece): logits / temperature, topk(top_k), `where(logits <
+    pivot, -inf, logits)`, softmax, `empty_like(probs).exponential_(1)`, probs / q, argmax,
+    cast to int; then `input_pos += 1` and the two `.clone()`s of the token and the probs."""
+    import torch
+
+    logits = logits[0, -1] / max(GPT_FAST_TEMPERATURE, 1e-5)
+    v, _ = torch.topk(logits, min(GPT_FAST_TOP_K, logits.size(-1)))
+    pivot = v.select(-1, -1).unsqueeze(-1)
+    logits = torch.where(logits < pivot, -float("Inf"), logits)
+    probs = torch.nn.functional.softmax(logits, dim=-1)
+    q = torch.empty_like(probs).exponential_(1)
+    token = torch.argmax(probs / q, dim=-1, keepdim=True).to(dtype=torch.int)
+    return token.clone(), probs.clone()
+
+
+def _gpt_fast_forward_counts(module, layers: int) -> dict[str, Counter]:
+    """Kernels of gpt-fast's prefill forward (PROMPT_TOKENS tokens) and of one decode forward
+    after it, as its eager generate runs them: static KV cache (`setup_caches`, written with
+    `index_put_`), bfloat16, the decode step under the math SDPA backend (`decode_n_tokens`
+    enters `sdp_kernel(enable_flash=False, enable_mem_efficient=False, enable_math=True)`), the
+    prefill under the default one."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    args = module.ModelArgs(n_layer=layers, **GPT_FAST_TINY)
+    torch.manual_seed(0)
+    model = module.Transformer(args)
+    model.setup_caches(max_batch_size=1, max_seq_length=GPT_FAST_CACHE_TOKENS)
+    model = model.to(torch.bfloat16).eval()
+    out: dict[str, Counter] = {}
+    with torch.no_grad():
+        ids = torch.randint(0, args.vocab_size, (1, PROMPT_TOKENS))
+        out["prefill"] = count_kernels(lambda: model(ids, torch.arange(0, PROMPT_TOKENS)))
+        token = torch.randint(0, args.vocab_size, (1, 1))
+        pos = torch.tensor([PROMPT_TOKENS], dtype=torch.int)
+        with sdpa_kernel(SDPBackend.MATH):
+            out["decode"] = count_kernels(lambda: model(token, pos))
+            logits = model(token, pos)
+        sampling = Counter(count_kernels(lambda: _gpt_fast_sampling_step(logits)))
+        sampling += count_kernels(lambda: pos.add_(1))
+        out["sampling"] = sampling
+    return out
+
+
+def gpt_fast_counts(model_py: str) -> dict[str, Any]:
+    """gpt-fast's eager kernels per layer and outside the layers (the `issued_kernels` fields),
+    by the same rule and differencing as the transformers count: per layer = count(2 layers) -
+    count(1 layer). The decode step outside the layers is the forward's (embedding, the mask
+    and RoPE gathers `causal_mask[None, None, input_pos]`, `freqs_cis[input_pos]`, final
+    RMSNorm, LM head) plus the sampling step (`_gpt_fast_sampling_step`, top-k 200,
+    temperature 0.8 as the blog's generate.py defaults). The installed PyTorch's math SDPA backend
+    upcasts bf16 q, k, v to fp32 and the output back (`_scaled_dot_product_attention_math`:
+    "Keep query, key, value in high precision", 5 more kernels per layer) unless
+    `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`, a switch that came with the
+    upcast; the count sets it, taking the blog's 2023 PyTorch to have had no upcast (an
+    assumption: its attention.cpp was not read), and reports the layer without it too
+    (`upcast_math_sdpa_layer_decode`)."""
+    module = load_gpt_fast_model(model_py)
+    import torch
+
+    flag = torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp
+    was = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    try:
+        flag(True)
+        one, two = _gpt_fast_forward_counts(module, 1), _gpt_fast_forward_counts(module, 2)
+        flag(False)
+        upcast = (sum(_gpt_fast_forward_counts(module, 2)["decode"].values())
+                  - sum(_gpt_fast_forward_counts(module, 1)["decode"].values()))
+    finally:
+        flag(was)
+    result: dict[str, Any] = {}
+    for phase in ("prefill", "decode"):
+        per_layer = sum(two[phase].values()) - sum(one[phase].values())
+        result[f"layer_{phase}"] = per_layer
+        result[f"outside_layers_{phase}"] = sum(one[phase].values()) - per_layer
+    result["sampling_step"] = sum(one["sampling"].values())
+    result["outside_layers_decode"] += result["sampling_step"]
+    result["upcast_math_sdpa_layer_decode"] = upcast
+    layer = Counter(two["decode"])
+    layer.subtract(one["decode"])
+    result["decode layer, by op"] = dict(sorted((k, v) for k, v in layer.items() if v))
+    result["sampling step, by op"] = dict(sorted(one["sampling"].items()))
+    return result
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    parser.add_argument("--gpt-fast-model-py", metavar="PATH",
+                        help="count gpt-fast's eager Llama instead: the model.py of a "
+                             "pytorch-labs/gpt-fast checkout (commit 87041526)")
+    args = parser.parse_args()
+    if args.gpt_fast_model_py:
+        gpt_fast_main(args.gpt_fast_model_py, args.json)
+        return
     import torch
     import transformers
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print the counts as JSON")
-    args = parser.parse_args()
     report = {"transformers": transformers.__version__, "torch": torch.__version__,
               "config": TINY, "prompt_tokens": PROMPT_TOKENS}
     for era in ERAS:
@@ -272,6 +398,37 @@ def main() -> None:
               f"outside_layers_decode {one['generate_step'] - one['layer_decode']}")
         print("  decode layer by op: " + ", ".join(
             f"{k} {v}" for k, v in report[era]["decode layer, by op"].items()))
+
+
+# LLaMA-7B (gpt-fast transformer_configs["7B"]: 32 layers): the token the blog times
+GPT_FAST_7B_LAYERS = 32
+
+
+def gpt_fast_main(model_py: str, as_json: bool) -> None:
+    counts = gpt_fast_counts(model_py)
+    import torch
+
+    per_token = GPT_FAST_7B_LAYERS * counts["layer_decode"] + counts["outside_layers_decode"]
+    counts["torch"] = torch.__version__
+    counts["kernels per 7B decode token"] = per_token
+    if as_json:
+        print(json.dumps(counts, indent=1))
+        return
+    print(f"gpt-fast {model_py}, torch {torch.__version__}; tiny ModelArgs {GPT_FAST_TINY}, "
+          f"prompt {PROMPT_TOKENS} tokens, bfloat16 on the CPU")
+    print(f"  issued_kernels: layer_prefill {counts['layer_prefill']}, layer_decode "
+          f"{counts['layer_decode']}, outside_layers_prefill {counts['outside_layers_prefill']}, "
+          f"outside_layers_decode {counts['outside_layers_decode']} (of which sampling "
+          f"{counts['sampling_step']})")
+    print(f"  decode layer with the installed math SDPA's default fp32 upcast: "
+          f"{counts['upcast_math_sdpa_layer_decode']}")
+    print("  decode layer by op: " + ", ".join(
+        f"{k} {v}" for k, v in counts["decode layer, by op"].items()))
+    print("  sampling step by op: " + ", ".join(
+        f"{k} {v}" for k, v in counts["sampling step, by op"].items()))
+    print(f"  per 7B decode token: {GPT_FAST_7B_LAYERS} x {counts['layer_decode']} + "
+          f"{counts['outside_layers_decode']} = {per_token} kernels; the blog's eager 39.2 ms "
+          f"per token / {per_token} = {39.2e-3 / per_token * 1e6:.2f} us per kernel")
 
 
 if __name__ == "__main__":

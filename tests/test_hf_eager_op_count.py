@@ -55,3 +55,27 @@ def test_the_hf_era_counts_are_the_measured_ones():
     by_op = dict(two["decode"])
     assert by_op["index"] - dict(one["decode"]).get("index", 0) == 2
     assert by_op["cat"] - dict(one["decode"])["cat"] == 4  # rotate_half x 2, K, V
+
+
+def test_gpt_fast_option_without_the_file_is_a_one_line_error(tmp_path, capsys):
+    """The gpt-fast count imports the user's gpt-fast model.py (not in this repository); a
+    path that is not a file stops with one `error:` line, before importing torch."""
+    import sys
+    missing = tmp_path / "gpt-fast" / "model.py"
+    argv = sys.argv
+    sys.argv = ["hf_eager_op_count.py", "--gpt-fast-model-py", str(missing)]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            count.main()
+    finally:
+        sys.argv = argv
+    message = str(stop.value)
+    assert message.startswith("error: --gpt-fast-model-py ") and str(missing) in message
+    assert "\n" not in message
+
+
+def test_gpt_fast_option_rejects_a_file_that_is_not_gpt_fast(tmp_path):
+    other = tmp_path / "model.py"
+    other.write_text("x = 1\n")
+    with pytest.raises(SystemExit, match=r"^error: .*no `ModelArgs`"):
+        count.load_gpt_fast_model(str(other))
