@@ -29,8 +29,9 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
   accounting, and the tensors its profile run holds besides the forward pass's: serving's
   `kv_cache.size_kv_cache`);
 * `issued_kernels`: how many kernels the host issues per layer and outside the layers where the
-  stack issues more than the graph's operators (0: the graph's count; an engine era sets it:
-  Hugging Face transformers' unfused eager Llama, `measurements.harness.engine_era`);
+  stack issues more than the graph's operators (0: the graph's count; `eager` sets gpt-fast's
+  counted kernels, and an engine era sets Hugging Face transformers' unfused eager Llama's,
+  `measurements.harness.engine_era`);
 * `frontend`: the API server in front of the engine (a fixed time per request, a time per
   output token of each running stream), which only a client-side replay
   (`sim serve --client-side`) adds; 0 by default.
@@ -164,8 +165,9 @@ class IssuedKernels:
     decoder layer, `outside_layers_*` everything else of a forward pass or decode step
     (embedding, masks and positions, final norm, LM head and, for a decode step, the generate
     loop's logits processing, token choice and stopping checks), charged to the head graph.
-    0: the graph's own operator count (every shipped profile). Measured, not fitted: an engine
-    era sets it (measurements/harness.py `engine_era`; benchmarks/hf_eager_op_count.py)."""
+    0: the graph's own operator count. Measured, not fitted (benchmarks/hf_eager_op_count.py):
+    the `eager` profile sets gpt-fast's counts, and an engine era sets transformers' in their
+    place (measurements/harness.py `engine_era`)."""
     layer_prefill: int = 0
     layer_decode: int = 0
     outside_layers_prefill: int = 0

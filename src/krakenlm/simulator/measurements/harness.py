@@ -232,14 +232,14 @@ def engine_era(software: SoftwareProfile, version: str, framework: str = "",
     ROCM_FORK) before `collectives.rocm_custom_since` reduced with the library (RCCL), not the
     custom kernel. A framework of CONCAT_KV_ENGINES (Hugging Face transformers) appends each
     decode step's K and V by copying the layer's whole cache (`attention.kv_append` concat). A
-    framework of EAGER_OP_ENGINES issues its measured kernel counts (`issued_kernels`) where the
-    profile sets none. The host constants stay the profile's: an older version is scored with
+    framework of EAGER_OP_ENGINES issues its own measured kernel counts (`issued_kernels`), in
+    place of the profile's (the `eager` profile's are gpt-fast's). The host constants stay the profile's: an older version is scored with
     what the others fitted."""
     if framework.lower() in CONCAT_KV_ENGINES and software.attention.kv_append != "concat":
         software = dataclasses.replace(software, attention=dataclasses.replace(
             software.attention, kv_append="concat"))
     issued = EAGER_OP_ENGINES.get(framework.lower())
-    if issued is not None and software.issued_kernels == IssuedKernels():
+    if issued is not None and software.issued_kernels != issued:
         software = dataclasses.replace(software, issued_kernels=issued)
     if framework.lower() in UNFUSED_CONTEXT_ENGINES and software.attention.context_fused:
         software = dataclasses.replace(software, attention=dataclasses.replace(
