@@ -11,6 +11,7 @@ from krakenlm.models import get_preset
 from krakenlm.simulator.constants.gpu_kernels import DeviceCalibration
 from krakenlm.simulator.constants.software import (
     Host,
+    IssuedKernels,
     SoftwareError,
     load_software,
     profile_from_dict,
@@ -246,7 +247,8 @@ def test_fusions_change_the_kernel_list():
 
 def test_host_bound_steps_and_per_step_overhead():
     cfg = get_preset("gpt3-1.3b")
-    base = load_software("eager")
+    # the graph's operators as the kernels issued (the profile's own counts are gpt-fast's)
+    base = dataclasses.replace(load_software("eager"), issued_kernels=IssuedKernels())
     fast = simulate(cfg, A100, 1, 1, 16, 4, software=dataclasses.replace(base, host=Host()),
                     gpu_calibration=NO_GPU_CAL)
     slow_host = dataclasses.replace(base, host=Host(per_kernel_s=1e-3))
@@ -494,6 +496,10 @@ def test_transformers_decode_copies_the_whole_kv_cache_to_append_a_token():
     hf = engine_era(eager, "4.35.2", "hf")
     assert hf.attention.kv_append == "concat" and hf.host == eager.host
     assert engine_era(eager, "", "pytorch") is eager
+    # the copy alone: the measured kernel counts (the era's, tested below, and the profile's
+    # gpt-fast ones) would hide it behind host time; both issue the graph's operators here
+    eager = dataclasses.replace(eager, issued_kernels=IssuedKernels())
+    hf = dataclasses.replace(hf, issued_kernels=eager.issued_kernels)
     assert engine_era(load_software("trtllm"), "0.9.0", "trtllm").attention.kv_append == "in_place"
 
     cfg = get_preset("llama2-7b")
@@ -525,6 +531,60 @@ def test_transformers_decode_copies_the_whole_kv_cache_to_append_a_token():
     exact = simulate(cfg, A100, 1, 16, prompt, gen, software=hf, exact_decode=True, **run)
     fast = simulate(cfg, A100, 1, 16, prompt, gen, software=hf, **run)
     assert fast.e2e_s == pytest.approx(exact.e2e_s, rel=1e-12)
+
+
+def test_transformers_decode_step_is_bound_by_the_kernels_it_issues():
+    """Engine era: Hugging Face transformers' eager Llama issues every elementwise step of its
+    RMSNorms and RoPE as a kernel (measurements/harness.py EAGER_OP_ENGINES, counted by
+    benchmarks/hf_eager_op_count.py): 42 per layer and 44 outside the layers per decode step.
+    At batch 1 each layer's GPU time is below 42 x 21.6 us, so the step is host-bound at the
+    counted kernels x the profile's host.per_kernel_s (the graph's 12 operators gave 8.5 ms
+    for Llama-2-7B). Every other framework keeps the profile's counts (gpt-fast's)."""
+    from krakenlm.simulator.measurements.harness import EAGER_OP_ENGINES, engine_era
+    from krakenlm.simulator.run import issued_kernels
+
+    eager = load_software("eager")
+    hf = engine_era(eager, "4.35.2", "hf")
+    counts = EAGER_OP_ENGINES["hf"]
+    assert hf.issued_kernels == counts and hf.host == eager.host
+    assert eager.issued_kernels != counts  # the profile's own are gpt-fast's: the era replaces them
+    assert engine_era(eager, "", "pytorch").issued_kernels == eager.issued_kernels
+    cfg = get_preset("llama2-7b")
+    graph_count = dataclasses.replace(eager, issued_kernels=IssuedKernels())
+    for phase, q_len in (("prefill", 256), ("decode", 1)):
+        for g in model_graphs(cfg, 1, 1, q_len, 257, phase, 2):
+            assert issued_kernels(g, graph_count, phase) == len(g.ops)
+
+    per_kernel = eager.host.per_kernel_s
+    run = {"check_memory": False, "check_context": False}
+    era = simulate(cfg, A100, 1, 1, 256, 3, software=hf, **run)
+    host_s = (cfg.n_layers * counts.layer_decode + counts.outside_layers_decode) * per_kernel
+    embedding_s = era.decode.ops["embedding"]["time_s"] / 2  # the one graph left to the GPU
+    assert era.tpot_s == pytest.approx(host_s + embedding_s, rel=1e-9)
+    assert embedding_s < 0.01 * host_s
+    old = simulate(cfg, A100, 1, 1, 256, 3, software=graph_count, **run)
+    assert old.tpot_s < 0.4 * era.tpot_s
+    # the host-constant fit re-times a result from its graphs: the counts travel with them
+    assert era.retimed(hf.host) == pytest.approx((era.ttft_s, era.tpot_s), rel=1e-12)
+
+
+def test_eager_profile_reproduces_gpt_fasts_eager_llama_7b_token_on_a100():
+    """The `eager` profile's host.per_kernel_s is the PyTorch blog's eager LLaMA-7B token on an
+    A100 (25.5 tok/s: 39.22 ms) divided by the kernels gpt-fast's eager decode step issues
+    (benchmarks/hf_eager_op_count.py --gpt-fast-model-py, gpt-fast@87041526: 56 per layer, 25
+    outside), so batch-1 decode of a 7B Llama (32 layers) gives that 39.2 ms back: every graph
+    is host-bound (GPU time per layer < 56 x 21.6 us) but the embedding's GPU time (under
+    0.1 %). The former 30 us with the graph's 12 operators per layer gave 11.7 ms."""
+    eager = load_software("eager")
+    blog_token_s = 1 / 25.5
+    counts = eager.issued_kernels
+    cfg = get_preset("llama2-7b")
+    kernels = cfg.n_layers * counts.layer_decode + counts.outside_layers_decode
+    assert (cfg.n_layers, kernels) == (32, 1817)
+    assert eager.host.per_kernel_s == pytest.approx(blog_token_s / kernels, rel=1e-3)
+    result = simulate(cfg, A100, 1, 1, 128, 129, software=eager, check_memory=False,
+                      check_context=False)
+    assert result.tpot_s == pytest.approx(blog_token_s, rel=0.002)
 
 
 def test_kv_append_must_be_in_place_or_concat():

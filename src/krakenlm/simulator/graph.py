@@ -296,8 +296,13 @@ def layer_graph(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int, 
     return g
 
 
+# the names of the graphs around the layers (every other graph of `model_graphs` is a layer)
+EMBEDDING_GRAPH = "embedding"
+HEAD_GRAPH = "head"
+
+
 def embedding_graph(cfg: ModelConfig, batch: int, q_len: int) -> Graph:
-    g = Graph("embedding")
+    g = Graph(EMBEDDING_GRAPH)
     tokens = batch * q_len
     g.add("embedding", "embedding", "stream", ("embedding", tokens, cfg.d_model))
     if cfg.position == "learned":
@@ -311,7 +316,7 @@ def head_graph(cfg: ModelConfig, tp: int, batch: int, bytes_per_value: int,
     With fused add+norm the last layer's residual add happens here (on the last tokens)."""
     opts = options or PLAIN
     sh = shard(cfg, tp)
-    g = Graph("head")
+    g = Graph(HEAD_GRAPH)
     e = cfg.d_model
     if cfg.arch == "kraken":
         if opts.add_norm:

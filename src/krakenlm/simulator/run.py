@@ -4,8 +4,9 @@ Every operator of every graph (graph.py) is timed (timing.py: the GPU kernel mod
 measured kernels where the device has them, the template tile models otherwise), each graph is
 scheduled on two streams (schedule.py), and the software profile (software.py) adds what the
 host does: a step issued kernel by kernel from the host takes, per graph, max(GPU time,
-kernels x host time per kernel); a step replayed as a CUDA graph pays one graph launch; every
-step pays the per-step host work (scheduler, sampling) plus its per-sequence part for each
+kernels x host time per kernel) (kernels: the graph's operators, or the profile's
+`issued_kernels` counts for a stack that issues more: `issued_kernels`); a step replayed as a
+CUDA graph pays one graph launch; every step pays the per-step host work (scheduler, sampling) plus its per-sequence part for each
 sequence in the batch, added or, with an asynchronous scheduler, overlapped. Identical layers
 are scheduled once and multiplied.
 
@@ -41,7 +42,15 @@ from .constants import gpu_kernels as gpu_store
 from .constants.gpu_kernels import DeviceCalibration
 from .constants.software import Host, SoftwareProfile, load_software
 from .constants.template import Calibration, default_calibration
-from .graph import Graph, GraphOptions, OpSpec, SimulationError, model_graphs
+from .graph import (
+    EMBEDDING_GRAPH,
+    HEAD_GRAPH,
+    Graph,
+    GraphOptions,
+    OpSpec,
+    SimulationError,
+    model_graphs,
+)
 from .memory import MemoryUse, check_fits, memory_use
 from .schedule import COMM_CORE_SHARE, Schedule, TimedOp, schedule
 from .timing import OpTimer
@@ -228,6 +237,22 @@ class _Scheduler:
         return hit
 
 
+def issued_kernels(g: Graph, software: SoftwareProfile, phase: str) -> int:
+    """Kernels the host issues for graph `g` of a `phase` ("prefill" or "decode") step: the
+    graph's operators, or the profile's `issued_kernels` counts where set (an eager stack
+    issues each elementwise step of its norms and RoPE as its own kernel): `layer_<phase>`
+    for a layer, `outside_layers_<phase>` for everything else of the step, charged to the head
+    graph (the embedding graph then issues none of its own)."""
+    counts = software.issued_kernels
+    per_layer = counts.layer_prefill if phase == "prefill" else counts.layer_decode
+    outside = counts.outside_layers_prefill if phase == "prefill" else counts.outside_layers_decode
+    if g.name == HEAD_GRAPH:
+        return outside or len(g.ops)
+    if g.name == EMBEDDING_GRAPH:
+        return 0 if outside else len(g.ops)
+    return per_layer or len(g.ops)
+
+
 def _host_bound(gpu_s: float | np.ndarray, kernels: int, per_kernel_s: float, graphs: bool):
     """A graph issued kernel by kernel cannot run faster than the host issues its kernels."""
     if graphs or per_kernel_s <= 0:
@@ -306,9 +331,10 @@ def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
         timed = [timer(spec) for spec in g.ops]
         sched = scheduler(timed)
         gpu = sched.total_s * scale
-        host = float(_host_bound(gpu, len(g.ops), software.host.per_kernel_s, captured))
+        kernels = issued_kernels(g, software, "prefill")
+        host = float(_host_bound(gpu, kernels, software.host.per_kernel_s, captured))
         _add_graph(phase, g, timed, sched, g.count, host, gpu)
-        phase.graphs.append(GraphTime(g.name, len(g.ops), g.count, np.array([sched.total_s])))
+        phase.graphs.append(GraphTime(g.name, kernels, g.count, np.array([sched.total_s])))
         if "layer" in g.name:
             layer = dict(sched.categories)
             if gpu > sched.total_s:
@@ -374,9 +400,10 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
         sched = scheduler(timed)
         if "layer" in g.name and not layer:
             layer = dict(sched.categories)
+        kernels = issued_kernels(g, software, "decode")
         if not varying:
-            phase.graphs.append(GraphTime(g.name, len(g.ops), g.count, np.full(steps, sched.total_s)))
-            t = _host_bound(np.full(steps, sched.total_s), len(g.ops), per_kernel, captured)
+            phase.graphs.append(GraphTime(g.name, kernels, g.count, np.full(steps, sched.total_s)))
+            t = _host_bound(np.full(steps, sched.total_s), kernels, per_kernel, captured)
             step_gpu += t * g.count
             _add_graph(phase, g, timed, sched, g.count * steps, float(t[0]))
             continue
@@ -388,8 +415,8 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
         else:
             total, method = sched.total_s + delta, "exact (no overlap with attention)"
         methods.add(method)
-        phase.graphs.append(GraphTime(g.name, len(g.ops), g.count, np.asarray(total, float)))
-        t = _host_bound(total, len(g.ops), per_kernel, captured)
+        phase.graphs.append(GraphTime(g.name, kernels, g.count, np.asarray(total, float)))
+        t = _host_bound(total, kernels, per_kernel, captured)
         step_gpu += t * g.count
         # categories and per-op times: the first step's, plus the attention time added since
         for cat, s in sched.categories.items():

@@ -28,6 +28,10 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
 * `kv_profile`: how the engine sizes its KV cache at startup (its memory profile's
   accounting, and the tensors its profile run holds besides the forward pass's: serving's
   `kv_cache.size_kv_cache`);
+* `issued_kernels`: how many kernels the host issues per layer and outside the layers where the
+  stack issues more than the graph's operators (0: the graph's count; `eager` sets gpt-fast's
+  counted kernels, and an engine era sets Hugging Face transformers' unfused eager Llama's,
+  `measurements.harness.engine_era`);
 * `frontend`: the API server in front of the engine (a fixed time per request, a time per
   output token of each running stream), which only a client-side replay
   (`sim serve --client-side`) adds; 0 by default.
@@ -153,6 +157,24 @@ KV_APPENDS = ("in_place", "concat")
 
 
 @dataclass(frozen=True)
+class IssuedKernels:
+    """How many kernels the host issues, where the stack's own code issues more than the
+    simulator's graph has operators (an eager framework that runs each elementwise step of a
+    norm or RoPE as its own kernel). Each count replaces the graph's operator count in the
+    host-issue bound, max(GPU time, kernels x host.per_kernel_s) per graph: `layer_*` per
+    decoder layer, `outside_layers_*` everything else of a forward pass or decode step
+    (embedding, masks and positions, final norm, LM head and, for a decode step, the generate
+    loop's logits processing, token choice and stopping checks), charged to the head graph.
+    0: the graph's own operator count. Measured, not fitted (benchmarks/hf_eager_op_count.py):
+    the `eager` profile sets gpt-fast's counts, and an engine era sets transformers' in their
+    place (measurements/harness.py `engine_era`)."""
+    layer_prefill: int = 0
+    layer_decode: int = 0
+    outside_layers_prefill: int = 0
+    outside_layers_decode: int = 0
+
+
+@dataclass(frozen=True)
 class Fusions:
     """Which neighbouring operators the stack runs as one kernel."""
     add_norm: bool = True            # residual add + next norm in one kernel
@@ -211,6 +233,7 @@ class SoftwareProfile:
     fp8: Fp8Policy = Fp8Policy()
     frontend: Frontend = Frontend()
     kv_profile: KVProfile = KVProfile()
+    issued_kernels: IssuedKernels = IssuedKernels()
     # the KV cache's storage dtype as a serving engine's --kv-cache-dtype sets it ("auto": the
     # profile's own, i.e. the model dtype or its FP8 policy); set per run, not in the YAML
     kv_cache_dtype: str = "auto"
@@ -244,7 +267,7 @@ class SoftwareProfile:
 
 _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": Collectives,
              "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy, "frontend": Frontend,
-             "kv_profile": KVProfile}
+             "kv_profile": KVProfile, "issued_kernels": IssuedKernels}
 
 
 # an engine version `measurements.harness.engine_era` can compare: "0.8", "1.0.0rc1", "0.5.6.post2"

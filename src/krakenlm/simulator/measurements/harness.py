@@ -20,7 +20,7 @@ from ...hardware import load_system
 from ...hardware.identity import lookup
 from ...hardware.schema import Device, System
 from ...models import ModelConfig
-from ..constants.software import Host, SoftwareProfile
+from ..constants.software import Host, IssuedKernels, SoftwareProfile
 from ..constants.template import CalibrationError, OpConstants
 from ..kernels.base import BurstHeat, Conditions
 from ..kernels.gpu.allreduce_routes import version_tuple
@@ -195,6 +195,22 @@ UNFUSED_CONTEXT_ENGINES = frozenset({"fastertransformer"})
 # (pytorch-labs/gpt-fast@870415262cf12f7144d93359317acb24629e6dfd model.py, `KVCache.update`:
 # `torch.ops.aten.index_put_(self.k_cache, [None, None, input_pos], k_val)`).
 CONCAT_KV_ENGINES = frozenset({"hf"})
+# Kernels Hugging Face transformers' eager Llama issues (`issued_kernels`), counted by
+# benchmarks/hf_eager_op_count.py (ATen ops that launch a kernel, views and allocations
+# excluded; its docstring gives the rule) on a tiny random LlamaConfig at batch 1, variant
+# "v4.35-bettertransformer" (the attention the optimum-benchmark rows ran: optimum's
+# BetterTransformer `llama_forward` over transformers 4.35, transcribed in the script):
+# per layer 42 per decode step = 2 RMSNorms x 8 (cast to fp32, pow, mean, add eps, rsqrt, mul,
+# cast back, weight mul) + 7 GEMMs (q, k, v, o, gate, up, down) + RoPE 12 (cos[position_ids],
+# sin[position_ids], and for q and k: mul, neg, cat, mul, add) + 2 torch.cat of the past K and V
+# + SDPA + SiLU + the gate x up mul + 2 residual adds; 40 per prefill forward (no past to
+# concatenate). Outside the layers: 16 per forward (embedding, mask and position bookkeeping,
+# final RMSNorm, LM head) and 44 per decode step (17 of the model's forward + 27 of generate's
+# loop: logits processing, argmax, stopping checks, cache and mask bookkeeping), counted with
+# the installed transformers 5.24, whose model-level and generate code differ in detail from
+# 4.35's. Above batch 1 the layer adds one op (torch.max of the mask): not modelled (2 %).
+EAGER_OP_ENGINES = {"hf": IssuedKernels(layer_prefill=40, layer_decode=42,
+                                        outside_layers_prefill=16, outside_layers_decode=44)}
 
 
 # A measured version string naming AMD's fork of vLLM (ROCm/vllm): the fork carried its own
@@ -215,12 +231,16 @@ def engine_era(software: SoftwareProfile, version: str, framework: str = "",
     block per query head (`attention.decode_shares_kv` false), and an upstream build (not
     ROCM_FORK) before `collectives.rocm_custom_since` reduced with the library (RCCL), not the
     custom kernel. A framework of CONCAT_KV_ENGINES (Hugging Face transformers) appends each
-    decode step's K and V by copying the layer's whole cache (`attention.kv_append` concat). The
-    host constants stay the profile's: an older version is scored with what the others
-    fitted."""
+    decode step's K and V by copying the layer's whole cache (`attention.kv_append` concat). A
+    framework of EAGER_OP_ENGINES issues its own measured kernel counts (`issued_kernels`), in
+    place of the profile's (the `eager` profile's are gpt-fast's). The host constants stay the profile's: an older version is scored with
+    what the others fitted."""
     if framework.lower() in CONCAT_KV_ENGINES and software.attention.kv_append != "concat":
         software = dataclasses.replace(software, attention=dataclasses.replace(
             software.attention, kv_append="concat"))
+    issued = EAGER_OP_ENGINES.get(framework.lower())
+    if issued is not None and software.issued_kernels != issued:
+        software = dataclasses.replace(software, issued_kernels=issued)
     if framework.lower() in UNFUSED_CONTEXT_ENGINES and software.attention.context_fused:
         software = dataclasses.replace(software, attention=dataclasses.replace(
             software.attention, context_fused=False))

@@ -1,0 +1,435 @@
+"""How many GPU kernels Hugging Face transformers' eager Llama issues per decode step and per
+prefill forward: counted, not guessed, by running the installed transformers code on a tiny
+random LlamaConfig on the CPU under a `TorchDispatchMode` that records every ATen op.
+
+    python benchmarks/hf_eager_op_count.py [--json]
+    python benchmarks/hf_eager_op_count.py --gpt-fast-model-py PATH/gpt-fast/model.py [--json]
+
+The second form counts gpt-fast's eager Llama instead (`gpt_fast_counts`; its docstring): the
+model.py of a gpt-fast checkout the user has (pytorch-labs/gpt-fast@87041526, the code the
+`eager` profile's per-kernel host time is derived from), imported from that path, not copied.
+
+What is counted (the rule, `launches_kernel`): every ATen op the dispatcher runs for the call,
+except the ones that launch no GPU kernel:
+
+* view ops, whose output shares the input's storage (`OpOverload.is_view`, i.e. the schema
+  marks the output as an alias of an input: view, transpose, t, slice, select, expand,
+  unsqueeze, as_strided, alias, detach ...) and `_unsafe_view` / `_reshape_alias`, which are
+  views without the alias annotation. PyTorch documents view ops as "avoid explicit data copy"
+  (PyTorch docs, "Tensor Views"): they change only the tensor's metadata on the host;
+* allocation without initialisation (`empty`, `empty_like`, `empty_strided`, `new_empty`:
+  the caching allocator, no kernel) and metadata queries (`sym_size`, `sym_stride`,
+  `sym_numel`, `sym_storage_offset`, `is_same_size`, `lift_fresh`).
+
+Every other op is one kernel: each of the counted ops (mm, add, mul, pow, mean, rsqrt,
+_to_copy, cat, neg, silu, index, embedding, scaled-dot-product attention, argmax ...) is one
+CUDA kernel in PyTorch's CUDA backend for these shapes (cuBLAS may split a GEMM in two, and
+`_local_scalar_dense`, `.item()`, is a device-to-host copy, not a kernel, and synchronises).
+
+Two layer variants are counted:
+
+* `installed`: the installed transformers (`pip show transformers`) with `attn_implementation
+  = "sdpa"` and its DynamicCache (`torch.cat` per layer and step: `DynamicLayer.update`).
+* `v4.35-bettertransformer`: the attention the optimum-benchmark rows ran (transformers 4.35.2
+  + optimum 1.14.1 `to_bettertransformer()`), transcribed from optimum's `llama_forward`
+  (optimum/bettertransformer/models/attention.py; stored copy: a diff of the optimum 1.8.8 ->
+  1.9.0 PyPI releases, which adds it, stored id 27790841970; optimum 1.14.1 itself not read): per layer `cos, sin = self.rotary_emb(value_states,
+  seq_len=kv_seq_len)` (transformers 4.3x: `cos_cached[:seq_len].to(dtype=x.dtype)`, a no-op
+  cast when the cache is already in the model dtype), `apply_rotary_pos_emb(q, k, cos, sin,
+  position_ids)` (4.3x: `cos[position_ids]`, `sin[position_ids]`: two gathers, then
+  `q * cos + rotate_half(q) * sin` and the same for k), `torch.cat` of the past K and V, and
+  `scaled_dot_product_attention` with no mask at batch 1 (with the model's mask and a
+  `torch.max(mask, finfo.min)` above batch 1). RMSNorm, the MLP and the residual adds are the
+  installed decoder layer's, whose code is that of 4.35 (`hidden_states.to(torch.float32)`,
+  `pow(2).mean(-1)`, `rsqrt(variance + eps)`, `weight * hidden_states.to(input_dtype)`;
+  `down_proj(act_fn(gate_proj(x)) * up_proj(x))`).
+
+Per layer = count(2 layers) - count(1 layer); outside the layers = count(1 layer) - per
+layer. A decode step of `generate` = (count(generate 5 new tokens) - count(generate 3)) / 2,
+so the step's own work (logits processing, greedy argmax, stopping checks, the cache and
+attention-mask bookkeeping) is the step minus the model's decode forward. The outside-layer
+counts are the installed version's: its model-level mask, position and RoPE code and its
+`generate` loop differ in detail from 4.35's (here the RoPE cos/sin is computed once per
+forward, in 4.35 inside every layer, which the v4.35 variant counts in the layer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from collections import Counter
+from typing import Any, Callable
+
+# ATen ops that launch no GPU kernel beyond the view ops (`OpOverload.is_view`): views without
+# the alias annotation, allocation without initialisation, and metadata queries.
+NO_KERNEL_OPS = frozenset({
+    "_unsafe_view", "_reshape_alias",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "lift_fresh",
+})
+
+ERAS = ("installed", "v4.35-bettertransformer")
+TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=4,
+            vocab_size=256, max_position_embeddings=512, rms_norm_eps=1e-5)
+PROMPT_TOKENS = 8
+
+
+def launches_kernel(func: Any) -> bool:
+    """The counting rule: an ATen op launches a kernel unless it is a view or in NO_KERNEL_OPS."""
+    return not func.is_view and func.overloadpacket.__name__ not in NO_KERNEL_OPS
+
+
+def count_kernels(fn: Callable[[], Any]) -> Counter:
+    """The kernels (ATen op names, by the rule above) that running `fn` issues."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts: Counter = Counter()
+
+    class _Counter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if launches_kernel(func):
+                counts[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Counter():
+        fn()
+    return counts
+
+
+def _era_attention(attn: Any, era_rope: tuple[Any, Any]):
+    """optimum's BetterTransformer `llama_forward` over transformers 4.35 (module docstring),
+    keeping its own tuple cache (past K, V) on the module as the 4.35 model passes it back."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    cos_cached, sin_cached = era_rope
+    num_heads = attn.config.num_attention_heads
+    head_dim = attn.head_dim
+    hidden = attn.config.hidden_size
+
+    def rotate_half(x):
+        x1 = x[..., : x.shape[-1] // 2]
+        x2 = x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def forward(hidden_states, position_embeddings=None, attention_mask=None, cache=None,
+                position_ids=None, **kwargs):
+        bsz, q_len, _ = hidden_states.size()
+        shape = (bsz, q_len, num_heads, head_dim)
+        query_states = attn.q_proj(hidden_states).view(shape).transpose(1, 2)
+        key_states = attn.k_proj(hidden_states).view(shape).transpose(1, 2)
+        value_states = attn.v_proj(hidden_states).view(shape).transpose(1, 2)
+        past = getattr(attn, "_era_past", None)
+        kv_seq_len = key_states.shape[-2] + (past[0].shape[-2] if past is not None else 0)
+        # LlamaRotaryEmbedding.forward(x, seq_len) of 4.3x
+        cos = cos_cached[:kv_seq_len].to(dtype=value_states.dtype)
+        sin = sin_cached[:kv_seq_len].to(dtype=value_states.dtype)
+        # apply_rotary_pos_emb(q, k, cos, sin, position_ids) of 4.3x
+        cos = cos[position_ids].unsqueeze(1)
+        sin = sin[position_ids].unsqueeze(1)
+        query_states = (query_states * cos) + (rotate_half(query_states) * sin)
+        key_states = (key_states * cos) + (rotate_half(key_states) * sin)
+        if past is not None:
+            key_states = torch.cat([past[0], key_states], dim=2)
+            value_states = torch.cat([past[1], value_states], dim=2)
+        attn._era_past = (key_states, value_states)
+        if bsz == 1:
+            attn_output = torch.nn.functional.scaled_dot_product_attention(
+                query_states, key_states, value_states, attn_mask=None, dropout_p=0.0,
+                is_causal=q_len > 1)
+        else:
+            mask = attention_mask
+            if mask is None or mask.dtype == torch.bool:
+                # the 4.35 model passed an additive float 4-D mask (built outside the layers)
+                with _disable_current_modes():
+                    mask = torch.zeros(bsz, 1, q_len, kv_seq_len, dtype=query_states.dtype)
+            mask = torch.max(mask, torch.tensor(torch.finfo(mask.dtype).min))
+            attn_output = torch.nn.functional.scaled_dot_product_attention(
+                query_states, key_states, value_states, attn_mask=mask, dropout_p=0.0,
+                is_causal=False)
+        attn_output = attn_output.transpose(1, 2).reshape(bsz, q_len, hidden)
+        return attn.o_proj(attn_output), None
+
+    return forward
+
+
+def _model(layers: int, era: str):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(num_hidden_layers=layers, **TINY)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.float16).eval()
+    if era == "v4.35-bettertransformer":
+        head_dim = TINY["hidden_size"] // TINY["num_attention_heads"]
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        freqs = torch.outer(torch.arange(TINY["max_position_embeddings"]).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        # from_pretrained(torch_dtype=float16) builds the buffers in the model dtype
+        rope = (emb.cos().to(torch.float16), emb.sin().to(torch.float16))
+        for layer in model.model.layers:
+            layer.self_attn.forward = _era_attention(layer.self_attn, rope)
+        # the era computed cos / sin inside every layer (counted there), not once per forward
+        model.model.rotary_emb.forward = lambda x, position_ids=None: (None, None)
+    return model
+
+
+def _reset_era_cache(model) -> None:
+    for layer in model.model.layers:
+        layer.self_attn.__dict__.pop("_era_past", None)
+
+
+def forward_counts(layers: int, era: str, batch: int = 1) -> dict[str, Counter]:
+    """Kernels of one prefill forward (PROMPT_TOKENS tokens) and of the decode forward after it."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    model = _model(layers, era)
+    ids = torch.randint(0, TINY["vocab_size"], (batch, PROMPT_TOKENS))
+    mask = torch.ones(batch, PROMPT_TOKENS + 1, dtype=torch.long)
+    out: dict[str, Counter] = {}
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        box = {}
+
+        def prefill():
+            box["out"] = model(input_ids=ids, attention_mask=mask[:, :-1], cache=cache,
+                               use_cache=True)
+
+        out["prefill"] = count_kernels(prefill)
+        nxt = box["out"].logits[:, -1:].argmax(-1)
+        pos = torch.full((batch, 1), PROMPT_TOKENS)
+        out["decode"] = count_kernels(lambda: model(input_ids=nxt, attention_mask=mask, cache=cache,
+                                                    position_ids=pos, use_cache=True))
+    _reset_era_cache(model)
+    return out
+
+
+def generate_step_counts(era: str, batch: int = 1) -> Counter:
+    """Kernels of one `generate` decode step (greedy, min_new_tokens = max_new_tokens, as the
+    optimum-benchmark rows ran it): the difference of 5 and 3 new tokens, halved."""
+    import torch
+
+    model = _model(1, era)
+    ids = torch.randint(0, TINY["vocab_size"], (batch, PROMPT_TOKENS))
+    mask = torch.ones_like(ids)
+    runs = {}
+    for n in (3, 5):
+        _reset_era_cache(model)
+        with torch.no_grad():
+            runs[n] = count_kernels(lambda: model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                do_sample=False, pad_token_id=0, eos_token_id=1))
+    diff = Counter(runs[5])
+    diff.subtract(runs[3])
+    if any(v % 2 for v in diff.values()):
+        raise RuntimeError(f"generate steps differ in their kernels: {dict(diff)}")
+    return Counter({k: v // 2 for k, v in diff.items() if v})
+
+
+def measure(era: str, batch: int = 1) -> dict[str, int]:
+    """The kernel counts the simulator's `issued_kernels` profile section takes."""
+    one, two = forward_counts(1, era, batch), forward_counts(2, era, batch)
+    result: dict[str, int] = {}
+    for phase in ("prefill", "decode"):
+        per_layer = sum(two[phase].values()) - sum(one[phase].values())
+        result[f"layer_{phase}"] = per_layer
+        result[f"outside_layers_{phase}"] = sum(one[phase].values()) - per_layer
+    step = sum(generate_step_counts(era, batch).values())
+    result["generate_step"] = step
+    result["generate_step_outside_model"] = step - sum(one["decode"].values())
+    return result
+
+
+def layer_breakdown(era: str, phase: str = "decode") -> Counter:
+    one, two = forward_counts(1, era)[phase], forward_counts(2, era)[phase]
+    diff = Counter(two)
+    diff.subtract(one)
+    return Counter({k: v for k, v in diff.items() if v})
+
+
+# A tiny gpt-fast ModelArgs (its own fields) and the prompt / cache lengths of the count.
+GPT_FAST_TINY = dict(block_size=64, vocab_size=256, n_head=4, dim=64)
+GPT_FAST_CACHE_TOKENS = 32
+# gpt-fast generate.py `main`'s sampling defaults, which the blog's runs used
+GPT_FAST_TEMPERATURE, GPT_FAST_TOP_K = 0.8, 200
+
+
+def load_gpt_fast_model(model_py: str):
+    """Import gpt-fast's model.py from the user's path (its code is not in this repository)."""
+    path = Path(model_py)
+    if not path.is_file():
+        raise SystemExit(f"error: --gpt-fast-model-py {model_py}: no such file (give the model.py "
+                         "of a pytorch-labs/gpt-fast checkout, commit 87041526)")
+    spec = importlib.util.spec_from_file_location("gpt_fast_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("ModelArgs", "Transformer"):
+        if not hasattr(module, name):
+            raise SystemExit(f"error: --gpt-fast-model-py {model_py}: no `{name}` in it "
+                             "(not gpt-fast's model.py)")
+    return module
+
+
+def _gpt_fast_sampling_step(logits):
+    """The kernels gpt-fast's eager decode loop runs per token besides the model's forward, as
+    ATen ops (generate.py `decode_n_tokens` / `decode_one_token` / `sample` / `logits_to_probs`
+    / `multinomial_sample_one_no_sync`, stored copy id 43925398078, commit 0055c42d; not
+    imported: it needs sentencepiece): logits / temperature, topk(top_k), `where(logits <
+    pivot, -inf, logits)`, softmax, `empty_like(probs).exponential_(1)`, probs / q, argmax,
+    cast to int; then `input_pos += 1` and the two `.clone()`s of the token and the probs."""
+    import torch
+
+    logits = logits[0, -1] / max(GPT_FAST_TEMPERATURE, 1e-5)
+    v, _ = torch.topk(logits, min(GPT_FAST_TOP_K, logits.size(-1)))
+    pivot = v.select(-1, -1).unsqueeze(-1)
+    logits = torch.where(logits < pivot, -float("Inf"), logits)
+    probs = torch.nn.functional.softmax(logits, dim=-1)
+    q = torch.empty_like(probs).exponential_(1)
+    token = torch.argmax(probs / q, dim=-1, keepdim=True).to(dtype=torch.int)
+    return token.clone(), probs.clone()
+
+
+def _gpt_fast_forward_counts(module, layers: int) -> dict[str, Counter]:
+    """Kernels of gpt-fast's prefill forward (PROMPT_TOKENS tokens) and of one decode forward
+    after it, as its eager generate runs them: static KV cache (`setup_caches`, written with
+    `index_put_`), bfloat16, the decode step under the math SDPA backend (`decode_n_tokens`
+    enters `sdp_kernel(enable_flash=False, enable_mem_efficient=False, enable_math=True)`), the
+    prefill under the default one."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    args = module.ModelArgs(n_layer=layers, **GPT_FAST_TINY)
+    torch.manual_seed(0)
+    model = module.Transformer(args)
+    model.setup_caches(max_batch_size=1, max_seq_length=GPT_FAST_CACHE_TOKENS)
+    model = model.to(torch.bfloat16).eval()
+    out: dict[str, Counter] = {}
+    with torch.no_grad():
+        ids = torch.randint(0, args.vocab_size, (1, PROMPT_TOKENS))
+        out["prefill"] = count_kernels(lambda: model(ids, torch.arange(0, PROMPT_TOKENS)))
+        token = torch.randint(0, args.vocab_size, (1, 1))
+        pos = torch.tensor([PROMPT_TOKENS], dtype=torch.int)
+        with sdpa_kernel(SDPBackend.MATH):
+            out["decode"] = count_kernels(lambda: model(token, pos))
+            logits = model(token, pos)
+        sampling = Counter(count_kernels(lambda: _gpt_fast_sampling_step(logits)))
+        sampling += count_kernels(lambda: pos.add_(1))
+        out["sampling"] = sampling
+    return out
+
+
+def gpt_fast_counts(model_py: str) -> dict[str, Any]:
+    """gpt-fast's eager kernels per layer and outside the layers (the `issued_kernels` fields),
+    by the same rule and differencing as the transformers count: per layer = count(2 layers) -
+    count(1 layer). The decode step outside the layers is the forward's (embedding, the mask
+    and RoPE gathers `causal_mask[None, None, input_pos]`, `freqs_cis[input_pos]`, final
+    RMSNorm, LM head) plus the sampling step (`_gpt_fast_sampling_step`, top-k 200,
+    temperature 0.8 as the blog's generate.py defaults). The installed PyTorch's math SDPA backend
+    upcasts bf16 q, k, v to fp32 and the output back (`_scaled_dot_product_attention_math`:
+    "Keep query, key, value in high precision", 5 more kernels per layer) unless
+    `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`, a switch that came with the
+    upcast; the count sets it, taking the blog's 2023 PyTorch to have had no upcast (an
+    assumption: its attention.cpp was not read), and reports the layer without it too
+    (`upcast_math_sdpa_layer_decode`)."""
+    module = load_gpt_fast_model(model_py)
+    import torch
+
+    flag = torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp
+    was = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    try:
+        flag(True)
+        one, two = _gpt_fast_forward_counts(module, 1), _gpt_fast_forward_counts(module, 2)
+        flag(False)
+        upcast = (sum(_gpt_fast_forward_counts(module, 2)["decode"].values())
+                  - sum(_gpt_fast_forward_counts(module, 1)["decode"].values()))
+    finally:
+        flag(was)
+    result: dict[str, Any] = {}
+    for phase in ("prefill", "decode"):
+        per_layer = sum(two[phase].values()) - sum(one[phase].values())
+        result[f"layer_{phase}"] = per_layer
+        result[f"outside_layers_{phase}"] = sum(one[phase].values()) - per_layer
+    result["sampling_step"] = sum(one["sampling"].values())
+    result["outside_layers_decode"] += result["sampling_step"]
+    result["upcast_math_sdpa_layer_decode"] = upcast
+    layer = Counter(two["decode"])
+    layer.subtract(one["decode"])
+    result["decode layer, by op"] = dict(sorted((k, v) for k, v in layer.items() if v))
+    result["sampling step, by op"] = dict(sorted(one["sampling"].items()))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    parser.add_argument("--gpt-fast-model-py", metavar="PATH",
+                        help="count gpt-fast's eager Llama instead: the model.py of a "
+                             "pytorch-labs/gpt-fast checkout (commit 87041526)")
+    args = parser.parse_args()
+    if args.gpt_fast_model_py:
+        gpt_fast_main(args.gpt_fast_model_py, args.json)
+        return
+    import torch
+    import transformers
+
+    report = {"transformers": transformers.__version__, "torch": torch.__version__,
+              "config": TINY, "prompt_tokens": PROMPT_TOKENS}
+    for era in ERAS:
+        report[era] = {f"batch {b}": measure(era, b) for b in (1, 2)}
+        report[era]["decode layer, by op"] = dict(sorted(layer_breakdown(era).items()))
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return
+    print(f"transformers {report['transformers']}, torch {report['torch']}; tiny Llama "
+          f"{TINY['hidden_size']} wide, prompt {PROMPT_TOKENS} tokens, float16 on the CPU")
+    for era in ERAS:
+        print(f"\n{era}:")
+        for b in (1, 2):
+            counts = report[era][f"batch {b}"]
+            print(f"  batch {b}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        one = report[era]["batch 1"]
+        print(f"  issued_kernels (batch 1): layer_prefill {one['layer_prefill']}, layer_decode "
+              f"{one['layer_decode']}, outside_layers_prefill {one['outside_layers_prefill']}, "
+              f"outside_layers_decode {one['generate_step'] - one['layer_decode']}")
+        print("  decode layer by op: " + ", ".join(
+            f"{k} {v}" for k, v in report[era]["decode layer, by op"].items()))
+
+
+# LLaMA-7B (gpt-fast transformer_configs["7B"]: 32 layers): the token the blog times
+GPT_FAST_7B_LAYERS = 32
+
+
+def gpt_fast_main(model_py: str, as_json: bool) -> None:
+    counts = gpt_fast_counts(model_py)
+    import torch
+
+    per_token = GPT_FAST_7B_LAYERS * counts["layer_decode"] + counts["outside_layers_decode"]
+    counts["torch"] = torch.__version__
+    counts["kernels per 7B decode token"] = per_token
+    if as_json:
+        print(json.dumps(counts, indent=1))
+        return
+    print(f"gpt-fast {model_py}, torch {torch.__version__}; tiny ModelArgs {GPT_FAST_TINY}, "
+          f"prompt {PROMPT_TOKENS} tokens, bfloat16 on the CPU")
+    print(f"  issued_kernels: layer_prefill {counts['layer_prefill']}, layer_decode "
+          f"{counts['layer_decode']}, outside_layers_prefill {counts['outside_layers_prefill']}, "
+          f"outside_layers_decode {counts['outside_layers_decode']} (of which sampling "
+          f"{counts['sampling_step']})")
+    print(f"  decode layer with the installed math SDPA's default fp32 upcast: "
+          f"{counts['upcast_math_sdpa_layer_decode']}")
+    print("  decode layer by op: " + ", ".join(
+        f"{k} {v}" for k, v in counts["decode layer, by op"].items()))
+    print("  sampling step by op: " + ", ".join(
+        f"{k} {v}" for k, v in counts["sampling step, by op"].items()))
+    print(f"  per 7B decode token: {GPT_FAST_7B_LAYERS} x {counts['layer_decode']} + "
+          f"{counts['outside_layers_decode']} = {per_token} kernels; the blog's eager 39.2 ms "
+          f"per token / {per_token} = {39.2e-3 / per_token * 1e6:.2f} us per kernel")
+
+
+if __name__ == "__main__":
+    main()

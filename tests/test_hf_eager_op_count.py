@@ -1,0 +1,81 @@
+"""The kernel counts the `hf` engine era issues (measurements/harness.py EAGER_OP_ENGINES) are
+the ones benchmarks/hf_eager_op_count.py counts on the installed transformers' Llama, and the
+counting rule excludes what launches no kernel."""
+
+import pytest
+
+from benchmark_module import load_benchmark
+from krakenlm.simulator.measurements.harness import EAGER_OP_ENGINES
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+# the version the shipped counts were measured with (its model-level and generate code count
+# outside the layers; another version may count differently: re-run the script)
+MEASURED_WITH = "5.24.0"
+
+count = load_benchmark("hf_eager_op_count")
+ERA = "v4.35-bettertransformer"
+
+
+def test_views_and_allocations_launch_no_kernel():
+    aten = torch.ops.aten
+    for op in (aten.view.default, aten.transpose.int, aten.t.default, aten.slice.Tensor,
+               aten.unsqueeze.default, aten.expand.default, aten._unsafe_view.default,
+               aten.empty.memory_format, aten.detach.default):
+        assert not count.launches_kernel(op), op
+    for op in (aten.mm.default, aten.add.Tensor, aten._to_copy.default, aten.cat.default,
+               aten.index.Tensor, aten.mean.dim):
+        assert count.launches_kernel(op), op
+
+
+# The first TorchDispatchMode imports torch._dynamo (~6 s here), hence `slow`.
+@pytest.mark.slow
+def test_the_counter_skips_views_and_counts_copies():
+    x = torch.ones(4, 4)
+    assert sum(count.count_kernels(lambda: x.reshape(16)[2:].unsqueeze(0).t()).values()) == 0
+    # a reshape that cannot be a view copies: the dispatcher runs it as a clone, one kernel
+    assert dict(count.count_kernels(lambda: x.t().reshape(16))) == {"clone": 1}
+    assert dict(count.count_kernels(lambda: (x @ x).float().sum())) == {"mm": 1, "sum": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(transformers.__version__ != MEASURED_WITH,
+                    reason=f"counts measured with transformers {MEASURED_WITH}")
+def test_the_hf_era_counts_are_the_measured_ones():
+    """Per layer = count(2 layers) - count(1 layer) of the era's forward; the engine era carries
+    exactly these, and the decode step outside the layers adds generate's own step work."""
+    one, two = count.forward_counts(1, ERA), count.forward_counts(2, ERA)
+    issued = EAGER_OP_ENGINES["hf"]
+    layer = {p: sum(two[p].values()) - sum(one[p].values()) for p in ("prefill", "decode")}
+    assert (issued.layer_prefill, issued.layer_decode) == (layer["prefill"], layer["decode"])
+    assert issued.outside_layers_prefill == sum(one["prefill"].values()) - layer["prefill"]
+    step = sum(count.generate_step_counts(ERA).values())
+    assert issued.outside_layers_decode == step - layer["decode"]
+    # the era's RoPE gathers cos / sin per layer and the decode step concatenates K and V
+    by_op = dict(two["decode"])
+    assert by_op["index"] - dict(one["decode"]).get("index", 0) == 2
+    assert by_op["cat"] - dict(one["decode"])["cat"] == 4  # rotate_half x 2, K, V
+
+
+def test_gpt_fast_option_without_the_file_is_a_one_line_error(tmp_path, capsys):
+    """The gpt-fast count imports the user's gpt-fast model.py (not in this repository); a
+    path that is not a file stops with one `error:` line, before importing torch."""
+    import sys
+    missing = tmp_path / "gpt-fast" / "model.py"
+    argv = sys.argv
+    sys.argv = ["hf_eager_op_count.py", "--gpt-fast-model-py", str(missing)]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            count.main()
+    finally:
+        sys.argv = argv
+    message = str(stop.value)
+    assert message.startswith("error: --gpt-fast-model-py ") and str(missing) in message
+    assert "\n" not in message
+
+
+def test_gpt_fast_option_rejects_a_file_that_is_not_gpt_fast(tmp_path):
+    other = tmp_path / "model.py"
+    other.write_text("x = 1\n")
+    with pytest.raises(SystemExit, match=r"^error: .*no `ModelArgs`"):
+        count.load_gpt_fast_model(str(other))
