@@ -423,22 +423,34 @@ class CountedV1Engine(V1Engine):
                 ends = [now + t for t in accumulate(durations)]
             else:
                 span = until - now
-                guess = self._step_guess
-                n = int(span / guess * 1.25) + 2 if guess > 0 else k
-                if n > k:  # noqa: PLR1730
-                    n = k
                 durations = None
-                plan = plans.get(d) if plans is not None and n <= line_steps else None
+                plan = plans.get(d) if plans is not None else None
                 line = plan.line if plan is not None else None
+                j = -1
                 if line is not None:  # `decode_steps_list`'s line path
                     xs, ys, c, r, count, head, overhead = line
                     # `bisect_right(xs, mean_kv) - 1` (the line's row is on the KV grid, and
                     # mean_kv at most its last point, the longest request)
                     j = kv_index[floor(mean_kv)] - 1
-                    if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and \
-                            mean_kv + (n - 1) < xs[j + 1]:
-                        lo, y0 = xs[j], ys[j]
-                        slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                if 0 <= j < len(xs) - 1 and xs[j] < mean_kv:
+                    lo, y0 = xs[j], ys[j]
+                    slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                    # the first step's time, as the lists below compute it (offset 0.0:
+                    # mean_kv + 0.0 is mean_kv), sizes the window: as many steps as it says
+                    # fit before `until`, and one more (the steps grow with the KV, so no
+                    # more than that start before it; too few, and the bound below times it)
+                    first = c + (r + (slope * (mean_kv - lo) + y0)) * count + head
+                    if not plan.overlaps:
+                        first += overhead
+                    elif first <= overhead:  # noqa: PLR1730
+                        first = overhead
+                    self._step_guess = first
+                    if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there
+                        return False
+                    n = int(span / first) + 2
+                    if n > k:  # noqa: PLR1730
+                        n = k
+                    if n <= line_steps and mean_kv + (n - 1) < xs[j + 1]:
                         if plan.overlaps and c + r * count + head > overhead:
                             # max(gpu, overhead) is the GPU time at every step: each is
                             # c + (r + a) * count + head with an attention time a >= 0 (an
@@ -455,12 +467,17 @@ class CountedV1Engine(V1Engine):
                         else:
                             durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
                                          + head + overhead for i in offsets[:n]]
+                else:  # a recent step length says how many fit
+                    guess = self._step_guess
+                    n = int(span / guess * 1.25) + 2 if guess > 0 else k
+                    if n > k:  # noqa: PLR1730
+                        n = k
                 if durations is None:
                     durations = decode_steps_list(d, mean_kv, n)
-                first = durations[0]
-                self._step_guess = first
-                if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there too
-                    return False
+                    first = durations[0]
+                    self._step_guess = first
+                    if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there
+                        return False
                 ends = [now + t for t in accumulate(durations)]
                 starting = bisect_left(ends, until)  # `_first_start_at`, written out
                 while starting < n and ends[starting] - durations[starting] < until:
