@@ -123,6 +123,21 @@ def _whole_grid_index(xs: list[float]) -> list[int]:
     return [bisect_right(xs, m) for m in range(int(xs[-1]) + 1)]
 
 
+def _powers_of_two_on(xs: list[float]) -> bool:
+    """Whether a grid of KV lengths starts at 1 or above and holds every power of two up to
+    its last point (`token_grid` does). Then, for lo < x < hi two neighbouring points and an
+    integer i >= 0 with x + i < hi, (x - lo) + i is x + i - lo exactly: lo, x and x + i lie
+    in one binade [2^e, 2^(e+1)) (its ends are grid points), where x + i is exact (i is a
+    multiple of the ulp) and both differences are exact (Sterbenz: y / 2 <= x <= 2y)."""
+    points = set(xs)
+    p = 1.0
+    while p <= xs[-1]:
+        if p not in points:
+            return False
+        p *= 2
+    return xs[0] >= 1
+
+
 def _at(table: tuple[list[float], list[float]], x: float) -> float:
     """`Linear1D.__call__` on its (x, y) lists, without the call through the object."""
     xs, ys = table
@@ -302,6 +317,10 @@ class StepTimer:
         if any(x != kv_grid for x, _ in self._decode_rows):
             raise ValueError("decode attention rows on different KV grids")
         self._kv_index = _whole_grid_index(kv_grid)
+        # the counted engine's decode windows offset their KV lengths from the grid point
+        # below them, exact only on a grid holding every power of two (`_powers_of_two_on`)
+        if not _powers_of_two_on(kv_grid):
+            raise ValueError("decode attention KV grid without every power of two")
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._attention_rows: dict[int, tuple] = {}  # `decode_attention_s`'s, per batch size
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)

@@ -439,7 +439,8 @@ class CountedV1Engine(V1Engine):
                     # mean_kv + 0.0 is mean_kv), sizes the window: as many steps as it says
                     # fit before `until`, and one more (the steps grow with the KV, so no
                     # more than that start before it; too few, and the bound below times it)
-                    first = c + (r + (slope * (mean_kv - lo) + y0)) * count + head
+                    base = mean_kv - lo  # base + i is mean_kv + i - lo: `_powers_of_two_on`
+                    first = c + (r + (slope * base + y0)) * count + head
                     if not plan.overlaps:
                         first += overhead
                     elif first <= overhead:  # noqa: PLR1730
@@ -457,15 +458,15 @@ class CountedV1Engine(V1Engine):
                             # interpolation inside one interval of positive table values) and a
                             # count >= 1, and rounding is monotone, so none is below
                             # c + r * count + head, evaluated in the same order
-                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                            durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head for i in offsets[:n]]
                         elif plan.overlaps:
                             durations = [
-                                g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                g if (g := c + (r + (slope * (base + i) + y0)) * count
                                       + head) > overhead else overhead
                                 for i in offsets[:n]]
                         else:
-                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                            durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head + overhead for i in offsets[:n]]
                 else:  # a recent step length says how many fit
                     guess = self._step_guess
