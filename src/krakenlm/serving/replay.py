@@ -558,8 +558,11 @@ def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,
         output_total += output
         prompt_total += s.prompt
         cached_total += s.cached_tokens
-    columns = RequestColumns(np.array(arrivals), np.array(queues), np.array(ttfts),
-                             np.array(e2es), np.array(finish_s, dtype=float), np.array(tpots),
-                             np.array(has_tpot, dtype=bool), output_total, prompt_total,
+    n = len(rows)  # lists of Python floats read by `fromiter` (no type discovery per value)
+    columns = RequestColumns(np.fromiter(arrivals, float, n), np.fromiter(queues, float, n),
+                             np.fromiter(ttfts, float, n), np.fromiter(e2es, float, n),
+                             np.fromiter(finish_s, float, n),
+                             np.fromiter(tpots, float, len(tpots)),
+                             np.fromiter(has_tpot, bool, n), output_total, prompt_total,
                              cached_total)
     return rows, columns
