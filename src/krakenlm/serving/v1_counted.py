@@ -157,19 +157,18 @@ class CountedV1Engine(V1Engine):
         self._counted = False
         self._finishes = []
 
-    def _finish(self, end: float) -> list[Seq]:
+    def _finish(self, end: float) -> None:
         """Finish the counted requests whose last token came at this tick (in running
-        order, as `V1Engine` frees them); the ones that did."""
+        order, as `V1Engine` frees them) and take them out of the running list (the callers
+        call it when the first of the heap finishes at this tick)."""
         finishes, tick = self._finishes, self._tick
-        if not finishes or finishes[0][0] != tick:
-            return []
         pool, phases, last_s = self.pool, self._phases, self._last_s
         bs, per = self.opt.block_size, pool.per_id
         kv = self._kv
-        done = []
+        running = self.running
         while finishes and finishes[0][0] == tick:
             s = heapq.heappop(finishes)[2]
-            done.append(s)
+            running.remove(s)
             m = tick - s.since_tick  # `_write` and `_slack`, written out
             if m:
                 slack = (s.private + per * len(s.shared) if per else s.private) * bs - s.computed
@@ -187,7 +186,6 @@ class CountedV1Engine(V1Engine):
             phases[s.phase] -= 1
             kv -= s.computed
         self._kv = kv
-        return done
 
     # ------------------------------------------------------------------ steps and windows
     def _counted_step(self) -> bool | None:
@@ -314,9 +312,8 @@ class CountedV1Engine(V1Engine):
             tick = self._tick = self._tick + 1
             self._kv += n
             self._last_s = now
-            if finishes and finishes[0][0] == tick:  # they leave the running list (in C)
-                for s in self._finish(now):
-                    running.remove(s)
+            if finishes and finishes[0][0] == tick:  # they leave the running list
+                self._finish(now)
         for s, new in sched:
             c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
@@ -529,9 +526,8 @@ class CountedV1Engine(V1Engine):
             self._kv += k * d
             self._last_s = end
             finished = finishes[0][0] == tick
-            if finished:  # the finished ones leave the running list (in C)
-                for s in self._finish(end):
-                    running.remove(s)
+            if finished:  # the finished ones leave the running list
+                self._finish(end)
             # 5. the log (`_record_window`): KV blocks in use after each step; after the
             # last, used + total_need (the pool's available blocks fell by what it took:
             # evictions keep them) unless requests finished there and freed theirs
