@@ -550,14 +550,16 @@ class StepTimer:
         else:
             j = bisect_right(xs, tokens)
             i, w = j - 1, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1])
-        graphs = tuple((*tables[i], *tables[j], attention, kernel_floor, float(count))
-                       for tables, attention, kernel_floor, count in self._fast_tables[bound])
-        flat = tuple((ay[0], by[0], attention, kernel_floor, count)
-                     for ax, ay, bx, by, attention, kernel_floor, count in graphs)
-        if not all(ax == [0.0, 1.0] and ay[0] == ay[1] and bx == [0.0, 1.0] and by[0] == by[1]
-                   for ax, ay, bx, by, *_ in graphs):
-            flat = None
-        return w, graphs, flat
+        graphs, flat = [], []
+        for tables, attention, kernel_floor, count in self._fast_tables[bound]:
+            (ax, ay), (bx, by) = tables[i], tables[j]
+            graphs.append((ax, ay, bx, by, attention, kernel_floor, float(count)))
+            if flat is not None and ax == bx == [0.0, 1.0] and ay[0] == ay[1] and \
+                    by[0] == by[1]:
+                flat.append((ay[0], by[0], attention, kernel_floor, float(count)))
+            else:
+                flat = None
+        return w, tuple(graphs), None if flat is None else tuple(flat)
 
     def _head_step_s(self, logits: int, prefill: bool) -> float:
         """The LM head's part of `step_s` for `logits` sampling sequences (kept per count in
