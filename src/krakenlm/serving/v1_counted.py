@@ -64,16 +64,17 @@ class CountedV1Engine(V1Engine):
             timer._kv_index if fast else None)
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
-        """`V1Engine.advance`, on the counters while they hold."""
+        """`V1Engine.advance`, on the counters while they hold (`swapped` is vLLM V0's swap
+        space: a V1 engine preempts by recompute, so it stays empty and is not read)."""
         while self.now < until:
             left = self.outstanding if stop_at_finish else 0
-            if self.running and not (self.waiting or self.swapped) and (
+            if self.running and not self.waiting and (
                     self._counted_window(until, stop_at_finish) if self._counted else
                     self._decode_window(until)):
                 if stop_at_finish and self.outstanding < left:
                     return
                 continue
-            if not (self.running or self.waiting or self.swapped):
+            if not (self.running or self.waiting):
                 ran = False
             else:  # a step: on the counters when it can, else the per-request scheduler's
                 ran = self._counted_step() if self._counted else None
