@@ -378,7 +378,8 @@ class CountedV1Engine(V1Engine):
         1. its length bound k: the steps until the first counted request finishes (at most
            `WINDOW_MAX_STEPS`); fewer than two: no window;
         2. its step times (`V1Engine._window_steps`: as many as a recent step length says
-           fit before `until`, from `StepTimer.decode_steps_list`, whose shortest path, a
+           fit before `until`, or on a line row as many as its own first step says and one
+           more, from `StepTimer.decode_steps_list`, whose shortest path, a
            `_DecodePlan.line` with every KV length inside one interval of its row, is written
            out here by the same operations in the same order) and its end times
            (`now + running sum`), cut at the first step starting at or after `until`;
@@ -388,7 +389,8 @@ class CountedV1Engine(V1Engine):
            of it is written when they are not free (the window cannot run, nothing changed
            but the step guess, as in `_window_steps`);
         4. the counters: one gap run for the d requests, the tick, their KV tokens, the
-           finishes at the window's last step (`_finish`, written out of the running list);
+           finishes at the window's last step (`_finish`, which takes them out of the
+           running list);
         5. its log (`_record_window` and `Timeline.window`): the in-window gaps, the clock,
            the step count, the KV use after each step, the timeline record.
 
