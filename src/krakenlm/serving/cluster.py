@@ -256,8 +256,8 @@ def build_pools(pools: Sequence[PoolSpec], trace: Trace,
                         dtype=dtype, model_name=model_name, max_context=longest,
                         network=network, systems=systems) for s in pools]
     for p in built:
-        trace = _check_requests(trace, p.config, p.blocks_per_engine, p.options.block_size,
-                                skip_long, model_name)
+        trace, _ = _check_requests(trace, p.config, p.blocks_per_engine, p.options.block_size,
+                                   skip_long, model_name)
     return built, trace
 
 

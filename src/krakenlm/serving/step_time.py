@@ -123,6 +123,21 @@ def _whole_grid_index(xs: list[float]) -> list[int]:
     return [bisect_right(xs, m) for m in range(int(xs[-1]) + 1)]
 
 
+def _powers_of_two_on(xs: list[float]) -> bool:
+    """Whether a grid of KV lengths starts at 1 or above and holds every power of two up to
+    its last point (`token_grid` does). Then, for lo < x < hi two neighbouring points and an
+    integer i >= 0 with x + i < hi, (x - lo) + i is x + i - lo exactly: lo, x and x + i lie
+    in one binade [2^e, 2^(e+1)) (its ends are grid points), where x + i is exact (i is a
+    multiple of the ulp) and both differences are exact (Sterbenz: y / 2 <= x <= 2y)."""
+    points = set(xs)
+    p = 1.0
+    while p <= xs[-1]:
+        if p not in points:
+            return False
+        p *= 2
+    return xs[0] >= 1
+
+
 def _at(table: tuple[list[float], list[float]], x: float) -> float:
     """`Linear1D.__call__` on its (x, y) lists, without the call through the object."""
     xs, ys = table
@@ -302,13 +317,17 @@ class StepTimer:
         if any(x != kv_grid for x, _ in self._decode_rows):
             raise ValueError("decode attention rows on different KV grids")
         self._kv_index = _whole_grid_index(kv_grid)
+        # the counted engine's decode windows offset their KV lengths from the grid point
+        # below them, exact only on a grid holding every power of two (`_powers_of_two_on`)
+        if not _powers_of_two_on(kv_grid):
+            raise ValueError("decode attention KV grid without every power of two")
         self._decode_plans: dict[int, _DecodePlan] = {}
         self._attention_rows: dict[int, tuple] = {}  # `decode_attention_s`'s, per batch size
         self._step_offsets = np.arange(DECODE_OFFSETS, dtype=float)
         self._prefill_memo: dict[tuple[int, int], float] = {}
         # `step_s`'s rows per (bound, token count) (`_rows_at`: at most two entries per count
         # up to the budget, the same every call)
-        self._step_rows: dict[tuple[str, int], tuple[float, tuple]] = {}
+        self._step_rows: dict[tuple[str, int], tuple[float, tuple, tuple | None]] = {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -462,34 +481,48 @@ class StepTimer:
         rows = self._step_rows.get((bound, tokens))
         if rows is None:
             rows = self._step_rows[bound, tokens] = self._rows_at(bound, tokens)
-        w, graphs = rows
+        w, graphs, flat = rows
         a = attention_s
         gpu = 0.0
-        for ax, ay, bx, by, attention, kernel_floor, count in graphs:
-            if a <= ax[0]:  # `_at((ax, ay), a)` written out
-                r = ay[0]
-            elif a >= ax[-1]:
-                r = ay[-1]
-            else:  # a two-point row (a graph without overlap) has one interval
-                k = bisect_right(ax, a) if len(ax) > 2 else 1
-                x0 = ax[k - 1]
-                u = (a - x0) / (ax[k] - x0)
-                r = ay[k - 1] * (1 - u) + ay[k] * u
-            if w:  # and `_at((bx, by), a)`
-                if a <= bx[0]:
-                    r_j = by[0]
-                elif a >= bx[-1]:
-                    r_j = by[-1]
-                else:
-                    k = bisect_right(bx, a) if len(bx) > 2 else 1
-                    x0 = bx[k - 1]
-                    u = (a - x0) / (bx[k] - x0)
-                    r_j = by[k - 1] * (1 - u) + by[k] * u
-                r = r * (1 - w) + r_j * w
-            t = (r + (a if attention else 0.0)) * scale
-            if floor and t < kernel_floor:
-                t = kernel_floor
-            gpu += t * count
+        if flat is not None and 0.0 < a < 1.0:
+            # every residual row is flat, x [0, 1] -> y [c, c] (no collective overlaps
+            # attention): the interpolation below with u = (a - 0.0) / (1.0 - 0.0), which is
+            # a exactly, and 1 - u computed once for all graphs
+            u_low = 1 - a
+            for y, y_j, attention, kernel_floor, count in flat:
+                r = y * u_low + y * a
+                if w:
+                    r = r * (1 - w) + (y_j * u_low + y_j * a) * w
+                t = (r + (a if attention else 0.0)) * scale
+                if floor and t < kernel_floor:
+                    t = kernel_floor
+                gpu += t * count
+        else:
+            for ax, ay, bx, by, attention, kernel_floor, count in graphs:
+                if a <= ax[0]:  # `_at((ax, ay), a)` written out
+                    r = ay[0]
+                elif a >= ax[-1]:
+                    r = ay[-1]
+                else:  # a two-point row (a graph without overlap) has one interval
+                    k = bisect_right(ax, a) if len(ax) > 2 else 1
+                    x0 = ax[k - 1]
+                    u = (a - x0) / (ax[k] - x0)
+                    r = ay[k - 1] * (1 - u) + ay[k] * u
+                if w:  # and `_at((bx, by), a)`
+                    if a <= bx[0]:
+                        r_j = by[0]
+                    elif a >= bx[-1]:
+                        r_j = by[-1]
+                    else:
+                        k = bisect_right(bx, a) if len(bx) > 2 else 1
+                        x0 = bx[k - 1]
+                        u = (a - x0) / (bx[k] - x0)
+                        r_j = by[k - 1] * (1 - u) + by[k] * u
+                    r = r * (1 - w) + r_j * w
+                t = (r + (a if attention else 0.0)) * scale
+                if floor and t < kernel_floor:
+                    t = kernel_floor
+                gpu += t * count
         heads = self._heads[prefill]
         head = heads.get(logits)
         if head is None:
@@ -500,11 +533,14 @@ class StepTimer:
             return overhead if overhead > gpu else gpu
         return gpu + overhead
 
-    def _rows_at(self, bound: str, tokens: int) -> tuple[float, tuple]:
+    def _rows_at(self, bound: str, tokens: int) -> tuple[float, tuple, tuple | None]:
         """What `step_s` reads for a token count: the weight w of the upper of the two token
-        grid points around it, and per graph table (its residual row at the lower point as x
+        grid points around it; per graph table (its residual row at the lower point as x
         and y lists, at the upper, whether it holds attention, its kernel floor, its repeat
-        count), one flat tuple per graph."""
+        count), one flat tuple per graph; and when every one of those rows is flat on
+        [0, 1] (`_layer_tables`' form of a residual that does not vary with the attention
+        time), per graph (its value at the lower point, at the upper, attention, floor,
+        count), else None."""
         xs = self.tokens_grid
         if tokens <= xs[0]:
             i, j, w = 0, 0, 0.0
@@ -514,8 +550,16 @@ class StepTimer:
         else:
             j = bisect_right(xs, tokens)
             i, w = j - 1, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1])
-        return w, tuple((*tables[i], *tables[j], attention, kernel_floor, float(count))
-                        for tables, attention, kernel_floor, count in self._fast_tables[bound])
+        graphs, flat = [], []
+        for tables, attention, kernel_floor, count in self._fast_tables[bound]:
+            (ax, ay), (bx, by) = tables[i], tables[j]
+            graphs.append((ax, ay, bx, by, attention, kernel_floor, float(count)))
+            if flat is not None and ax == bx == [0.0, 1.0] and ay[0] == ay[1] and \
+                    by[0] == by[1]:
+                flat.append((ay[0], by[0], attention, kernel_floor, float(count)))
+            else:
+                flat = None
+        return w, tuple(graphs), None if flat is None else tuple(flat)
 
     def _head_step_s(self, logits: int, prefill: bool) -> float:
         """The LM head's part of `step_s` for `logits` sampling sequences (kept per count in

@@ -64,16 +64,17 @@ class CountedV1Engine(V1Engine):
             timer._kv_index if fast else None)
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
-        """`V1Engine.advance`, on the counters while they hold."""
+        """`V1Engine.advance`, on the counters while they hold (`swapped` is vLLM V0's swap
+        space: a V1 engine preempts by recompute, so it stays empty and is not read)."""
         while self.now < until:
             left = self.outstanding if stop_at_finish else 0
-            if self.running and not (self.waiting or self.swapped) and (
+            if self.running and not self.waiting and (
                     self._counted_window(until, stop_at_finish) if self._counted else
                     self._decode_window(until)):
                 if stop_at_finish and self.outstanding < left:
                     return
                 continue
-            if not (self.running or self.waiting or self.swapped):
+            if not (self.running or self.waiting):
                 ran = False
             else:  # a step: on the counters when it can, else the per-request scheduler's
                 ran = self._counted_step() if self._counted else None
@@ -157,19 +158,18 @@ class CountedV1Engine(V1Engine):
         self._counted = False
         self._finishes = []
 
-    def _finish(self, end: float) -> list[Seq]:
+    def _finish(self, end: float) -> None:
         """Finish the counted requests whose last token came at this tick (in running
-        order, as `V1Engine` frees them); the ones that did."""
+        order, as `V1Engine` frees them) and take them out of the running list (the callers
+        call it when the first of the heap finishes at this tick)."""
         finishes, tick = self._finishes, self._tick
-        if not finishes or finishes[0][0] != tick:
-            return []
         pool, phases, last_s = self.pool, self._phases, self._last_s
         bs, per = self.opt.block_size, pool.per_id
         kv = self._kv
-        done = []
+        running = self.running
         while finishes and finishes[0][0] == tick:
             s = heapq.heappop(finishes)[2]
-            done.append(s)
+            running.remove(s)
             m = tick - s.since_tick  # `_write` and `_slack`, written out
             if m:
                 slack = (s.private + per * len(s.shared) if per else s.private) * bs - s.computed
@@ -187,7 +187,6 @@ class CountedV1Engine(V1Engine):
             phases[s.phase] -= 1
             kv -= s.computed
         self._kv = kv
-        return done
 
     # ------------------------------------------------------------------ steps and windows
     def _counted_step(self) -> bool | None:
@@ -314,9 +313,8 @@ class CountedV1Engine(V1Engine):
             tick = self._tick = self._tick + 1
             self._kv += n
             self._last_s = now
-            if finishes and finishes[0][0] == tick:  # they leave the running list (in C)
-                for s in self._finish(now):
-                    running.remove(s)
+            if finishes and finishes[0][0] == tick:  # they leave the running list
+                self._finish(now)
         for s, new in sched:
             c = s.computed = s.computed + new
             if hash_tokens and s.next_id < len(s.ids):
@@ -380,7 +378,8 @@ class CountedV1Engine(V1Engine):
         1. its length bound k: the steps until the first counted request finishes (at most
            `WINDOW_MAX_STEPS`); fewer than two: no window;
         2. its step times (`V1Engine._window_steps`: as many as a recent step length says
-           fit before `until`, from `StepTimer.decode_steps_list`, whose shortest path, a
+           fit before `until`, or on a line row as many as its own first step says and one
+           more, from `StepTimer.decode_steps_list`, whose shortest path, a
            `_DecodePlan.line` with every KV length inside one interval of its row, is written
            out here by the same operations in the same order) and its end times
            (`now + running sum`), cut at the first step starting at or after `until`;
@@ -390,7 +389,8 @@ class CountedV1Engine(V1Engine):
            of it is written when they are not free (the window cannot run, nothing changed
            but the step guess, as in `_window_steps`);
         4. the counters: one gap run for the d requests, the tick, their KV tokens, the
-           finishes at the window's last step (`_finish`, written out of the running list);
+           finishes at the window's last step (`_finish`, which takes them out of the
+           running list);
         5. its log (`_record_window` and `Timeline.window`): the in-window gaps, the clock,
            the step count, the KV use after each step, the timeline record.
 
@@ -423,44 +423,62 @@ class CountedV1Engine(V1Engine):
                 ends = [now + t for t in accumulate(durations)]
             else:
                 span = until - now
-                guess = self._step_guess
-                n = int(span / guess * 1.25) + 2 if guess > 0 else k
-                if n > k:  # noqa: PLR1730
-                    n = k
                 durations = None
-                plan = plans.get(d) if plans is not None and n <= line_steps else None
+                plan = plans.get(d) if plans is not None else None
                 line = plan.line if plan is not None else None
+                j = -1
                 if line is not None:  # `decode_steps_list`'s line path
                     xs, ys, c, r, count, head, overhead = line
                     # `bisect_right(xs, mean_kv) - 1` (the line's row is on the KV grid, and
                     # mean_kv at most its last point, the longest request)
                     j = kv_index[floor(mean_kv)] - 1
-                    if 0 <= j < len(xs) - 1 and xs[j] < mean_kv and \
-                            mean_kv + (n - 1) < xs[j + 1]:
-                        lo, y0 = xs[j], ys[j]
-                        slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                if 0 <= j < len(xs) - 1 and xs[j] < mean_kv:
+                    lo, y0 = xs[j], ys[j]
+                    slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
+                    # the first step's time, as the lists below compute it (offset 0.0:
+                    # mean_kv + 0.0 is mean_kv), sizes the window: as many steps as it says
+                    # fit before `until`, and one more (the steps grow with the KV, so no
+                    # more than that start before it; too few, and the bound below times it)
+                    base = mean_kv - lo  # base + i is mean_kv + i - lo: `_powers_of_two_on`
+                    first = c + (r + (slope * base + y0)) * count + head
+                    if not plan.overlaps:
+                        first += overhead
+                    elif first <= overhead:  # noqa: PLR1730
+                        first = overhead
+                    self._step_guess = first
+                    if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there
+                        return False
+                    n = int(span / first) + 2
+                    if n > k:  # noqa: PLR1730
+                        n = k
+                    if n <= line_steps and mean_kv + (n - 1) < xs[j + 1]:
                         if plan.overlaps and c + r * count + head > overhead:
                             # max(gpu, overhead) is the GPU time at every step: each is
                             # c + (r + a) * count + head with an attention time a >= 0 (an
                             # interpolation inside one interval of positive table values) and a
                             # count >= 1, and rounding is monotone, so none is below
                             # c + r * count + head, evaluated in the same order
-                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                            durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head for i in offsets[:n]]
                         elif plan.overlaps:
                             durations = [
-                                g if (g := c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                                g if (g := c + (r + (slope * (base + i) + y0)) * count
                                       + head) > overhead else overhead
                                 for i in offsets[:n]]
                         else:
-                            durations = [c + (r + (slope * (mean_kv + i - lo) + y0)) * count
+                            durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head + overhead for i in offsets[:n]]
+                else:  # a recent step length says how many fit
+                    guess = self._step_guess
+                    n = int(span / guess * 1.25) + 2 if guess > 0 else k
+                    if n > k:  # noqa: PLR1730
+                        n = k
                 if durations is None:
                     durations = decode_steps_list(d, mean_kv, n)
-                first = durations[0]
-                self._step_guess = first
-                if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there too
-                    return False
+                    first = durations[0]
+                    self._step_guess = first
+                    if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there
+                        return False
                 ends = [now + t for t in accumulate(durations)]
                 starting = bisect_left(ends, until)  # `_first_start_at`, written out
                 while starting < n and ends[starting] - durations[starting] < until:
@@ -511,9 +529,8 @@ class CountedV1Engine(V1Engine):
             self._kv += k * d
             self._last_s = end
             finished = finishes[0][0] == tick
-            if finished:  # the finished ones leave the running list (in C)
-                for s in self._finish(end):
-                    running.remove(s)
+            if finished:  # the finished ones leave the running list
+                self._finish(end)
             # 5. the log (`_record_window`): KV blocks in use after each step; after the
             # last, used + total_need (the pool's available blocks fell by what it took:
             # evictions keep them) unless requests finished there and freed theirs
