@@ -4,6 +4,13 @@ random LlamaConfig on the CPU under a `TorchDispatchMode` that records every ATe
 
     python benchmarks/hf_eager_op_count.py [--json]
     python benchmarks/hf_eager_op_count.py --gpt-fast-model-py PATH/gpt-fast/model.py [--json]
+    python benchmarks/hf_eager_op_count.py --elementwise-bytes
+
+The third form gives the bytes the v4.35 layer's non-GEMM, non-attention kernels move, per
+element of the tensor each layer part works on (`elementwise_bytes_per_element`; its docstring):
+RMSNorm 36 bytes per hidden element per norm (a fused kernel: 4), RoPE 20 per q and k element
+(fused: 4), SiLU x up 10 per intermediate element (fused: 6), residual adds 6 (as fused),
+solved on four tiny configs and exact on all of them.
 
 The second form counts gpt-fast's eager Llama instead (`gpt_fast_counts`; its docstring): the
 model.py of a gpt-fast checkout the user has (pytorch-labs/gpt-fast@87041526, the code the
@@ -75,6 +82,8 @@ ERAS = ("installed", "v4.35-bettertransformer")
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=4,
             vocab_size=256, max_position_embeddings=512, rms_norm_eps=1e-5)
 PROMPT_TOKENS = 8
+# the layer part the running code belongs to, for the byte count (`elementwise_bytes`)
+LAYER_PART = {"kind": "outside"}
 
 
 def launches_kernel(func: Any) -> bool:
@@ -124,6 +133,7 @@ def _era_attention(attn: Any, era_rope: tuple[Any, Any]):
         value_states = attn.v_proj(hidden_states).view(shape).transpose(1, 2)
         past = getattr(attn, "_era_past", None)
         kv_seq_len = key_states.shape[-2] + (past[0].shape[-2] if past is not None else 0)
+        LAYER_PART["kind"] = "rope"  # the byte count's layer part (`elementwise_bytes`)
         # LlamaRotaryEmbedding.forward(x, seq_len) of 4.3x
         cos = cos_cached[:kv_seq_len].to(dtype=value_states.dtype)
         sin = sin_cached[:kv_seq_len].to(dtype=value_states.dtype)
@@ -132,6 +142,7 @@ def _era_attention(attn: Any, era_rope: tuple[Any, Any]):
         sin = sin[position_ids].unsqueeze(1)
         query_states = (query_states * cos) + (rotate_half(query_states) * sin)
         key_states = (key_states * cos) + (rotate_half(key_states) * sin)
+        LAYER_PART["kind"] = "other"
         if past is not None:
             key_states = torch.cat([past[0], key_states], dim=2)
             value_states = torch.cat([past[1], value_states], dim=2)
@@ -252,6 +263,155 @@ def layer_breakdown(era: str, phase: str = "decode") -> Counter:
     return Counter({k: v for k, v in diff.items() if v})
 
 
+
+# --------------------------------------------------------------------------- elementwise bytes
+# The bytes of the non-GEMM, non-attention kernels (`elementwise_bytes`): by the same counting
+# rule, each counted kernel's input and output tensors' nbytes summed (a view's own elements;
+# a kernel writing in place counts its tensor as read and as written), grouped by the
+# layer part that issues it. GEMMs (mm, addmm, bmm), attention (scaled dot product *) and the
+# decode step's torch.cat of the past K and V (the simulator's `kv_append: concat`) are left
+# out: the graph times those already.
+NOT_ELEMENTWISE = ("mm", "addmm", "bmm", "scaled_dot_product")
+# the layer parts, as the simulator's graph names its streaming kinds
+ELEMENTWISE_KINDS = ("norm", "rope", "activation", "residual", "other")
+# tiny configs of distinct widths the bytes are solved on (hidden, intermediate, heads)
+BYTES_CONFIGS = ((64, 128, 4), (96, 256, 4), (128, 160, 8), (160, 384, 8))
+
+
+def _tensor_bytes(value: Any) -> int:
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return sum(t.numel() * t.element_size() for t in tree_flatten(value)[0]
+               if isinstance(t, torch.Tensor))
+
+
+def _is_elementwise(func: Any, args: tuple) -> bool:
+    name = func.overloadpacket.__name__
+    if any(name.startswith(n) or n in name for n in NOT_ELEMENTWISE):
+        return False
+    if name == "cat" and len(args) > 1 and args[1] == 2:  # torch.cat([past, new], dim=2)
+        return False
+    return launches_kernel(func)
+
+
+def _tag_layer_parts(model, state: dict) -> list:
+    """Hooks that set state["kind"] to the layer part running: the RMSNorms "norm", the MLP
+    (SiLU and the gate x up product; its GEMMs are not counted) "activation", the rest of the
+    decoder layer (the residual adds) "residual"; the era attention sets "rope" itself."""
+    handles = []
+
+    def setter(kind):
+        def hook(*_):
+            state["kind"] = kind
+        return hook
+
+    for layer in model.model.layers:
+        handles.append(layer.register_forward_pre_hook(setter("residual")))
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+            handles.append(norm.register_forward_pre_hook(setter("norm")))
+            handles.append(norm.register_forward_hook(setter("residual")))
+        handles.append(layer.mlp.register_forward_pre_hook(setter("activation")))
+        handles.append(layer.mlp.register_forward_hook(setter("residual")))
+        handles.append(layer.self_attn.register_forward_pre_hook(setter("other")))
+        handles.append(layer.self_attn.register_forward_hook(setter("residual")))
+    handles.append(model.model.norm.register_forward_pre_hook(setter("outside")))
+    return handles
+
+
+def elementwise_bytes(layers: int, hidden: int, intermediate: int, heads: int,
+                      batch: int = 1) -> dict[str, Counter]:
+    """Bytes the elementwise kernels of the v4.35-bettertransformer variant move, per layer
+    part, in a prefill forward (PROMPT_TOKENS tokens) and the decode forward after it."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from transformers.cache_utils import DynamicCache
+
+    saved = dict(TINY)
+    TINY.update(hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
+                num_key_value_heads=heads)
+    try:
+        model = _model(layers, "v4.35-bettertransformer")
+    finally:
+        TINY.clear()
+        TINY.update(saved)
+    state = LAYER_PART
+    handles = _tag_layer_parts(model, state)
+    moved: Counter = Counter()
+
+    class _Bytes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if _is_elementwise(func, args):
+                moved[state["kind"]] += _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
+            return out
+
+    ids = torch.randint(0, saved["vocab_size"], (batch, PROMPT_TOKENS))
+    mask = torch.ones(batch, PROMPT_TOKENS + 1, dtype=torch.long)
+    out: dict[str, Counter] = {}
+    try:
+        with torch.no_grad(), _Bytes():
+            cache = DynamicCache(config=model.config)
+            state["kind"] = "outside"
+            logits = model(input_ids=ids, attention_mask=mask[:, :-1], cache=cache,
+                           use_cache=True).logits
+            out["prefill"] = Counter(moved)
+            state["kind"] = "outside"
+            nxt = logits[:, -1:].argmax(-1)
+            moved.clear()
+            model(input_ids=nxt, attention_mask=mask, cache=cache,
+                  position_ids=torch.full((batch, 1), PROMPT_TOKENS), use_cache=True)
+            out["decode"] = Counter(moved)
+    finally:
+        for h in handles:
+            h.remove()
+        _reset_era_cache(model)
+    return out
+
+
+def elementwise_bytes_per_element(batch: int = 1) -> dict[str, Any]:
+    """The prefill layer's elementwise bytes per element of the tensor each part works on, solved
+    on BYTES_CONFIGS and checked exact on every one of them (per token, per layer):
+
+        norm       = n x 2 hidden + k          (two RMSNorms; k: their per-row statistics)
+        rope       = r x (hidden + kv_dim) + g x head_dim + c   (q and k; cos / sin gathers)
+        activation = a x intermediate          (SiLU, gate x up)
+        residual   = s x 2 hidden              (two residual adds)
+
+    a and s from the first config, n and k from the first two, r, g and c from the first three (kv_dim = hidden: the
+    transcribed era attention is multi-head, as Llama-2-7B / 13B). Per layer = count(2 layers)
+    - count(1 layer), at PROMPT_TOKENS tokens and `batch` sequences. RMSNorm's weight read
+    (2 x hidden bytes per call, not per token) is left in n: at PROMPT_TOKENS x batch tokens it
+    adds 2 x 2 hidden / tokens bytes per token; the check allows it."""
+    import numpy as np
+
+    rows = []
+    for hidden, inter, heads in BYTES_CONFIGS:
+        one = elementwise_bytes(1, hidden, inter, heads, batch)["prefill"]
+        two = elementwise_bytes(2, hidden, inter, heads, batch)["prefill"]
+        tokens = PROMPT_TOKENS * batch
+        per = {k: (two[k] - one[k]) / tokens for k in ELEMENTWISE_KINDS}
+        rows.append((hidden, inter, hidden // heads, per))
+    weight_per_token = [2 * 2 * h / (PROMPT_TOKENS * batch) for h, _, _, _ in rows]
+    norm_bytes = [p["norm"] - w for (*_, p), w in zip(rows, weight_per_token)]
+    n, k = np.linalg.solve(np.array([[2 * h, 1] for h, *_ in rows[:2]], float), norm_bytes[:2])
+    act = [p["activation"] / i for _, i, _, p in rows]
+    res = [p["residual"] / (2 * h) for h, _, _, p in rows]
+    A = np.array([[2 * h, d, 1] for h, _, d, _ in rows[:3]], float)
+    r, g, c = np.linalg.solve(A, [p["rope"] for _, _, _, p in rows[:3]])
+    rope_fit = [2 * h * r + d * g + c for h, _, d, _ in rows]
+    exact = {"norm": all(abs(2 * h * n + k - b) < 1e-6 for (h, *_), b in zip(rows, norm_bytes)),
+             "activation": max(act) == min(act), "residual": max(res) == min(res),
+             "rope": all(abs(f - p["rope"]) < 1e-6 for f, (_, _, _, p) in zip(rope_fit, rows)),
+             "other": all(p["other"] * PROMPT_TOKENS * batch < 1024 for *_, p in rows)}
+    return {"norm_bytes_per_element": float(n), "norm_bytes_per_token": float(k),
+            "rope_bytes_per_element": float(r),
+            "rope_gather_bytes_per_head_dim": float(g), "rope_bytes_per_token": float(c),
+            "activation_bytes_per_element": act[0], "residual_bytes_per_element": res[0],
+            "other_bytes_per_layer": rows[0][3]["other"] * PROMPT_TOKENS * batch,
+            "exact": exact, "configs": [(h, i, d) for h, i, d, _ in rows],
+            "per_token": [{k: round(v, 3) for k, v in p.items()} for *_, p in rows]}
+
 # A tiny gpt-fast ModelArgs (its own fields) and the prompt / cache lengths of the count.
 GPT_FAST_TINY = dict(block_size=64, vocab_size=256, n_head=4, dim=64)
 GPT_FAST_CACHE_TOKENS = 32
@@ -367,10 +527,17 @@ def gpt_fast_counts(model_py: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    parser.add_argument("--elementwise-bytes", action="store_true",
+                        help="the v4.35 layer's elementwise bytes per element instead of the "
+                             "kernel counts (`elementwise_bytes_per_element`)")
     parser.add_argument("--gpt-fast-model-py", metavar="PATH",
                         help="count gpt-fast's eager Llama instead: the model.py of a "
                              "pytorch-labs/gpt-fast checkout (commit 87041526)")
     args = parser.parse_args()
+    if args.elementwise_bytes:
+        report = {f"batch {b}": elementwise_bytes_per_element(b) for b in (1, 2)}
+        print(json.dumps(report, indent=1))
+        return
     if args.gpt_fast_model_py:
         gpt_fast_main(args.gpt_fast_model_py, args.json)
         return
