@@ -32,6 +32,8 @@ in the GEMMs' epilogues.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 from ..errors import KrakenError
@@ -88,6 +90,8 @@ class GraphOptions:
     fused_context: bool = True        # the engine's context phase has a fused kernel at all
     # "concat": a decode step copies each layer's whole K/V cache to append one token (`_attention`)
     kv_append: str = "in_place"
+    # (streaming op, bytes per element) the stack's unfused kernels move (`eager_elementwise`)
+    eager_bytes_per_element: tuple[tuple[str, float], ...] = ()
 
     def attention_path(self, head_dim: int, phase: str = "") -> str:
         """"fused", or why the unfused kernels run; `phase` "prefill" or "decode" asks about
@@ -360,4 +364,23 @@ def model_graphs(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int,
         one.count = cfg.n_layers
         graphs.append(one)
     graphs.append(head_graph(cfg, tp, batch, bytes_per_value, opts))
+    if opts.eager_bytes_per_element:
+        for g in graphs:
+            eager_elementwise(g, dict(opts.eager_bytes_per_element))
     return graphs
+
+
+def eager_elementwise(g: Graph, bytes_per_element: dict[str, float]) -> None:
+    """Give each streaming op of `g` that an eager stack runs unfused the bytes its kernels move:
+    the op's arguments (op, rows, cols) become (op, rows, cols, bytes per element), and the op
+    moves rows x cols x bytes per element instead of the fused kernel's tensors read and written
+    (timing.py `_stream`). E.g. transformers 4.35's LlamaRMSNorm runs eight kernels, cast to
+    fp32, pow, mean, add eps, rsqrt, mul, cast back, weight mul: 36 bytes per hidden element
+    against a fused norm's 4 (read and write 16-bit); its RoPE (two gathers, then mul, neg, cat,
+    mul, add on q and on k) 20 per q and k element against 4; SiLU then x up 10 per
+    intermediate element against SiLU-and-mul's 6 (benchmarks/hf_eager_op_count.py
+    --elementwise-bytes, counted on the era's code). Names, order and dependencies stay."""
+    for i, spec in enumerate(g.ops):
+        if spec.model == "stream" and spec.args[0] in bytes_per_element:
+            g.ops[i] = dataclasses.replace(spec, args=(*spec.args[:3],
+                                                       bytes_per_element[spec.args[0]]))

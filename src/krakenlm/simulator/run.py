@@ -317,7 +317,9 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
                         row_bias_after_reduce=software.fusions.row_bias_after_reduce,
                         attention_kernel=software.attention.kernel,
                         fused_context=software.attention.context_fused,
-                        kv_append=software.attention.kv_append)
+                        kv_append=software.attention.kv_append,
+                        eager_bytes_per_element=(
+                            software.issued_kernels.elementwise_bytes_per_element()))
 
 
 def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,

@@ -273,28 +273,36 @@ class OpTimer:
             return r.time_s + dev.launch_overhead_s, r.bound
         return self._template(("matmul", dtype), [M, N, K, batch], tile)
 
-    def _stream(self, op: str, rows, cols) -> tuple[np.ndarray, str]:
+    def _stream(self, op: str, rows, cols, bytes_per_element=None) -> tuple[np.ndarray, str]:
+        """A streaming op. With `bytes_per_element` (an eager stack's unfused kernels, graph.py
+        `eager_elementwise`) it moves rows x cols x bytes per element, timed by the plain
+        elementwise kind's constants ("residual": one pass of PyTorch's plain kernels, not the
+        fused norm / RoPE / activation kernels); the template models scale their fused time by
+        the ratio of the bytes."""
         dtype = self.precision("kv_cache" if op == "kv_append" else "elementwise")
         dev = self.dev
+        fused_bytes = DTYPE_BYTES[dtype] * (TENSORS_READ[op] + TENSORS_WRITTEN.get(op, 1))
+        scale = 1.0 if bytes_per_element is None else \
+            float(np.asarray(bytes_per_element).flat[0]) / fused_bytes
         if self.mode == "roofline":
             def roofline(r, cc):
                 res = roofline_stream(dev, op, r, cc, dtype)
-                return res.time_s, res.bound
-            return self._template(("roofline stream", dtype, op), [rows, cols], roofline)
-        kind = kind_of(op)
+                return res.time_s * scale, res.bound
+            return self._template(("roofline stream", dtype, op, scale), [rows, cols], roofline)
+        kind = kind_of(op) if bytes_per_element is None else kind_of("residual")
         # vLLM's per-kind kernels (fitted on real layers) stand in for stacks without their own
         found = self.entry("elementwise", kind, ELEMENTWISE_ORDER)
         self._note(f"elementwise ({kind})", found, kind)
         if found is not None:
-            moved = rows * cols * DTYPE_BYTES[dtype] * (TENSORS_READ[op] + TENSORS_WRITTEN.get(op, 1))
+            moved = rows * cols * fused_bytes * scale
             return self._predict(found, kind, {"bytes": moved, "rows": rows}), "memory"
         c = self.template.get(dev, op)
 
         def tile(r, cc):
             res = simulate_stream(dev, op, r, cc, dtype, c.memory_efficiency,
                                   c.single_pass_row_bytes)
-            return res.time_s + dev.launch_overhead_s, res.bound
-        return self._template(("stream", dtype, op), [rows, cols], tile)
+            return res.time_s * scale + dev.launch_overhead_s, res.bound
+        return self._template(("stream", dtype, op, scale), [rows, cols], tile)
 
     def _attention(self, prefill: bool, args: list) -> tuple[np.ndarray, str]:
         dev = self.dev

@@ -172,6 +172,20 @@ class IssuedKernels:
     layer_decode: int = 0
     outside_layers_prefill: int = 0
     outside_layers_decode: int = 0
+    # The bytes the stack's unfused elementwise kernels move per element of the tensor the
+    # graph's op works on (0: the graph's fused kernel's traffic): RMSNorm per hidden element
+    # per norm, RoPE per q and k element, the gated activation (SiLU, x up) per intermediate
+    # element. graph.py `eager_elementwise` times them; measured, not fitted
+    # (benchmarks/hf_eager_op_count.py --elementwise-bytes).
+    rmsnorm_bytes_per_element: float = 0.0
+    rope_bytes_per_element: float = 0.0
+    swiglu_bytes_per_element: float = 0.0
+
+    def elementwise_bytes_per_element(self) -> tuple[tuple[str, float], ...]:
+        """(graph streaming op, bytes per element) for every op the stack runs unfused."""
+        return tuple((op, b) for op, b in (("rmsnorm", self.rmsnorm_bytes_per_element),
+                                           ("rope", self.rope_bytes_per_element),
+                                           ("swiglu", self.swiglu_bytes_per_element)) if b > 0)
 
 
 @dataclass(frozen=True)

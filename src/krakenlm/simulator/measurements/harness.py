@@ -209,8 +209,20 @@ CONCAT_KV_ENGINES = frozenset({"hf"})
 # loop: logits processing, argmax, stopping checks, cache and mask bookkeeping), counted with
 # the installed transformers 5.24, whose model-level and generate code differ in detail from
 # 4.35's. Above batch 1 the layer adds one op (torch.max of the mask): not modelled (2 %).
+# The bytes those unfused kernels move (graph.py `eager_elementwise`), counted by the same rule
+# (`--elementwise-bytes`: each kernel's input + output tensors' nbytes, views excluded), per
+# element of the graph's op and exact on four tiny configs: RMSNorm 36 per hidden element per
+# norm (cast 2 + 4, pow 4 + 4, mean 4, mul 4 + 4, cast back 4 + 2, weight mul 2 + 2; a fused
+# norm moves 4), RoPE 20 per q and k element (mul 2 + 2, neg 1 + 1, cat 2 + 2, mul 2 + 2, add 4 + 2;
+# fused 4), SiLU then x up 10 per intermediate element (fused SiLU-and-mul 6); the residual adds
+# move 6 per hidden element as the graph's do. Left out: the cos / sin gathers (16 x head_dim
+# + 16 bytes per token at batch 1, 1.2 % of RoPE's on Llama-2-7B), the norms' per-row
+# statistics (48 bytes per token) and weight reads, the mask's torch.max (0.2 % at batch 64).
 EAGER_OP_ENGINES = {"hf": IssuedKernels(layer_prefill=40, layer_decode=42,
-                                        outside_layers_prefill=16, outside_layers_decode=44)}
+                                        outside_layers_prefill=16, outside_layers_decode=44,
+                                        rmsnorm_bytes_per_element=36.0,
+                                        rope_bytes_per_element=20.0,
+                                        swiglu_bytes_per_element=10.0)}
 
 
 # A measured version string naming AMD's fork of vLLM (ROCm/vllm): the fork carried its own
