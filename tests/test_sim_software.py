@@ -568,6 +568,44 @@ def test_transformers_decode_step_is_bound_by_the_kernels_it_issues():
     assert era.retimed(hf.host) == pytest.approx((era.ttft_s, era.tpot_s), rel=1e-12)
 
 
+def test_transformers_prefill_moves_the_bytes_of_its_unfused_elementwise_kernels():
+    """Engine era: transformers 4.35's eager Llama runs RMSNorm, RoPE and SiLU x up as chains of
+    plain kernels, which move 36 bytes per hidden element per norm, 20 per q and k element and 10
+    per intermediate element (measurements/harness.py EAGER_OP_ENGINES, counted by
+    benchmarks/hf_eager_op_count.py --elementwise-bytes) where the graph's fused kernels move 4,
+    4 and 6. A batch-64 x 256-token prefill of Llama-2-7B is GPU-bound, so each such op takes
+    its counted bytes at no more than the DRAM bandwidth (and at least 80 % of it), and the TTFT
+    grows by exactly what those ops add; GEMMs, attention and the residual adds are unchanged,
+    and the `eager` profile itself (gpt-fast) keeps the fused traffic."""
+    from krakenlm.simulator.measurements.harness import engine_era
+
+    eager = load_software("eager")
+    assert eager.issued_kernels.elementwise_bytes_per_element() == ()
+    hf = engine_era(eager, "4.35.2", "hf")
+    fused = dataclasses.replace(hf, issued_kernels=dataclasses.replace(
+        hf.issued_kernels, rmsnorm_bytes_per_element=0.0, rope_bytes_per_element=0.0,
+        swiglu_bytes_per_element=0.0))
+    cfg = get_preset("llama2-7b")
+    run = {"check_memory": False, "check_context": False}
+    era = simulate(cfg, A100, 1, 64, 256, 1, software=hf, **run)
+    old = simulate(cfg, A100, 1, 64, 256, 1, software=fused, **run)
+    tokens = 64 * 256
+    counted = {"norm_attn": tokens * cfg.d_model * 36, "norm_ffn": tokens * cfg.d_model * 36,
+               "rope": tokens * (cfg.n_heads + cfg.kv_heads) * cfg.head_dim * 20,
+               "activation": tokens * cfg.ffn_dim * 10}
+    bandwidth = A100.device.memory.bandwidth_bytes_per_s
+    added_s = 0.0
+    for name, moved in counted.items():
+        layer_s = era.prefill.ops[name]["time_s"] / cfg.n_layers
+        assert moved / bandwidth <= layer_s <= moved / (0.8 * bandwidth), name
+        added_s += era.prefill.ops[name]["time_s"] - old.prefill.ops[name]["time_s"]
+    for name in ("qkv", "ffn_up", "ffn_down", "out_proj", "attention", "residual_attn"):
+        assert era.prefill.ops[name]["time_s"] == pytest.approx(old.prefill.ops[name]["time_s"],
+                                                                rel=1e-12), name
+    assert added_s > 0.05 * old.ttft_s
+    assert era.ttft_s - old.ttft_s == pytest.approx(added_s, rel=1e-6)
+
+
 def test_eager_profile_reproduces_gpt_fasts_eager_llama_7b_token_on_a100():
     """The `eager` profile's host.per_kernel_s is the PyTorch blog's eager LLaMA-7B token on an
     A100 (25.5 tok/s: 39.22 ms) divided by the kernels gpt-fast's eager decode step issues
