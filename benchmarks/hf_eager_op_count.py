@@ -10,7 +10,10 @@ The third form gives the bytes the v4.35 layer's non-GEMM, non-attention kernels
 element of the tensor each layer part works on (`elementwise_bytes_per_element`; its docstring):
 RMSNorm 36 bytes per hidden element per norm (a fused kernel: 4), RoPE 20 per q and k element
 (fused: 4), SiLU x up 10 per intermediate element (fused: 6), residual adds 6 (as fused),
-solved on four tiny configs and exact on all of them.
+solved on four tiny configs and exact on all of them. With `--gpt-fast-model-py PATH` too it
+gives gpt-fast's eager prefill layer instead (`gpt_fast_elementwise_bytes`): RMSNorm 40 (its
+`x * x`, and the fp32 product before the cast), RoPE 48 per q and k element (cast to fp32,
+four products, a difference and a sum, stack, cast back), SiLU x up 10, residual adds 6.
 
 The second form counts gpt-fast's eager Llama instead (`gpt_fast_counts`; its docstring): the
 model.py of a gpt-fast checkout the user has (pytorch-labs/gpt-fast@87041526, the code the
@@ -324,7 +327,6 @@ def elementwise_bytes(layers: int, hidden: int, intermediate: int, heads: int,
     """Bytes the elementwise kernels of the v4.35-bettertransformer variant move, per layer
     part, in a prefill forward (PROMPT_TOKENS tokens) and the decode forward after it."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
     from transformers.cache_utils import DynamicCache
 
     saved = dict(TINY)
@@ -338,19 +340,11 @@ def elementwise_bytes(layers: int, hidden: int, intermediate: int, heads: int,
     state = LAYER_PART
     handles = _tag_layer_parts(model, state)
     moved: Counter = Counter()
-
-    class _Bytes(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if _is_elementwise(func, args):
-                moved[state["kind"]] += _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
-            return out
-
     ids = torch.randint(0, saved["vocab_size"], (batch, PROMPT_TOKENS))
     mask = torch.ones(batch, PROMPT_TOKENS + 1, dtype=torch.long)
     out: dict[str, Counter] = {}
     try:
-        with torch.no_grad(), _Bytes():
+        with torch.no_grad(), _bytes_mode(moved, state):
             cache = DynamicCache(config=model.config)
             state["kind"] = "outside"
             logits = model(input_ids=ids, attention_mask=mask[:, :-1], cache=cache,
@@ -369,7 +363,76 @@ def elementwise_bytes(layers: int, hidden: int, intermediate: int, heads: int,
     return out
 
 
-def elementwise_bytes_per_element(batch: int = 1) -> dict[str, Any]:
+def _bytes_mode(moved: Counter, state: dict):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Bytes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if _is_elementwise(func, args):
+                moved[state["kind"]] += _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
+            return out
+
+    return _Bytes()
+
+
+def gpt_fast_elementwise_bytes(module, layers: int, hidden: int, intermediate: int, heads: int,
+                               batch: int = 1) -> dict[str, Counter]:
+    """Bytes gpt-fast's eager prefill forward (PROMPT_TOKENS tokens, bfloat16, its static
+    cache) moves in elementwise kernels, per layer part, tagged as `elementwise_bytes` does:
+    RMSNorm modules "norm", FeedForward "activation", `apply_rotary_emb` "rope" (wrapped on the
+    imported module), the rest of Attention (cache index_put_, .contiguous()) "other", the
+    block's residual adds "residual". Batch 1: gpt-fast's generate prefills one prompt."""
+    import torch
+
+    args = module.ModelArgs(n_layer=layers, block_size=64, vocab_size=256, n_head=heads,
+                            dim=hidden, intermediate_size=intermediate)
+    torch.manual_seed(0)
+    model = module.Transformer(args)
+    model.setup_caches(max_batch_size=batch, max_seq_length=GPT_FAST_CACHE_TOKENS)
+    model = model.to(torch.bfloat16).eval()
+    state = LAYER_PART
+    rope = module.apply_rotary_emb
+
+    def tagged_rope(x, freqs_cis):
+        state["kind"] = "rope"
+        try:
+            return rope(x, freqs_cis)
+        finally:
+            state["kind"] = "other"
+
+    def setter(kind):
+        def hook(*_):
+            state["kind"] = kind
+        return hook
+
+    handles = []
+    for layer in model.layers:
+        handles.append(layer.register_forward_pre_hook(setter("residual")))
+        for norm in (layer.attention_norm, layer.ffn_norm):
+            handles.append(norm.register_forward_pre_hook(setter("norm")))
+            handles.append(norm.register_forward_hook(setter("residual")))
+        handles.append(layer.feed_forward.register_forward_pre_hook(setter("activation")))
+        handles.append(layer.feed_forward.register_forward_hook(setter("residual")))
+        handles.append(layer.attention.register_forward_pre_hook(setter("other")))
+        handles.append(layer.attention.register_forward_hook(setter("residual")))
+    handles.append(model.norm.register_forward_pre_hook(setter("outside")))
+    moved: Counter = Counter()
+    module.apply_rotary_emb = tagged_rope
+    try:
+        with torch.no_grad(), _bytes_mode(moved, state):
+            state["kind"] = "outside"
+            ids = torch.randint(0, args.vocab_size, (batch, PROMPT_TOKENS))
+            model(ids, torch.arange(0, PROMPT_TOKENS))
+    finally:
+        module.apply_rotary_emb = rope
+        for h in handles:
+            h.remove()
+    return {"prefill": Counter(moved)}
+
+
+def elementwise_bytes_per_element(batch: int = 1, measure: Callable | None = None
+                                  ) -> dict[str, Any]:
     """The prefill layer's elementwise bytes per element of the tensor each part works on, solved
     on BYTES_CONFIGS and checked exact on every one of them (per token, per layer):
 
@@ -385,10 +448,11 @@ def elementwise_bytes_per_element(batch: int = 1) -> dict[str, Any]:
     adds 2 x 2 hidden / tokens bytes per token; the check allows it."""
     import numpy as np
 
+    measure = measure or elementwise_bytes
     rows = []
     for hidden, inter, heads in BYTES_CONFIGS:
-        one = elementwise_bytes(1, hidden, inter, heads, batch)["prefill"]
-        two = elementwise_bytes(2, hidden, inter, heads, batch)["prefill"]
+        one = measure(1, hidden, inter, heads, batch)["prefill"]
+        two = measure(2, hidden, inter, heads, batch)["prefill"]
         tokens = PROMPT_TOKENS * batch
         per = {k: (two[k] - one[k]) / tokens for k in ELEMENTWISE_KINDS}
         rows.append((hidden, inter, hidden // heads, per))
@@ -534,6 +598,12 @@ def main() -> None:
                         help="count gpt-fast's eager Llama instead: the model.py of a "
                              "pytorch-labs/gpt-fast checkout (commit 87041526)")
     args = parser.parse_args()
+    if args.elementwise_bytes and args.gpt_fast_model_py:
+        module = load_gpt_fast_model(args.gpt_fast_model_py)
+        report = {"gpt-fast, batch 1": elementwise_bytes_per_element(
+            1, lambda *a: gpt_fast_elementwise_bytes(module, *a))}
+        print(json.dumps(report, indent=1))
+        return
     if args.elementwise_bytes:
         report = {f"batch {b}": elementwise_bytes_per_element(b) for b in (1, 2)}
         print(json.dumps(report, indent=1))
