@@ -576,12 +576,16 @@ def test_transformers_prefill_moves_the_bytes_of_its_unfused_elementwise_kernels
     4 and 6. A batch-64 x 256-token prefill of Llama-2-7B is GPU-bound, so each such op takes
     its counted bytes at no more than the DRAM bandwidth (and at least 80 % of it), and the TTFT
     grows by exactly what those ops add; GEMMs, attention and the residual adds are unchanged,
-    and the `eager` profile itself (gpt-fast) keeps the fused traffic."""
+    and the `eager` profile's own counts (gpt-fast's: 40, 48, 10) are what the era replaces."""
     from krakenlm.simulator.measurements.harness import engine_era
 
     eager = load_software("eager")
-    assert eager.issued_kernels.elementwise_bytes_per_element() == ()
+    assert eager.issued_kernels.elementwise_bytes_per_element() == (
+        ("rmsnorm", 40.0), ("rope", 48.0), ("swiglu", 10.0))
     hf = engine_era(eager, "4.35.2", "hf")
+    assert hf.issued_kernels.elementwise_bytes_per_element() == (
+        ("rmsnorm", 36.0), ("rope", 20.0), ("swiglu", 10.0))
+    assert load_software("vllm").issued_kernels.elementwise_bytes_per_element() == ()
     fused = dataclasses.replace(hf, issued_kernels=dataclasses.replace(
         hf.issued_kernels, rmsnorm_bytes_per_element=0.0, rope_bytes_per_element=0.0,
         swiglu_bytes_per_element=0.0))
