@@ -57,6 +57,25 @@ def test_the_hf_era_counts_are_the_measured_ones():
     assert by_op["cat"] - dict(one["decode"])["cat"] == 4  # rotate_half x 2, K, V
 
 
+@pytest.mark.slow
+def test_the_hf_era_elementwise_bytes_are_the_counted_ones():
+    """The era's bytes per element (EAGER_OP_ENGINES) reproduce the counted prefill layer of a
+    tiny config per token: two RMSNorms (plus their per-row statistics, 48 B, and the weight's
+    2 x 2 x hidden B read per forward), RoPE on q and k (plus the cos / sin gathers,
+    16 x head_dim + 16 B at batch 1), SiLU x up, and the residual adds at the graph's 6."""
+    hidden, inter, heads = count.BYTES_CONFIGS[0]
+    one = count.elementwise_bytes(1, hidden, inter, heads)["prefill"]
+    two = count.elementwise_bytes(2, hidden, inter, heads)["prefill"]
+    tokens = count.PROMPT_TOKENS
+    per = {k: (two[k] - one[k]) / tokens for k in ("norm", "rope", "activation", "residual")}
+    issued = EAGER_OP_ENGINES["hf"]
+    head_dim = hidden // heads
+    assert per["norm"] == 2 * hidden * issued.rmsnorm_bytes_per_element + 48 + 4 * hidden / tokens
+    assert per["rope"] == 2 * hidden * issued.rope_bytes_per_element + 16 * head_dim + 16
+    assert per["activation"] == inter * issued.swiglu_bytes_per_element
+    assert per["residual"] == 2 * hidden * 6
+
+
 def test_gpt_fast_option_without_the_file_is_a_one_line_error(tmp_path, capsys):
     """The gpt-fast count imports the user's gpt-fast model.py (not in this repository); a
     path that is not a file stops with one `error:` line, before importing torch."""
