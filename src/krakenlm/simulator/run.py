@@ -71,6 +71,14 @@ class GraphTime:
     kernels: int
     count: int
     gpu_s: np.ndarray
+    # gpu_s[0] when every step has that same value (bit for bit), else None: re-timing then
+    # works on one float instead of an array (`host_step_times`)
+    same_every_step_s: float | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        bits = np.ascontiguousarray(self.gpu_s, dtype=np.float64).view(np.int64)
+        self.same_every_step_s = float(self.gpu_s[0]) \
+            if bits.size and bool((bits == bits[0]).all()) else None
 
 
 @dataclass
@@ -140,9 +148,9 @@ class Result:
         sw = self.profile
         if sw is None:
             raise ValueError("this result keeps no software profile")
-        ttft = float(host_step_times(self.prefill.graphs, host, sw.graphs.prefill,
-                                     step_overhead(host, sw, "prefill", self.batch),
-                                     gpu_scale=host.prefill_gpu_time_scale)[0]) \
+        ttft = _first_step(_step_times(self.prefill.graphs, host, sw.graphs.prefill,
+                                       step_overhead(host, sw, "prefill", self.batch), 1,
+                                       host.prefill_gpu_time_scale)) \
             if self.prefill.graphs else 0.0
         split = sw.prefill.last_token_in_decode
         steps = self.gen_tokens - (0 if split else 1)
@@ -266,6 +274,49 @@ def host_step_times(graphs: list[GraphTime], host: Host, captured: bool, step_s:
     by the host's kernel issue rate (outside CUDA graphs), plus the per-step host work (or its
     excess over the GPU time, with an asynchronous scheduler). What `simulate` reports, and
     what `fit_software` re-evaluates for candidate host constants without re-simulating."""
+    times = _step_times(graphs, host, captured, step_s, steps, gpu_scale)
+    return np.full(steps, times) if isinstance(times, float) else times
+
+
+def _step_times(graphs: list[GraphTime], host: Host, captured: bool, step_s: float,
+                steps: int, gpu_scale: float) -> float | np.ndarray:
+    """`host_step_times`, as one float when every step takes the same time. The same IEEE
+    operations in the same order as on whole arrays (a graph whose steps all take one time
+    is added as that float), so every step's value is bit for bit the array formula's:
+    step = sum over graphs in order of count x max(gpu_s x gpu_scale, kernels x per_kernel_s),
+    then + step_s (or max(step, step_s) when the host work overlaps the GPU)."""
+    if any(g.gpu_s.shape != (steps,) and g.gpu_s.shape != (1,) for g in graphs):
+        return _step_times_of_arrays(graphs, host, captured, step_s, steps, gpu_scale)
+    bound = not (captured or host.per_kernel_s <= 0)  # as `_host_bound` decides
+    gpu: float | np.ndarray = 0.0
+    for g in graphs:
+        if g.same_every_step_s is not None:
+            t = g.same_every_step_s * gpu_scale
+            if bound:
+                t = _max(t, g.kernels * host.per_kernel_s)
+            gpu = gpu + g.count * t
+        else:  # x * 1.0 and 1 * x are x exactly: skipped
+            t = g.gpu_s * gpu_scale if gpu_scale != 1.0 else g.gpu_s
+            if bound:
+                t = np.maximum(t, g.kernels * host.per_kernel_s)
+            gpu = gpu + (g.count * t if g.count != 1 else t)
+    if host.step_overlaps_gpu:
+        return _max(gpu, step_s) if isinstance(gpu, float) else np.maximum(gpu, step_s)
+    return gpu + step_s
+
+
+def _first_step(times: float | np.ndarray) -> float:
+    return times if isinstance(times, float) else float(times[0])
+
+
+def _max(a: float, b: float) -> float:
+    """np.maximum on two floats: the larger, NaN if either is NaN."""
+    return a if a >= b else b if b > a else a + b
+
+
+def _step_times_of_arrays(graphs: list[GraphTime], host: Host, captured: bool, step_s: float,
+                          steps: int, gpu_scale: float) -> np.ndarray:
+    """`host_step_times` on whole arrays (graphs whose step counts differ: numpy broadcasts)."""
     gpu = np.zeros(steps)
     for g in graphs:
         gpu = gpu + g.count * _host_bound(g.gpu_s * gpu_scale, g.kernels, host.per_kernel_s,
