@@ -74,8 +74,10 @@ class GraphTime:
     # gpu_s[0] when every step has that same value (bit for bit), else None: re-timing then
     # works on one float instead of an array (`host_step_times`)
     same_every_step_s: float | None = field(init=False, repr=False, compare=False)
+    n_steps: int = field(init=False, repr=False, compare=False)  # len(gpu_s)
 
     def __post_init__(self) -> None:
+        self.n_steps = len(self.gpu_s)
         bits = np.ascontiguousarray(self.gpu_s, dtype=np.float64).view(np.int64)
         self.same_every_step_s = float(self.gpu_s[0]) \
             if bits.size and bool((bits == bits[0]).all()) else None
@@ -285,11 +287,11 @@ def _step_times(graphs: list[GraphTime], host: Host, captured: bool, step_s: flo
     is added as that float), so every step's value is bit for bit the array formula's:
     step = sum over graphs in order of count x max(gpu_s x gpu_scale, kernels x per_kernel_s),
     then + step_s (or max(step, step_s) when the host work overlaps the GPU)."""
-    if any(g.gpu_s.shape != (steps,) and g.gpu_s.shape != (1,) for g in graphs):
-        return _step_times_of_arrays(graphs, host, captured, step_s, steps, gpu_scale)
     bound = not (captured or host.per_kernel_s <= 0)  # as `_host_bound` decides
     gpu: float | np.ndarray = 0.0
     for g in graphs:
+        if g.n_steps != steps and g.n_steps != 1:  # numpy broadcasts (or refuses) the arrays
+            return _step_times_of_arrays(graphs, host, captured, step_s, steps, gpu_scale)
         if g.same_every_step_s is not None:
             t = g.same_every_step_s * gpu_scale
             if bound:
