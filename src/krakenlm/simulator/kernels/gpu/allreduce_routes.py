@@ -109,6 +109,7 @@ TRT_LUT_FROM = (1, 1)
 CAPABILITY = {"ampere": "8.0", "hopper": "9.0", "blackwell": "10.0"}
 
 
+@functools.cache  # a pure parse, asked for every row at every step of a host fit
 def version_tuple(version: str) -> tuple[int, ...]:
     """(1, 3, 0) for "1.3.0rc20", (0, 5, 6) for "0.5.6.post2"."""
     parts = []
