@@ -243,9 +243,11 @@ class OpTimer:
         """`compute(*row)` -> (seconds, bound) for every row of `columns` (arrays; strings as
         they are), memoised under `key` and the row: the template models take scalars."""
         rows = len(next(a for a in columns if not isinstance(a, str)))
+        # tolist(): the Python scalars a[i].item() gives, converted once per column
+        lists = [a if isinstance(a, str) else a.tolist() for a in columns]
         out = []
         for i in range(rows):
-            row = tuple(a if isinstance(a, str) else a[i].item() for a in columns)
+            row = tuple(a if isinstance(a, str) else a[i] for a in lists)
             hit = self._rows.get((*key, *row))
             if hit is None:
                 hit = self._rows[(*key, *row)] = compute(*row)

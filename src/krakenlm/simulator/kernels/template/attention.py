@@ -28,7 +28,7 @@ import numpy as np
 
 from ....hardware.schema import DTYPE_BYTES, Device
 from .elementwise import FLOPS_PER_ELEMENT
-from .matmul import systolic_cycles
+from .matmul import systolic_cycles, systolic_cycles_of_one
 
 
 @dataclass(frozen=True)
@@ -132,8 +132,8 @@ def flash_decode(dev: Device, batch: int, heads: int, kv_heads: int, kv_len: int
     keys = _ceil(kv_len, splits)
     h, w = core.systolic_array_height, core.systolic_array_width
     # q K^T (group x hd) @ (hd x keys) and p V (group x keys) @ (keys x hd), over the lanes
-    mm = float(systolic_cycles(group, keys, head_dim, h, w)
-               + systolic_cycles(group, head_dim, keys, h, w)) / speed / core.lane_count
+    mm = float(systolic_cycles_of_one(group, keys, head_dim, h, w)
+               + systolic_cycles_of_one(group, head_dim, keys, h, w)) / speed / core.lane_count
     vec = group * keys * FLOPS_PER_ELEMENT["softmax"] / (dev.vector_rate("fp32") / dev.core_count / freq)
     t_core = _ceil(items, dev.core_count) * (mm + vec) / freq
     t = max(t_mem, t_core) + dev.memory.latency_s + dev.global_buffer.latency_s

@@ -52,6 +52,14 @@ def systolic_cycles(m, n, k, height: int, width: int):
     return blocks * (k + height + width - 2) - 1
 
 
+def systolic_cycles_of_one(m: int, n: int, k: int, height: int, width: int) -> int:
+    """`systolic_cycles` of one tile in Python ints: the same integer (numpy's int64 holds
+    these sizes exactly), without making arrays (the template decode attention asks it for
+    every KV length)."""
+    blocks = -(-m // height) * -(-n // width)
+    return blocks * (k + height + width - 2) - 1
+
+
 @dataclass(frozen=True)
 class MatmulResult:
     """The template model's timing of one matmul (module docstring): time in seconds, FLOPs,
