@@ -298,10 +298,13 @@ def _is_elementwise(func: Any, args: tuple) -> bool:
     return launches_kernel(func)
 
 
-def _tag_layer_parts(model, state: dict) -> list:
-    """Hooks that set state["kind"] to the layer part running: the RMSNorms "norm", the MLP
-    (SiLU and the gate x up product; its GEMMs are not counted) "activation", the rest of the
-    decoder layer (the residual adds) "residual"; the era attention sets "rope" itself."""
+def _tag_layer_parts(layers, final_norm, state: dict, *, norms: tuple[str, str], mlp: str,
+                     attention: str) -> list:
+    """Hooks that set state["kind"] to the layer part running: the RMSNorms (attributes `norms`
+    of each layer) "norm", the MLP (`mlp`: SiLU and the gate x up product; its GEMMs are not
+    counted) "activation", the attention (`attention`) "other" (an era's RoPE sets "rope"
+    itself), the rest of the decoder layer (the residual adds) "residual", and from the final
+    norm on "outside". Attribute names: transformers' Llama or gpt-fast's Transformer."""
     handles = []
 
     def setter(kind):
@@ -309,16 +312,15 @@ def _tag_layer_parts(model, state: dict) -> list:
             state["kind"] = kind
         return hook
 
-    for layer in model.model.layers:
+    for layer in layers:
         handles.append(layer.register_forward_pre_hook(setter("residual")))
-        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+        for norm in (getattr(layer, name) for name in norms):
             handles.append(norm.register_forward_pre_hook(setter("norm")))
             handles.append(norm.register_forward_hook(setter("residual")))
-        handles.append(layer.mlp.register_forward_pre_hook(setter("activation")))
-        handles.append(layer.mlp.register_forward_hook(setter("residual")))
-        handles.append(layer.self_attn.register_forward_pre_hook(setter("other")))
-        handles.append(layer.self_attn.register_forward_hook(setter("residual")))
-    handles.append(model.model.norm.register_forward_pre_hook(setter("outside")))
+        for name, kind in ((mlp, "activation"), (attention, "other")):
+            handles.append(getattr(layer, name).register_forward_pre_hook(setter(kind)))
+            handles.append(getattr(layer, name).register_forward_hook(setter("residual")))
+    handles.append(final_norm.register_forward_pre_hook(setter("outside")))
     return handles
 
 
@@ -338,7 +340,9 @@ def elementwise_bytes(layers: int, hidden: int, intermediate: int, heads: int,
         TINY.clear()
         TINY.update(saved)
     state = LAYER_PART
-    handles = _tag_layer_parts(model, state)
+    handles = _tag_layer_parts(model.model.layers, model.model.norm, state,
+                               norms=("input_layernorm", "post_attention_layernorm"),
+                               mlp="mlp", attention="self_attn")
     moved: Counter = Counter()
     ids = torch.randint(0, saved["vocab_size"], (batch, PROMPT_TOKENS))
     mask = torch.ones(batch, PROMPT_TOKENS + 1, dtype=torch.long)
@@ -401,22 +405,9 @@ def gpt_fast_elementwise_bytes(module, layers: int, hidden: int, intermediate: i
         finally:
             state["kind"] = "other"
 
-    def setter(kind):
-        def hook(*_):
-            state["kind"] = kind
-        return hook
-
-    handles = []
-    for layer in model.layers:
-        handles.append(layer.register_forward_pre_hook(setter("residual")))
-        for norm in (layer.attention_norm, layer.ffn_norm):
-            handles.append(norm.register_forward_pre_hook(setter("norm")))
-            handles.append(norm.register_forward_hook(setter("residual")))
-        handles.append(layer.feed_forward.register_forward_pre_hook(setter("activation")))
-        handles.append(layer.feed_forward.register_forward_hook(setter("residual")))
-        handles.append(layer.attention.register_forward_pre_hook(setter("other")))
-        handles.append(layer.attention.register_forward_hook(setter("residual")))
-    handles.append(model.norm.register_forward_pre_hook(setter("outside")))
+    handles = _tag_layer_parts(model.layers, model.norm, state,
+                               norms=("attention_norm", "ffn_norm"), mlp="feed_forward",
+                               attention="attention")
     moved: Counter = Counter()
     module.apply_rotary_emb = tagged_rope
     try:
