@@ -63,10 +63,11 @@ HOST_STEP = "host overhead (per step)"
 PREFILL_SCALE = "prefill GPU time over the kernel models (fitted per system)"
 
 
-@dataclass
+@dataclass(frozen=True)
 class GraphTime:
     """One graph of a phase: its GPU time per step (a single value for prefill), how many
-    kernels the host issues for it and how often it repeats per step (layers)."""
+    kernels the host issues for it and how often it repeats per step (layers). Frozen: the
+    fields derived from `gpu_s` at construction must not go stale."""
     name: str
     kernels: int
     count: int
@@ -77,10 +78,10 @@ class GraphTime:
     n_steps: int = field(init=False, repr=False, compare=False)  # len(gpu_s)
 
     def __post_init__(self) -> None:
-        self.n_steps = len(self.gpu_s)
         bits = np.ascontiguousarray(self.gpu_s, dtype=np.float64).view(np.int64)
-        self.same_every_step_s = float(self.gpu_s[0]) \
-            if bits.size and bool((bits == bits[0]).all()) else None
+        same = float(self.gpu_s[0]) if bits.size and bool((bits == bits[0]).all()) else None
+        object.__setattr__(self, "n_steps", len(self.gpu_s))
+        object.__setattr__(self, "same_every_step_s", same)
 
 
 @dataclass
