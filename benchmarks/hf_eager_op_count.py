@@ -94,8 +94,10 @@ def launches_kernel(func: Any) -> bool:
     return not func.is_view and func.overloadpacket.__name__ not in NO_KERNEL_OPS
 
 
-def count_kernels(fn: Callable[[], Any]) -> Counter:
-    """The kernels (ATen op names, by the rule above) that running `fn` issues."""
+def count_kernels(fn: Callable[[], Any], parts: Counter | None = None) -> Counter:
+    """The kernels (ATen op names, by the rule above) that running `fn` issues; with `parts`,
+    also counted there by the layer part running (LAYER_PART["kind"], set by the hooks of
+    `_tag_layer_parts`)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     counts: Counter = Counter()
@@ -104,6 +106,8 @@ def count_kernels(fn: Callable[[], Any]) -> Counter:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if launches_kernel(func):
                 counts[func.overloadpacket.__name__] += 1
+                if parts is not None:
+                    parts[LAYER_PART["kind"]] += 1
             return func(*args, **(kwargs or {}))
 
     with _Counter():
@@ -198,28 +202,40 @@ def _reset_era_cache(model) -> None:
 
 
 def forward_counts(layers: int, era: str, batch: int = 1) -> dict[str, Counter]:
-    """Kernels of one prefill forward (PROMPT_TOKENS tokens) and of the decode forward after it."""
+    """Kernels of one prefill forward (PROMPT_TOKENS tokens) and of the decode forward after it,
+    by op ("prefill", "decode") and by layer part ("prefill parts", "decode parts":
+    `_tag_layer_parts`, the era's RoPE tagging itself)."""
     import torch
     from transformers.cache_utils import DynamicCache
 
     model = _model(layers, era)
     ids = torch.randint(0, TINY["vocab_size"], (batch, PROMPT_TOKENS))
     mask = torch.ones(batch, PROMPT_TOKENS + 1, dtype=torch.long)
-    out: dict[str, Counter] = {}
-    with torch.no_grad():
-        cache = DynamicCache(config=model.config)
-        box = {}
+    out: dict[str, Counter] = {"prefill parts": Counter(), "decode parts": Counter()}
+    handles = _tag_layer_parts(model.model.layers, model.model.norm, LAYER_PART,
+                               norms=("input_layernorm", "post_attention_layernorm"),
+                               mlp="mlp", attention="self_attn")
+    try:
+        with torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            box = {}
 
-        def prefill():
-            box["out"] = model(input_ids=ids, attention_mask=mask[:, :-1], cache=cache,
-                               use_cache=True)
+            def prefill():
+                box["out"] = model(input_ids=ids, attention_mask=mask[:, :-1], cache=cache,
+                                   use_cache=True)
 
-        out["prefill"] = count_kernels(prefill)
-        nxt = box["out"].logits[:, -1:].argmax(-1)
-        pos = torch.full((batch, 1), PROMPT_TOKENS)
-        out["decode"] = count_kernels(lambda: model(input_ids=nxt, attention_mask=mask, cache=cache,
-                                                    position_ids=pos, use_cache=True))
-    _reset_era_cache(model)
+            LAYER_PART["kind"] = "outside"
+            out["prefill"] = count_kernels(prefill, out["prefill parts"])
+            nxt = box["out"].logits[:, -1:].argmax(-1)
+            pos = torch.full((batch, 1), PROMPT_TOKENS)
+            LAYER_PART["kind"] = "outside"
+            out["decode"] = count_kernels(
+                lambda: model(input_ids=nxt, attention_mask=mask, cache=cache, position_ids=pos,
+                              use_cache=True), out["decode parts"])
+    finally:
+        for h in handles:
+            h.remove()
+        _reset_era_cache(model)
     return out
 
 
@@ -245,10 +261,28 @@ def generate_step_counts(era: str, batch: int = 1) -> Counter:
     return Counter({k: v // 2 for k, v in diff.items() if v})
 
 
+def issued_fields(one: dict[str, Counter], two: dict[str, Counter]) -> dict[str, int]:
+    """The per-part fields of the simulator's `issued_kernels` (constants/software.py
+    `IssuedKernels`) from the part counts of a 1- and a 2-layer model: per layer = count(2
+    layers) - count(1 layer) of each part. A layer's two RMSNorms share "norm", its attention
+    block without RoPE is "other", the gated MLP "activation"; the two residual adds
+    ("residual") are the graph's own operators, one kernel each, and checked to be so."""
+    fields: dict[str, int] = {}
+    for phase in ("prefill", "decode"):
+        part = Counter(two[f"{phase} parts"])
+        part.subtract(one[f"{phase} parts"])
+        if part["norm"] % 2 or part["residual"] != 2:
+            raise RuntimeError(f"unexpected {phase} layer parts: {dict(part)}")
+        fields.update({"rmsnorm": part["norm"] // 2, "rope": part["rope"],
+                       f"attention_{phase}": part["other"], "gated_mlp": part["activation"]})
+    return fields
+
+
 def measure(era: str, batch: int = 1) -> dict[str, int]:
-    """The kernel counts the simulator's `issued_kernels` profile section takes."""
+    """The kernel counts the simulator's `issued_kernels` profile section takes (the per-part
+    fields, `issued_fields`), with the per-layer totals they add up to."""
     one, two = forward_counts(1, era, batch), forward_counts(2, era, batch)
-    result: dict[str, int] = {}
+    result: dict[str, int] = dict(issued_fields(one, two))
     for phase in ("prefill", "decode"):
         per_layer = sum(two[phase].values()) - sum(one[phase].values())
         result[f"layer_{phase}"] = per_layer
@@ -396,20 +430,8 @@ def gpt_fast_elementwise_bytes(module, layers: int, hidden: int, intermediate: i
     model.setup_caches(max_batch_size=batch, max_seq_length=GPT_FAST_CACHE_TOKENS)
     model = model.to(torch.bfloat16).eval()
     state = LAYER_PART
-    rope = module.apply_rotary_emb
-
-    def tagged_rope(x, freqs_cis):
-        state["kind"] = "rope"
-        try:
-            return rope(x, freqs_cis)
-        finally:
-            state["kind"] = "other"
-
-    handles = _tag_layer_parts(model.layers, model.norm, state,
-                               norms=("attention_norm", "ffn_norm"), mlp="feed_forward",
-                               attention="attention")
+    handles, rope = _tag_gpt_fast_parts(module, model)
     moved: Counter = Counter()
-    module.apply_rotary_emb = tagged_rope
     try:
         with torch.no_grad(), _bytes_mode(moved, state):
             state["kind"] = "outside"
@@ -523,19 +545,47 @@ def _gpt_fast_forward_counts(module, layers: int) -> dict[str, Counter]:
     model = module.Transformer(args)
     model.setup_caches(max_batch_size=1, max_seq_length=GPT_FAST_CACHE_TOKENS)
     model = model.to(torch.bfloat16).eval()
-    out: dict[str, Counter] = {}
-    with torch.no_grad():
-        ids = torch.randint(0, args.vocab_size, (1, PROMPT_TOKENS))
-        out["prefill"] = count_kernels(lambda: model(ids, torch.arange(0, PROMPT_TOKENS)))
-        token = torch.randint(0, args.vocab_size, (1, 1))
-        pos = torch.tensor([PROMPT_TOKENS], dtype=torch.int)
-        with sdpa_kernel(SDPBackend.MATH):
-            out["decode"] = count_kernels(lambda: model(token, pos))
-            logits = model(token, pos)
-        sampling = Counter(count_kernels(lambda: _gpt_fast_sampling_step(logits)))
-        sampling += count_kernels(lambda: pos.add_(1))
-        out["sampling"] = sampling
+    out: dict[str, Counter] = {"prefill parts": Counter(), "decode parts": Counter()}
+    handles, rope = _tag_gpt_fast_parts(module, model)
+    try:
+        with torch.no_grad():
+            ids = torch.randint(0, args.vocab_size, (1, PROMPT_TOKENS))
+            LAYER_PART["kind"] = "outside"
+            out["prefill"] = count_kernels(lambda: model(ids, torch.arange(0, PROMPT_TOKENS)),
+                                           out["prefill parts"])
+            token = torch.randint(0, args.vocab_size, (1, 1))
+            pos = torch.tensor([PROMPT_TOKENS], dtype=torch.int)
+            with sdpa_kernel(SDPBackend.MATH):
+                LAYER_PART["kind"] = "outside"
+                out["decode"] = count_kernels(lambda: model(token, pos), out["decode parts"])
+                logits = model(token, pos)
+            sampling = Counter(count_kernels(lambda: _gpt_fast_sampling_step(logits)))
+            sampling += count_kernels(lambda: pos.add_(1))
+            out["sampling"] = sampling
+    finally:
+        module.apply_rotary_emb = rope
+        for h in handles:
+            h.remove()
     return out
+
+
+def _tag_gpt_fast_parts(module, model) -> tuple[list, Callable]:
+    """`_tag_layer_parts` on gpt-fast's Transformer, and its `apply_rotary_emb` wrapped (on the
+    imported module) to tag "rope"; returns the hooks and the original function to restore."""
+    rope = module.apply_rotary_emb
+
+    def tagged_rope(x, freqs_cis):
+        LAYER_PART["kind"] = "rope"
+        try:
+            return rope(x, freqs_cis)
+        finally:
+            LAYER_PART["kind"] = "other"
+
+    handles = _tag_layer_parts(model.layers, model.norm, LAYER_PART,
+                               norms=("attention_norm", "ffn_norm"), mlp="feed_forward",
+                               attention="attention")
+    module.apply_rotary_emb = tagged_rope
+    return handles, rope
 
 
 def gpt_fast_counts(model_py: str) -> dict[str, Any]:
@@ -564,7 +614,7 @@ def gpt_fast_counts(model_py: str) -> dict[str, Any]:
                   - sum(_gpt_fast_forward_counts(module, 1)["decode"].values()))
     finally:
         flag(was)
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = dict(issued_fields(one, two))
     for phase in ("prefill", "decode"):
         per_layer = sum(two[phase].values()) - sum(one[phase].values())
         result[f"layer_{phase}"] = per_layer
@@ -621,11 +671,17 @@ def main() -> None:
             counts = report[era][f"batch {b}"]
             print(f"  batch {b}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         one = report[era]["batch 1"]
-        print(f"  issued_kernels (batch 1): layer_prefill {one['layer_prefill']}, layer_decode "
-              f"{one['layer_decode']}, outside_layers_prefill {one['outside_layers_prefill']}, "
-              f"outside_layers_decode {one['generate_step'] - one['layer_decode']}")
+        print(f"  per layer (batch 1): {one['layer_prefill']} prefill, {one['layer_decode']} "
+              f"decode; issued_kernels: {_fields_line(one)}, outside_layers_prefill "
+              f"{one['outside_layers_prefill']}, outside_layers_decode "
+              f"{one['generate_step'] - one['layer_decode']}")
         print("  decode layer by op: " + ", ".join(
             f"{k} {v}" for k, v in report[era]["decode layer, by op"].items()))
+
+
+def _fields_line(counts: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {counts[k]}" for k in ("rmsnorm", "rope", "attention_prefill",
+                                                  "attention_decode", "gated_mlp"))
 
 
 # LLaMA-7B (gpt-fast transformer_configs["7B"]: 32 layers): the token the blog times
@@ -644,10 +700,10 @@ def gpt_fast_main(model_py: str, as_json: bool) -> None:
         return
     print(f"gpt-fast {model_py}, torch {torch.__version__}; tiny ModelArgs {GPT_FAST_TINY}, "
           f"prompt {PROMPT_TOKENS} tokens, bfloat16 on the CPU")
-    print(f"  issued_kernels: layer_prefill {counts['layer_prefill']}, layer_decode "
-          f"{counts['layer_decode']}, outside_layers_prefill {counts['outside_layers_prefill']}, "
-          f"outside_layers_decode {counts['outside_layers_decode']} (of which sampling "
-          f"{counts['sampling_step']})")
+    print(f"  per layer: {counts['layer_prefill']} prefill, {counts['layer_decode']} decode; "
+          f"issued_kernels: {_fields_line(counts)}, outside_layers_prefill "
+          f"{counts['outside_layers_prefill']}, outside_layers_decode "
+          f"{counts['outside_layers_decode']} (of which sampling {counts['sampling_step']})")
     print(f"  decode layer with the installed math SDPA's default fp32 upcast: "
           f"{counts['upcast_math_sdpa_layer_decode']}")
     print("  decode layer by op: " + ", ".join(

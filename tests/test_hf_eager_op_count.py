@@ -46,8 +46,14 @@ def test_the_hf_era_counts_are_the_measured_ones():
     exactly these, and the decode step outside the layers adds generate's own step work."""
     one, two = count.forward_counts(1, ERA), count.forward_counts(2, ERA)
     issued = EAGER_OP_ENGINES["hf"]
+    fields = count.issued_fields(one, two)
+    assert fields == {name: getattr(issued, name) for name in fields}
+    # the parts add up to the layer: two norms, RoPE, attention, gated MLP, two residual adds
     layer = {p: sum(two[p].values()) - sum(one[p].values()) for p in ("prefill", "decode")}
-    assert (issued.layer_prefill, issued.layer_decode) == (layer["prefill"], layer["decode"])
+    for p in ("prefill", "decode"):
+        assert layer[p] == (2 * fields["rmsnorm"] + fields["rope"] + fields[f"attention_{p}"]
+                            + fields["gated_mlp"] + 2)
+    assert layer == {"prefill": 40, "decode": 42}
     assert issued.outside_layers_prefill == sum(one["prefill"].values()) - layer["prefill"]
     step = sum(count.generate_step_counts(ERA).values())
     assert issued.outside_layers_decode == step - layer["decode"]
@@ -74,6 +80,21 @@ def test_the_hf_era_elementwise_bytes_are_the_counted_ones():
     assert per["rope"] == 2 * hidden * issued.rope_bytes_per_element + 16 * head_dim + 16
     assert per["activation"] == inter * issued.swiglu_bytes_per_element
     assert per["residual"] == 2 * hidden * 6
+
+
+@pytest.mark.slow
+def test_a_layernorm_and_a_tanh_gelu_are_one_kernel_each():
+    """What the eager profile's per-part rule (run.py `layer_kernels`) takes for the parts it
+    has no count of: a GPT-2 block's LayerNorm and GELU (tanh) are one ATen kernel each, a
+    Linear with bias one addmm."""
+    x, w = torch.ones(4, 8), torch.ones(8)
+    assert dict(count.count_kernels(
+        lambda: torch.nn.functional.layer_norm(x, (8,), w, w))) == {"native_layer_norm": 1}
+    assert dict(count.count_kernels(
+        lambda: torch.nn.functional.gelu(x, approximate="tanh"))) == {"gelu": 1}
+    linear = torch.nn.Linear(8, 8)
+    with torch.no_grad():
+        assert dict(count.count_kernels(lambda: linear(x))) == {"addmm": 1}
 
 
 def test_gpt_fast_option_without_the_file_is_a_one_line_error(tmp_path, capsys):

@@ -555,10 +555,14 @@ def test_transformers_decode_step_is_bound_by_the_kernels_it_issues():
         for g in model_graphs(cfg, 1, 1, q_len, 257, phase, 2):
             assert issued_kernels(g, graph_count, phase) == len(g.ops)
 
+    layer = {phase: issued_kernels(model_graphs(cfg, 1, 1, q_len, 257, phase, 2)[1], hf, phase)
+             for phase, q_len in (("prefill", 256), ("decode", 1))}
+    assert layer == {"prefill": 40, "decode": 42}  # the script's per-layer totals
+
     per_kernel = eager.host.per_kernel_s
     run = {"check_memory": False, "check_context": False}
     era = simulate(cfg, A100, 1, 1, 256, 3, software=hf, **run)
-    host_s = (cfg.n_layers * counts.layer_decode + counts.outside_layers_decode) * per_kernel
+    host_s = (cfg.n_layers * layer["decode"] + counts.outside_layers_decode) * per_kernel
     embedding_s = era.decode.ops["embedding"]["time_s"] / 2  # the one graph left to the GPU
     assert era.tpot_s == pytest.approx(host_s + embedding_s, rel=1e-9)
     assert embedding_s < 0.01 * host_s
@@ -610,6 +614,44 @@ def test_transformers_prefill_moves_the_bytes_of_its_unfused_elementwise_kernels
     assert era.ttft_s - old.ttft_s == pytest.approx(added_s, rel=1e-6)
 
 
+def test_eager_kernels_are_counted_part_by_part_for_every_block():
+    """The eager profile's counts are per layer part (gpt-fast's: RMSNorm 8, RoPE 18, attention
+    block 10 prefill / 15 decode, gated MLP 5), so a Llama layer at TP 1 issues gpt-fast's
+    counted 51 / 56 and a block built of other parts what its parts issue: a GPT-2 block's
+    LayerNorm and GELU are one kernel each (native_layer_norm, gelu), its MLP three GEMM /
+    activation kernels, and each all-reduce of a TP > 1 layer one. Kraken's layer adds its
+    one all-reduce and the add of the reduced outputs; the parallel block has one norm."""
+    from krakenlm.simulator.run import _graph_options, issued_kernels
+
+    eager = load_software("eager")
+    options = _graph_options(eager, "fused", "gpu")
+
+    def layer(cfg, tp, phase, index=1):
+        q_len = 64 if phase == "prefill" else 1
+        graphs = model_graphs(cfg, tp, 1, q_len, 64, phase, 2, options=options)
+        return issued_kernels(graphs[index], eager, phase)
+
+    llama = get_preset("llama2-7b")
+    assert (layer(llama, 1, "prefill"), layer(llama, 1, "decode")) == (51, 56)
+    assert layer(llama, 2, "decode") == 58  # + the two all-reduces
+    gpt = get_preset("gpt3-1.3b")
+    assert (gpt.norm, gpt.activation, gpt.position) == ("layernorm", "gelu", "learned")
+    # norm, attention block 15, residual, norm, up, GELU, down, residual
+    assert layer(gpt, 1, "decode") == 1 + 15 + 1 + 1 + 3 + 1 == 22
+    assert layer(gpt, 1, "prefill") == 22 - 15 + 10
+    assert layer(gpt, 4, "decode") == 24
+    parallel = dataclasses.replace(gpt, arch="parallel")
+    assert layer(parallel, 4, "decode") == 1 + 15 + 3 + 1 + 1 + 1 == 22
+    kraken = dataclasses.replace(gpt, arch="kraken", degree=4, d_model=1024, n_heads=8,
+                                 ffn_dim=4096)
+    assert layer(kraken, 4, "decode") == 22  # layer 1: no communication
+    assert layer(kraken, 4, "decode", index=2) == 24  # all-reduce, add of the reduced outputs
+    # with no counts set every operator is one kernel: the graph's count
+    plain = dataclasses.replace(eager, issued_kernels=IssuedKernels())
+    graphs = model_graphs(gpt, 4, 1, 1, 64, "decode", 2, options=options)
+    assert issued_kernels(graphs[1], plain, "decode") == len(graphs[1].ops)
+
+
 def test_eager_profile_reproduces_gpt_fasts_eager_llama_7b_token_on_a100():
     """The `eager` profile's host.per_kernel_s is the PyTorch blog's eager LLaMA-7B token on an
     A100 (25.5 tok/s: 39.22 ms) divided by the kernels gpt-fast's eager decode step issues
@@ -617,11 +659,14 @@ def test_eager_profile_reproduces_gpt_fasts_eager_llama_7b_token_on_a100():
     outside), so batch-1 decode of a 7B Llama (32 layers) gives that 39.2 ms back: every graph
     is host-bound (GPU time per layer < 56 x 21.6 us) but the embedding's GPU time (under
     0.1 %). The former 30 us with the graph's 12 operators per layer gave 11.7 ms."""
+    from krakenlm.simulator.run import issued_kernels
+
     eager = load_software("eager")
     blog_token_s = 1 / 25.5
     counts = eager.issued_kernels
     cfg = get_preset("llama2-7b")
-    kernels = cfg.n_layers * counts.layer_decode + counts.outside_layers_decode
+    layer = issued_kernels(model_graphs(cfg, 1, 1, 1, 129, "decode", 2)[1], eager, "decode")
+    kernels = cfg.n_layers * layer + counts.outside_layers_decode
     assert (cfg.n_layers, kernels) == (32, 1817)
     assert eager.host.per_kernel_s == pytest.approx(blog_token_s / kernels, rel=1e-3)
     result = simulate(cfg, A100, 1, 1, 128, 129, software=eager, check_memory=False,

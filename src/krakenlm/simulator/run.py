@@ -250,18 +250,48 @@ class _Scheduler:
 
 def issued_kernels(g: Graph, software: SoftwareProfile, phase: str) -> int:
     """Kernels the host issues for graph `g` of a `phase` ("prefill" or "decode") step: the
-    graph's operators, or the profile's `issued_kernels` counts where set (an eager stack
-    issues each elementwise step of its norms and RoPE as its own kernel): `layer_<phase>`
-    for a layer, `outside_layers_<phase>` for everything else of the step, charged to the head
-    graph (the embedding graph then issues none of its own)."""
+    graph's operators, or where the profile's `issued_kernels` counts are set (an eager stack
+    issues each elementwise step of its norms and RoPE as its own kernel) a layer's parts as
+    counted (`layer_kernels`), and `outside_layers_<phase>` for everything else of the step,
+    charged to the head graph (the embedding graph then issues none of its own)."""
     counts = software.issued_kernels
-    per_layer = counts.layer_prefill if phase == "prefill" else counts.layer_decode
     outside = counts.outside_layers_prefill if phase == "prefill" else counts.outside_layers_decode
     if g.name == HEAD_GRAPH:
         return outside or len(g.ops)
     if g.name == EMBEDDING_GRAPH:
         return 0 if outside else len(g.ops)
-    return per_layer or len(g.ops)
+    return layer_kernels(g.ops, counts, phase)
+
+
+# a layer's attention block besides its "attention"-category operators (RoPE apart): the
+# projections into and out of it; and the operators of a gated MLP (IssuedKernels)
+ATTENTION_PROJECTIONS = ("qkv", "out_proj")
+GATED_MLP_OPS = ("ffn_up", "activation", "ffn_down")
+
+
+def layer_kernels(ops: list, counts, phase: str) -> int:
+    """Kernels a layer's operators issue, part by part (`IssuedKernels`): each RMSNorm
+    `rmsnorm`, RoPE `rope`, each attention block (one per "qkv" projection: the projections,
+    the cache write or concatenation, attention, the output projection) `attention_<phase>`,
+    each gated MLP (one per SwiGLU: up projections, SiLU and product, down projection)
+    `gated_mlp`, and every other operator one. With every count 0 it is the graph's operator
+    count. E.g. gpt-fast's Llama decode layer at TP 1: 2 x 8 + 18 + 15 + 5 + 2 residual adds =
+    56; a GPT-2 block in the same stack (LayerNorm, GELU: one kernel each): 1 + 15 + 1 + 3 + 1
+    = 21."""
+    attention = counts.attention_prefill if phase == "prefill" else counts.attention_decode
+    kinds = [op.args[0] if op.model == "stream" else "" for op in ops]
+    swiglus = kinds.count("swiglu") if counts.gated_mlp else 0
+    per_kind = {"rmsnorm": counts.rmsnorm, "rope": counts.rope}
+    total = 0
+    for op, kind in zip(ops, kinds):
+        if attention and (op.name in ATTENTION_PROJECTIONS
+                          or op.category == "attention" and kind != "rope"):
+            continue
+        if swiglus and op.name in GATED_MLP_OPS:
+            continue
+        total += per_kind.get(kind) or 1
+    blocks = sum(op.name == "qkv" for op in ops) if attention else 0
+    return total + attention * blocks + counts.gated_mlp * swiglus
 
 
 def _host_bound(gpu_s: float | np.ndarray, kernels: int, per_kernel_s: float, graphs: bool):

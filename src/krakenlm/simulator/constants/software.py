@@ -28,10 +28,10 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
 * `kv_profile`: how the engine sizes its KV cache at startup (its memory profile's
   accounting, and the tensors its profile run holds besides the forward pass's: serving's
   `kv_cache.size_kv_cache`);
-* `issued_kernels`: how many kernels the host issues per layer and outside the layers where the
-  stack issues more than the graph's operators (0: the graph's count; `eager` sets gpt-fast's
-  counted kernels, and an engine era sets Hugging Face transformers' unfused eager Llama's,
-  `measurements.harness.engine_era`);
+* `issued_kernels`: how many kernels the host issues per layer part (norm, RoPE, attention
+  block, gated MLP) and outside the layers where the stack issues more than the graph's
+  operators (0: the graph's count; `eager` sets gpt-fast's counted kernels, and an engine era
+  sets Hugging Face transformers' unfused eager Llama's, `measurements.harness.engine_era`);
 * `frontend`: the API server in front of the engine (a fixed time per request, a time per
   output token of each running stream), which only a client-side replay
   (`sim serve --client-side`) adds; 0 by default.
@@ -160,16 +160,24 @@ KV_APPENDS = ("in_place", "concat")
 class IssuedKernels:
     """How many kernels the host issues, where the stack's own code issues more than the
     simulator's graph has operators (an eager framework that runs each elementwise step of a
-    norm or RoPE as its own kernel). Each count replaces the graph's operator count in the
-    host-issue bound, max(GPU time, kernels x host.per_kernel_s) per graph: `layer_*` per
-    decoder layer, `outside_layers_*` everything else of a forward pass or decode step
-    (embedding, masks and positions, final norm, LM head and, for a decode step, the generate
-    loop's logits processing, token choice and stopping checks), charged to the head graph.
-    0: the graph's own operator count. Measured, not fitted (benchmarks/hf_eager_op_count.py):
-    the `eager` profile sets gpt-fast's counts, and an engine era sets transformers' in their
+    norm or RoPE as its own kernel). The counts replace the graph's operator count in the
+    host-issue bound, max(GPU time, kernels x host.per_kernel_s) per graph, part by part of
+    the layer, so that they apply to any block built of those parts (run.py
+    `issued_kernels`): each RMSNorm issues `rmsnorm`, the RoPE of q and k `rope`, the attention
+    block (its projections, cache write or concatenation, attention and output projection,
+    RoPE apart) `attention_<phase>`, a gated MLP (its GEMMs, SiLU and product) `gated_mlp`;
+    every other operator of the graph (a LayerNorm, GELU, a residual add, an all-reduce) one.
+    `outside_layers_*` is everything else of a forward pass or decode step (embedding, masks
+    and positions, final norm, LM head and, for a decode step, the generate loop's logits
+    processing, token choice and stopping checks), charged to the head graph. 0: the graph's
+    own operators. Measured, not fitted (benchmarks/hf_eager_op_count.py, by layer part): the
+    `eager` profile sets gpt-fast's counts, and an engine era sets transformers' in their
     place (measurements/harness.py `engine_era`)."""
-    layer_prefill: int = 0
-    layer_decode: int = 0
+    rmsnorm: int = 0
+    rope: int = 0
+    attention_prefill: int = 0
+    attention_decode: int = 0
+    gated_mlp: int = 0
     outside_layers_prefill: int = 0
     outside_layers_decode: int = 0
     # The bytes the stack's unfused elementwise kernels move per element of the tensor the

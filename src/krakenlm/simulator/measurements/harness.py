@@ -200,11 +200,12 @@ CONCAT_KV_ENGINES = frozenset({"hf"})
 # excluded; its docstring gives the rule) on a tiny random LlamaConfig at batch 1, variant
 # "v4.35-bettertransformer" (the attention the optimum-benchmark rows ran: optimum's
 # BetterTransformer `llama_forward` over transformers 4.35, transcribed in the script):
-# per layer 42 per decode step = 2 RMSNorms x 8 (cast to fp32, pow, mean, add eps, rsqrt, mul,
-# cast back, weight mul) + 7 GEMMs (q, k, v, o, gate, up, down) + RoPE 12 (cos[position_ids],
-# sin[position_ids], and for q and k: mul, neg, cat, mul, add) + 2 torch.cat of the past K and V
-# + SDPA + SiLU + the gate x up mul + 2 residual adds; 40 per prefill forward (no past to
-# concatenate). Outside the layers: 16 per forward (embedding, mask and position bookkeeping,
+# per layer 42 per decode step, by layer part (the script's forward hooks): 2 RMSNorms x 8
+# (cast to fp32, pow, mean, add eps, rsqrt, mul, cast back, weight mul) + RoPE 12
+# (cos[position_ids], sin[position_ids], and for q and k: mul, neg, cat, mul, add) + the
+# attention block 7 (q, k, v and o projections, 2 torch.cat of the past K and V, SDPA) + the
+# gated MLP 5 (gate, up, SiLU, the gate x up mul, down) + 2 residual adds; 40 per prefill
+# forward (attention 5: no past to concatenate). Outside the layers: 16 per forward (embedding, mask and position bookkeeping,
 # final RMSNorm, LM head) and 44 per decode step (17 of the model's forward + 27 of generate's
 # loop: logits processing, argmax, stopping checks, cache and mask bookkeeping), counted with
 # the installed transformers 5.24, whose model-level and generate code differ in detail from
@@ -218,7 +219,8 @@ CONCAT_KV_ENGINES = frozenset({"hf"})
 # move 6 per hidden element as the graph's do. Left out: the cos / sin gathers (16 x head_dim
 # + 16 bytes per token at batch 1, 1.2 % of RoPE's on Llama-2-7B), the norms' per-row
 # statistics (48 bytes per token) and weight reads, the mask's torch.max (0.2 % at batch 64).
-EAGER_OP_ENGINES = {"hf": IssuedKernels(layer_prefill=40, layer_decode=42,
+EAGER_OP_ENGINES = {"hf": IssuedKernels(rmsnorm=8, rope=12, attention_prefill=5,
+                                        attention_decode=7, gated_mlp=5,
                                         outside_layers_prefill=16, outside_layers_decode=44,
                                         rmsnorm_bytes_per_element=36.0,
                                         rope_bytes_per_element=20.0,
