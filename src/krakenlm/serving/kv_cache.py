@@ -55,7 +55,13 @@ its own (`with_accounting`; `serving/kv_logs.py`, `serving/validation.py`):
   The context (with NCCL) is not sourced per device and is taken as 0: the pool is then
   overstated by share x context (0.57 GiB on a MI300X at 0.88, whose SGLang log shows 0.65
   GiB in use before the weights). The index's copies of SGLang's `ModelRunner` of late 2024
-  (their fork not named) have the same line in `profile_max_num_token`.
+  (their fork not named) have the same line in `profile_max_num_token`. The share is the
+  replay's `gpu_memory_utilization` (0.9 unless given, `replay.default_options`); SGLang's own
+  default depends on its version: 0.88 / 0.87 / 0.85 / 0.81 / 0.79 at TP 1 / 2 / 4 / 8 / 16 in
+  `ServerArgs.__post_init__` of 2024 (stored copies of `python/sglang/srt/server_args.py`,
+  fork not named; the MI300X log's figures give 0.880 at TP 1), from the device memory less a
+  reserve for activations and CUDA graphs in later versions (`_handle_gpu_memory_settings`:
+  about 0.90 on an H200 at TP 4).
 
 KV cache dtype (`--kv-cache-dtype`, `KV_CACHE_DTYPES`): the engines' spellings of the storage
 dtypes the simulator models. vLLM's `CacheDType` (vllm-project/vllm@002f10e0
