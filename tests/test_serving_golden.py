@@ -7,7 +7,8 @@ vLLM logs on an H100 (79.22 GiB, `memory.runtime_visible_bytes`), which sizes th
 "vllm-v1 roomy 3 replicas least-loaded" since the vllm profile sizes its KV cache as V1 since
 vllm-project/vllm#19312 does (accounting "since-init": no runtime reserve, 23,492 blocks
 instead of 22,809); the two tight V1 cases keep their pools (and digests) by naming the
-accounting of V1 before #19312; every case since hardware.cost prices memory per GiB (the
+accounting of V1 before #19312, and the two SGLang cases keep theirs (and their retraction)
+by naming the accounting SGLang was sized with before its own "free-share"; every case since hardware.cost prices memory per GiB (the
 summary's cost.usd and $/Mtok fall 1.6 % with the H100 system's price, $43,758 -> $43,051;
 every row and the timeline are unchanged)."""
 

@@ -202,13 +202,40 @@ def test_a_log_with_an_unknown_kv_cache_dtype_is_named(tmp_path):
 
 def test_the_sglang_log_is_scored_in_tokens():
     # SGLang bench_latency on one MI300X, Meta-Llama-3-8B: max_total_num_tokens=1256440 at
-    # its page of one token; the sizing keeps its activations and 2 GiB reserve inside the
-    # 0.88 share, which SGLang leaves to the (1 - 0.88) slack: 1.6 % fewer tokens
+    # its page of one token. SGLang's share (0.88) holds the weights and the KV pool only
+    # ("free-share": profile_max_num_token): 0.88 x 191.98 GiB - 14.96 GiB of weights, no
+    # activations, no reserve; +0.4 % (the CUDA context, 0.65 GiB here, is taken as 0).
+    # Under vLLM's "total-used" it was 1235840, -1.6 %.
     log = _log("mi300x-llama3-8b-tp1-sglang-2024-10")
     sizing = predict(log)
     assert (sizing.block_size, sizing.bytes_per_block) == (1, 32 * 8 * 128 * 2 * 2)
-    assert sizing.blocks == 1235840
-    assert round(100 * relative_error(sizing.blocks, log), 1) == -1.6
+    assert (sizing.activation_bytes, sizing.reserve_bytes) == (0, 0)
+    assert sizing.blocks == int((sizing.capacity_bytes * 0.88 - sizing.weights_bytes)
+                                // sizing.bytes_per_block) == 1261444
+    assert round(100 * relative_error(sizing.blocks, log), 1) == 0.4
+
+
+def test_sglangs_share_holds_no_activations():
+    # the token budget sets vLLM's profile run, not SGLang's pool: the same pool at 2048 and
+    # 16384 tokens, larger than vLLM's total-used sizing by its activations and reserve
+    config = get_preset("llama3-8b")
+    sim = Simulator("h100-80gb-x8", "sglang", dtype="bf16")
+    small, large = (size_kv_cache(sim, config, 1, max_num_batched_tokens=t,
+                                  gpu_memory_utilization=0.88) for t in (2048, 16384))
+    assert small == large
+    vllm_like = size_kv_cache(Simulator("h100-80gb-x8", with_accounting("sglang", "total-used"),
+                                        dtype="bf16"), config, 1,
+                              max_num_batched_tokens=16384, gpu_memory_utilization=0.88)
+    assert vllm_like.activation_bytes > 0 and vllm_like.reserve_bytes == RUNTIME_RESERVE_BYTES
+    gained = (vllm_like.activation_bytes + vllm_like.reserve_bytes) // large.bytes_per_block
+    assert large.blocks - vllm_like.blocks in (gained, gained + 1)
+
+
+def test_sglangs_mem_fraction_static_outside_zero_one_is_refused():
+    sim = Simulator("h100-80gb-x8", "sglang", dtype="bf16")
+    for share in (0.0, -0.1, 1.2):
+        with pytest.raises(KVCacheError, match=r"must be in \(0, 1\], got"):
+            size_kv_cache(sim, get_preset("llama3-8b"), 1, gpu_memory_utilization=share)
 
 
 def test_the_profile_accounting_sets_what_is_charged_besides_weights_and_activations():
@@ -226,6 +253,10 @@ def test_the_profile_accounting_sets_what_is_charged_besides_weights_and_activat
     total_used = sized["total-used"]
     assert total_used.reserve_bytes == RUNTIME_RESERVE_BYTES
     per_block = total_used.bytes_per_block
+    # "free-share" (SGLang) charges neither the reserve nor the activations
+    assert sized["free-share"].activation_bytes == sized["free-share"].reserve_bytes == 0
+    assert sized["free-share"].blocks == int(
+        (total_used.capacity_bytes * 0.9 - total_used.weights_bytes) // per_block)
     for charges in ("torch-peak", "since-init"):
         assert sized[charges].reserve_bytes == 0
         free = total_used.capacity_bytes * 0.9 - total_used.weights_bytes - \
@@ -239,11 +270,12 @@ def test_the_profile_accounting_sets_what_is_charged_besides_weights_and_activat
 
 def test_each_profile_carries_its_engines_accounting():
     # vLLM V1 since #19312 sizes since its init snapshot, V0 from v0.2.5 charges the memory in
-    # use; TensorRT-LLM and SGLang keep the sizing they had (no profile-run terms)
+    # use, SGLang takes its share of the free memory; TensorRT-LLM keeps the sizing it had
+    # (no profile-run terms)
     assert load_software("vllm").kv_profile == KVProfile("since-init", True, 14)
     assert load_software("vllm-v0").kv_profile == KVProfile("total-used", True, 32)
-    for name in ("trtllm", "sglang"):
-        assert load_software(name).kv_profile == KVProfile()
+    assert load_software("sglang").kv_profile == KVProfile("free-share")
+    assert load_software("trtllm").kv_profile == KVProfile()
     with pytest.raises(SoftwareError, match="kv_profile.accounting: 'free' is not one of "
                                             "total-used, torch-peak, since-init"):
         profile_from_dict({"name": "x", "kernels": "vllm",
@@ -286,6 +318,7 @@ def test_the_logs_name_their_versions_accounting():
     assert charges["a100-80gb-llama2-70b-tp4-vllm-pr2031"] == "total-used"
     assert charges["a100-40gb-llama3.1-8b-tp1-vllm0151-eager"] == "since-init"
     assert charges["h100-llama2-7b-tp1-trtllm012-fp8kv"] == "total-used"
+    assert charges["mi300x-llama3-8b-tp1-sglang-2024-10"] == "free-share"
     # the V1 log of 0.15.1: 10138 where 9871 are logged (+2.7 %; +3.8 % without the
     # SiluAndMul output, -6.5 % with the reserve)
     log = _log("a100-40gb-llama3.1-8b-tp1-vllm0151-eager")

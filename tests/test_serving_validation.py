@@ -248,13 +248,14 @@ def test_a_concurrency_run_replays_its_clients_closed_loop():
 
 def test_each_run_is_sized_with_its_engine_versions_accounting():
     # vLLM 0.8.3 (llmk8s) is a V1 before vllm-project/vllm#19312: it charged the memory in use
-    # (the runtime reserve), not the vllm profile's since-init; lambda (0.5.4, vllm-v0) and
-    # datacrunch (SGLang) are their profiles' total-used already
+    # (the runtime reserve), not the vllm profile's since-init; lambda (0.5.4, vllm-v0) is its
+    # profile's total-used already, datacrunch (SGLang) its profile's free-share
     from krakenlm.serving.kv_cache import with_accounting
     from krakenlm.simulator.constants.software import load_software
     _sources, runs = load_runs()
     for run in runs:
         software = with_accounting(run.software, run.profile_charges)
         profile = software if not isinstance(software, str) else load_software(software)
-        assert profile.kv_profile.accounting == "total-used", run.id
+        expected = "free-share" if run.source == "datacrunch" else "total-used"
+        assert profile.kv_profile.accounting == expected, run.id
     assert {r.profile_charges for r in runs if r.source == "llmk8s"} == {"total-used"}

@@ -1,4 +1,5 @@
-"""The KV cache as vLLM V1 sizes and pages it, with prefix caching from a trace's block ids.
+"""The KV cache as the engines size it and vLLM V1 pages it, with prefix caching from a trace's
+block ids.
 
 Sizing (vllm-project/vllm@35d5cda1 `vllm/v1/worker/gpu_worker.py`,
 `Worker.determine_available_memory`: the worker profiles a forward pass of
@@ -19,9 +20,9 @@ Predicted against engine logs in `serving/kv_logs.py`.
 
 What the profile charges besides the weights and the activation peak (`PROFILE_CHARGES`)
 differs by engine version: the software profile's `kv_profile.accounting` (`vllm`: V1 since
-vllm-project/vllm#19312, "since-init"; `vllm-v0`, `trtllm`, `sglang` and the others
-"total-used"), which `sim serve` uses; a log or validation run of another version names its
-own (`with_accounting`; `serving/kv_logs.py`, `serving/validation.py`):
+vllm-project/vllm#19312, "since-init"; `sglang`: "free-share"; `vllm-v0`, `trtllm` and the
+others "total-used"), which `sim serve` uses; a log or validation run of another version names
+its own (`with_accounting`; `serving/kv_logs.py`, `serving/validation.py`):
 - "total-used": the memory in use after profiling, everything outside torch included (CUDA
   context, NCCL, workspaces): `peak_memory = total - free` after `profile_run`
   (vllm-project/vllm#2031, V0 from v0.2.5; V1 at vllm-project/vllm@0012cf69
@@ -39,6 +40,28 @@ own (`with_accounting`; `serving/kv_logs.py`, `serving/validation.py`):
   vllm-project/vllm@35d5cda1 `vllm/v1/worker/gpu_worker.py`). The context and NCCL live in
   the (1 - utilisation) slack; the non-torch memory that appears during the profile run
   itself (kernel modules loaded lazily, library handles) is not modelled, so no reserve.
+- "free-share" (SGLang): no profile run. `ModelRunnerKVCacheMixin.profile_max_num_token`
+  (sgl-project/sglang@001ccef0
+  `python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`) gives the pool
+  `rest_memory = available_gpu_memory - total_gpu_memory x (1 - mem_fraction_static)`, where
+  `available_gpu_memory` is the free memory after the weights are loaded and
+  `total_gpu_memory` the free memory before them, once the CUDA context and the distributed
+  environment exist (`self.pre_model_load_memory = self.init_torch_distributed()`, "Get
+  available memory before model loading", then `init_memory_pool(self.pre_model_load_memory)`,
+  sgl-project/sglang@0005834c `python/sglang/srt/model_executor/model_runner.py`; both the
+  minimum over the ranks). So KV = (free - weights) - (1 - share) x free = share x free -
+  weights, free = device total - context: the activations, CUDA graphs and workspaces live in
+  the (1 - share) slack and the context outside the share; no activation term, no reserve.
+  The context (with NCCL) is not sourced per device and is taken as 0: the pool is then
+  overstated by share x context (0.57 GiB on a MI300X at 0.88, whose SGLang log shows 0.65
+  GiB in use before the weights). The index's copies of SGLang's `ModelRunner` of late 2024
+  (their fork not named) have the same line in `profile_max_num_token`. The share is the
+  replay's `gpu_memory_utilization` (0.9 unless given, `replay.default_options`); SGLang's own
+  default depends on its version: 0.88 / 0.87 / 0.85 / 0.81 / 0.79 at TP 1 / 2 / 4 / 8 / 16 in
+  `ServerArgs.__post_init__` of 2024 (stored copies of `python/sglang/srt/server_args.py`,
+  fork not named; the MI300X log's figures give 0.880 at TP 1), from the device memory less a
+  reserve for activations and CUDA graphs in later versions (`_handle_gpu_memory_settings`:
+  about 0.90 on an H200 at TP 4).
 
 KV cache dtype (`--kv-cache-dtype`, `KV_CACHE_DTYPES`): the engines' spellings of the storage
 dtypes the simulator models. vLLM's `CacheDType` (vllm-project/vllm@002f10e0
@@ -122,7 +145,11 @@ class KVSizing:
 
 # an engine version's profile accounting -> whether it charges the runtime reserve (the keys
 # are software.KV_ACCOUNTINGS, the values a profile may name: tests/test_serving_kv_logs.py)
-PROFILE_CHARGES = {"total-used": True, "torch-peak": False, "since-init": False}
+PROFILE_CHARGES = {"total-used": True, "torch-peak": False, "since-init": False,
+                   "free-share": False}
+# the accountings whose share holds only the weights and the KV cache, so the profile run's
+# activations are not charged (they live in the slack: "free-share", module docstring)
+ACTIVATIONS_IN_SLACK = frozenset({"free-share"})
 
 
 def with_accounting(software: SoftwareProfile | str | None,
@@ -193,9 +220,12 @@ def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: i
     (TensorRT-LLM's `free_gpu_memory_fraction`), not to the whole device (vLLM's
     `gpu_memory_utilization`). What the engine version's profile charges besides weights and
     activations is the software profile's `kv_profile.accounting` (`PROFILE_CHARGES`, module
-    docstring): the runtime reserve for "total-used", nothing for "torch-peak" and
-    "since-init"; the activation peak is `profile_run_bytes` (its `max_num_seqs` dummy
-    sequences sample one token each when the profile says the engine's profile run samples)."""
+    docstring): the runtime reserve for "total-used", nothing for "torch-peak",
+    "since-init" and "free-share"; the activation peak is `profile_run_bytes` (its
+    `max_num_seqs` dummy sequences sample one token each when the profile says the engine's
+    profile run samples), except for "free-share" (SGLang), whose share holds the weights and
+    the KV cache only: blocks = (device memory x mem_fraction_static - weights) / bytes per
+    block, `gpu_memory_utilization` standing for `mem_fraction_static`."""
     kv_profile = sim.profile.kv_profile
     profile_charges = kv_profile.accounting
     if profile_charges not in PROFILE_CHARGES:
@@ -207,8 +237,9 @@ def size_kv_cache(sim: Simulator, config: ModelConfig, tp: int, *, block_size: i
     if block_size < 1:
         raise KVCacheError(f"--block-size must be at least 1, got {block_size}")
     use = memory_use(config, sim.system, tp, 1, 1, 1, sim.dtype, True, sim.precision)
-    act = profile_run_bytes(config, tp, max_num_batched_tokens, max_num_seqs,
-                            sim.precision("elementwise"), kv_profile)
+    act = 0 if profile_charges in ACTIVATIONS_IN_SLACK else \
+        profile_run_bytes(config, tp, max_num_batched_tokens, max_num_seqs,
+                          sim.precision("elementwise"), kv_profile)
     per_block = kv_cache_bytes(config, tp, 1, block_size, sim.precision("kv_cache"))
     capacity = int(device_memory_bytes(sim.system))
     reserve = RUNTIME_RESERVE_BYTES if PROFILE_CHARGES[profile_charges] else 0

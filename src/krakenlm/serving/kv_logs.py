@@ -11,8 +11,9 @@ so the comparison scores exactly what a replay would be given. `profile_charges`
 names the accounting of the log's engine version where it differs from its software
 profile's `kv_profile.accounting` (`kv_cache.PROFILE_CHARGES`: vLLM up to v0.2.4 charged only
 torch's allocation peak, V0 from v0.2.5 and V1 before vllm-project/vllm#19312 the memory in
-use, V1 since #19312 only what grows after the worker's first snapshot; the `vllm` profile is
-V1 since #19312, `vllm-v0` V0 from v0.2.5).
+use, V1 since #19312 only what grows after the worker's first snapshot, SGLang its share of the
+free memory less the weights; the `vllm` profile is V1 since #19312, `vllm-v0` V0 from v0.2.5,
+`sglang` "free-share").
 """
 
 from __future__ import annotations

@@ -214,8 +214,9 @@ class Fp8Policy:
     all_reduce: str = "bf16"
 
 
-# an engine version's KV sizing accounting (`KVProfile.accounting`; serving/kv_cache.py)
-KV_ACCOUNTINGS = ("total-used", "torch-peak", "since-init")
+# an engine version's KV sizing accounting (`KVProfile.accounting`; serving/kv_cache.py):
+# vLLM's three ("total-used", "torch-peak", "since-init") and SGLang's "free-share"
+KV_ACCOUNTINGS = ("total-used", "torch-peak", "since-init", "free-share")
 
 
 @dataclass(frozen=True)
