@@ -650,6 +650,10 @@ NEW_USER_CASES: list[BadInput] = [
     case("sim serve-search --space {badyamlspace}", "is not valid YAML at line"),
     case("sim serve-search --space {badratespace}", "option 'rate' takes float, got 'fast'"),
     case("sim serve-search --space {servespace} --out {file}", "is a file; give a directory"),
+    case("sim serve-search --space {servespace} --objective capacity",
+         "--objective capacity needs an SLO: give slo_ttft_s and/or slo_tpot_s"),
+    case("sim serve-search --space {servespace} --objective fastest",
+         "--objective 'fastest' is not one of goodput, capacity"),
     # sim search
     case("sim search --knob cores=16:160 --trials 0", "--trials must be at least 1, got 0"),
     case("sim search --knob cores=16:160 --population 0", "--population must be at least 2"),

@@ -149,3 +149,75 @@ def test_configurations_share_one_synthetic_trace_equal_to_a_fresh_one(monkeypat
     assert [type(r.prompt_tokens) for r in kept.requests[:2]] == [int, int]
     evaluate_config({**fixed, "seed": 4}, {})
     assert len(drawn) == 2
+
+
+# the capacity objective: each configuration's largest rate meeting the p99 SLOs
+CAPACITY_SPACE = {**FIXED, "requests": 200, "lengths": "fixed:256,64", "slo_ttft_s": 0.02,
+                  "slo_tpot_s": 0.004,
+                  "space": {"system": ["a100-80gb-x8", "h100-80gb-x8"], "replicas": [1, 2]}}
+
+
+@pytest.fixture(scope="module")
+def capacities(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capacity")
+    return search_configs(parse_space(CAPACITY_SPACE, "test"), objective="capacity",
+                          out=out), out
+
+
+def test_capacity_objective_rows_are_the_capacity_searches_of_their_configurations(capacities):
+    """Each row's capacity is what `sim serve --capacity` finds for that configuration (the
+    same search, `capacity_command`), per $ is capacity x 3600 / $ per hour, and the rows
+    rank by it, best first."""
+    from krakenlm.serving.command import ServeOptions, capacity_command
+
+    report, _ = capacities
+    assert report.objective == "capacity" and len(report.rows) == 4
+    for row in report.rows:
+        config = {"system": row["cfg_system"], "replicas": row["cfg_replicas"]}
+        options = ServeOptions(**{k: v for k, v in CAPACITY_SPACE.items() if k != "space"},
+                               **config)
+        expected = capacity_command(options, 99)
+        assert row["error"] == ""
+        assert row["capacity_requests_per_s"] == expected.rate_per_s
+        assert row["capacity_requests_per_usd"] == pytest.approx(
+            row["capacity_requests_per_s"] * 3600 / row["usd_per_hour"], rel=1e-12)
+        assert row["capacity_requests_per_s_per_gpu"] == pytest.approx(
+            row["capacity_requests_per_s"] / row["devices"], rel=1e-12)
+        # the figures beside it are the replay's at the capacity, which meets the SLOs
+        assert row["p99_ttft_s"] <= 0.02 and row["p99_tpot_s"] <= 0.004
+    per_usd = [r["capacity_requests_per_usd"] for r in report.rows]
+    assert per_usd == sorted(per_usd, reverse=True)
+    # two replicas serve more than one on the same system
+    by = {(r["cfg_system"], r["cfg_replicas"]): r["capacity_requests_per_s"] for r in report.rows}
+    for system in ("a100-80gb-x8", "h100-80gb-x8"):
+        assert by[(system, 2)] > by[(system, 1)]
+
+
+def test_capacity_objective_files_and_json(capacities):
+    report, out = capacities
+    rows = list(csv.DictReader((out / "configs.csv").read_text().splitlines()))
+    assert {"capacity_requests_per_s", "capacity_requests_per_usd"} <= set(rows[0])
+    assert [r["key"] for r in rows] == [r["key"] for r in report.rows]
+    data = report.to_json()
+    assert data["objective"] == "capacity" and data["slo_percentile"] == 99
+    best = report.best
+    assert report.front and max(r["capacity_requests_per_s"] for r in report.front) == max(
+        r["capacity_requests_per_s"] for r in report.rows)
+    assert best["key"] in {r["key"] for r in report.front}
+
+
+def test_capacity_objective_needs_an_slo_and_a_known_percentile():
+    space = parse_space({k: v for k, v in CAPACITY_SPACE.items()
+                         if k not in ("slo_ttft_s", "slo_tpot_s")}, "test")
+    with pytest.raises(Exception, match="^--objective capacity needs an SLO: give slo_ttft_s"):
+        search_configs(space, objective="capacity")
+    with pytest.raises(Exception, match="^--slo-percentile 42 is not one of 50, 90, 95, 99"):
+        search_configs(parse_space(CAPACITY_SPACE, "test"), objective="capacity", percentile=42)
+    with pytest.raises(Exception, match="^--objective 'latency' is not one of goodput, capacity"):
+        search_configs(space, objective="latency")
+
+
+def test_a_configuration_whose_slos_no_rate_meets_ranks_last_with_its_error():
+    fixed = {**FIXED, "slo_ttft_s": 1e-6, "slo_tpot_s": None}
+    row = evaluate_config({**fixed, "system": "a100-80gb-x8"}, {}, objective="capacity")
+    assert row["error"] and row["capacity_requests_per_s"] is None

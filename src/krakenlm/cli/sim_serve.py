@@ -117,14 +117,18 @@ def serve_search_cmd(
     address: str = typer.Option(None, "--address", help="Dask scheduler address (default: a local cluster)."),
     chunk: int = typer.Option(1, "--chunk", help="Configurations per unit of work sent to a worker."),
     top: int = typer.Option(10, "--top", help="Configurations to print."),
-    out: str = typer.Option(None, "--out", help="Directory for configs.csv (every configuration), front.csv (goodput against $/hour) and search.png."),
+    out: str = typer.Option(None, "--out", help="Directory for configs.csv (every configuration), front.csv (goodput or capacity against $/hour) and search.png."),
+    objective: str = typer.Option("goodput", "--objective", help="goodput: replay each configuration at the space's rate, rank by goodput per $; capacity: search each configuration's capacity under the SLOs (as sim serve --capacity, ~10 replays each), rank by capacity per $."),
+    slo_percentile: int = typer.Option(99, "--slo-percentile", help="With --objective capacity: the percentile the SLOs bound (50, 90, 95 or 99)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Replay a trace on every configuration of a space (TP x replicas x chunk x max_num_seqs x
-    GPU x architecture) and rank them by goodput per $. docs/serving.md."""
+    GPU x architecture) and rank them by goodput per $, or by capacity under the SLOs per $.
+    docs/serving.md."""
     from ..serving.config_search import load_space
     from ..studies.serving_search import search_configs
 
     print_report(search_configs(load_space(space), processes=processes, backend=backend,
                                 address=address, chunk=chunk, top=top, out=out,
-                                progress=sys.stderr.isatty()), as_json)
+                                progress=sys.stderr.isatty(), objective=objective,
+                                percentile=slo_percentile), as_json)

@@ -1,8 +1,12 @@
 """One serving configuration, evaluated: the replay of a trace (`command.serve_command`) with
 a configuration's TP, replicas, token budget per step (the prefill chunk), max_num_seqs,
 system, architecture and KV cache dtype, reduced to a row with its goodput, its $ per hour and goodput per $
-and per GPU. Also the search-space file: the fixed `sim serve` options plus a list of values
-per searched option. The search itself runs the rows through design's runner
+and per GPU. With the objective "capacity" the configuration's capacity under the SLOs is
+searched instead (`command.capacity_command`, as `sim serve --capacity`: the largest rate
+scale of the trace whose percentile TTFT and TPOT meet them, to 1 %), and the row carries that
+capacity, its requests per $ and per GPU, and the figures of the replay at the capacity. Also
+the search-space file: the fixed `sim serve` options plus a list of values per searched
+option. The search itself runs the rows through design's runner
 (studies/serving_search.py)."""
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KrakenError
-from .command import ServeOptions, serve_command
+from .command import ServeOptions, capacity_command, serve_command
 from .kv_cache import KV_CACHE_DTYPES
 
 # the options a space may search, with the type of their values
@@ -23,6 +27,17 @@ SEARCHED = {"tp": int, "replicas": int, "max_num_batched_tokens": int, "max_num_
 ROW_FIELDS = ("key", "devices", "goodput_requests_per_s", "attainment", "usd_per_hour",
               "goodput_requests_per_usd", "goodput_requests_per_s_per_gpu",
               "output_tokens_per_s", "p99_ttft_s", "p99_tpot_s", "overloaded", "error")
+# what a configuration is ranked by: its goodput at the space's offered rate, or its capacity
+# under the SLOs (the largest rate meeting them)
+OBJECTIVES = ("goodput", "capacity")
+CAPACITY_FIELDS = ("capacity_requests_per_s", "capacity_requests_per_usd",
+                   "capacity_requests_per_s_per_gpu")
+
+
+def row_fields(objective: str = "goodput") -> tuple[str, ...]:
+    """The figures of a row: ROW_FIELDS, and CAPACITY_FIELDS for the capacity objective (whose
+    goodput, percentiles and attainment are then the replay's at the capacity)."""
+    return ROW_FIELDS + CAPACITY_FIELDS if objective == "capacity" else ROW_FIELDS
 
 
 class ConfigSpaceError(KrakenError, ValueError):
@@ -142,16 +157,24 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def evaluate_config(fixed: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def evaluate_config(fixed: dict[str, Any], config: dict[str, Any], objective: str = "goodput",
+                    percentile: int = 99) -> dict[str, Any]:
     """One replay of `fixed` with `config`'s options: its goodput (requests/s meeting the
     SLOs), $ per hour of its GPUs (the report's amortised cost), goodput per $ and per GPU.
-    A configuration that cannot run (does not fit, a TP the model cannot split) is a row
+    With `objective` "capacity", the capacity search of that configuration (its `percentile`
+    TTFT and TPOT within the SLOs): the capacity in requests/s, per $ (capacity x 3600 / $ per
+    hour) and per GPU, and the other figures from the replay at the capacity. A configuration
+    that cannot run (does not fit, a TP the model cannot split, SLOs no rate meets) is a row
     with its `error` and no figures, so that a search goes on."""
     options = ServeOptions(**{**fixed, **config})
     row: dict[str, Any] = {f"cfg_{k}": v for k, v in config.items()}
-    row.update({k: None for k in ROW_FIELDS}, key=config_key(config), error="")
+    row.update({k: None for k in row_fields(objective)}, key=config_key(config), error="")
     try:
-        report = serve_command(options)
+        if objective == "capacity":
+            capacity = capacity_command(options, percentile)
+            report = capacity.report
+        else:
+            report = serve_command(options)
     except KrakenError as exc:
         row["error"] = str(exc)
         return row
@@ -166,9 +189,17 @@ def evaluate_config(fixed: dict[str, Any], config: dict[str, Any]) -> dict[str, 
                output_tokens_per_s=s["throughput"]["output_tokens_per_s"],
                p99_ttft_s=s["ttft_s"]["p99"], p99_tpot_s=s["tpot_s"].get("p99"),
                overloaded=bool(s["overloaded"]))
+    if objective == "capacity":
+        rate = capacity.rate_per_s
+        row.update(capacity_requests_per_s=rate,
+                   capacity_requests_per_usd=rate * 3600 / usd_per_hour if usd_per_hour
+                   else None,
+                   capacity_requests_per_s_per_gpu=rate / devices)
     return row
 
 
-def evaluate_configs(fixed: dict[str, Any], configs: list[dict[str, Any]]) -> list[dict]:
-    """A worker's unit of work for design's runner (module level, picklable arguments)."""
-    return [evaluate_config(fixed, c) for c in configs]
+def evaluate_configs(fixed: dict[str, Any], objective: str, percentile: int,
+                     configs: list[dict[str, Any]]) -> list[dict]:
+    """A worker's unit of work for design's runner (module level, picklable arguments; the
+    runner passes the chunk of configurations last)."""
+    return [evaluate_config(fixed, c, objective, percentile) for c in configs]
