@@ -214,7 +214,8 @@ def forward_counts(layers: int, era: str, batch: int = 1) -> dict[str, Counter]:
     out: dict[str, Counter] = {"prefill parts": Counter(), "decode parts": Counter()}
     handles = _tag_layer_parts(model.model.layers, model.model.norm, LAYER_PART,
                                norms=("input_layernorm", "post_attention_layernorm"),
-                               mlp="mlp", attention="self_attn")
+                               mlp="mlp", attention="self_attn",
+                               embedding=model.model.embed_tokens, lm_head=model.lm_head)
     try:
         with torch.no_grad():
             cache = DynamicCache(config=model.config)
@@ -266,7 +267,11 @@ def issued_fields(one: dict[str, Counter], two: dict[str, Counter]) -> dict[str,
     `IssuedKernels`) from the part counts of a 1- and a 2-layer model: per layer = count(2
     layers) - count(1 layer) of each part. A layer's two RMSNorms share "norm", its attention
     block without RoPE is "other", the gated MLP "activation"; the two residual adds
-    ("residual") are the graph's own operators, one kernel each, and checked to be so."""
+    ("residual") are the graph's own operators, one kernel each, and checked to be so, as are
+    the final norm (an RMSNorm like the layers'), the embedding gather and the LM head, the
+    graph's operators outside the layers. `outside_layers_<phase>` is the rest of the forward
+    outside the layers ("outside": mask and position bookkeeping), to which a decode step adds
+    its own loop (`generate_step_outside_model`, the sampling step)."""
     fields: dict[str, int] = {}
     for phase in ("prefill", "decode"):
         part = Counter(two[f"{phase} parts"])
@@ -275,6 +280,10 @@ def issued_fields(one: dict[str, Counter], two: dict[str, Counter]) -> dict[str,
             raise RuntimeError(f"unexpected {phase} layer parts: {dict(part)}")
         fields.update({"rmsnorm": part["norm"] // 2, "rope": part["rope"],
                        f"attention_{phase}": part["other"], "gated_mlp": part["activation"]})
+        head = one[f"{phase} parts"]
+        if (head["final_norm"], head["embedding"], head["lm_head"]) != (fields["rmsnorm"], 1, 1):
+            raise RuntimeError(f"unexpected {phase} parts outside the layers: {dict(head)}")
+        fields[f"outside_layers_{phase}"] = head["outside"]
     return fields
 
 
@@ -286,10 +295,11 @@ def measure(era: str, batch: int = 1) -> dict[str, int]:
     for phase in ("prefill", "decode"):
         per_layer = sum(two[phase].values()) - sum(one[phase].values())
         result[f"layer_{phase}"] = per_layer
-        result[f"outside_layers_{phase}"] = sum(one[phase].values()) - per_layer
+        result[f"forward_outside_layers_{phase}"] = sum(one[phase].values()) - per_layer
     step = sum(generate_step_counts(era, batch).values())
     result["generate_step"] = step
     result["generate_step_outside_model"] = step - sum(one["decode"].values())
+    result["outside_layers_decode"] += result["generate_step_outside_model"]
     return result
 
 
@@ -333,18 +343,25 @@ def _is_elementwise(func: Any, args: tuple) -> bool:
 
 
 def _tag_layer_parts(layers, final_norm, state: dict, *, norms: tuple[str, str], mlp: str,
-                     attention: str) -> list:
+                     attention: str, embedding=None, lm_head=None) -> list:
     """Hooks that set state["kind"] to the layer part running: the RMSNorms (attributes `norms`
     of each layer) "norm", the MLP (`mlp`: SiLU and the gate x up product; its GEMMs are not
     counted) "activation", the attention (`attention`) "other" (an era's RoPE sets "rope"
-    itself), the rest of the decoder layer (the residual adds) "residual", and from the final
-    norm on "outside". Attribute names: transformers' Llama or gpt-fast's Transformer."""
+    itself), the rest of the decoder layer (the residual adds) "residual", the final norm
+    "final_norm", the `embedding` and `lm_head` modules (when given) their names, and the rest
+    of the step (masks, positions, sampling) "outside". Attribute names: transformers' Llama or
+    gpt-fast's Transformer."""
     handles = []
 
     def setter(kind):
         def hook(*_):
             state["kind"] = kind
         return hook
+
+    for module, kind in ((embedding, "embedding"), (lm_head, "lm_head")):
+        if module is not None:
+            handles.append(module.register_forward_pre_hook(setter(kind)))
+            handles.append(module.register_forward_hook(setter("outside")))
 
     for layer in layers:
         handles.append(layer.register_forward_pre_hook(setter("residual")))
@@ -354,7 +371,8 @@ def _tag_layer_parts(layers, final_norm, state: dict, *, norms: tuple[str, str],
         for name, kind in ((mlp, "activation"), (attention, "other")):
             handles.append(getattr(layer, name).register_forward_pre_hook(setter(kind)))
             handles.append(getattr(layer, name).register_forward_hook(setter("residual")))
-    handles.append(final_norm.register_forward_pre_hook(setter("outside")))
+    handles.append(final_norm.register_forward_pre_hook(setter("final_norm")))
+    handles.append(final_norm.register_forward_hook(setter("outside")))
     return handles
 
 
@@ -583,7 +601,8 @@ def _tag_gpt_fast_parts(module, model) -> tuple[list, Callable]:
 
     handles = _tag_layer_parts(model.layers, model.norm, LAYER_PART,
                                norms=("attention_norm", "ffn_norm"), mlp="feed_forward",
-                               attention="attention")
+                               attention="attention", embedding=model.tok_embeddings,
+                               lm_head=model.output)
     module.apply_rotary_emb = tagged_rope
     return handles, rope
 
@@ -618,9 +637,11 @@ def gpt_fast_counts(model_py: str) -> dict[str, Any]:
     for phase in ("prefill", "decode"):
         per_layer = sum(two[phase].values()) - sum(one[phase].values())
         result[f"layer_{phase}"] = per_layer
-        result[f"outside_layers_{phase}"] = sum(one[phase].values()) - per_layer
+        result[f"forward_outside_layers_{phase}"] = sum(one[phase].values()) - per_layer
     result["sampling_step"] = sum(one["sampling"].values())
     result["outside_layers_decode"] += result["sampling_step"]
+    # a decode token: the layers, the embedding gather, final norm and LM head (the graph's
+    # operators outside the layers) and the rest of the step
     result["upcast_math_sdpa_layer_decode"] = upcast
     layer = Counter(two["decode"])
     layer.subtract(one["decode"])
@@ -674,7 +695,7 @@ def main() -> None:
         print(f"  per layer (batch 1): {one['layer_prefill']} prefill, {one['layer_decode']} "
               f"decode; issued_kernels: {_fields_line(one)}, outside_layers_prefill "
               f"{one['outside_layers_prefill']}, outside_layers_decode "
-              f"{one['generate_step'] - one['layer_decode']}")
+              f"{one['outside_layers_decode']} (besides the embedding, final norm and LM head)")
         print("  decode layer by op: " + ", ".join(
             f"{k} {v}" for k, v in report[era]["decode layer, by op"].items()))
 
@@ -692,7 +713,9 @@ def gpt_fast_main(model_py: str, as_json: bool) -> None:
     counts = gpt_fast_counts(model_py)
     import torch
 
-    per_token = GPT_FAST_7B_LAYERS * counts["layer_decode"] + counts["outside_layers_decode"]
+    # one 7B token: 32 layers, the forward outside them and the sampling step
+    per_token = (GPT_FAST_7B_LAYERS * counts["layer_decode"]
+                 + counts["forward_outside_layers_decode"] + counts["sampling_step"])
     counts["torch"] = torch.__version__
     counts["kernels per 7B decode token"] = per_token
     if as_json:
@@ -703,7 +726,8 @@ def gpt_fast_main(model_py: str, as_json: bool) -> None:
     print(f"  per layer: {counts['layer_prefill']} prefill, {counts['layer_decode']} decode; "
           f"issued_kernels: {_fields_line(counts)}, outside_layers_prefill "
           f"{counts['outside_layers_prefill']}, outside_layers_decode "
-          f"{counts['outside_layers_decode']} (of which sampling {counts['sampling_step']})")
+          f"{counts['outside_layers_decode']} (of which sampling {counts['sampling_step']}; "
+          "besides the embedding, final norm and LM head)")
     print(f"  decode layer with the installed math SDPA's default fp32 upcast: "
           f"{counts['upcast_math_sdpa_layer_decode']}")
     print("  decode layer by op: " + ", ".join(
@@ -711,7 +735,8 @@ def gpt_fast_main(model_py: str, as_json: bool) -> None:
     print("  sampling step by op: " + ", ".join(
         f"{k} {v}" for k, v in counts["sampling step, by op"].items()))
     print(f"  per 7B decode token: {GPT_FAST_7B_LAYERS} x {counts['layer_decode']} + "
-          f"{counts['outside_layers_decode']} = {per_token} kernels; the blog's eager 39.2 ms "
+          f"{counts['forward_outside_layers_decode']} + {counts['sampling_step']} = {per_token} "
+          "kernels; the blog's eager 39.2 ms "
           f"per token / {per_token} = {39.2e-3 / per_token * 1e6:.2f} us per kernel")
 
 

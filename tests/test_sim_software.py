@@ -536,10 +536,11 @@ def test_transformers_decode_copies_the_whole_kv_cache_to_append_a_token():
 def test_transformers_decode_step_is_bound_by_the_kernels_it_issues():
     """Engine era: Hugging Face transformers' eager Llama issues every elementwise step of its
     RMSNorms and RoPE as a kernel (measurements/harness.py EAGER_OP_ENGINES, counted by
-    benchmarks/hf_eager_op_count.py): 42 per layer and 44 outside the layers per decode step.
-    At batch 1 each layer's GPU time is below 42 x 21.6 us, so the step is host-bound at the
-    counted kernels x the profile's host.per_kernel_s (the graph's 12 operators gave 8.5 ms
-    for Llama-2-7B). Every other framework keeps the profile's counts (gpt-fast's)."""
+    benchmarks/hf_eager_op_count.py): 42 per layer and 44 outside the layers per decode step
+    (the embedding gather 1, final RMSNorm 8, LM head 1 and 34 besides them). At batch 1 every
+    graph's GPU time is below its kernels x 21.6 us, so the step is host-bound at the counted
+    kernels x the profile's host.per_kernel_s (the graph's 12 operators gave 8.5 ms for
+    Llama-2-7B). Every other framework keeps the profile's counts (gpt-fast's)."""
     from krakenlm.simulator.measurements.harness import EAGER_OP_ENGINES, engine_era
     from krakenlm.simulator.run import issued_kernels
 
@@ -555,17 +556,17 @@ def test_transformers_decode_step_is_bound_by_the_kernels_it_issues():
         for g in model_graphs(cfg, 1, 1, q_len, 257, phase, 2):
             assert issued_kernels(g, graph_count, phase) == len(g.ops)
 
-    layer = {phase: issued_kernels(model_graphs(cfg, 1, 1, q_len, 257, phase, 2)[1], hf, phase)
-             for phase, q_len in (("prefill", 256), ("decode", 1))}
-    assert layer == {"prefill": 40, "decode": 42}  # the script's per-layer totals
+    issued = {phase: [issued_kernels(g, hf, phase)
+                      for g in model_graphs(cfg, 1, 1, q_len, 257, phase, 2)]
+              for phase, q_len in (("prefill", 256), ("decode", 1))}
+    # embedding, layer, head: the script's per-layer totals, and 16 / 44 outside the layers
+    assert issued == {"prefill": [1, 40, 6 + 9], "decode": [1, 42, 34 + 9]}
 
     per_kernel = eager.host.per_kernel_s
     run = {"check_memory": False, "check_context": False}
     era = simulate(cfg, A100, 1, 1, 256, 3, software=hf, **run)
-    host_s = (cfg.n_layers * layer["decode"] + counts.outside_layers_decode) * per_kernel
-    embedding_s = era.decode.ops["embedding"]["time_s"] / 2  # the one graph left to the GPU
-    assert era.tpot_s == pytest.approx(host_s + embedding_s, rel=1e-9)
-    assert embedding_s < 0.01 * host_s
+    kernels = 1 + cfg.n_layers * 42 + 43
+    assert era.tpot_s == pytest.approx(kernels * per_kernel, rel=1e-9)
     old = simulate(cfg, A100, 1, 1, 256, 3, software=graph_count, **run)
     assert old.tpot_s < 0.4 * era.tpot_s
     # the host-constant fit re-times a result from its graphs: the counts travel with them
@@ -620,7 +621,9 @@ def test_eager_kernels_are_counted_part_by_part_for_every_block():
     counted 51 / 56 and a block built of other parts what its parts issue: a GPT-2 block's
     LayerNorm and GELU are one kernel each (native_layer_norm, gelu), its MLP three GEMM /
     activation kernels, and each all-reduce of a TP > 1 layer one. Kraken's layer adds its
-    one all-reduce and the add of the reduced outputs; the parallel block has one norm."""
+    one all-reduce and the add of the reduced outputs; the parallel block has one norm. The
+    graphs outside the layers count their operators by the same rule, and the head adds the
+    step's kernels that are no graph operator (`outside_layers_*`)."""
     from krakenlm.simulator.run import _graph_options, issued_kernels
 
     eager = load_software("eager")
@@ -646,6 +649,15 @@ def test_eager_kernels_are_counted_part_by_part_for_every_block():
                                  ffn_dim=4096)
     assert layer(kraken, 4, "decode") == 22  # layer 1: no communication
     assert layer(kraken, 4, "decode", index=2) == 24  # all-reduce, add of the reduced outputs
+    # outside the layers, the graph's operators by the same rule and the rest of the step (15):
+    # gpt-fast's Llama 1 + 8 + 1 + 15 = 25, a GPT-2 block's model (learned positions, LayerNorm)
+    # embedding gather and position add 2, final LayerNorm and LM head 2, and its all-gather of
+    # the logits at TP > 1
+    for cfg, tp, expected in ((llama, 1, (1, 8 + 1 + 15)), (gpt, 1, (2, 2 + 15)),
+                              (gpt, 4, (2, 3 + 15))):
+        graphs = model_graphs(cfg, tp, 1, 1, 64, "decode", 2, options=options)
+        assert (issued_kernels(graphs[0], eager, "decode"),
+                issued_kernels(graphs[-1], eager, "decode")) == expected
     # with no counts set every operator is one kernel: the graph's count
     plain = dataclasses.replace(eager, issued_kernels=IssuedKernels())
     graphs = model_graphs(gpt, 4, 1, 1, 64, "decode", 2, options=options)
@@ -656,17 +668,20 @@ def test_eager_profile_reproduces_gpt_fasts_eager_llama_7b_token_on_a100():
     """The `eager` profile's host.per_kernel_s is the PyTorch blog's eager LLaMA-7B token on an
     A100 (25.5 tok/s: 39.22 ms) divided by the kernels gpt-fast's eager decode step issues
     (benchmarks/hf_eager_op_count.py --gpt-fast-model-py, gpt-fast@87041526: 56 per layer, 25
-    outside), so batch-1 decode of a 7B Llama (32 layers) gives that 39.2 ms back: every graph
-    is host-bound (GPU time per layer < 56 x 21.6 us) but the embedding's GPU time (under
-    0.1 %). The former 30 us with the graph's 12 operators per layer gave 11.7 ms."""
-    from krakenlm.simulator.run import issued_kernels
+    outside: the embedding gather 1, final RMSNorm 8, LM head 1 and 15 besides them), so
+    batch-1 decode of a 7B Llama (32 layers) gives that 39.2 ms back: every graph is
+    host-bound (its GPU time < its kernels x 21.6 us). The former 30 us with the graph's 12
+    operators per layer gave 11.7 ms."""
+    from krakenlm.simulator.run import _graph_options, issued_kernels
 
     eager = load_software("eager")
     blog_token_s = 1 / 25.5
-    counts = eager.issued_kernels
     cfg = get_preset("llama2-7b")
-    layer = issued_kernels(model_graphs(cfg, 1, 1, 1, 129, "decode", 2)[1], eager, "decode")
-    kernels = cfg.n_layers * layer + counts.outside_layers_decode
+    graphs = model_graphs(cfg, 1, 1, 1, 129, "decode", 2,
+                          options=_graph_options(eager, "fused", "gpu"))
+    issued = [issued_kernels(g, eager, "decode") for g in graphs]
+    assert issued == [1, 56, 8 + 1 + 15]
+    kernels = issued[0] + cfg.n_layers * issued[1] + issued[2]
     assert (cfg.n_layers, kernels) == (32, 1817)
     assert eager.host.per_kernel_s == pytest.approx(blog_token_s / kernels, rel=1e-3)
     result = simulate(cfg, A100, 1, 1, 128, 129, software=eager, check_memory=False,

@@ -43,7 +43,6 @@ from .constants.gpu_kernels import DeviceCalibration
 from .constants.software import Host, SoftwareProfile, load_software
 from .constants.template import Calibration, default_calibration
 from .graph import (
-    EMBEDDING_GRAPH,
     HEAD_GRAPH,
     Graph,
     GraphOptions,
@@ -249,18 +248,17 @@ class _Scheduler:
 
 
 def issued_kernels(g: Graph, software: SoftwareProfile, phase: str) -> int:
-    """Kernels the host issues for graph `g` of a `phase` ("prefill" or "decode") step: the
-    graph's operators, or where the profile's `issued_kernels` counts are set (an eager stack
-    issues each elementwise step of its norms and RoPE as its own kernel) a layer's parts as
-    counted (`layer_kernels`), and `outside_layers_<phase>` for everything else of the step,
-    charged to the head graph (the embedding graph then issues none of its own)."""
+    """Kernels the host issues for graph `g` of a `phase` ("prefill" or "decode") step: its
+    operators, part by part where the profile's `issued_kernels` counts are set (an eager stack
+    issues each elementwise step of its norms and RoPE as its own kernel: `graph_kernels`),
+    and for the head graph also `outside_layers_<phase>`, the step's kernels that are no
+    operator of any graph (mask and position bookkeeping, a decode step's sampling)."""
     counts = software.issued_kernels
-    outside = counts.outside_layers_prefill if phase == "prefill" else counts.outside_layers_decode
+    kernels = graph_kernels(g.ops, counts, phase)
     if g.name == HEAD_GRAPH:
-        return outside or len(g.ops)
-    if g.name == EMBEDDING_GRAPH:
-        return 0 if outside else len(g.ops)
-    return layer_kernels(g.ops, counts, phase)
+        kernels += counts.outside_layers_prefill if phase == "prefill" \
+            else counts.outside_layers_decode
+    return kernels
 
 
 # a layer's attention block besides its "attention"-category operators (RoPE apart): the
@@ -269,15 +267,15 @@ ATTENTION_PROJECTIONS = ("qkv", "out_proj")
 GATED_MLP_OPS = ("ffn_up", "activation", "ffn_down")
 
 
-def layer_kernels(ops: list, counts, phase: str) -> int:
-    """Kernels a layer's operators issue, part by part (`IssuedKernels`): each RMSNorm
+def graph_kernels(ops: list, counts, phase: str) -> int:
+    """Kernels a graph's operators issue, part by part (`IssuedKernels`): each RMSNorm
     `rmsnorm`, RoPE `rope`, each attention block (one per "qkv" projection: the projections,
     the cache write or concatenation, attention, the output projection) `attention_<phase>`,
     each gated MLP (one per SwiGLU: up projections, SiLU and product, down projection)
     `gated_mlp`, and every other operator one. With every count 0 it is the graph's operator
     count. E.g. gpt-fast's Llama decode layer at TP 1: 2 x 8 + 18 + 15 + 5 + 2 residual adds =
-    56; a GPT-2 block in the same stack (LayerNorm, GELU: one kernel each): 1 + 15 + 1 + 3 + 1
-    = 21."""
+    56; a GPT-2 block in the same stack (LayerNorm, GELU: one kernel each): 1 + 15 + 1 + 1 +
+    3 + 1 = 22; the head of a Llama: final RMSNorm 8 + LM head 1."""
     attention = counts.attention_prefill if phase == "prefill" else counts.attention_decode
     kinds = [op.args[0] if op.model == "stream" else "" for op in ops]
     swiglus = kinds.count("swiglu") if counts.gated_mlp else 0

@@ -166,11 +166,12 @@ class IssuedKernels:
     `issued_kernels`): each RMSNorm issues `rmsnorm`, the RoPE of q and k `rope`, the attention
     block (its projections, cache write or concatenation, attention and output projection,
     RoPE apart) `attention_<phase>`, a gated MLP (its GEMMs, SiLU and product) `gated_mlp`;
-    every other operator of the graph (a LayerNorm, GELU, a residual add, an all-reduce) one.
-    `outside_layers_*` is everything else of a forward pass or decode step (embedding, masks
-    and positions, final norm, LM head and, for a decode step, the generate loop's logits
-    processing, token choice and stopping checks), charged to the head graph. 0: the graph's
-    own operators. Measured, not fitted (benchmarks/hf_eager_op_count.py, by layer part): the
+    every other operator of a graph (a LayerNorm, GELU, a residual add, an all-reduce, the
+    embedding gather, the LM head) one; the graphs outside the layers by the same rule.
+    `outside_layers_*` is what a forward pass or decode step issues besides every graph's
+    operators (mask and position bookkeeping and, for a decode step, the generate loop's
+    logits processing, token choice and stopping checks), charged to the head graph. 0: the
+    graph's own operators. Measured, not fitted (benchmarks/hf_eager_op_count.py, by layer part): the
     `eager` profile sets gpt-fast's counts, and an engine era sets transformers' in their
     place (measurements/harness.py `engine_era`)."""
     rmsnorm: int = 0

@@ -205,11 +205,12 @@ CONCAT_KV_ENGINES = frozenset({"hf"})
 # (cos[position_ids], sin[position_ids], and for q and k: mul, neg, cat, mul, add) + the
 # attention block 7 (q, k, v and o projections, 2 torch.cat of the past K and V, SDPA) + the
 # gated MLP 5 (gate, up, SiLU, the gate x up mul, down) + 2 residual adds; 40 per prefill
-# forward (attention 5: no past to concatenate). Outside the layers: 16 per forward (embedding, mask and position bookkeeping,
-# final RMSNorm, LM head) and 44 per decode step (17 of the model's forward + 27 of generate's
-# loop: logits processing, argmax, stopping checks, cache and mask bookkeeping), counted with
-# the installed transformers 5.24, whose model-level and generate code differ in detail from
-# 4.35's. Above batch 1 the layer adds one op (torch.max of the mask): not modelled (2 %).
+# forward (attention 5: no past to concatenate). Outside the layers: 16 per forward (the
+# embedding gather, final RMSNorm 8 and LM head, the graph's operators, and 6 of mask and
+# position bookkeeping: `outside_layers_prefill`) and 44 per decode step (17 of the model's
+# forward + 27 of generate's loop: logits processing, argmax, stopping checks, cache and mask
+# bookkeeping; 34 besides the graph's operators), counted with the installed transformers
+# 5.24, whose model-level and generate code differ in detail from 4.35's. Above batch 1 the layer adds one op (torch.max of the mask): not modelled (2 %).
 # The bytes those unfused kernels move (graph.py `eager_elementwise`), counted by the same rule
 # (`--elementwise-bytes`: each kernel's input + output tensors' nbytes, views excluded), per
 # element of the graph's op and exact on four tiny configs: RMSNorm 36 per hidden element per
@@ -221,7 +222,7 @@ CONCAT_KV_ENGINES = frozenset({"hf"})
 # statistics (48 bytes per token) and weight reads, the mask's torch.max (0.2 % at batch 64).
 EAGER_OP_ENGINES = {"hf": IssuedKernels(rmsnorm=8, rope=12, attention_prefill=5,
                                         attention_decode=7, gated_mlp=5,
-                                        outside_layers_prefill=16, outside_layers_decode=44,
+                                        outside_layers_prefill=6, outside_layers_decode=34,
                                         rmsnorm_bytes_per_element=36.0,
                                         rope_bytes_per_element=20.0,
                                         swiglu_bytes_per_element=10.0)}
