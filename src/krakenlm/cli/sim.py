@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..errors import KrakenError
-from . import app
+from . import app, imported_for_good
 from ._console import print_report, stderr_console
 
 sim_app = typer.Typer(help="Hardware simulator: predict LLM inference latency, memory and cost.",
@@ -118,6 +118,7 @@ def run(
     per device."""
     from ..simulator.report import run_report
 
+    imported_for_good()
     print_report(run_report(system, model, tp, batch, prompt, gen, arch=arch,
                             kraken_rule=kraken_rule, mode=mode, software=software, dtype=dtype,
                             attention=attention, check_memory=not skip_memory_check,
