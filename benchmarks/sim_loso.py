@@ -7,7 +7,8 @@ intervals on sources nobody fitted.
 Writes the per-row CSV, the slice tables as Markdown (source, TP, batch band, device, phase:
 MAPE and mean signed error with the constants refitted without the row's source, beside the
 shipped constants) and a PNG of the signed error per slice. `--install-residuals` also writes
-the residual table the query's intervals read (simulator/constants/model_residuals.csv).
+the residual table the query's intervals read (simulator/constants/model_residuals.csv) and
+the bands worked out from it (model_residual_bands.json beside it, `uncertainty.shipped_bands`).
 The same numbers: `krakenlm sim validate --level models --loso`.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from krakenlm.fileio import write_text_atomically
 from krakenlm.simulator.calibration.loso import SLICES, coverage, validate_loso, write_residuals
-from krakenlm.simulator.uncertainty import residuals_path
+from krakenlm.simulator.uncertainty import residuals_path, write_shipped_bands
 
 
 def tables(report, cov) -> str:
@@ -97,6 +98,7 @@ def main() -> None:
     plot(report, Path(args.plot))
     if args.install_residuals:
         write_residuals(report, residuals_path())
+        write_shipped_bands(residuals_path())
     print(tables(report, cov))
 
 

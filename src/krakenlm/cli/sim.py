@@ -1,15 +1,17 @@
 """`krakenlm sim ...`: the hardware simulator's commands. Each parses its options, calls one
 function that returns a report and prints it (krakenlm.console); `sim knobs/explore/search`
-are in cli/sim_design.py."""
+are in cli/sim_design.py.
 
-from __future__ import annotations
+No `from __future__ import annotations` here: typer reads the invoked command's annotations,
+and as strings it compiles each one (typing.get_type_hints), about 6 M instructions of a cold
+`sim run`; evaluated when the module runs, they are names typer reads as they are."""
 
 from pathlib import Path
 
 import typer
 
 from ..errors import KrakenError
-from . import app
+from . import app, imported_for_good
 from ._console import print_report, stderr_console
 
 sim_app = typer.Typer(help="Hardware simulator: predict LLM inference latency, memory and cost.",
@@ -118,6 +120,7 @@ def run(
     per device."""
     from ..simulator.report import run_report
 
+    imported_for_good()
     print_report(run_report(system, model, tp, batch, prompt, gen, arch=arch,
                             kraken_rule=kraken_rule, mode=mode, software=software, dtype=dtype,
                             attention=attention, check_memory=not skip_memory_check,

@@ -75,7 +75,8 @@ def run_report(system: str, model: str, tp: int, batch: int, prompt: int, gen: i
     label = name if arch in (None, original.arch) else f"{name} as {arch}"
     report = RunReport(simulate(
         config, load_system(system), tp, batch, prompt, gen, mode, dtype=dtype,
-        attention=attention, calibration=load_calibration(calibration_path),
+        attention=attention,
+        calibration=None if calibration_path is None else load_calibration(calibration_path),
         gpu_calibration=None if gpu_calibration_path is None else load_file(gpu_calibration_path),
         software=software, check_memory=check_memory, check_context=check_context,
         model_name=label))

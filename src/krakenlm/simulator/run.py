@@ -41,7 +41,7 @@ from ..models import ModelConfig
 from .constants import gpu_kernels as gpu_store
 from .constants.gpu_kernels import DeviceCalibration
 from .constants.software import Host, SoftwareProfile, load_software
-from .constants.template import Calibration, default_calibration
+from .constants.template import Calibration
 from .graph import (
     HEAD_GRAPH,
     Graph,
@@ -594,8 +594,8 @@ class Simulator:
         self.system, self.profile, self.mode, self.dtype = system, profile, mode, dtype
         self.options = _graph_options(profile, attention, mode)
         gpu = _kernel_calibration(system, gpu_calibration, mode)
-        self.timer = OpTimer(system, profile, mode, dtype, calibration or default_calibration(),
-                             gpu)
+        # no calibration: the package's template constants, parsed if an operator needs them
+        self.timer = OpTimer(system, profile, mode, dtype, calibration, gpu)
         if mode == "tile":
             self.timer.software = _tile_software(profile)
         self.scheduler = _Scheduler(comm_core_share)

@@ -30,7 +30,7 @@ import numpy as np
 from ..hardware.schema import DTYPE_BYTES, System
 from .constants.gpu_kernels import DeviceCalibration, Entry
 from .constants.software import SoftwareProfile
-from .constants.template import Calibration
+from .constants.template import Calibration, default_calibration
 from .graph import OpSpec
 from .kernels.base import SERVING, Setting
 from .kernels.gpu.attention import context_kernel_dtype
@@ -58,10 +58,12 @@ class OpTimer:
     """Times operator specs on one system under one software profile; memoised per spec."""
 
     def __init__(self, system: System, software: SoftwareProfile, mode: str, dtype: str,
-                 template: Calibration, gpu: DeviceCalibration | None):
+                 template: Calibration | None, gpu: DeviceCalibration | None):
+        """`template`: the template models' constants; None for the package's, parsed when an
+        operator first needs them (`template`)."""
         self.system, self.dev = system, system.device
         self.software, self.mode, self.dtype = software, mode, dtype
-        self.template, self.gpu = template, gpu if mode == "simulate" else None
+        self._template_constants, self.gpu = template, gpu if mode == "simulate" else None
         self.cache: dict[OpSpec, TimedOp] = {}
         self.sources: dict[str, str] = {}
         self._rows: dict[tuple, tuple[float, str]] = {}  # template model, per row
@@ -69,6 +71,15 @@ class OpTimer:
         self._by_args: dict[tuple, tuple[float, str, float]] = {}  # `_timed_args`
         self._primed: dict[tuple, tuple] = {}  # `prime`: timed ahead, not yet asked for
         self._entries: dict[tuple, tuple[Entry, str] | None] = {}  # `entry`, per question
+
+    @property
+    def template(self) -> Calibration:
+        """The template models' constants: the ones given, else the package's
+        (`default_calibration`), parsed on first use: a query whose operators the GPU
+        calibration times all (the usual one on a calibrated GPU) never reads them."""
+        if self._template_constants is None:
+            self._template_constants = default_calibration()
+        return self._template_constants
 
     # ------------------------------------------------------------------------------ lookup
     def precision(self, operator: str) -> str:

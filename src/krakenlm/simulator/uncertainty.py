@@ -39,6 +39,11 @@ A query outside every validated case (a device class, a TP on that device, a bat
 longer than any measured one on that device) still gets the interval of its group, with a
 message saying what it extrapolates beyond: the interval is then not validated.
 
+The bands of the shipped table are stored beside it (`BANDS_FILE`, written by
+`write_shipped_bands` whenever the table is installed) with the table's checksum, so a query
+reads them instead of working them out again; a table they were not computed from is worked out
+as before (`shipped_bands`).
+
 This module reads only the table; it imports no calibration or validation code.
 """
 
@@ -46,8 +51,10 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import math
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -58,6 +65,7 @@ import numpy as np
 
 RESIDUALS_PACKAGE = "krakenlm.simulator.constants"
 RESIDUALS_FILE = "model_residuals.csv"
+BANDS_FILE = "model_residual_bands.json"  # `Bands.to_stored` of the table, beside it
 RESIDUAL_FIELDS = ("source", "model", "system", "device", "tp", "batch", "prompt", "output",
                    "phase", "log_ratio")
 LEVEL = 0.8
@@ -200,6 +208,31 @@ class Bands:
             bands.max_prompt[case.device] = max(bands.max_prompt.get(case.device, 0),
                                                 case.prompt)
         return bands
+
+    def to_stored(self) -> dict[str, Any]:
+        """Every field as JSON values (tuples and sets as lists; floats round-trip exactly)."""
+        return {
+            "between_source_var": self.between_source_var, "source_count": self.source_count,
+            "level_var": [[list(lv), var] for lv, var in self.level_var.items()],
+            "class_var": [[list(lv), device, var, sources]
+                          for (lv, device), (var, sources) in self.class_var.items()],
+            "groups": [[list(lv), list(key), low, high, n]
+                       for (lv, key), (low, high, n) in self.groups.items()],
+            "tps": {device: sorted(tps) for device, tps in self.tps.items()},
+            "max_batch": self.max_batch, "max_prompt": self.max_prompt}
+
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> Bands:
+        """The `Bands` that `to_stored` wrote `data` from."""
+        return cls(
+            groups={(tuple(lv), tuple(key)): (low, high, n)
+                    for lv, key, low, high, n in data["groups"]},
+            tps={device: set(tps) for device, tps in data["tps"].items()},
+            max_batch=dict(data["max_batch"]), max_prompt=dict(data["max_prompt"]),
+            between_source_var=data["between_source_var"], source_count=data["source_count"],
+            level_var={tuple(lv): var for lv, var in data["level_var"]},
+            class_var={(tuple(lv), device): (var, sources)
+                       for lv, device, var, sources in data["class_var"]})
 
     def band(self, case: Case) -> Band | None:
         """The interval of the most specific comparable group (None: no residuals at all).
@@ -358,13 +391,68 @@ def read_residuals(path: str | Path | None = None) -> list[tuple[Case, float, st
     return out
 
 
+def bands_path() -> Path:
+    return Path(str(resources.files(RESIDUALS_PACKAGE).joinpath(BANDS_FILE)))
+
+
 @functools.lru_cache(maxsize=1)
 def shipped_bands() -> Bands | None:
-    """The bands of the shipped residual table (None when the package has none)."""
+    """The bands of the shipped residual table (None when the package has none): the stored
+    ones (`BANDS_FILE`) when they were computed from this table at `LEVEL` (its CRC-32 and
+    length match), else `Bands.from_residuals` of the table."""
     path = residuals_path()
     if not path.is_file():
         return None
+    stored = stored_bands(path.read_bytes())
+    if stored is not None:
+        return stored
     return Bands.from_residuals(read_residuals(path))
+
+
+def stored_bands(table: bytes, path: str | Path | None = None) -> Bands | None:
+    """The bands stored at `path` (default `bands_path()`) if they were computed from the
+    residual table `table` (its bytes) at `LEVEL`, else None (no file, or another table)."""
+    path = Path(path or bands_path())
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("residuals") != _table_id(table) or data.get("level") != LEVEL:
+        return None
+    return Bands.from_stored(data["bands"])
+
+
+def write_shipped_bands(residuals: str | Path | None = None, out: str | Path | None = None
+                        ) -> Path:
+    """Work out the bands of the residual table `residuals` (default: the shipped one) and
+    store them at `out` (default `bands_path()`) with the table's checksum, for
+    `shipped_bands`; run whenever the table is installed (benchmarks/sim_loso.py
+    --install-residuals)."""
+    from ..fileio import write_text_atomically
+
+    residuals = Path(residuals or residuals_path())
+    bands = Bands.from_residuals(read_residuals(residuals))
+    stored = {"about": f"Bands.to_stored() of {RESIDUALS_FILE} at the level below, written by "
+                       "krakenlm.simulator.uncertainty.write_shipped_bands",
+              "residuals": _table_id(residuals.read_bytes()), "level": LEVEL,
+              "bands": bands.to_stored()}
+    return write_text_atomically(out or bands_path(), _json_rows(stored) + "\n")
+
+
+def _table_id(table: bytes) -> dict[str, int]:
+    """What identifies a residual table's contents: its length and CRC-32 (zlib)."""
+    return {"bytes": len(table), "crc32": zlib.crc32(table)}
+
+
+def _json_rows(value: Any, indent: str = "") -> str:
+    """JSON with every mapping entry and list item on its own line down to lists of scalars
+    and lists (a stored group or variance: one line each)."""
+    inner = indent + " "
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k)}: {_json_rows(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        return "[\n" + ",\n".join(inner + json.dumps(v) for v in value) + f"\n{indent}]"
+    return json.dumps(value)
 
 
 def prediction_interval(device_name: str, tp: int, batch: int, prompt: int,

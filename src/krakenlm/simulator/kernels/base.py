@@ -20,6 +20,7 @@ runs: SERVING (a layer of a served model) unless a measurement harness ran it ot
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -109,7 +110,7 @@ def structure_from_dict(cls: type, data: Any, where: str) -> Any:
         data = {}
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: structure must be a mapping")
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
@@ -126,6 +127,13 @@ def structure_from_dict(cls: type, data: Any, where: str) -> Any:
         return cls(**values)
     except ValueError as exc:  # a choice the form does not have
         raise ValueError(f"{where}: structure {exc}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    """`typing.get_type_hints` of a structure class, evaluated once per class (a calibration
+    file names the same few structures in many entries)."""
+    return typing.get_type_hints(cls)
 
 
 def one_of(name: str, value: Any, choices: tuple) -> None:
