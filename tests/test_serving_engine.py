@@ -403,6 +403,26 @@ def test_weighted_stats_of_runs_equal_those_of_the_expanded_entries_bit_for_bit(
     assert empty == weighted_stats(np.zeros(0), np.zeros(0))
 
 
+def test_expanded_sum_is_numpys_sum_of_the_expanded_runs_bit_for_bit():
+    """`_expanded_sum` splits the expanded runs as numpy's pairwise sum does and sums leaves
+    of at most `leaf` entries: the same double as summing `np.repeat` of them (runs of 0,
+    1 and many entries, values over twelve orders of magnitude, leaves from numpy's 128 up);
+    `_sort_key` orders positive doubles as a stable argsort of the doubles does."""
+    from krakenlm.serving.report import _expanded_sum, _sort_key
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        n = int(rng.integers(1, 4000))
+        products = rng.random(n) * rng.choice([1e-6, 1e-3, 1.0, 1e3, 1e6], n)
+        counts = rng.choice([0, 1, 1, 2, 7, 40, 300], n)
+        counts[0] = 1
+        leaf = int(rng.integers(128, 700))
+        assert _expanded_sum(products, counts, leaf) == float(np.repeat(products, counts).sum())
+        values = rng.choice(rng.uniform(0.01, 0.05, 50), n)
+        assert (np.argsort(_sort_key(values), kind="stable") ==
+                np.argsort(values, kind="stable")).all()
+    assert _sort_key(np.array([0.5, 0.0])).dtype == np.float64  # not all positive: the doubles
+
+
 def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
     """`report.timeline` sums each bin's KV use with one bincount over every replica's steps
     and finds each bin's last step from where the bins change: the floats of `np.add.at` in
