@@ -58,10 +58,31 @@ class CountedV1Engine(V1Engine):
         self._consts = (
             timer, pool, self.opt.block_size, self.opt.max_num_batched_tokens,
             self.opt.max_num_seqs, timer._prefill_memo if fast else None,
-            timer._attention_rows if fast else None, timer._decode_plans if fast else None,
+            timer._attention_rows if fast else None, {} if fast else None,
             timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
             self.itl_window_s, timeline.t_s, timeline.kv_blocks, timeline._log,
             timer._kv_index if fast else None)
+
+    def _window_line(self, d: int) -> tuple | bool:
+        """What the counted window reads of the decode plan of d sequences when the plan has
+        a `line` (`StepTimer.decode_steps_list`'s shortest path): the line's (row x, row y,
+        c, r, count, head, overhead), its last interval's index len(x) - 1, and the form of
+        its step time: 0 without overlap (GPU time + overhead), 1 with overlap and
+        c + r * count + head above the overhead (every step's GPU time is then above it:
+        see `_counted_window`), 2 with overlap otherwise (the max per step). Kept per d
+        once the plan exists (False: a plan without a line); False, not kept, before."""
+        plan = self.timer._decode_plans.get(d)
+        if plan is None:
+            return False
+        line = plan.line
+        if line is None:
+            form = False
+        else:
+            xs, _, c, r, count, head, overhead = line
+            form = (*line, len(xs) - 1, 0 if not plan.overlaps else
+                    1 if c + r * count + head > overhead else 2)
+        self._consts[7][d] = form
+        return form
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold (`swapped` is vLLM V0's swap
@@ -398,7 +419,7 @@ class CountedV1Engine(V1Engine):
         engine's fields (`now`, `_tick`, `_kv`, `_last_s`, `steps`) are written at the end of
         each pass (`_finish` reads them), and `running` is the engine's list (finishes
         remove from it in place), so `d` is re-read after a finish."""
-        (timer, pool, bs, budget, _, _, _, plans, decode_steps_list, gap_values, gap_counts, _,
+        (timer, pool, bs, budget, _, _, _, lines, decode_steps_list, gap_values, gap_counts, _,
          itl_window, t_log, kv_log, log, kv_index) = self._consts
         running = self.running
         d = len(running)
@@ -424,15 +445,16 @@ class CountedV1Engine(V1Engine):
             else:
                 span = until - now
                 durations = None
-                plan = plans.get(d) if plans is not None else None
-                line = plan.line if plan is not None else None
+                line = lines.get(d) if lines is not None else False
+                if line is None:
+                    line = self._window_line(d)
                 j = -1
-                if line is not None:  # `decode_steps_list`'s line path
-                    xs, ys, c, r, count, head, overhead = line
+                if line:  # `decode_steps_list`'s line path
+                    xs, ys, c, r, count, head, overhead, last, form = line
                     # `bisect_right(xs, mean_kv) - 1` (the line's row is on the KV grid, and
                     # mean_kv at most its last point, the longest request)
                     j = kv_index[floor(mean_kv)] - 1
-                if 0 <= j < len(xs) - 1 and xs[j] < mean_kv:
+                if 0 <= j < last and xs[j] < mean_kv:
                     lo, y0 = xs[j], ys[j]
                     slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
                     # the first step's time, as the lists below compute it (offset 0.0:
@@ -441,7 +463,7 @@ class CountedV1Engine(V1Engine):
                     # more than that start before it; too few, and the bound below times it)
                     base = mean_kv - lo  # base + i is mean_kv + i - lo: `_powers_of_two_on`
                     first = c + (r + (slope * base + y0)) * count + head
-                    if not plan.overlaps:
+                    if not form:  # no overlap
                         first += overhead
                     elif first <= overhead:  # noqa: PLR1730
                         first = overhead
@@ -452,7 +474,7 @@ class CountedV1Engine(V1Engine):
                     if n > k:  # noqa: PLR1730
                         n = k
                     if n <= line_steps and mean_kv + (n - 1) < xs[j + 1]:
-                        if plan.overlaps and c + r * count + head > overhead:
+                        if form == 1:
                             # max(gpu, overhead) is the GPU time at every step: each is
                             # c + (r + a) * count + head with an attention time a >= 0 (an
                             # interpolation inside one interval of positive table values) and a
@@ -460,7 +482,7 @@ class CountedV1Engine(V1Engine):
                             # c + r * count + head, evaluated in the same order
                             durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head for i in offsets[:n]]
-                        elif plan.overlaps:
+                        elif form:
                             durations = [
                                 g if (g := c + (r + (slope * (base + i) + y0)) * count
                                       + head) > overhead else overhead
