@@ -29,7 +29,8 @@ from math import floor
 
 import numpy as np
 
-from .step_time import LINE_OFFSETS, LINE_STEPS, StepTimer, _at
+from .step_time import (LINE_OFFSETS, LINE_STEPS, SCALAR_STEPS, StepTimer, _at,
+                        _interp_run)
 from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine, _first_start_at
 
 
@@ -490,6 +491,17 @@ class CountedV1Engine(V1Engine):
                         else:
                             durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head + overhead for i in offsets[:n]]
+                    elif n <= SCALAR_STEPS:
+                        # the KV lengths cross grid points of the line's row: what
+                        # `decode_steps_list` returns there (its Python-float path up to
+                        # `SCALAR_STEPS`, whose floats are the array formula's), without its
+                        # calls: the row interpolated by `_interp_run`, then the scalar form
+                        atts = _interp_run(xs, ys, mean_kv, n)
+                        if form:  # max(gpu, overhead)
+                            durations = [g if (g := c + (r + a) * count + head) > overhead
+                                         else overhead for a in atts]
+                        else:
+                            durations = [c + (r + a) * count + head + overhead for a in atts]
                 else:  # a recent step length says how many fit
                     guess = self._step_guess
                     n = int(span / guess * 1.25) + 2 if guess > 0 else k
