@@ -62,7 +62,8 @@ class CountedV1Engine(V1Engine):
             timer._attention_rows if fast else None, {} if fast else None,
             timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
             self.itl_window_s, timeline.t_s, timeline.kv_blocks, timeline._log,
-            timer._kv_index if fast else None)
+            timer._kv_index if fast else None, timer._step_rows if fast else None,
+            timer._host if fast else None, timer._heads if fast else None)
 
     def _window_line(self, d: int) -> tuple | bool:
         """What the counted window reads of the decode plan of d sequences when the plan has
@@ -225,7 +226,9 @@ class CountedV1Engine(V1Engine):
            each admitted one is classified as `_execute` does (a decode, or a chunk with its
            prefill attention, summed in admission order);
         3. the step's time (`_execute`: `decode_attention_s`'s row interpolation written
-           out for a batch size it has seen, then `step_s`);
+           out for a batch size it has seen, then `step_s`, written out when its rows for
+           the token count and its LM head time for the sampling count are kept and its
+           residual rows are flat);
         4. the decoders' token (one gap run for all of them, the tick, their finishes),
            then the admitted ones' (`_execute`'s write pass), the running list without the
            finished, the step count and the timeline record (`Timeline.step`);
@@ -235,7 +238,7 @@ class CountedV1Engine(V1Engine):
         The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
         wrote them (`_finish` and `_uncount` read them)."""
         (timer, pool, bs, budget, max_seqs, memo, attention_rows, _, _, gap_values, gap_counts,
-         itl, _, t_log, kv_log, log, kv_index) = self._consts
+         itl, _, t_log, kv_log, log, kv_index, step_rows, hosts, heads) = self._consts
         running, waiting = self.running, self.waiting
         d = len(running)
         if d > budget:
@@ -323,8 +326,33 @@ class CountedV1Engine(V1Engine):
         else:
             attention_d = 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
-        now = self.now = now + timer.step_s(tokens, sequences, logits,
-                                            attention_p + attention_d, prefill, bound)
+        a = attention_p + attention_d
+        rows = step_rows.get((bound, tokens)) if step_rows is not None else None
+        head = heads[prefill].get(logits) if rows is not None else None
+        if head is not None and rows[2] is not None and 0.0 < a < 1.0:
+            # `step_s` on its kept rows and LM head time, its flat path written out (the
+            # same operations in the same order); on a miss `step_s` itself fills them
+            w, _, flat = rows
+            _, scale, floored, per_step, per_seq, launch, overlaps = hosts[prefill]
+            u_low = 1 - a
+            gpu = 0.0
+            for y, y_j, attention, kernel_floor, count in flat:
+                r = y * u_low + y * a
+                if w:
+                    r = r * (1 - w) + (y_j * u_low + y_j * a) * w
+                t = (r + (a if attention else 0.0)) * scale
+                if floored and t < kernel_floor:
+                    t = kernel_floor
+                gpu += t * count
+            gpu += head
+            overhead = per_step + sequences * per_seq + launch
+            if overlaps:  # max(gpu, overhead) without the call
+                now = now + (overhead if overhead > gpu else gpu)
+            else:
+                now = now + (gpu + overhead)
+        else:
+            now = now + timer.step_s(tokens, sequences, logits, a, prefill, bound)
+        self.now = now
         # 4. the decoders' token (their gaps first, in running order, as `V1Engine` writes
         # them), then the admitted ones'
         finishes = self._finishes
@@ -421,7 +449,7 @@ class CountedV1Engine(V1Engine):
         each pass (`_finish` reads them), and `running` is the engine's list (finishes
         remove from it in place), so `d` is re-read after a finish."""
         (timer, pool, bs, budget, _, _, _, lines, decode_steps_list, gap_values, gap_counts, _,
-         itl_window, t_log, kv_log, log, kv_index) = self._consts
+         itl_window, t_log, kv_log, log, kv_index, _, _, _) = self._consts
         running = self.running
         d = len(running)
         if d > budget:  # d only falls from here on
