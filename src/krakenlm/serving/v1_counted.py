@@ -262,17 +262,23 @@ class CountedV1Engine(V1Engine):
             s = waiting[0]
             g = s.generated
             tokens = s.prompt + g
-            hits = pool.hit_ids(s.ids, tokens) if per else 0
-            hit_ids = list(s.ids[:hits]) if hits else []
-            c = hits * hash_tokens
-            new = tokens - c
-            if new > budget:  # noqa: PLR1730
-                new = budget
-            blocks = -(-(c + new) // bs) - per * hits
-            if blocks < 0:  # noqa: PLR1730
-                blocks = 0
-            if hit_ids:  # `pool.admit`
-                pool.share(hit_ids)
+            if per:
+                hits = pool.hit_ids(s.ids, tokens)
+                hit_ids = list(s.ids[:hits]) if hits else []
+                c = hits * hash_tokens
+                new = tokens - c
+                if new > budget:  # noqa: PLR1730
+                    new = budget
+                blocks = -(-(c + new) // bs) - per * hits
+                if blocks < 0:  # noqa: PLR1730
+                    blocks = 0
+                if hit_ids:  # `pool.admit`
+                    pool.share(hit_ids)
+            else:  # no prefix cache (per = 0): no hit, the same formulas with c = hits = 0
+                hits = c = 0
+                hit_ids = []
+                new = tokens if tokens <= budget else budget
+                blocks = -(-new // bs)
             if blocks <= pool.free:
                 pool.free -= blocks
             elif not pool.take(blocks):
