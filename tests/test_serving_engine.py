@@ -403,6 +403,26 @@ def test_weighted_stats_of_runs_equal_those_of_the_expanded_entries_bit_for_bit(
     assert empty == weighted_stats(np.zeros(0), np.zeros(0))
 
 
+def test_expanded_sum_is_numpys_sum_of_the_expanded_runs_bit_for_bit():
+    """`_expanded_sum` splits the expanded runs as numpy's pairwise sum does and sums leaves
+    of at most `leaf` entries: the same double as summing `np.repeat` of them (runs of 0,
+    1 and many entries, values over twelve orders of magnitude, leaves from numpy's 128 up);
+    `_sort_key` orders positive doubles as a stable argsort of the doubles does."""
+    from krakenlm.serving.report import _expanded_sum, _sort_key
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        n = int(rng.integers(1, 4000))
+        products = rng.random(n) * rng.choice([1e-6, 1e-3, 1.0, 1e3, 1e6], n)
+        counts = rng.choice([0, 1, 1, 2, 7, 40, 300], n)
+        counts[0] = 1
+        leaf = int(rng.integers(128, 700))
+        assert _expanded_sum(products, counts, leaf) == float(np.repeat(products, counts).sum())
+        values = rng.choice(rng.uniform(0.01, 0.05, 50), n)
+        assert (np.argsort(_sort_key(values), kind="stable") ==
+                np.argsort(values, kind="stable")).all()
+    assert _sort_key(np.array([0.5, 0.0])).dtype == np.float64  # not all positive: the doubles
+
+
 def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
     """`report.timeline` sums each bin's KV use with one bincount over every replica's steps
     and finds each bin's last step from where the bins change: the floats of `np.add.at` in
@@ -440,3 +460,50 @@ def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
         last = np.full(bins, -1)
         np.maximum.at(last, idx, np.arange(len(idx)))
         assert _last_index_per_bin(idx, bins).tolist() == last.tolist()
+
+
+def test_request_rows_by_column_equal_the_per_request_formulas():
+    """`replay._rows` computes the rows' times on columns: each row equals the per-request
+    formulas on Python floats (queue, TTFT, E2E, TPOT; TPOT None for one output token, a
+    never-scheduled request's NaN kept), with the same value types, and its
+    `RequestColumns` equals `RequestColumns.of_rows` of the rows bit for bit."""
+    import math
+
+    from krakenlm.serving.replay import _rows
+    from krakenlm.serving.report import RequestColumns
+    from krakenlm.serving.traces import Request
+    from krakenlm.serving.vllm_v1 import Seq
+    rng = np.random.default_rng(4)
+    seqs = []
+    for i in range(60):
+        t = float(rng.uniform(0, 100))
+        s = Seq(Request(i, t, int(rng.integers(1, 900)), int(rng.choice([1, 2, 37, 400]))),
+                i % 3)
+        s.first_scheduled_s = t + float(rng.exponential(0.3)) if i != 7 else math.nan
+        s.first_token_s = s.first_scheduled_s + float(rng.exponential(0.1))
+        s.finish_s = s.first_token_s + float(rng.exponential(5.0))
+        s.cached_tokens, s.preemptions = int(rng.integers(0, 64)), int(rng.integers(0, 3))
+        seqs.append(s)
+    client_first = [s.first_token_s + 0.001 for s in seqs]
+    for first, finish in ((None, None), (client_first, [s.finish_s + 0.002 for s in seqs])):
+        rows, columns = _rows(seqs, first, finish)
+        for k, (s, row) in enumerate(zip(seqs, rows)):
+            f = s.first_token_s if first is None else first[k]
+            e = s.finish_s if finish is None else finish[k]
+            a = s.req.arrival_s
+            expected = {"id": s.req.id, "replica": s.replica, "arrival_s": a,
+                        "queue_s": s.first_scheduled_s - a, "first_token_s": f, "finish_s": e,
+                        "ttft_s": f - a,
+                        "tpot_s": (e - f) / (s.output - 1) if s.output > 1 else None,
+                        "e2e_s": e - a, "prompt_tokens": s.prompt, "output_tokens": s.output,
+                        "cached_tokens": s.cached_tokens, "preemptions": s.preemptions}
+            assert list(row) == list(expected)
+            assert [type(v) for v in row.values()] == [type(v) for v in expected.values()]
+            assert repr(row) == repr(expected)  # NaN == NaN by its text
+        reference = RequestColumns.of_rows(rows)
+        for name in ("arrival_s", "queue_s", "ttft_s", "e2e_s", "finish_s", "tpot_s",
+                     "has_tpot"):
+            assert getattr(columns, name).tobytes() == getattr(reference, name).tobytes()
+        assert (columns.output_tokens, columns.prompt_tokens, columns.cached_tokens) == \
+            (reference.output_tokens, reference.prompt_tokens, reference.cached_tokens)
+    assert _rows([])[0] == []

@@ -29,7 +29,8 @@ from math import floor
 
 import numpy as np
 
-from .step_time import LINE_OFFSETS, LINE_STEPS, StepTimer, _at
+from .step_time import (LINE_OFFSETS, LINE_STEPS, SCALAR_STEPS, StepTimer, _at,
+                        _interp_run)
 from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine, _first_start_at
 
 
@@ -58,10 +59,32 @@ class CountedV1Engine(V1Engine):
         self._consts = (
             timer, pool, self.opt.block_size, self.opt.max_num_batched_tokens,
             self.opt.max_num_seqs, timer._prefill_memo if fast else None,
-            timer._attention_rows if fast else None, timer._decode_plans if fast else None,
+            timer._attention_rows if fast else None, {} if fast else None,
             timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
             self.itl_window_s, timeline.t_s, timeline.kv_blocks, timeline._log,
-            timer._kv_index if fast else None)
+            timer._kv_index if fast else None, timer._step_rows if fast else None,
+            timer._host if fast else None, timer._heads if fast else None)
+
+    def _window_line(self, d: int) -> tuple | bool:
+        """What the counted window reads of the decode plan of d sequences when the plan has
+        a `line` (`StepTimer.decode_steps_list`'s shortest path): the line's (row x, row y,
+        c, r, count, head, overhead), its last interval's index len(x) - 1, and the form of
+        its step time: 0 without overlap (GPU time + overhead), 1 with overlap and
+        c + r * count + head above the overhead (every step's GPU time is then above it:
+        see `_counted_window`), 2 with overlap otherwise (the max per step). Kept per d
+        once the plan exists (False: a plan without a line); False, not kept, before."""
+        plan = self.timer._decode_plans.get(d)
+        if plan is None:
+            return False
+        line = plan.line
+        if line is None:
+            form = False
+        else:
+            xs, _, c, r, count, head, overhead = line
+            form = (*line, len(xs) - 1, 0 if not plan.overlaps else
+                    1 if c + r * count + head > overhead else 2)
+        self._consts[7][d] = form
+        return form
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold (`swapped` is vLLM V0's swap
@@ -203,7 +226,9 @@ class CountedV1Engine(V1Engine):
            each admitted one is classified as `_execute` does (a decode, or a chunk with its
            prefill attention, summed in admission order);
         3. the step's time (`_execute`: `decode_attention_s`'s row interpolation written
-           out for a batch size it has seen, then `step_s`);
+           out for a batch size it has seen, then `step_s`, written out when its rows for
+           the token count and its LM head time for the sampling count are kept and its
+           residual rows are flat);
         4. the decoders' token (one gap run for all of them, the tick, their finishes),
            then the admitted ones' (`_execute`'s write pass), the running list without the
            finished, the step count and the timeline record (`Timeline.step`);
@@ -213,7 +238,7 @@ class CountedV1Engine(V1Engine):
         The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
         wrote them (`_finish` and `_uncount` read them)."""
         (timer, pool, bs, budget, max_seqs, memo, attention_rows, _, _, gap_values, gap_counts,
-         itl, _, t_log, kv_log, log, kv_index) = self._consts
+         itl, _, t_log, kv_log, log, kv_index, step_rows, hosts, heads) = self._consts
         running, waiting = self.running, self.waiting
         d = len(running)
         if d > budget:
@@ -237,17 +262,23 @@ class CountedV1Engine(V1Engine):
             s = waiting[0]
             g = s.generated
             tokens = s.prompt + g
-            hits = pool.hit_ids(s.ids, tokens) if per else 0
-            hit_ids = list(s.ids[:hits]) if hits else []
-            c = hits * hash_tokens
-            new = tokens - c
-            if new > budget:  # noqa: PLR1730
-                new = budget
-            blocks = -(-(c + new) // bs) - per * hits
-            if blocks < 0:  # noqa: PLR1730
-                blocks = 0
-            if hit_ids:  # `pool.admit`
-                pool.share(hit_ids)
+            if per:
+                hits = pool.hit_ids(s.ids, tokens)
+                hit_ids = list(s.ids[:hits]) if hits else []
+                c = hits * hash_tokens
+                new = tokens - c
+                if new > budget:  # noqa: PLR1730
+                    new = budget
+                blocks = -(-(c + new) // bs) - per * hits
+                if blocks < 0:  # noqa: PLR1730
+                    blocks = 0
+                if hit_ids:  # `pool.admit`
+                    pool.share(hit_ids)
+            else:  # no prefix cache (per = 0): no hit, the same formulas with c = hits = 0
+                hits = c = 0
+                hit_ids = []
+                new = tokens if tokens <= budget else budget
+                blocks = -(-new // bs)
             if blocks <= pool.free:
                 pool.free -= blocks
             elif not pool.take(blocks):
@@ -301,8 +332,33 @@ class CountedV1Engine(V1Engine):
         else:
             attention_d = 0.0
         bound = "compute" if attention_p >= attention_d else "memory"
-        now = self.now = now + timer.step_s(tokens, sequences, logits,
-                                            attention_p + attention_d, prefill, bound)
+        a = attention_p + attention_d
+        rows = step_rows.get((bound, tokens)) if step_rows is not None else None
+        head = heads[prefill].get(logits) if rows is not None else None
+        if head is not None and rows[2] is not None and 0.0 < a < 1.0:
+            # `step_s` on its kept rows and LM head time, its flat path written out (the
+            # same operations in the same order); on a miss `step_s` itself fills them
+            w, _, flat = rows
+            _, scale, floored, per_step, per_seq, launch, overlaps = hosts[prefill]
+            u_low = 1 - a
+            gpu = 0.0
+            for y, y_j, attention, kernel_floor, count in flat:
+                r = y * u_low + y * a
+                if w:
+                    r = r * (1 - w) + (y_j * u_low + y_j * a) * w
+                t = (r + (a if attention else 0.0)) * scale
+                if floored and t < kernel_floor:
+                    t = kernel_floor
+                gpu += t * count
+            gpu += head
+            overhead = per_step + sequences * per_seq + launch
+            if overlaps:  # max(gpu, overhead) without the call
+                now = now + (overhead if overhead > gpu else gpu)
+            else:
+                now = now + (gpu + overhead)
+        else:
+            now = now + timer.step_s(tokens, sequences, logits, a, prefill, bound)
+        self.now = now
         # 4. the decoders' token (their gaps first, in running order, as `V1Engine` writes
         # them), then the admitted ones'
         finishes = self._finishes
@@ -398,8 +454,8 @@ class CountedV1Engine(V1Engine):
         engine's fields (`now`, `_tick`, `_kv`, `_last_s`, `steps`) are written at the end of
         each pass (`_finish` reads them), and `running` is the engine's list (finishes
         remove from it in place), so `d` is re-read after a finish."""
-        (timer, pool, bs, budget, _, _, _, plans, decode_steps_list, gap_values, gap_counts, _,
-         itl_window, t_log, kv_log, log, kv_index) = self._consts
+        (timer, pool, bs, budget, _, _, _, lines, decode_steps_list, gap_values, gap_counts, _,
+         itl_window, t_log, kv_log, log, kv_index, _, _, _) = self._consts
         running = self.running
         d = len(running)
         if d > budget:  # d only falls from here on
@@ -424,15 +480,16 @@ class CountedV1Engine(V1Engine):
             else:
                 span = until - now
                 durations = None
-                plan = plans.get(d) if plans is not None else None
-                line = plan.line if plan is not None else None
+                line = lines.get(d) if lines is not None else False
+                if line is None:
+                    line = self._window_line(d)
                 j = -1
-                if line is not None:  # `decode_steps_list`'s line path
-                    xs, ys, c, r, count, head, overhead = line
+                if line:  # `decode_steps_list`'s line path
+                    xs, ys, c, r, count, head, overhead, last, form = line
                     # `bisect_right(xs, mean_kv) - 1` (the line's row is on the KV grid, and
                     # mean_kv at most its last point, the longest request)
                     j = kv_index[floor(mean_kv)] - 1
-                if 0 <= j < len(xs) - 1 and xs[j] < mean_kv:
+                if 0 <= j < last and xs[j] < mean_kv:
                     lo, y0 = xs[j], ys[j]
                     slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
                     # the first step's time, as the lists below compute it (offset 0.0:
@@ -441,7 +498,7 @@ class CountedV1Engine(V1Engine):
                     # more than that start before it; too few, and the bound below times it)
                     base = mean_kv - lo  # base + i is mean_kv + i - lo: `_powers_of_two_on`
                     first = c + (r + (slope * base + y0)) * count + head
-                    if not plan.overlaps:
+                    if not form:  # no overlap
                         first += overhead
                     elif first <= overhead:  # noqa: PLR1730
                         first = overhead
@@ -452,7 +509,7 @@ class CountedV1Engine(V1Engine):
                     if n > k:  # noqa: PLR1730
                         n = k
                     if n <= line_steps and mean_kv + (n - 1) < xs[j + 1]:
-                        if plan.overlaps and c + r * count + head > overhead:
+                        if form == 1:
                             # max(gpu, overhead) is the GPU time at every step: each is
                             # c + (r + a) * count + head with an attention time a >= 0 (an
                             # interpolation inside one interval of positive table values) and a
@@ -460,7 +517,7 @@ class CountedV1Engine(V1Engine):
                             # c + r * count + head, evaluated in the same order
                             durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head for i in offsets[:n]]
-                        elif plan.overlaps:
+                        elif form:
                             durations = [
                                 g if (g := c + (r + (slope * (base + i) + y0)) * count
                                       + head) > overhead else overhead
@@ -468,6 +525,17 @@ class CountedV1Engine(V1Engine):
                         else:
                             durations = [c + (r + (slope * (base + i) + y0)) * count
                                          + head + overhead for i in offsets[:n]]
+                    elif n <= SCALAR_STEPS:
+                        # the KV lengths cross grid points of the line's row: what
+                        # `decode_steps_list` returns there (its Python-float path up to
+                        # `SCALAR_STEPS`, whose floats are the array formula's), without its
+                        # calls: the row interpolated by `_interp_run`, then the scalar form
+                        atts = _interp_run(xs, ys, mean_kv, n)
+                        if form:  # max(gpu, overhead)
+                            durations = [g if (g := c + (r + a) * count + head) > overhead
+                                         else overhead for a in atts]
+                        else:
+                            durations = [c + (r + a) * count + head + overhead for a in atts]
                 else:  # a recent step length says how many fit
                     guess = self._step_guess
                     n = int(span / guess * 1.25) + 2 if guess > 0 else k
