@@ -40,6 +40,7 @@ from ..simulator import Simulator
 from ..simulator.constants.software import SoftwareProfile, load_software
 from .frontend import apply_frontend
 from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
+from .packing import packed_array
 from .report import AMORTISATION_YEARS, RequestColumns, ServeReport, summarise, timeline
 from .sglang import POLICIES as SGLANG_POLICIES
 from .sglang import POOL_SIZED, SGLangEngine, max_running_requests
@@ -560,11 +561,10 @@ def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,
         output_total += output
         prompt_total += s.prompt
         cached_total += s.cached_tokens
-    n = len(rows)  # lists of Python floats read by `fromiter` (no type discovery per value)
-    columns = RequestColumns(np.fromiter(arrivals, float, n), np.fromiter(queues, float, n),
-                             np.fromiter(ttfts, float, n), np.fromiter(e2es, float, n),
-                             np.fromiter(finish_s, float, n),
-                             np.fromiter(tpots, float, len(tpots)),
+    n = len(rows)  # lists of Python floats read by `packed_array` (no type discovery per value)
+    columns = RequestColumns(packed_array(arrivals, float), packed_array(queues, float),
+                             packed_array(ttfts, float), packed_array(e2es, float),
+                             packed_array(finish_s, float), packed_array(tpots, float),
                              np.fromiter(has_tpot, bool, n), output_total, prompt_total,
                              cached_total)
     return rows, columns

@@ -29,6 +29,7 @@ from math import floor
 
 import numpy as np
 
+from .packing import packed_array
 from .step_time import (LINE_OFFSETS, LINE_STEPS, SCALAR_STEPS, StepTimer, _at,
                         _interp_run)
 from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine, _first_start_at
@@ -168,10 +169,10 @@ class CountedV1Engine(V1Engine):
         singles, windows = np.array(self.itl_s), np.array(self.itl_window_s)
         n, runs = len(singles), len(self._gap_values)
         ones = np.ones(n + runs)  # singles and runs stand for one token each (floats)
-        return (np.concatenate([singles, np.fromiter(self._gap_values, float, runs), windows]),
+        return (np.concatenate([singles, packed_array(self._gap_values, float), windows]),
                 np.concatenate([ones, self.itl_weight]),
                 np.concatenate([np.ones(n, dtype=np.intp),
-                                np.fromiter(self._gap_counts, np.intp, runs),
+                                packed_array(self._gap_counts, np.intp),
                                 np.ones(len(windows), dtype=np.intp)]))
 
     def _uncount(self) -> None:

@@ -37,6 +37,7 @@ from itertools import accumulate
 import numpy as np
 
 from .kv_cache import BlockPool
+from .packing import packed_array
 from .step_time import StepTimer
 from .traces import Request
 
@@ -146,15 +147,15 @@ class Timeline:
         """The fraction of the KV blocks in use after each step (kept until the log grows)."""
         blocks = self.kv_blocks
         if len(self._kv_read) != len(blocks):
-            self._kv_read = np.fromiter(blocks, np.int64, len(blocks)) / self.total_blocks
+            self._kv_read = packed_array(blocks, np.int64) / self.total_blocks
         return self._kv_read
 
     def _records(self) -> np.ndarray:
-        """The log as one row of six floats per record (read as ints, then converted: the
-        same values, without numpy's type discovery over the list)."""
+        """The log as one row of six floats per record (read as ints by `packed_array`,
+        then converted: the same values, without numpy's type discovery over the list)."""
         log = self._log
         if len(self._read) * 6 != len(log):
-            self._read = np.fromiter(log, np.int64, len(log)).astype(float).reshape(-1, 6)
+            self._read = packed_array(log, np.int64).astype(float).reshape(-1, 6)
         return self._read
 
     def _column(self, i: int) -> np.ndarray:
