@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..simulator.constants.software import Frontend
+from .packing import packed_array
 
 
 def delivery_times(step_end_s: np.ndarray, streams: np.ndarray,
@@ -55,7 +56,7 @@ def apply_frontend(seqs, engines, frontend: Frontend) -> tuple[np.ndarray, np.nd
     finish = np.array([s.finish_s for s in seqs])
     replica = np.array([s.replica for s in seqs])
     for e in engines:
-        ends = np.array(e.timeline.t_s)
+        ends = packed_array(e.timeline.t_s, float)
         mine = replica == e.index
         if not len(ends) or not mine.any():
             continue

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..fileio import write_bytes_atomically, write_csv_atomically, write_text_atomically
+from .packing import packed_array
 
 AMORTISATION_YEARS = 3.0  # an assumption: a typical depreciation period for servers
 PERCENTILES = (50, 90, 95, 99)
@@ -426,7 +427,7 @@ def timeline(engines, makespan_s: float, bins: int = TIMELINE_BINS) -> dict[str,
     bin_parts, kv_parts = [np.zeros(0, dtype=np.intp)], [np.zeros(0)]
     for e in engines:
         tl = e.timeline
-        t = np.array(tl.t_s)
+        t = packed_array(tl.t_s, float)
         if not len(t):
             continue
         idx = _bin_index(edges, t, bins)

@@ -166,7 +166,8 @@ class CountedV1Engine(V1Engine):
         gaps logged one by one (one concatenation per array). The gaps are `V1Engine`'s in
         another order: the report sorts them stably, and equal gaps of one token each are
         interchangeable."""
-        singles, windows = np.array(self.itl_s), np.array(self.itl_window_s)
+        singles = packed_array(self.itl_s, float)
+        windows = packed_array(self.itl_window_s, float)
         n, runs = len(singles), len(self._gap_values)
         ones = np.ones(n + runs)  # singles and runs stand for one token each (floats)
         return (np.concatenate([singles, packed_array(self._gap_values, float), windows]),
@@ -611,10 +612,10 @@ class CountedV1Engine(V1Engine):
                 kv_log += [used] * k
             if finished:
                 kv_log[-1] = total - pool.free - pool.per_id * len(pool.lru)
-            itl_window.fromlist(durations[1:k])  # their weights: d, from the timeline
+            itl_window += durations[1:k]  # their weights: d, from the timeline
             self.now = now = end
             self.steps += k
-            t_log.fromlist(ends)
+            t_log += ends
             after = len(running)
             log += (k, d, after, 0, preemptions, d)  # `Timeline.window`'s record
             if not (after and now < until) or (stop_at_finish and after < d):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from array import array
 from collections import deque
 from dataclasses import dataclass
 from itertools import accumulate
@@ -114,7 +113,9 @@ class Timeline:
     read."""
 
     def __init__(self, total_blocks: int = 1):
-        self.t_s = array("d")
+        # step end times as Python floats in a list (a window extends it with its ends, where
+        # an array parses every float), read by `packed_array`
+        self.t_s: list[float] = []
         # KV blocks in use after each step, as ints in a list: a decode window extends it with
         # its running block counts (`accumulate` consumed in C), where a fraction per step
         # would be a division and an array the parsing of every float; `kv_used` divides once
@@ -138,7 +139,7 @@ class Timeline:
     def window(self, ends: list[float], kv_blocks: list[int], running: int,
                running_after: int, preemptions: int) -> None:
         """A decode window: `running` sequences decode one token each per step, none wait."""
-        self.t_s.fromlist(ends)
+        self.t_s += ends
         self.kv_blocks += kv_blocks
         self._log += (len(ends), running, running_after, 0, preemptions, running)
 
@@ -212,8 +213,10 @@ class V1Engine:
         self.running: list[Seq] = []
         self.swapped: deque[Seq] = deque()  # vLLM V0 swap preemption only (vllm_v0.py)
         self.preemptions = 0
-        self.itl_s = array("d")  # inter-token gaps, one per token
-        self.itl_window_s = array("d")  # gaps of decode windows, each for `itl_weight` tokens
+        # inter-token gaps, one per token, and the gaps of decode windows, each for
+        # `itl_weight` tokens: lists of Python floats, read by `packed_array`
+        self.itl_s: list[float] = []
+        self.itl_window_s: list[float] = []
         self.timeline = Timeline(self.pool.total)
         self.steps = 0
         self._step_guess = 0.0  # a recent decode step's length (`_window_steps`)
@@ -229,7 +232,8 @@ class V1Engine:
         entries), in log order: the gaps logged one per token (`itl_s`: one token, one
         entry each), then the decode windows' (`itl_window_s`, `itl_weight`). A subclass
         that logs equal gaps as one run adds its runs after `itl_s`'s."""
-        singles, windows = np.array(self.itl_s), np.array(self.itl_window_s)
+        singles = packed_array(self.itl_s, float)
+        windows = packed_array(self.itl_window_s, float)
         return (np.concatenate([singles, windows]),
                 np.concatenate([np.ones(len(singles)), self.itl_weight]),
                 np.ones(len(singles) + len(windows), dtype=np.intp))
@@ -329,7 +333,7 @@ class V1Engine:
             levels = list(accumulate(steps))
         else:
             levels = [used] * (k - 1)
-        self.itl_window_s.fromlist(durations[1:k])  # their weights: d, from the timeline
+        self.itl_window_s += durations[1:k]  # their weights: d, from the timeline
         self.now = ends[-1]
         self.steps += k
         levels.append(total - pool.free - pool.per_id * len(pool.lru))  # `pool.used`
