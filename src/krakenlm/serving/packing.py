@@ -10,9 +10,11 @@ which leaves the caches and is no faster than `fromiter` (measured on this machi
 a value in chunks of 4,096, 16-19 ns at 32,768 and for `fromiter` at any size).
 
 Exact: a Python float is a C double, packed as its own 8 bytes ("d"); a Python int within
-int64 packs as that int64 ("q"; `struct.error` outside it, where `fromiter` raises
-OverflowError); "=" is the machine's byte order with standard sizes and no padding, the
-order the array reads.
+int64 packs as that C long long ("q", 8 bytes; `struct.error` outside it, where `fromiter`
+raises OverflowError). The formats are struct's native mode (no prefix: the machine's byte
+order and sizes, which the array reads; a format of one repeated code has no padding), whose
+packers copy the value where the standard mode ("=") rebuilds a double's bytes field by
+field (`PyFloat_Pack8`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 CHUNK = 4096  # values per pack
 _CODES = {np.dtype(np.float64): "d", np.dtype(np.int64): "q"}
-_FULL = {code: struct.Struct(f"={CHUNK}{code}") for code in _CODES.values()}
+_FULL = {code: struct.Struct(f"{CHUNK}{code}") for code in _CODES.values()}
 
 
 def packed_array(values: list, dtype: type | np.dtype) -> np.ndarray:
@@ -39,5 +41,5 @@ def packed_array(values: list, dtype: type | np.dtype) -> np.ndarray:
     for start in range(0, whole, CHUNK):
         pack_full(out, start * size, *values[start:start + CHUNK])
     if whole < n:
-        struct.pack_into(f"={n - whole}{code}", out, whole * size, *values[whole:])
+        struct.pack_into(f"{n - whole}{code}", out, whole * size, *values[whole:])
     return out
