@@ -53,18 +53,24 @@ class CountedV1Engine(V1Engine):
         self._gap_values: list[float] = []
         self._gap_counts: list[int] = []
         # what the step and the window read on every call and that never changes (the same
-        # objects for the engine's life: one attribute read instead of a dozen); the oracle's
-        # memos only for a `StepTimer` (a pipeline's timer is called through its methods)
-        timer, pool, timeline = self.timer, self.pool, self.timeline
+        # objects for the engine's life: one tuple read instead of a dozen attributes, each
+        # holding only what its method reads); the oracle's memos only for a `StepTimer` (a
+        # pipeline's timer is called through its methods)
+        timer, pool, timeline, opt = self.timer, self.pool, self.timeline, self.opt
         fast = type(timer) is StepTimer
-        self._consts = (
-            timer, pool, self.opt.block_size, self.opt.max_num_batched_tokens,
-            self.opt.max_num_seqs, timer._prefill_memo if fast else None,
-            timer._attention_rows if fast else None, {} if fast else None,
-            timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_s,
-            self.itl_window_s, timeline.t_s, timeline.kv_blocks, timeline._log,
-            timer._kv_index if fast else None, timer._step_rows if fast else None,
+        kv_index = timer._kv_index if fast else None
+        self._lines: dict[int, tuple | bool] | None = {} if fast else None  # `_window_line`
+        self._step_consts = (
+            timer, pool, opt.block_size, opt.max_num_batched_tokens, opt.max_num_seqs,
+            timer._prefill_memo if fast else None, timer._attention_rows if fast else None,
+            self._gap_values, self._gap_counts, self.itl_s, timeline.t_s, timeline.kv_blocks,
+            timeline._log, kv_index, timer._step_rows if fast else None,
             timer._host if fast else None, timer._heads if fast else None)
+        self._window_consts = (
+            timer, pool, opt.block_size, opt.max_num_batched_tokens, self._lines,
+            timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_window_s,
+            timeline.t_s, timeline.kv_blocks, timeline._log, kv_index, WINDOW_MAX_STEPS,
+            LINE_STEPS, LINE_OFFSETS)
 
     def _window_line(self, d: int) -> tuple | bool:
         """What the counted window reads of the decode plan of d sequences when the plan has
@@ -84,7 +90,7 @@ class CountedV1Engine(V1Engine):
             xs, _, c, r, count, head, overhead = line
             form = (*line, len(xs) - 1, 0 if not plan.overlaps else
                     1 if c + r * count + head > overhead else 2)
-        self._consts[7][d] = form
+        self._lines[d] = form
         return form
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
@@ -239,8 +245,8 @@ class CountedV1Engine(V1Engine):
 
         The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
         wrote them (`_finish` and `_uncount` read them)."""
-        (timer, pool, bs, budget, max_seqs, memo, attention_rows, _, _, gap_values, gap_counts,
-         itl, _, t_log, kv_log, log, kv_index, step_rows, hosts, heads) = self._consts
+        (timer, pool, bs, budget, max_seqs, memo, attention_rows, gap_values, gap_counts, itl,
+         t_log, kv_log, log, kv_index, step_rows, hosts, heads) = self._step_consts
         running, waiting = self.running, self.waiting
         d = len(running)
         if d > budget:
@@ -456,8 +462,8 @@ class CountedV1Engine(V1Engine):
         engine's fields (`now`, `_tick`, `_kv`, `_last_s`, `steps`) are written at the end of
         each pass (`_finish` reads them), and `running` is the engine's list (finishes
         remove from it in place), so `d` is re-read after a finish."""
-        (timer, pool, bs, budget, _, _, _, lines, decode_steps_list, gap_values, gap_counts, _,
-         itl_window, t_log, kv_log, log, kv_index, _, _, _) = self._consts
+        (timer, pool, bs, budget, lines, decode_steps_list, gap_values, gap_counts, itl_window,
+         t_log, kv_log, log, kv_index, max_steps, line_steps, offsets) = self._window_consts
         running = self.running
         d = len(running)
         if d > budget:  # d only falls from here on
@@ -465,7 +471,6 @@ class CountedV1Engine(V1Engine):
         phases, finishes, total = self._phases, self._finishes, pool.total
         tick, now = self._tick, self.now
         finite = until != math.inf
-        max_steps, line_steps, offsets = WINDOW_MAX_STEPS, LINE_STEPS, LINE_OFFSETS
         preemptions = self.preemptions  # a window preempts nothing
         while True:
             # 1. the bound
