@@ -12,7 +12,7 @@ from serving_cases import replay, small_timer
 
 from krakenlm.serving.traces import Request, synthetic_trace
 from krakenlm.serving.v1_counted import CountedV1Engine
-from krakenlm.serving.vllm_v1 import V1Engine
+from krakenlm.serving.vllm_v1 import RECORD, V1Engine
 
 FIELDS = ("first_scheduled_s", "first_token_s", "last_token_s", "finish_s", "computed",
           "generated", "preemptions", "cached_tokens", "private")
@@ -86,9 +86,9 @@ def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
     window, uncount = CountedV1Engine._counted_window, CountedV1Engine._uncount
 
     def counted_window(self, until, stop_at_finish=False):
-        records = len(self.timeline._log)  # six ints per record, one record per window
+        records = len(self.timeline._log)  # RECORD ints per record, one record per window
         ran = window(self, until, stop_at_finish)
-        used["windows"] += (len(self.timeline._log) - records) // 6
+        used["windows"] += (len(self.timeline._log) - records) // RECORD
         return ran
 
     def stop(self):

@@ -407,7 +407,7 @@ class CountedV1Engine(V1Engine):
         t_log.append(now)  # `Timeline.step`
         kv_log.append(used)
         after = len(running)
-        log += (1, after, after, len(waiting), self.preemptions, tokens)
+        log += (1, after, after, len(waiting), self.preemptions, tokens, 0)
         # 5. the admitted ones that still run join the counters (`_join` and `_slack`,
         # written out)
         for s, _ in sched:
@@ -606,23 +606,23 @@ class CountedV1Engine(V1Engine):
             finished = finishes[0][0] == tick
             if finished:  # the finished ones leave the running list
                 self._finish(end)
-            # 5. the log (`_record_window`): KV blocks in use after each step; after the
-            # last, used + total_need (the pool's available blocks fell by what it took:
+            # 5. the log (`_record_window`): KV blocks in use after each step, as `used`
+            # (the record's base) and the blocks taken since (`Timeline.kv_blocks`); after
+            # the last, used + total_need (the pool's available blocks fell by what it took:
             # evictions keep them) unless requests finished there and freed theirs
             used = total - available
             if total_need:
-                delta[0] += used
                 kv_log += accumulate(delta)
             else:
-                kv_log += [used] * k
+                kv_log += [0] * k
             if finished:
-                kv_log[-1] = total - pool.free - pool.per_id * len(pool.lru)
+                kv_log[-1] = total - pool.free - pool.per_id * len(pool.lru) - used
             itl_window += durations[1:k]  # their weights: d, from the timeline
             self.now = now = end
             self.steps += k
             t_log += ends
             after = len(running)
-            log += (k, d, after, 0, preemptions, d)  # `Timeline.window`'s record
+            log += (k, d, after, 0, preemptions, d, used)  # `Timeline.window`'s record
             if not (after and now < until) or (stop_at_finish and after < d):
                 return True
             d = after

@@ -42,6 +42,7 @@ from .traces import Request
 
 GIB = 2**30
 WINDOW_MAX_STEPS = 4096  # the longest decode window run at once
+RECORD = 7  # ints per record of a `Timeline`'s log
 
 
 @dataclass(frozen=True)
@@ -116,53 +117,61 @@ class Timeline:
         # step end times as Python floats in a list (a window extends it with its ends, where
         # an array parses every float), read by `packed_array`
         self.t_s: list[float] = []
-        # KV blocks in use after each step, as ints in a list: a decode window extends it with
-        # its running block counts (`accumulate` consumed in C), where a fraction per step
-        # would be a division and an array the parsing of every float; `kv_used` divides once
-        # when read (int / int is the double quotient of two exact doubles in Python as in
-        # numpy, so the same floats as dividing as they are logged)
+        # KV blocks in use after each step less its record's base (the seventh int of the
+        # record below), as ints in a list: a decode window extends it with its running block
+        # counts (`accumulate` consumed in C), where a fraction per step would be a division
+        # and an array the parsing of every float; `kv_used` adds the bases back and divides
+        # once when read (int64 sums are exact, and int / int is the double quotient of two
+        # exact doubles in Python as in numpy, so the same floats as dividing as they are
+        # logged). A counted decode window logs its blocks as its level before its first
+        # step (the base) and the blocks it took since (mostly below 256: ints CPython keeps
+        # once, where block counts in the thousands are each a new int object)
         self.kv_blocks: list[int] = []
         self.total_blocks = total_blocks
         self._kv_read: np.ndarray = np.zeros(0)
-        # per step or window, six ints: steps, running, running after the last step, waiting,
-        # preemptions, tokens per step (a flat list: appending a record is one list extend,
-        # where an array converts each value; read as a float array, kept until it grows)
+        # per step or window, seven ints: steps, running, running after the last step,
+        # waiting, preemptions, tokens per step, the base of its KV blocks (a flat list:
+        # appending a record is one list extend, where an array converts each value; read as
+        # an int array, kept until it grows)
         self._log: list[int] = []
-        self._read: np.ndarray = np.zeros((0, 6))
+        self._read: np.ndarray = np.zeros((0, RECORD), dtype=np.int64)
 
     def step(self, t_s: float, kv_blocks: int, running: int, waiting: int, preemptions: int,
              tokens: int) -> None:
         self.t_s.append(t_s)
         self.kv_blocks.append(kv_blocks)
-        self._log += (1, running, running, waiting, preemptions, tokens)
+        self._log += (1, running, running, waiting, preemptions, tokens, 0)
 
     def window(self, ends: list[float], kv_blocks: list[int], running: int,
                running_after: int, preemptions: int) -> None:
         """A decode window: `running` sequences decode one token each per step, none wait."""
         self.t_s += ends
         self.kv_blocks += kv_blocks
-        self._log += (len(ends), running, running_after, 0, preemptions, running)
+        self._log += (len(ends), running, running_after, 0, preemptions, running, 0)
 
     @property
     def kv_used(self) -> np.ndarray:
         """The fraction of the KV blocks in use after each step (kept until the log grows)."""
         blocks = self.kv_blocks
         if len(self._kv_read) != len(blocks):
-            self._kv_read = packed_array(blocks, np.int64) / self.total_blocks
+            log = self._records()
+            in_use = packed_array(blocks, np.int64)
+            in_use += np.repeat(log[:, 6], log[:, 0])
+            self._kv_read = in_use / self.total_blocks
         return self._kv_read
 
     def _records(self) -> np.ndarray:
-        """The log as one row of six floats per record (read as ints by `packed_array`,
-        then converted: the same values, without numpy's type discovery over the list)."""
+        """The log as one row of `RECORD` ints per record (read by `packed_array`: the same
+        values, without numpy's type discovery over the list)."""
         log = self._log
-        if len(self._read) * 6 != len(log):
-            self._read = packed_array(log, np.int64).astype(float).reshape(-1, 6)
+        if len(self._read) * RECORD != len(log):
+            self._read = packed_array(log, np.int64).reshape(-1, RECORD)
         return self._read
 
     def _column(self, i: int) -> np.ndarray:
         log = self._records()
-        counts = log[:, 0].astype(int)
-        values = np.repeat(log[:, i], counts)
+        counts = log[:, 0]
+        values = np.repeat(log[:, i].astype(float), counts)
         if i == 1:  # the running requests after each record's last step
             values[np.cumsum(counts) - 1] = log[:, 2]
         return values
@@ -171,7 +180,7 @@ class Timeline:
         """Per inter-token gap inside a decode window (a window of k steps has k - 1, in
         window order), the tokens it stands for: the window's running requests."""
         log = self._records()
-        return np.repeat(log[:, 1], np.maximum(log[:, 0].astype(int) - 1, 0))
+        return np.repeat(log[:, 1].astype(float), np.maximum(log[:, 0] - 1, 0))
 
     @property
     def running(self) -> np.ndarray:
