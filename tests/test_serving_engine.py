@@ -462,6 +462,32 @@ def test_timeline_bins_equal_the_per_step_ufunc_at_sums_bit_for_bit():
         assert _last_index_per_bin(idx, bins).tolist() == last.tolist()
 
 
+def test_timeline_values_at_steps_equal_the_expanded_columns():
+    """`Timeline.values_at` reads a column at some steps from the records: the values of the
+    expanded column there, for steps, windows (whose last step holds the running requests
+    after it) and a log with an empty window (expanded)."""
+    rng = np.random.default_rng(5)
+    for empty in (False, True):
+        tl = vllm_v1.Timeline(100)
+        t = 0.0
+        for _ in range(300):
+            if rng.random() < 0.5:
+                t += 1.0
+                tl.step(t, 3, int(rng.integers(0, 9)), int(rng.integers(0, 9)),
+                        int(rng.integers(0, 4)), int(rng.integers(1, 99)))
+            else:
+                k = int(rng.integers(0 if empty else 1, 6))
+                ends = [t + i + 1.0 for i in range(k)]
+                t += k
+                tl.window(ends, [3] * k, int(rng.integers(1, 9)), int(rng.integers(0, 9)),
+                          int(rng.integers(0, 4)))
+        steps = len(tl.t_s)
+        at = np.unique(rng.integers(0, steps, 60))
+        for i in (1, 3, 4, 5):
+            got = tl.values_at(i, at)
+            assert got.dtype == np.float64 and got.tolist() == tl._column(i)[at].tolist()
+
+
 def test_request_rows_by_column_equal_the_per_request_formulas():
     """`replay._rows` computes the rows' times on columns: each row equals the per-request
     formulas on Python floats (queue, TTFT, E2E, TPOT; TPOT None for one output token, a

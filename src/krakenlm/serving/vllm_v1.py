@@ -176,6 +176,24 @@ class Timeline:
             values[np.cumsum(counts) - 1] = log[:, 2]
         return values
 
+    def values_at(self, i: int, steps: np.ndarray) -> np.ndarray:
+        """`_column(i)[steps]` without expanding the column to every step: step s is in the
+        first record whose steps end past it (a search of the records' cumulative step
+        counts), and takes that record's value (for the running requests, the value after
+        the record's last step at its last step). A log with an empty record, whose last
+        step the expansion would assign to the record before, is expanded instead."""
+        log = self._records()
+        counts = log[:, 0]
+        if not counts.all():
+            return self._column(i)[steps]
+        ends = np.cumsum(counts)
+        record = np.searchsorted(ends, steps, side="right")
+        values = log[record, i].astype(float)
+        if i == 1:
+            last = steps == ends[record] - 1
+            values[last] = log[record[last], 2]
+        return values
+
     def window_weights(self) -> np.ndarray:
         """Per inter-token gap inside a decode window (a window of k steps has k - 1, in
         window order), the tokens it stands for: the window's running requests."""
