@@ -486,7 +486,7 @@ class CountedV1Engine(V1Engine):
                 ends = [now + t for t in accumulate(durations)]
             else:
                 span = until - now
-                durations = None
+                durations = ends = None
                 line = lines.get(d) if lines is not None else False
                 if line is None:
                     line = self._window_line(d)
@@ -521,9 +521,17 @@ class CountedV1Engine(V1Engine):
                             # c + (r + a) * count + head with an attention time a >= 0 (an
                             # interpolation inside one interval of positive table values) and a
                             # count >= 1, and rounding is monotone, so none is below
-                            # c + r * count + head, evaluated in the same order
-                            durations = [c + (r + (slope * (base + i) + y0)) * count
-                                         + head for i in offsets[:n]]
+                            # c + r * count + head, evaluated in the same order. One
+                            # loop builds the steps' times and their ends (now + running
+                            # sum, as `accumulate` sums them: 0.0 + g is g for a positive
+                            # g), without the two comprehensions' function objects
+                            durations, ends = [], []
+                            total_s = 0.0
+                            for i in offsets[:n]:
+                                g = c + (r + (slope * (base + i) + y0)) * count + head
+                                durations.append(g)
+                                total_s += g
+                                ends.append(now + total_s)
                         elif form:
                             durations = [
                                 g if (g := c + (r + (slope * (base + i) + y0)) * count
@@ -554,7 +562,8 @@ class CountedV1Engine(V1Engine):
                     self._step_guess = first
                     if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there
                         return False
-                ends = [now + t for t in accumulate(durations)]
+                if ends is None:
+                    ends = [now + t for t in accumulate(durations)]
                 starting = bisect_left(ends, until)  # `_first_start_at`, written out
                 while starting < n and ends[starting] - durations[starting] < until:
                     starting += 1
