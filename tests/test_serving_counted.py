@@ -103,3 +103,31 @@ def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
     if plain["preemptions"]:
         assert used["stopped"] > 0
 
+
+
+@pytest.mark.parametrize("software,decode_step_s,form", [
+    ("vllm", None, 1), ("trtllm", None, 0), ("vllm", 0.02, 2)])
+def test_the_counted_windows_line_forms_replay_what_v1_replays(software, decode_step_s, form):
+    """Llama-2-70B on 4 H100s, whose decode rows have a `line`: the counted window times its
+    steps on it in each form (0: no overlap, trtllm; 1: overlap with the GPU time above the
+    host's, vllm; 2: overlap with a host step that can exceed it) exactly as `V1Engine`."""
+    import dataclasses
+
+    from krakenlm.models import get_preset
+    from krakenlm.serving.step_time import StepTimer
+    from krakenlm.simulator import Simulator
+    from krakenlm.simulator.constants.software import load_software
+
+    profile = load_software(software)
+    if decode_step_s is not None:
+        profile = dataclasses.replace(profile, host=dataclasses.replace(
+            profile.host, decode_step_s=decode_step_s))
+    timer = StepTimer(Simulator("h100-80gb-x8", profile), get_preset("llama2-70b"), 4,
+                      max_tokens=2048, max_sequences=64, max_context=4096)
+    requests = synthetic_trace(np.random.default_rng(3), 150, 3.0,
+                               "lognormal:600,250,0.8").requests
+    options = {"max_num_batched_tokens": 2048, "max_num_seqs": 64}
+    plain = outputs(*replay(timer, V1Engine, list(requests), 100_000, 0, **options))
+    engine, seqs = replay(timer, CountedV1Engine, list(requests), 100_000, 0, **options)
+    assert outputs(engine, seqs) == plain
+    assert {line[-1] for line in engine._lines.values() if line} == {form}

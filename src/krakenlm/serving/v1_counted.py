@@ -35,6 +35,21 @@ from .step_time import (LINE_OFFSETS, LINE_STEPS, SCALAR_STEPS, StepTimer, _at,
 from .vllm_v1 import WINDOW_MAX_STEPS, Seq, V1Engine, _first_start_at
 
 
+def _ends(now: float, durations: list[float]) -> list[float]:
+    """End times of steps of these lengths from `now`: now + the running sum."""
+    return [now + t for t in accumulate(durations)]
+
+
+def _scalar_steps(attention_s: list[float], c: float, r: float, count: float, head: float,
+                  overhead: float, overlaps: bool) -> list[float]:
+    """`StepTimer.decode_steps_list`'s scalar form of steps of these attention times:
+    c + (r + a) x count + head, then max(that, overhead) with overlap, else plus it."""
+    if overlaps:  # max(gpu, overhead) without the call
+        return [g if (g := c + (r + a) * count + head) > overhead else overhead
+                for a in attention_s]
+    return [c + (r + a) * count + head + overhead for a in attention_s]
+
+
 class CountedV1Engine(V1Engine):
     """`V1Engine` with its decoding requests as counters (see the module docstring)."""
 
@@ -483,7 +498,7 @@ class CountedV1Engine(V1Engine):
             # 2. the step times and end times (`_window_steps`)
             if not finite:
                 durations = decode_steps_list(d, mean_kv, k)
-                ends = [now + t for t in accumulate(durations)]
+                ends = _ends(now, durations)
             else:
                 span = until - now
                 durations = ends = None
@@ -516,41 +531,45 @@ class CountedV1Engine(V1Engine):
                     if n > k:  # noqa: PLR1730
                         n = k
                     if n <= line_steps and mean_kv + (n - 1) < xs[j + 1]:
+                        durations, ends = [], []
+                        total_s = 0.0
                         if form == 1:
                             # max(gpu, overhead) is the GPU time at every step: each is
                             # c + (r + a) * count + head with an attention time a >= 0 (an
                             # interpolation inside one interval of positive table values) and a
                             # count >= 1, and rounding is monotone, so none is below
-                            # c + r * count + head, evaluated in the same order. One
-                            # loop builds the steps' times and their ends (now + running
-                            # sum, as `accumulate` sums them: 0.0 + g is g for a positive
-                            # g), without the two comprehensions' function objects
-                            durations, ends = [], []
-                            total_s = 0.0
+                            # c + r * count + head, evaluated in the same order. Each form
+                            # builds its steps' times and their ends (now + running sum, as
+                            # `accumulate` sums them: 0.0 + t is t for a positive t) in one
+                            # plain loop: a comprehension is a function object and a frame
+                            # per window in Python 3.11 (and makes the names it reads cells)
                             for i in offsets[:n]:
-                                g = c + (r + (slope * (base + i) + y0)) * count + head
-                                durations.append(g)
-                                total_s += g
+                                step_s = c + (r + (slope * (base + i) + y0)) * count + head
+                                durations.append(step_s)
+                                total_s += step_s
                                 ends.append(now + total_s)
                         elif form:
-                            durations = [
-                                g if (g := c + (r + (slope * (base + i) + y0)) * count
-                                      + head) > overhead else overhead
-                                for i in offsets[:n]]
+                            for i in offsets[:n]:
+                                step_s = c + (r + (slope * (base + i) + y0)) * count + head
+                                if not step_s > overhead:  # max(gpu, overhead), NaN as max()
+                                    step_s = overhead
+                                durations.append(step_s)
+                                total_s += step_s
+                                ends.append(now + total_s)
                         else:
-                            durations = [c + (r + (slope * (base + i) + y0)) * count
-                                         + head + overhead for i in offsets[:n]]
+                            for i in offsets[:n]:
+                                step_s = (c + (r + (slope * (base + i) + y0)) * count + head
+                                          + overhead)
+                                durations.append(step_s)
+                                total_s += step_s
+                                ends.append(now + total_s)
                     elif n <= SCALAR_STEPS:
                         # the KV lengths cross grid points of the line's row: what
                         # `decode_steps_list` returns there (its Python-float path up to
                         # `SCALAR_STEPS`, whose floats are the array formula's), without its
                         # calls: the row interpolated by `_interp_run`, then the scalar form
-                        atts = _interp_run(xs, ys, mean_kv, n)
-                        if form:  # max(gpu, overhead)
-                            durations = [g if (g := c + (r + a) * count + head) > overhead
-                                         else overhead for a in atts]
-                        else:
-                            durations = [c + (r + a) * count + head + overhead for a in atts]
+                        durations = _scalar_steps(_interp_run(xs, ys, mean_kv, n), c, r,
+                                                  count, head, overhead, form)
                 else:  # a recent step length says how many fit
                     guess = self._step_guess
                     n = int(span / guess * 1.25) + 2 if guess > 0 else k
@@ -563,7 +582,7 @@ class CountedV1Engine(V1Engine):
                     if now + first * (1 - 1e-9) >= until:  # `step_s`'s first step ends there
                         return False
                 if ends is None:
-                    ends = [now + t for t in accumulate(durations)]
+                    ends = _ends(now, durations)
                 starting = bisect_left(ends, until)  # `_first_start_at`, written out
                 while starting < n and ends[starting] - durations[starting] < until:
                     starting += 1
@@ -579,7 +598,7 @@ class CountedV1Engine(V1Engine):
                     k = min(k, int(span / first) + 1)
                     if k > n:
                         durations = decode_steps_list(d, mean_kv, k)
-                        ends = [now + t for t in accumulate(durations)]
+                        ends = _ends(now, durations)
                     else:
                         del durations[k:], ends[k:]
                     bounded = min(k, _first_start_at(ends, durations, until))
