@@ -110,8 +110,12 @@ class CountedV1Engine(V1Engine):
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:
         """`V1Engine.advance`, on the counters while they hold (`swapped` is vLLM V0's swap
-        space: a V1 engine preempts by recompute, so it stays empty and is not read)."""
-        while self.now < until:
+        space: a V1 engine preempts by recompute, so it stays empty and is not read). The
+        loop's test returns from inside it, so that its comparison's jump is short (see
+        `_counted_window`, step 2)."""
+        while True:
+            if not self.now < until:
+                return
             left = self.outstanding if stop_at_finish else 0
             if self.running and not self.waiting and (
                     self._counted_window(until, stop_at_finish) if self._counted else
@@ -213,7 +217,9 @@ class CountedV1Engine(V1Engine):
         bs, per = self.opt.block_size, pool.per_id
         kv = self._kv
         running = self.running
-        while finishes and finishes[0][0] == tick:
+        while finishes:
+            if finishes[0][0] != tick:  # (a short jump: see `_counted_window`, step 2)
+                break
             s = heapq.heappop(finishes)[2]
             running.remove(s)
             m = tick - s.since_tick  # `_write` and `_slack`, written out
@@ -281,7 +287,9 @@ class CountedV1Engine(V1Engine):
         decodes, kv_sum = d, self._kv + d
         attention_p = 0.0
         now = self.now
-        while waiting and budget > 0 and len(running) < max_seqs:
+        while waiting:
+            if budget <= 0 or len(running) >= max_seqs:  # (short jumps: `_counted_window`)
+                break
             s = waiting[0]
             g = s.generated
             tokens = s.prompt + g
@@ -511,7 +519,16 @@ class CountedV1Engine(V1Engine):
                     # `bisect_right(xs, mean_kv) - 1` (the line's row is on the KV grid, and
                     # mean_kv at most its last point, the longest request)
                     j = kv_index[floor(mean_kv)] - 1
-                if 0 <= j < last and xs[j] < mean_kv:
+                # (each test below guards the short branch first: Python 3.11 specialises a
+                # comparison only when its conditional jump follows it, and a jump over the
+                # long branch takes an EXTENDED_ARG in between)
+                if not (0 <= j < last and xs[j] < mean_kv):
+                    # no line, or mean_kv off its row: a recent step length says how many fit
+                    guess = self._step_guess
+                    n = int(span / guess * 1.25) + 2 if guess > 0 else k
+                    if n > k:  # noqa: PLR1730
+                        n = k
+                else:
                     lo, y0 = xs[j], ys[j]
                     slope = (ys[j + 1] - y0) / (xs[j + 1] - lo)
                     # the first step's time, as the lists below compute it (offset 0.0:
@@ -530,7 +547,15 @@ class CountedV1Engine(V1Engine):
                     n = int(span / first) + 2
                     if n > k:  # noqa: PLR1730
                         n = k
-                    if n <= line_steps and mean_kv + (n - 1) < xs[j + 1]:
+                    if not (n <= line_steps and mean_kv + (n - 1) < xs[j + 1]):
+                        if n <= SCALAR_STEPS:
+                            # the KV lengths cross grid points of the line's row: what
+                            # `decode_steps_list` returns there (its Python-float path up to
+                            # `SCALAR_STEPS`, whose floats are the array formula's), without its
+                            # calls: the row interpolated by `_interp_run`, then the scalar form
+                            durations = _scalar_steps(_interp_run(xs, ys, mean_kv, n), c, r,
+                                                      count, head, overhead, form)
+                    else:
                         durations, ends = [], []
                         total_s = 0.0
                         if form == 1:
@@ -563,18 +588,6 @@ class CountedV1Engine(V1Engine):
                                 durations.append(step_s)
                                 total_s += step_s
                                 ends.append(now + total_s)
-                    elif n <= SCALAR_STEPS:
-                        # the KV lengths cross grid points of the line's row: what
-                        # `decode_steps_list` returns there (its Python-float path up to
-                        # `SCALAR_STEPS`, whose floats are the array formula's), without its
-                        # calls: the row interpolated by `_interp_run`, then the scalar form
-                        durations = _scalar_steps(_interp_run(xs, ys, mean_kv, n), c, r,
-                                                  count, head, overhead, form)
-                else:  # a recent step length says how many fit
-                    guess = self._step_guess
-                    n = int(span / guess * 1.25) + 2 if guess > 0 else k
-                    if n > k:  # noqa: PLR1730
-                        n = k
                 if durations is None:
                     durations = decode_steps_list(d, mean_kv, n)
                     first = durations[0]
@@ -631,8 +644,9 @@ class CountedV1Engine(V1Engine):
             tick = self._tick = tick + k
             self._kv += k * d
             self._last_s = end
-            finished = finishes[0][0] == tick
-            if finished:  # the finished ones leave the running list
+            finished = False
+            if finishes[0][0] == tick:  # the finished ones leave the running list
+                finished = True
                 self._finish(end)
             # 5. the log (`_record_window`): KV blocks in use after each step, as `used`
             # (the record's base) and the blocks taken since (`Timeline.kv_blocks`); after
