@@ -355,7 +355,7 @@ class CountedV1Engine(V1Engine):
                     i = kv_index[floor(mean_kv)]
                     x0 = xs[i - 1]
                     u = (mean_kv - x0) / (xs[i] - x0)
-                    a = ys[i - 1] * (1 - u) + ys[i] * u
+                    a = ys[i - 1] * (1.0 - u) + ys[i] * u  # 1.0: float-only operations
                 if beyond:
                     attention_d = a * decodes / beyond
                 else:
@@ -371,12 +371,12 @@ class CountedV1Engine(V1Engine):
             # same operations in the same order); on a miss `step_s` itself fills them
             w, _, flat = rows
             _, scale, floored, per_step, per_seq, launch, overlaps = hosts[prefill]
-            u_low = 1 - a
+            u_low = 1.0 - a  # (1 - a: the int converts exactly; 1.0 keeps it float-only)
             gpu = 0.0
             for y, y_j, attention, kernel_floor, count in flat:
                 r = y * u_low + y * a
                 if w:
-                    r = r * (1 - w) + (y_j * u_low + y_j * a) * w
+                    r = r * (1.0 - w) + (y_j * u_low + y_j * a) * w
                 t = (r + (a if attention else 0.0)) * scale
                 if floored and t < kernel_floor:
                     t = kernel_floor
@@ -547,7 +547,8 @@ class CountedV1Engine(V1Engine):
                     n = int(span / first) + 2
                     if n > k:  # noqa: PLR1730
                         n = k
-                    if not (n <= line_steps and mean_kv + (n - 1) < xs[j + 1]):
+                    # (offsets[n - 1] is n - 1 as a float: mean_kv + (n - 1) without an int)
+                    if not (n <= line_steps and mean_kv + offsets[n - 1] < xs[j + 1]):
                         if n <= SCALAR_STEPS:
                             # the KV lengths cross grid points of the line's row: what
                             # `decode_steps_list` returns there (its Python-float path up to
