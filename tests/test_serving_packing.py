@@ -1,5 +1,7 @@
 """`serving.packing.packed_array` gives the array `np.fromiter` gives, byte for byte."""
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -19,5 +21,9 @@ def test_packed_array_is_fromiter(n):
 
 
 def test_packed_array_rejects_what_does_not_fit():
-    with pytest.raises(Exception):
+    """An int outside int64 is struct's error (where `fromiter` raises OverflowError), not a
+    silently wrapped value."""
+    with pytest.raises(struct.error):
         packed_array([2**63], np.int64)
+    with pytest.raises(struct.error):
+        packed_array([0] * CHUNK + [-2**63 - 1], np.int64)
