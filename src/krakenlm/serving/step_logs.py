@@ -54,7 +54,7 @@ REL_TOL = 1e-9
 
 _SGLANG_DECODE = re.compile(
     r"Decode batch[.,] #running-req: (?P<running>\d+), #token: (?P<tokens>\d+),"
-    r".*?gen throughput \(token/s\): (?P<throughput>[0-9.]+), #queue-req: (?P<queued>\d+)")
+    r".*?gen throughput \(token/s\): (?P<throughput>[0-9.]+),.*?#queue-req: (?P<queued>\d+)")
 _SGLANG_GRAPH = re.compile(r"cuda graph: (True|False),")
 
 
