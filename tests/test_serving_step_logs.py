@@ -132,3 +132,11 @@ def test_lines_without_cuda_graph_decode_turn_the_profiles_graph_off(known_timer
     assert known_timer.sim.profile.graphs.decode is True
     eager = timer_for(dataclasses.replace(_log(KNOWN), cuda_graph=False))
     assert eager.sim.profile.graphs.decode is False
+
+
+def test_every_source_is_in_sources_md():
+    text = (LOGS_FILE.parent / "SOURCES.md").read_text()
+    section = text[text.index("# Sources of the decode step logs"):]
+    for log in load_logs():
+        assert f"`{log.source}`" in section
+        assert log.locator.split(" ")[0] in section  # the repository#number
