@@ -16,6 +16,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {badhw}      a hardware YAML with a typo'd field
   {badhostlink} a hardware YAML whose host_link_bandwidth_bytes_per_s is not a number
   {bigvisible} a hardware YAML whose memory.runtime_visible_bytes is 1000x its capacity
+  {bigsustained} a hardware YAML whose memory.sustained_read_fraction is given in percent (88.3)
   {badnetwork} a hardware YAML whose interconnect.inter_node bandwidth is negative
   {badsince}   TensorRT-LLM's software profile with collectives.custom_since "abc"
   {baduntil}   vLLM V0's software profile with host.per_sequence_until "soon"
@@ -209,6 +210,8 @@ CASES: list[BadInput] = [
          "device.host_link_bandwidth_bytes_per_s: expected a number in bytes_per_s"),
     case("sim run --system {bigvisible} --model llama3-8b --prompt 8 --gen 2",
          "device.memory.runtime_visible_bytes: 8.499e+13 bytes exceeds capacity_bytes"),
+    case("sim run --system {bigsustained} --model llama3-8b --prompt 8 --gen 2",
+         "device.memory.sustained_read_fraction: 88.3 is not in (0, 1]"),
     case("sim serve --trace synthetic --rate 1 --model llama3-8b --system {badnetwork}",
          "interconnect.inter_node.bandwidth_bytes_per_s: must be positive, got '-25e9'"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software nope", "nope"),
@@ -738,6 +741,8 @@ def fixture_paths(root: Path) -> dict[str, str]:
         "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "big-visible.yaml").write_text(preset.read_text().replace(
         "runtime_visible_bytes: 84986665370", "runtime_visible_bytes: 84986665370e3", 1))
+    (root / "big-sustained.yaml").write_text(preset.read_text().replace(
+        "sustained_read_fraction: 0.883", "sustained_read_fraction: 88.3", 1))
     (root / "bad-network.yaml").write_text(preset.read_text().replace(
         "    bandwidth_bytes_per_s: 25e9", "    bandwidth_bytes_per_s: -25e9", 1))
     (root / "bad.json").write_text("{not json\n")
@@ -761,6 +766,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
             "file": str(root / "file"), "badhw": str(root / "bad-hw.yaml"),
             "badhostlink": str(root / "bad-host-link.yaml"),
             "bigvisible": str(root / "big-visible.yaml"),
+            "bigsustained": str(root / "big-sustained.yaml"),
             "badnetwork": str(root / "bad-network.yaml"),
             "badsince": str(root / "bad-since.yaml"),
             "baduntil": str(root / "bad-until.yaml"),

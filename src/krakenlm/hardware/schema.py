@@ -101,6 +101,12 @@ class Memory:
         doc="the device total the driver reports to the runtime (torch.cuda.mem_get_info, "
             "what vLLM logs as total_gpu_memory): capacity less what ECC and firmware keep; "
             "serving engines take their memory fraction of it (default: capacity_bytes)")
+    sustained_read_fraction: float | None = _f(
+        None, default=None,
+        doc="the highest rate a streaming read kernel measures on this part (a STREAM-style "
+            "read or sum benchmark at full occupancy, sourced) over bandwidth_bytes_per_s: how "
+            "close to its datasheet rate this memory gets; fitted kernel constants borrowed "
+            "from another part of the same die scale by it (simulator/kernels/gpu/borrowed.py)")
 
 
 @dataclass(frozen=True)
@@ -352,6 +358,11 @@ def _check_consistency(system: System) -> None:
         raise HardwareError(
             f"field device.memory.runtime_visible_bytes: {visible:.4g} bytes exceeds "
             f"capacity_bytes {dev.memory.capacity_bytes:.4g} by more than 10 %; check the units")
+    sustained = dev.memory.sustained_read_fraction
+    if sustained is not None and not 0 < sustained <= 1:
+        raise HardwareError(
+            f"field device.memory.sustained_read_fraction: {sustained} is not in (0, 1]; it is "
+            f"a measured read rate over bandwidth_bytes_per_s, which a measurement cannot beat")
     if dev.global_buffer.capacity_bytes >= dev.memory.capacity_bytes:
         raise HardwareError("field device.global_buffer.capacity_bytes: larger than off-chip "
                             "memory; check the units")

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware import HardwareError, load_system
 from ..hardware.schema import DTYPE_BYTES, System
 from .constants.gpu_kernels import DeviceCalibration, Entry
 from .constants.software import SoftwareProfile
@@ -34,6 +35,7 @@ from .constants.template import Calibration, default_calibration
 from .graph import OpSpec
 from .kernels.base import SERVING, Setting
 from .kernels.gpu.attention import context_kernel_dtype
+from .kernels.gpu.borrowed import kernel_system
 from .kernels.gpu.collectives import nccl_timer
 from .kernels.gpu.elementwise import kind_of
 from .kernels.template.attention import flash_decode, flash_prefill
@@ -54,6 +56,17 @@ TIMER_MEMO_SIZE = 1 << 16
 ELEMENTWISE_ORDER = ("vllm", "trtllm", "sglang")
 
 
+def _fitted_on(gpu: DeviceCalibration | None) -> System | None:
+    """The system a GPU calibration records it was fitted on (`meta.system`); None without a
+    calibration or where that system cannot be loaded."""
+    if gpu is None or not gpu.meta.get("system"):
+        return None
+    try:
+        return load_system(str(gpu.meta["system"]))
+    except HardwareError:
+        return None
+
+
 class OpTimer:
     """Times operator specs on one system under one software profile; memoised per spec."""
 
@@ -71,6 +84,9 @@ class OpTimer:
         self._by_args: dict[tuple, tuple[float, str, float]] = {}  # `_timed_args`
         self._primed: dict[tuple, tuple] = {}  # `prime`: timed ahead, not yet asked for
         self._entries: dict[tuple, tuple[Entry, str] | None] = {}  # `entry`, per question
+        # what the fitted forms time: the system, its memory rescaled where the constants
+        # were fitted on another part of the die (kernels/gpu/borrowed.py)
+        self.kernel_system = kernel_system(system, _fitted_on(self.gpu))
 
     @property
     def template(self) -> Calibration:
@@ -121,8 +137,11 @@ class OpTimer:
         held = e.fit.get("mape_held_out_pct")
         borrowed = "" if fw in (self.software.kernels, "nccl") else \
             f", borrowed: no {self.software.kernels} measurement of this family"
+        memory = "" if self.kernel_system is self.system else (
+            f"; fitted on {self.gpu.meta.get('system')}, memory at "
+            f"{self.kernel_system.device.memory.bandwidth_bytes_per_s / 1e9:.0f} GB/s equivalent")
         self.sources[family] = (f"measured kernels: {fw} {version} on {self.gpu.device_key} "
-                                f"({variant}; held-out MAPE {held} %{borrowed})")
+                                f"({variant}; held-out MAPE {held} %{borrowed}{memory})")
 
     def _setting(self, framework: str, variant: str) -> Setting:
         """Where a fitted form runs: this system, the entry's framework (and its version) and
@@ -132,8 +151,8 @@ class OpTimer:
             version = self.gpu.frameworks.get(framework, {}).get("version", "")
             nccl = self.gpu.entry("nccl", "nccl", "any")
             self._settings[key] = Setting(
-                self.system, framework, variant, version,
-                nccl_timer(self.system, nccl.params, nccl.structure) if nccl else None)
+                self.kernel_system, framework, variant, version,
+                nccl_timer(self.kernel_system, nccl.params, nccl.structure) if nccl else None)
         return self._settings[key]
 
     def _predict(self, found: tuple[Entry, str], variant: str, cols: dict) -> np.ndarray:
