@@ -2,6 +2,7 @@
 
     python benchmarks/serve_validation.py [--json docs/data/serve-validation.json]
                                           [--plot docs/img/serve-validation.png] [--seeds 0,1,2]
+                                          [--source llmk8s] [--engine-only]
 
 Every run of the file is replayed (`serving.validation.replay_run`: its prompts and outputs in
 order, its arrival process, the engine's defaults on its GPUs, the prefix cache as the earlier
@@ -13,13 +14,15 @@ never saw it) is the plain score of that source's runs. A second replay with a c
 cache shows how much the server's history matters (only for runs that have one). Prints one
 line per run and metric, the medians over each source's runs and over all runs against the
 issue's goals (naming the goals' metrics a source or no run states); writes the JSON and the
-plot.
+plot. `--source` replays one source's runs only; `--engine-only` reports the engine's own times
+(no front end: `replay_run(client_side=False)`), the "engine only" columns of docs/serving.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -64,20 +67,28 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--source", default=None, help="replay only this source's runs")
+    parser.add_argument("--engine-only", action="store_true",
+                        help="the engine's times, without the profile's front end")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     sources, runs = load_runs()
     by_id = {r.id: r for r in runs}
+    if args.source is not None:
+        if args.source not in sources:
+            parser.error(f"--source {args.source!r} is not one of {', '.join(sources)}")
+        runs = [r for r in runs if r.source == args.source]
+    client_side = not args.engine_only
     started = time.process_time()
     results, cold_scores = [], []
     for run in runs:
         warm, cold = [], []
         for seed in seeds:
-            report, summary = replay_run(run, by_id, seed)
+            report, summary = replay_run(run, by_id, seed, client_side)
             warm.append(summary)
             if run.served_before or run.test_prompt_first:
                 summary = replay_run(replace(run, served_before=(), test_prompt_first=False),
-                                     by_id, seed)[1]
+                                     by_id, seed, client_side)[1]
             cold.append(summary)
             if run.rate_per_s is None:
                 break  # no randomness (all at once, capped or not): one seed is all seeds
@@ -107,8 +118,7 @@ def main() -> None:
     print_against_goals(
         summary, lambda k, v: f"{100 * v['median']:6.1f} % / {100 * cold[k]['median']:6.1f} %",
         "no run measured it")
-    out = {"command": "python benchmarks/serve_validation.py --json docs/data/serve-validation"
-                      ".json --plot docs/img/serve-validation.png",
+    out = {"command": " ".join(["python benchmarks/serve_validation.py", *sys.argv[1:]]),
            "seeds": seeds, "sources": sources, "runs": results,
            "leave_one_source_out": by_source,
            "not_stated_by_source": {name: [k for k in GOALS if k not in held_out]
