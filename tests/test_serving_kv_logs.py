@@ -111,6 +111,15 @@ def test_a_log_without_a_field_is_named(tmp_path):
         load_logs(path)
 
 
+def test_a_log_given_twice_is_named(tmp_path):
+    data = json.loads(LOGS_FILE.read_text())
+    data["logs"] = [data["logs"][0], dict(data["logs"][0])]
+    path = tmp_path / "logs.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(KVLogDataError, match=f"log {data['logs'][0]['id']} appears twice"):
+        load_logs(path)
+
+
 def test_unknown_engine_is_named(tmp_path):
     data = json.loads(LOGS_FILE.read_text())
     data["logs"] = [{**data["logs"][0], "engine": "tgi"}]

@@ -18,18 +18,17 @@ free memory less the weights; the `vllm` profile is V1 since #19312, `vllm-v0` V
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import KrakenError
-from ..fileio import read_user_text
 from ..hardware import load_system
 from ..models import get_preset
 from ..simulator import Simulator
 from ..simulator.constants.software import SoftwareProfile, load_software
 from .kv_cache import (KV_CACHE_DTYPES, PROFILE_CHARGES, KVSizing, kv_cache_software,
                        size_kv_cache, with_accounting)
+from .log_files import read_log_entries
 from .replay import default_options
 
 LOGS_FILE = Path(__file__).resolve().parent / "data" / "kv_cache_logs.json"
@@ -73,19 +72,8 @@ class KVLog:
 def load_logs(path: Path | str = LOGS_FILE) -> tuple[KVLog, ...]:
     """The logs of a KV-cache-logs file, checked."""
     path = Path(path)
-    try:
-        data = json.loads(read_user_text(path, "KV cache logs file", KVLogDataError))
-    except json.JSONDecodeError as e:
-        raise KVLogDataError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
-    entries = data.get("logs") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise KVLogDataError(f"{path}: needs a non-empty list 'logs'")
     logs = []
-    for i, entry in enumerate(entries):
-        name = entry.get("id", f"#{i}") if isinstance(entry, dict) else f"#{i}"
-        missing = [f for f in FIELDS if not isinstance(entry, dict) or f not in entry]
-        if missing:
-            raise KVLogDataError(f"{path}: log {name} lacks {', '.join(missing)}")
+    for name, entry in read_log_entries(path, "KV cache logs file", KVLogDataError, FIELDS):
         if entry["engine"] not in ENGINES:
             raise KVLogDataError(f"{path}: log {name}: engine {entry['engine']!r} is not one "
                                  f"of {', '.join(ENGINES)}")

@@ -31,17 +31,16 @@ measures N / X only when its prompt throughput is 0 over the interval.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KrakenError
-from ..fileio import read_user_text
 from ..hardware import load_system
 from ..models import get_preset
 from ..simulator import Simulator
 from ..simulator.constants.software import load_software
+from .log_files import read_log_entries
 from .step_time import StepTimer
 
 LOGS_FILE = Path(__file__).resolve().parent / "data" / "step_logs.json"
@@ -167,24 +166,8 @@ def _check(entry: dict, name: str, path: Path) -> StepLog:
 def load_logs(path: Path | str = LOGS_FILE) -> tuple[StepLog, ...]:
     """The logs of a step-logs file, checked (module docstring)."""
     path = Path(path)
-    try:
-        data = json.loads(read_user_text(path, "step logs file", StepLogDataError))
-    except json.JSONDecodeError as e:
-        raise StepLogDataError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
-    entries = data.get("logs") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise StepLogDataError(f"{path}: needs a non-empty list 'logs'")
-    logs, ids = [], set()
-    for i, entry in enumerate(entries):
-        name = entry.get("id", f"#{i}") if isinstance(entry, dict) else f"#{i}"
-        missing = [f for f in FIELDS if not isinstance(entry, dict) or f not in entry]
-        if missing:
-            raise StepLogDataError(f"{path}: log {name} lacks {', '.join(missing)}")
-        if name in ids:
-            raise StepLogDataError(f"{path}: log {name} appears twice")
-        ids.add(name)
-        logs.append(_check(entry, name, path))
-    return tuple(logs)
+    return tuple(_check(entry, name, path) for name, entry in
+                 read_log_entries(path, "step logs file", StepLogDataError, FIELDS))
 
 
 def timer_for(log: StepLog) -> StepTimer:
