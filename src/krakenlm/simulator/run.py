@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import warn
-from ..hardware import HardwareError, load_system
+from ..hardware import load_system
 from ..hardware.identity import lookup
 from ..hardware.schema import DTYPE_BYTES, Device, System
 from ..models import ModelConfig
@@ -192,9 +192,8 @@ class Result:
 def _measured_on_another_part(cal: DeviceCalibration, system: System) -> bool:
     """Whether the system `cal` records it was fitted on declares another vendor, family or
     sm_version than `system`'s device (False when that system cannot be loaded)."""
-    try:
-        measured = load_system(str(cal.meta.get("system")))
-    except HardwareError:
+    measured = cal.fitted_on()
+    if measured is None:
         return False
     return lookup(measured.device).architecture != lookup(system.device).architecture
 

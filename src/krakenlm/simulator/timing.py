@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware import HardwareError, load_system
 from ..hardware.schema import DTYPE_BYTES, System
 from .constants.gpu_kernels import DeviceCalibration, Entry
 from .constants.software import SoftwareProfile
@@ -56,17 +55,6 @@ TIMER_MEMO_SIZE = 1 << 16
 ELEMENTWISE_ORDER = ("vllm", "trtllm", "sglang")
 
 
-def _fitted_on(gpu: DeviceCalibration | None) -> System | None:
-    """The system a GPU calibration records it was fitted on (`meta.system`); None without a
-    calibration or where that system cannot be loaded."""
-    if gpu is None or not gpu.meta.get("system"):
-        return None
-    try:
-        return load_system(str(gpu.meta["system"]))
-    except HardwareError:
-        return None
-
-
 class OpTimer:
     """Times operator specs on one system under one software profile; memoised per spec."""
 
@@ -86,7 +74,7 @@ class OpTimer:
         self._entries: dict[tuple, tuple[Entry, str] | None] = {}  # `entry`, per question
         # what the fitted forms time: the system, its memory rescaled where the constants
         # were fitted on another part of the die (kernels/gpu/borrowed.py)
-        self.kernel_system = kernel_system(system, _fitted_on(self.gpu))
+        self.kernel_system = kernel_system(system, self.gpu.fitted_on() if self.gpu else None)
 
     @property
     def template(self) -> Calibration:

@@ -44,8 +44,9 @@ import yaml
 from ... import yamlio
 from ...errors import KrakenError
 from ...fileio import read_user_text, write_text_atomically
+from ...hardware import HardwareError, load_system
 from ...hardware.identity import calibration_is_file, lookup
-from ...hardware.schema import Device
+from ...hardware.schema import Device, System
 from ..kernels import base as kernel_forms
 from ..kernels import gpu as _gpu_forms  # noqa: F401  (registers the GPU kernel forms)
 
@@ -114,6 +115,16 @@ class DeviceCalibration:
     def entry(self, framework: str, family: str, variant: str) -> Entry | None:
         fams = self.frameworks.get(framework, {}).get("families", {})
         return fams.get(family, {}).get(variant)
+
+    def fitted_on(self) -> System | None:
+        """The system this calibration records it was fitted on (`meta.system`); None where
+        it names none or that system cannot be loaded."""
+        if not self.meta.get("system"):
+            return None
+        try:
+            return load_system(str(self.meta["system"]))
+        except HardwareError:
+            return None
 
     def variants(self, framework: str, family: str) -> dict[str, Entry]:
         return self.frameworks.get(framework, {}).get("families", {}).get(family, {})
