@@ -26,9 +26,8 @@ import numpy as np
 import pandas as pd
 
 from krakenlm.fileio import write_text_atomically
+from krakenlm.simulator.measurements.models import data_path
 
-MEASURED = (Path(__file__).resolve().parents[1] / "src" / "krakenlm" / "simulator"
-            / "measurements" / "data" / "model_measurements.csv")
 SOURCE = "llm_inference_bench"
 
 
@@ -38,7 +37,7 @@ def step_table(rows_csv: Path, length: int) -> pd.DataFrame:
     rows = pd.read_csv(rows_csv)
     rows = rows[(rows.source == SOURCE) & (rows.batch == 1) & (rows.prompt == length)
                 & (rows.output == length)]
-    measured = pd.read_csv(MEASURED)
+    measured = pd.read_csv(data_path("model_measurements.csv"))
     measured = measured[(measured.source == SOURCE) & (measured.metric == "e2e")]
     joined = rows.merge(measured, left_on=["model", "system", "tp", "batch", "prompt", "output"],
                         right_on=["model", "system", "tp", "batch", "prompt_tokens",
