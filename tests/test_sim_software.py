@@ -185,7 +185,7 @@ def test_vllm_v0_output_processing_is_per_sequence_until_0_6():
 
     v0 = load_software("vllm-v0")
     assert v0.host.per_sequence_s == pytest.approx(1e-4)
-    assert step_overhead(v0.host, v0, "decode", 64) == pytest.approx(1.5e-3 + 64 * 1e-4 + 1e-5)
+    assert step_overhead(v0.host, v0, "decode", 64, 1) == pytest.approx(1.5e-3 + 64 * 1e-4 + 1e-5)
 
     def row(version):
         return ModelRow("s", "llama2-7b", "h100-80gb-x8", 1, "vllm", version, "fp16", 32, 128, 16,
@@ -208,8 +208,8 @@ def test_vllm_eager_host_time_per_step_is_its_sourced_formula():
     from krakenlm.simulator.run import step_overhead
 
     p = load_software("vllm-eager")
-    assert step_overhead(p.host, p, "decode", 32) == pytest.approx(4e-3 + 32 * 2.2e-4)
-    assert step_overhead(p.host, p, "prefill", 1) == pytest.approx(4e-3 + 2.2e-4)
+    assert step_overhead(p.host, p, "decode", 32, 1) == pytest.approx(4e-3 + 32 * 2.2e-4)
+    assert step_overhead(p.host, p, "prefill", 1, 1) == pytest.approx(4e-3 + 2.2e-4)
     cited = p.sources["VS"]
     assert "issues/6913" in cited and "issues/249" in cited
     assert "Sarathi" in cited  # Vidur is named as what the value is not
@@ -268,6 +268,50 @@ def test_host_bound_steps_and_per_step_overhead():
     for res in (slow, r, r2):
         assert sum(res.prefill.categories.values()) == pytest.approx(res.ttft_s)
         assert sum(res.decode.categories.values()) == pytest.approx(res.tpot_s * 3)
+
+
+def test_tp_step_cost_is_charged_on_more_than_one_rank_only():
+    """`host.tp_step_s` (the driver's per-step broadcast of the inputs to the other ranks) adds
+    to every prefill and decode step at TP > 1 and to none at TP 1; a profile without it times
+    every TP exactly as before."""
+    from krakenlm.simulator.run import step_overhead
+
+    cfg = get_preset("gpt3-1.3b")
+    base = dataclasses.replace(load_software("eager"), issued_kernels=IssuedKernels(),
+                               host=Host(prefill_step_s=0.01, decode_step_s=0.002))
+    with_tp = dataclasses.replace(base, host=dataclasses.replace(base.host, tp_step_s=7e-4))
+    assert with_tp.host.per_step_s("decode", 1) == 0.002
+    assert with_tp.host.per_step_s("decode", 2) == pytest.approx(0.0027)
+    assert with_tp.host.per_step_s("prefill", 8) == pytest.approx(0.0107)
+    assert step_overhead(base.host, base, "decode", 4, 8) == step_overhead(base.host, base,
+                                                                            "decode", 4, 1)
+    for tp in (1, 2):
+        a = simulate(cfg, A100, tp, 1, 16, 4, software=base, gpu_calibration=NO_GPU_CAL)
+        b = simulate(cfg, A100, tp, 1, 16, 4, software=with_tp, gpu_calibration=NO_GPU_CAL)
+        extra = 7e-4 if tp > 1 else 0.0
+        assert b.ttft_s == pytest.approx(a.ttft_s + extra, rel=1e-12, abs=1e-15)
+        assert b.tpot_s == pytest.approx(a.tpot_s + extra, rel=1e-12, abs=1e-15)
+        assert b.retimed(with_tp.host) == pytest.approx((b.ttft_s, b.tpot_s), rel=1e-12)
+    # the shipped vLLM V0 profile carries it; engines with their own runtime do not
+    assert load_software("vllm-v0").host.tp_step_s > 0
+    for name in ("trtllm", "vllm", "sglang", "vllm-eager", "eager", "lmdeploy"):
+        assert load_software(name).host.tp_step_s == 0, name
+
+
+def test_tp_step_cost_reaches_the_serving_step_oracle():
+    """The serving layer's mixed-batch step (serving/step_time.py) charges the same per-step
+    host work as `Simulator.run` at TP > 1."""
+    from krakenlm.serving.step_time import StepTimer
+    from krakenlm.simulator.run import Simulator
+
+    cfg = get_preset("llama2-7b")
+    v0 = load_software("vllm-v0")
+    none = dataclasses.replace(v0, host=dataclasses.replace(v0.host, tp_step_s=0.0))
+    steps = []
+    for profile in (v0, none):
+        sim = Simulator(load_system("a100-80gb-x8"), software=profile)
+        steps.append(StepTimer(sim, cfg, 2).batch_s([], [300, 300]))
+    assert steps[0] - steps[1] == pytest.approx(v0.host.tp_step_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("preset,tp", [("gpt3-13b", 8), ("parallel-gpt3-13b", 8),

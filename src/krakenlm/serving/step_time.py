@@ -408,7 +408,7 @@ class StepTimer:
             consts[prefill] = (
                 captured, host.prefill_gpu_time_scale if prefill else 1.0,
                 not captured and per_kernel > 0,
-                host.prefill_step_s if prefill else host.decode_step_s, host.per_sequence_s,
+                host.per_step_s("prefill" if prefill else "decode", self.tp), host.per_sequence_s,
                 host.graph_launch_s if captured else 0.0, host.step_overlaps_gpu)
         return tables, consts, self._head_kernels * per_kernel
 
@@ -669,7 +669,7 @@ class StepTimer:
         head = self._head(sequences)
         if floored:
             head = max(head, self._head_kernels * host.per_kernel_s)
-        overhead = step_overhead(host, sw, "decode", sequences)
+        overhead = step_overhead(host, sw, "decode", sequences, self.tp)
         scalar = _scalar_form(graphs)
         row, _, w, beyond = attention
         line = None

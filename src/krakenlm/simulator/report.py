@@ -125,8 +125,10 @@ class SoftwareReport:
                                              ("decode", p.graphs.decode)) if v) or "none"
             ar = p.collectives.all_reduce + (f" <= {p.collectives.custom_max_bytes / 2**20:g} MiB"
                                              if p.collectives.custom_max_bytes else "")
-            table.add_row(p.name, p.kernels, graphs, f"{p.host.per_kernel_s * 1e6:g}",
-                          f"{p.host.prefill_step_s * 1e3:g} / {p.host.decode_step_s * 1e3:g}",
+            steps = f"{p.host.prefill_step_s * 1e3:g} / {p.host.decode_step_s * 1e3:g}"
+            if p.host.tp_step_s:
+                steps += f" (+{p.host.tp_step_s * 1e3:g} at TP > 1)"
+            table.add_row(p.name, p.kernels, graphs, f"{p.host.per_kernel_s * 1e6:g}", steps,
                           ar, f"{p.attention.kernel} ({p.attention.max_head_dim})",
                           ", ".join(sorted(p.host_systems)) or "-")
         return [table]

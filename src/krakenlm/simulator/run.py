@@ -151,7 +151,7 @@ class Result:
         if sw is None:
             raise ValueError("this result keeps no software profile")
         ttft = _first_step(_step_times(self.prefill.graphs, host, sw.graphs.prefill,
-                                       step_overhead(host, sw, "prefill", self.batch), 1,
+                                       step_overhead(host, sw, "prefill", self.batch, self.tp), 1,
                                        host.prefill_gpu_time_scale)) \
             if self.prefill.graphs else 0.0
         split = sw.prefill.last_token_in_decode
@@ -159,7 +159,7 @@ class Result:
         if steps <= 0:
             return ttft, 0.0
         decode = host_step_times(self.decode.graphs, host, sw.graphs.decode,
-                                 step_overhead(host, sw, "decode", self.batch), steps)
+                                 step_overhead(host, sw, "decode", self.batch, self.tp), steps)
         if split:  # the first decode step produced the first token
             return ttft + float(decode[0]), _mean(decode[1:]) if steps > 1 else 0.0
         return ttft, _mean(decode)
@@ -378,12 +378,14 @@ def _add_graph(phase: PhaseResult, g: Graph, timed: list[TimedOp], sched: Schedu
         phase.add_op(op.name, op.category, (end - start) * times, times)
 
 
-def step_overhead(host: Host, software: SoftwareProfile, phase: str, batch: int) -> float:
-    """Host work of one step that the GPU waits for: the per-step part, the per-sequence part
-    for each of the `batch` sequences the step carries, and the graph launch if captured."""
-    per_step = host.prefill_step_s if phase == "prefill" else host.decode_step_s
+def step_overhead(host: Host, software: SoftwareProfile, phase: str, batch: int,
+                  tp: int) -> float:
+    """Host work of one step that the GPU waits for: the per-step part (with the part that
+    drives the other ranks when `tp` > 1: `Host.per_step_s`), the per-sequence part for each
+    of the `batch` sequences the step carries, and the graph launch if captured."""
     graphs = software.graphs.prefill if phase == "prefill" else software.graphs.decode
-    return per_step + batch * host.per_sequence_s + (host.graph_launch_s if graphs else 0.0)
+    return host.per_step_s(phase, tp) + batch * host.per_sequence_s + \
+        (host.graph_launch_s if graphs else 0.0)
 
 
 def _finish_step(phase: PhaseResult, gpu_s: float, overhead_s: float, overlaps: bool) -> float:
@@ -410,7 +412,8 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
 
 
 def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
-             software: SoftwareProfile, batch: int) -> tuple[PhaseResult, dict[str, float], float]:
+             software: SoftwareProfile, batch: int,
+             tp: int) -> tuple[PhaseResult, dict[str, float], float]:
     phase = PhaseResult()
     layer: dict[str, float] = {}
     captured = software.graphs.prefill
@@ -431,7 +434,7 @@ def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
             if host > gpu:
                 layer[HOST_KERNELS] = host - gpu
     step = _finish_step(phase, phase.time_s,
-                        step_overhead(software.host, software, "prefill", batch),
+                        step_overhead(software.host, software, "prefill", batch, tp),
                         software.host.step_overlaps_gpu)
     return phase, layer, step
 
@@ -476,7 +479,7 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
     other = model_graphs(config, tp, batch, 1, int(kv[0]) + 1, "decode", b, options=opts)
     captured = software.graphs.decode
     per_kernel = software.host.per_kernel_s
-    overhead = step_overhead(software.host, software, "decode", batch)
+    overhead = step_overhead(software.host, software, "decode", batch, tp)
     overlaps = software.host.step_overlaps_gpu
 
     timer.prime(spec for g in base for spec in g.ops)
@@ -638,7 +641,7 @@ class Simulator:
             graphs = model_graphs(config, tp, batch, prefilled, prefilled, "prefill", b,
                                   options=opts)
             prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile,
-                                                    batch)
+                                                    batch, tp)
         else:  # a one-token prompt goes straight to its decode step
             prefill, prefill_layer, ttft = PhaseResult(), {}, 0.0
         decode, decode_layer, method = _decode(config, tp, batch, prefilled, decode_steps,

@@ -78,6 +78,10 @@ class Host:
     prefill_step_s: float = 0.0      # per prefill forward pass
     decode_step_s: float = 0.0       # per decode step
     per_sequence_s: float = 0.0      # per sequence a step carries (prefill and decode alike)
+    # per step when the model is split over more than one rank (TP > 1): the driver's work to
+    # hand each step's inputs to the other ranks before the forward pass (vLLM V0's
+    # `broadcast_tensor_dict`), on the GPU's critical path like the per-step work
+    tp_step_s: float = 0.0
     graph_launch_s: float = 0.0      # per CUDA-graph replay
     step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
     # the first engine version whose per-sequence work runs beside the GPU (vLLM 0.6.0's
@@ -89,6 +93,12 @@ class Host:
     # sourced; it carries what a source's long forward passes ran slower than the kernel
     # tables' short benchmarks (clocks under the board's power limit, an older stack's kernels).
     prefill_gpu_time_scale: float = 1.0
+
+    def per_step_s(self, phase: str, tp: int) -> float:
+        """Host work of one step of `phase` ("prefill" or "decode") on `tp` ranks that does
+        not depend on the batch: the phase's per-step work, plus `tp_step_s` when tp > 1."""
+        step = self.prefill_step_s if phase == "prefill" else self.decode_step_s
+        return step + self.tp_step_s if tp > 1 else step
 
 
 @dataclass(frozen=True)
