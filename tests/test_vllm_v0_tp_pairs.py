@@ -1,0 +1,77 @@
+"""The LambdaLabsML vLLM 0.5.4 / 0.6.0 pairs and the per-step TP cost derived from them
+(benchmarks/sim_vllm_v0_tp_step.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark_module import ROOT, load_benchmark
+
+tp_step = load_benchmark("sim_vllm_v0_tp_step")
+
+
+def _doc() -> dict:
+    return json.loads(tp_step.default_runs_path().read_text())
+
+
+def test_every_used_gpu_tp_has_both_engines():
+    runs = _doc()["runs"]
+    keys = {(r["gpu"], r["tp"], r["engine_version"]) for r in runs}
+    result = tp_step.derive({k: g[0] for k, g in tp_step.runs_by_key(runs).items()})
+    used = [row for row in result["rows"] if row["d_ms"] is not None]
+    assert len(used) == result["n_points"] >= 5
+    for row in used:
+        for tp in (1, row["tp"]):
+            assert (row["gpu"], tp, "0.5.4") in keys and (row["gpu"], tp, "0.6.0") in keys
+    # A100 TP8 has no single-step run in the source, so it must not enter the mean.
+    assert ("A100-80GB-SXM", 8, "0.5.4") not in keys
+    assert not any(r["gpu"] == "A100-80GB-SXM" and r["tp"] == 8 for r in used)
+
+
+def test_runs_are_the_same_prompts_and_the_declared_regimes():
+    for run in _doc()["runs"]:
+        assert run["num_prompts"] == 10 and run["request_rate"] == "inf"
+        assert run["input_lens"] == [14, 30, 28, 12, 375, 29, 487, 369, 5, 236]
+        single = run["engine_version"] == "0.5.4"
+        assert run["num_scheduler_steps"] == (1 if single else 10)
+        assert run["date"].startswith("202408" if single else "2024090")
+        assert run["has_mean_latency_ms"] is (not single)
+        if not single:  # one ITL per 10 generated tokens (the first token is the TTFT)
+            for chunk in run["itl_chunk_evidence"]:
+                assert chunk["itl_count"] == -(-(chunk["output_tokens"] - 1) // 10)
+
+
+def test_mean_matches_an_independent_recomputation():
+    runs = _doc()["runs"]
+    first: dict[tuple, dict] = {}
+    for run in sorted(runs, key=lambda r: r["date"]):
+        first.setdefault((run["gpu"], run["tp"], run["engine_version"]), run)
+
+    def gap(gpu: str, tp: int) -> float:
+        return (first[(gpu, tp, "0.5.4")]["median_itl_ms"]
+                - first[(gpu, tp, "0.6.0")]["median_itl_ms"] / 10)
+
+    d = [gap(gpu, tp) - gap(gpu, 1) for (gpu, tp, version) in first
+         if version == "0.5.4" and tp > 1 and (gpu, tp, "0.6.0") in first]
+    result = tp_step.derive({k: g[0] for k, g in tp_step.runs_by_key(runs).items()})
+    assert result["tp_step_cost_ms"] == pytest.approx(sum(d) / len(d), rel=1e-12)
+    assert 0.3 < result["tp_step_cost_ms"] < 1.0  # the source's size: tenths of a ms
+
+
+def test_a_run_without_median_itl_is_refused_in_one_line(tmp_path: Path):
+    doc = _doc()
+    del doc["runs"][3]["median_itl_ms"]
+    bad = tmp_path / "pairs.json"
+    bad.write_text(json.dumps(doc))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_vllm_v0_tp_step.py"),
+                           "--runs", str(bad)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "median_itl_ms" in lines[0] and doc["runs"][3]["path"] in lines[0]
