@@ -75,3 +75,14 @@ def test_a_run_without_median_itl_is_refused_in_one_line(tmp_path: Path):
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert "median_itl_ms" in lines[0] and doc["runs"][3]["path"] in lines[0]
+
+
+def test_the_vllm_v0_profile_carries_the_derived_constant():
+    """`vllm-v0`'s `host.tp_step_s` is this derivation's mean, to the 3 digits the YAML keeps."""
+    from krakenlm.simulator.constants.software import load_software
+
+    result = tp_step.derive({k: g[0] for k, g in tp_step.runs_by_key(_doc()["runs"]).items()})
+    profile = load_software("vllm-v0")
+    assert profile.host.tp_step_s == pytest.approx(float(f"{result['tp_step_cost_ms']:.3g}") * 1e-3,
+                                                   rel=1e-12)
+    assert "vllm_v0_tp_pairs.json" in profile.sources["VT"]
