@@ -41,7 +41,23 @@ DATACRUNCH = {
 # by each result file
 LAMBDA = {"lambda-h100-tp1-mistral7b-inf-n10": (1585, 2490, 1),
           "lambda-h100-tp1-mistral7b-inf-n20": (3438, 4916, 1),
-          "lambda-h100-tp1-mistral7b-inf-n160": (37741, 34013, 14)}
+          "lambda-h100-tp1-mistral7b-inf-n160": (37741, 34013, 14),
+          "lambda-h100-tp2-mistral7b-inf-n10": (1585, 2416, 1),
+          "lambda-h100-tp2-mistral7b-inf-n20": (3438, 4745, 1),
+          "lambda-h100-tp2-mistral7b-inf-n160": (37741, 34170, 14),
+          "lambda-h100-tp4-mistral7b-inf-n10": (1585, 2407, 1),
+          "lambda-h100-tp4-mistral7b-inf-n160": (37741, 33925, 14),
+          "lambda-h100-tp8-mistral7b-inf-n10": (1585, 2584, 1),
+          "lambda-h100-tp8-mistral7b-inf-n160": (37741, 34252, 14),
+          "lambda-a100-tp1-mistral7b-inf-n10": (1585, 2566, 1),
+          "lambda-a100-tp1-mistral7b-inf-n160": (37741, 34049, 14),
+          "lambda-a100-tp2-mistral7b-inf-n10": (1585, 2444, 1),
+          "lambda-a100-tp2-mistral7b-inf-n20": (3438, 4919, 1),
+          "lambda-a100-tp2-mistral7b-inf-n160": (37741, 34226, 14),
+          "lambda-a100-tp4-mistral7b-inf-n10": (1585, 2483, 1),
+          "lambda-a100-tp4-mistral7b-inf-n160": (37741, 34058, 14),
+          "lambda-a100-tp8-mistral7b-inf-n20": (3438, 4912, 1),
+          "lambda-a100-tp8-mistral7b-inf-n160": (37741, 34261, 14)}
 
 
 def test_the_runs_file_parses_and_matches_the_source_totals():
@@ -82,14 +98,26 @@ def test_the_datacrunch_lengths_are_the_clients_seeded_draw_and_its_totals():
 def test_the_lambda_runs_keep_the_printed_totals_and_the_servers_flags():
     """The vLLM 0.5.4 result files list every request's lengths; the requests that returned
     no token are served with one, and their TTFT of 0 (the client's placeholder) is left out
-    of the scored TTFT statistics, whose mean therefore exceeds the printed one."""
+    of the scored TTFT statistics, whose mean therefore exceeds the printed one. The result
+    path names the server: `{N}x{GPU}/..._tp{N}_len{L}.json` is N GPUs of one 8-GPU server at
+    TP N with --max-model-len L, which V0 without chunked prefill batches max(L, 2048) tokens
+    of per step."""
+    import re
+
     data = {r["id"]: r for r in json.loads(RUNS_FILE.read_text())["runs"]}
+    assert {k for k, r in data.items() if r["source"] == "lambda"} == set(LAMBDA)
+    systems = {"H100": "h100-80gb-x8", "A100": "a100-80gb-x8"}
     for key, (total_in, total_out, empty) in LAMBDA.items():
         r = data[key]
         assert sum(r["prompt_tokens"]) == total_in and r["zero_output_requests"] == empty
         assert sum(r["output_tokens"]) - empty == total_out
-        assert r["arrival"] == "burst" and r["software"] == "vllm-v0" and r["tp"] == 1
-        assert r["engine_options"] == {"max_num_batched_tokens": 2048,
+        assert r["arrival"] == "burst" and r["software"] == "vllm-v0"
+        gpus, gpu, tp, max_model_len = re.search(
+            r"/(\d)x(H100|A100)-80GB-SXM/Mistral-7B-Instruct-v0.3_tp(\d)_len(\d+)\.json$",
+            r["locator"]).groups()
+        assert int(gpus) == int(tp) == r["tp"] and r["system"] == systems[gpu]
+        assert f"-{gpu.lower()}-tp{tp}-" in key
+        assert r["engine_options"] == {"max_num_batched_tokens": max(int(max_model_len), 2048),
                                        "gpu_memory_utilization": 0.95}
         m = r["measured"]
         assert m["ttft_s"]["mean"] > m["ttft_s_printed"]["mean"] > 0
@@ -138,6 +166,7 @@ def test_every_source_and_run_file_is_in_sources_md():
         assert f"`{key}`" in text and s["commit"] in text
     for r in runs:
         assert r.locator.split(" ")[1].rsplit("_qps_", 1)[0].split("/")[-1] in text
+        assert r.locator.split(" ")[0].split("@")[1] in text  # the commit that stores it
 
 
 def _run():
