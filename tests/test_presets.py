@@ -113,3 +113,13 @@ def test_a_parameter_matched_preset_is_searched_for_when_first_read():
     assert found == kraken_engine_for_params(gpt3.num_params(), degree=8, n_layers=96,
                                              context_len=2048, vocab_size=gpt3.vocab_size)
     assert list(table) == list(PRESETS) and dict(table) == dict(PRESETS)
+
+
+def test_qwen25_32b_is_the_qwen2_shape_without_qkv_biases():
+    # per layer: 2 RMSNorms, q and o (5120^2 each), k and v (5120 x 1024 each: 8 KV heads of
+    # 128), SwiGLU gate/up/down (3 x 5120 x 27648); untied 152064-token embedding and head;
+    # final norm. Qwen2's q/k/v biases are left out of the preset.
+    cfg = get_preset("qwen2.5-32b")
+    layer = 2 * 5120 + 2 * 5120**2 + 2 * 5120 * 1024 + 3 * 5120 * 27648
+    assert cfg.num_params() == 64 * layer + 2 * 152064 * 5120 + 5120
+    assert (cfg.head_dim, cfg.kv_heads, cfg.tie_embeddings) == (128, 8, False)

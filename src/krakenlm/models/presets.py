@@ -114,6 +114,16 @@ def _build() -> dict[str, ModelConfig | Callable[[], ModelConfig]]:
     # 4096-token sliding window does not change prompts up to 4096 tokens).
     p["mistral-7b"] = ModelConfig(arch="gpt", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
                                   ffn_dim=14336, vocab_size=32000, context_len=32768, **llama)
+    # Qwen2.5-32B (Qwen team 2024; QwQ-32B is the same shape, HF model_type "qwen2"): 64 layers,
+    # hidden 5120, 40 query heads and 8 KV heads of 128, SwiGLU FFN 27648, RMSNorm eps 1e-5, RoPE
+    # base 1e6, vocab 152064, untied LM head, bf16; config.json of Qwen/QwQ-32B-Preview as printed
+    # in Retruth/deontic nlp_models/qwq/README.md (max_position_embeddings 32768). Its q/k/v
+    # biases (5120 + 2 x 1024 per layer, 0.46M of 32.8B parameters) are left out: `bias` here
+    # would put biases on every Linear and norm.
+    p["qwen2.5-32b"] = ModelConfig(arch="gpt", n_layers=64, d_model=5120, n_heads=40,
+                                   n_kv_heads=8, ffn_dim=27648, vocab_size=152064,
+                                   context_len=32768, norm_eps=1e-5, rope_theta=1000000.0,
+                                   **llama)
     # GPT-J 6B (Wang and Komatsuzaki 2021): the parallel attention+FFN block, 16 heads of 256,
     # rotary embeddings (on 64 of the 256 dims), untied LM head. Its MLP biases are left out.
     p["gpt-j-6b"] = ModelConfig(arch="parallel", n_layers=28, d_model=4096, n_heads=16,
