@@ -27,6 +27,13 @@ and the constant is the plain mean of d(n) over every (GPU, n > 1) that has both
 at 1. Nothing is fitted. Assumed: the other 0.5.4 -> 0.6.0 changes are TP-neutral, and the GPU
 kernels are the same in both engines.
 
+With `--simulate` it also times, for each multi-step run, the simulator's GPU time alone: the
+`vllm-v0` profile with every host constant at 0 (per step, per sequence, per TP step, graph
+launch), Mistral-7B at batch 2, 30 prompt + 900 generated tokens (the two long requests of
+these runs), bf16, mean time per output token. The multi-step step is the nearest thing to GPU
+time these runs give, so the two say how far the kernel models are from them (a check, not a
+fit; nothing here changes a constant).
+
 When a (GPU, TP, engine) has several runs (other --max-model-len), the earliest-dated run is used
 and the others are printed as repeats; the range of the constant over every choice of repeats is
 printed too. A file that lacks a field or holds a bad value is refused with one `error:` line.
@@ -51,8 +58,9 @@ RUNS_FILE = "vllm_v0_tp_pairs.json"
 SINGLE_STEP = "0.5.4"
 MULTI_STEP = "0.6.0"
 STEPS_PER_ITL = {SINGLE_STEP: 1, MULTI_STEP: 10}
-REQUIRED = {"gpu": str, "tp": int, "engine_version": str, "num_scheduler_steps": int,
-            "path": str, "commit": str, "date": str, "median_itl_ms": float}
+REQUIRED = {"gpu": str, "system": str, "tp": int, "engine_version": str,
+            "num_scheduler_steps": int, "path": str, "commit": str, "date": str,
+            "median_itl_ms": float}
 
 Key = tuple[str, int, str]  # (gpu, tp, engine_version)
 
@@ -153,6 +161,34 @@ def derive(chosen: dict[Key, dict[str, Any]]) -> dict[str, Any]:
             "tp_step_cost_ms": sum(d_values) / len(d_values)}
 
 
+def gpu_only_check(chosen: dict[Key, dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each chosen multi-step run: its per-step time against the simulator's GPU time alone
+    (module docstring), and their ratio minus 1."""
+    import dataclasses
+
+    from krakenlm.hardware import load_system
+    from krakenlm.models import get_preset
+    from krakenlm.simulator.constants.software import load_software
+    from krakenlm.simulator.run import simulate
+
+    profile = load_software("vllm-v0")
+    host = dataclasses.replace(profile.host, prefill_step_s=0.0, decode_step_s=0.0,
+                               per_sequence_s=0.0, tp_step_s=0.0, graph_launch_s=0.0)
+    gpu_only = dataclasses.replace(profile, host=host)
+    config = get_preset("mistral-7b")
+    out = []
+    for (gpu, tp, version), run in sorted(chosen.items()):
+        if version != MULTI_STEP:
+            continue
+        result = simulate(config, load_system(run["system"]), tp, 2, 30, 900, software=gpu_only,
+                          dtype="bf16")
+        simulated_ms = result.tpot_s * 1e3
+        out.append({"gpu": gpu, "tp": tp, "system": run["system"],
+                    "multi_step_ms": step_ms(run), "simulated_gpu_only_ms": simulated_ms,
+                    "simulated_over_measured_minus_1": simulated_ms / step_ms(run) - 1})
+    return out
+
+
 def repeat_range_ms(grouped: dict[Key, list[dict[str, Any]]]) -> tuple[float, float, int]:
     """Smallest and largest constant over every choice of one run per (gpu, tp, engine)."""
     keys = sorted(grouped)
@@ -171,6 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", default=None, help=f"runs file (default: the shipped "
                                                      f"{RUNS_FILE})")
     parser.add_argument("--json", default=None, help="write the derivation here")
+    parser.add_argument("--simulate", action="store_true",
+                        help="also time the simulator's GPU-only step against each multi-step run")
     args = parser.parse_args(argv)
     runs_path = Path(args.runs) if args.runs else default_runs_path()
     try:
@@ -199,6 +237,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"repeat: {key[0]} TP{key[1]} {key[2]} {Path(run['path']).name} "
                   f"({run['date']}): {step_ms(run):.3f} ms/step vs {step_ms(group[0]):.3f} used")
 
+    check = gpu_only_check(chosen) if args.simulate else None
+    if check is not None:
+        print("multi-step step against the simulator's GPU time alone (vllm-v0, host at 0):")
+        for row in check:
+            print(f"{row['gpu']:14s} TP{row['tp']} measured {row['multi_step_ms']:.2f} ms, "
+                  f"simulated {row['simulated_gpu_only_ms']:.2f} ms "
+                  f"({100 * row['simulated_over_measured_minus_1']:+.1f} %)")
+
     if args.json:
         command = " ".join(["python", "benchmarks/sim_vllm_v0_tp_step.py", *argv])
         doc = {"command": command, "runs_file": RUNS_FILE,
@@ -208,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
                **result,
                "repeat_range_ms": {"low": low_ms, "high": high_ms, "choices": n_choices},
                "repeats": repeats}
+        if check is not None:
+            doc["gpu_only_check"] = check
         write_text_atomically(Path(args.json), json.dumps(doc, indent=1) + "\n")
 
 

@@ -86,3 +86,25 @@ def test_the_vllm_v0_profile_carries_the_derived_constant():
     assert profile.host.tp_step_s == pytest.approx(float(f"{result['tp_step_cost_ms']:.3g}") * 1e-3,
                                                    rel=1e-12)
     assert "vllm_v0_tp_pairs.json" in profile.sources["VT"]
+
+
+def test_gpu_only_check_times_every_multi_step_run_without_host_work():
+    """`--simulate`: one row per chosen multi-step run, the simulator's step with every host
+    constant at 0, which must be shorter than the same step with the profile's host work."""
+    from krakenlm.hardware import load_system
+    from krakenlm.models import get_preset
+    from krakenlm.simulator.constants.software import load_software
+    from krakenlm.simulator.run import simulate
+
+    chosen = {k: g[0] for k, g in tp_step.runs_by_key(_doc()["runs"]).items()}
+    rows = tp_step.gpu_only_check(chosen)
+    multi = sorted((k[0], k[1]) for k in chosen if k[2] == tp_step.MULTI_STEP)
+    assert sorted((r["gpu"], r["tp"]) for r in rows) == multi
+    h100_tp2 = next(r for r in rows if r["system"] == "h100-80gb-x8" and r["tp"] == 2)
+    with_host = simulate(get_preset("mistral-7b"), load_system("h100-80gb-x8"), 2, 2, 30, 900,
+                         software=load_software("vllm-v0"), dtype="bf16")
+    v0 = load_software("vllm-v0").host
+    expected_host_ms = (v0.decode_step_s + v0.tp_step_s + 2 * v0.per_sequence_s
+                        + v0.graph_launch_s) * 1e3
+    assert with_host.tpot_s * 1e3 - h100_tp2["simulated_gpu_only_ms"] == pytest.approx(
+        expected_host_ms, rel=1e-6)
