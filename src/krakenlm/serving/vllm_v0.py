@@ -35,6 +35,8 @@ swap_space GiB per GPU / bytes per block blocks (`CacheEngine`, `swap_space` def
 
 from __future__ import annotations
 
+import math
+
 from .kv_cache import KVCacheError
 from .vllm_v1 import Seq, V1Engine
 
@@ -52,6 +54,8 @@ class V0Engine(V1Engine):
     cpu_blocks_free = 0
     swap_blocks = 0  # blocks copied over the host link in the current step
     swapped_blocks_total = 0  # blocks copied over the host link so far, in and out
+    loop_request_s = 0.0  # the API server's work per request on the engine's loop (docstring)
+    loop_busy_until = -math.inf  # when the last request added is handed over
 
     def enable_swap(self, bytes_per_block: float, host_link_bytes_per_s: float,
                     cpu_blocks: int) -> None:
@@ -60,6 +64,26 @@ class V0Engine(V1Engine):
         self.host_link_bytes_per_s = host_link_bytes_per_s
         self.cpu_blocks_free = cpu_blocks
         self._held: dict[int, int] = {}  # id(seq) -> blocks it holds in host memory
+
+    def add(self, seq: Seq) -> None:
+        """Queue `seq`; with the API server on the engine's loop it is handed over at h_i
+        (module docstring), which holds the next step back until then."""
+        if self.loop_request_s:
+            self.loop_busy_until = max(seq.req.arrival_s, self.loop_busy_until) + \
+                self.loop_request_s
+        super().add(seq)
+
+    def advance(self, until: float, stop_at_finish: bool = False) -> None:
+        """`V1Engine.advance`, after the event loop has handed over every request added so far
+        (module docstring): until then no step starts, so the clock waits for the hand-over,
+        or to `until` when the hand-over ends later (the next arrival joins the queue first)."""
+        busy = self.loop_busy_until
+        if busy > self.now:
+            if busy >= until:
+                self.now = max(self.now, until)
+                return
+            self.now = busy
+        super().advance(until, stop_at_finish)
 
     def _preempt(self, s: Seq) -> None:
         if self.opt.preemption_mode != "swap":

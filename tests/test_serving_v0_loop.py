@@ -1,0 +1,91 @@
+"""vLLM V0's API server on the engine's event loop (serving/vllm_v0.py,
+`frontend.engine_loop_request_s`): requests are handed over one at a time and no step starts
+before every arrived request is handed over."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+from serving_cases import MODEL
+
+from krakenlm.models import get_preset
+from krakenlm.serving.replay import ServeError, serve
+from krakenlm.serving.traces import Request, Trace
+from krakenlm.serving.vllm_v1 import V1Options
+from krakenlm.simulator.constants.software import load_software
+
+LOOP_S = 2e-3
+
+
+def _profile(tmp_path, name: str, loop_s: float) -> str:
+    """The shipped profile `name` with `frontend.engine_loop_request_s` set to `loop_s`."""
+    text = resources.files("krakenlm.simulator.constants.software_profiles") \
+        .joinpath(f"{name}.yaml").read_text()
+    if "engine_loop_request_s:" in text:
+        text = text.replace("engine_loop_request_s: 0.0 ", f"engine_loop_request_s: {loop_s} ", 1)
+    else:
+        text = text.replace("\nfrontend:", f"\nfrontend:\n  engine_loop_request_s: {loop_s}", 1)
+    path = tmp_path / f"{name}-loop.yaml"
+    path.write_text(text)
+    assert load_software(str(path)).frontend.engine_loop_request_s == loop_s
+    return str(path)
+
+
+def _serve(trace, software, client_side=True):
+    return serve(trace, get_preset(MODEL), "h100-80gb-x8", software=software, tp=1,
+                 model_name=MODEL, options=V1Options(1024, 16), client_side=client_side)
+
+
+def test_the_shipped_v0_profile_has_no_loop_time():
+    assert load_software("vllm-v0").frontend.engine_loop_request_s == 0.0
+
+
+def test_a_burst_waits_for_every_hand_over_before_its_first_step(tmp_path):
+    # 8 prompts of 100 tokens fit one 1024-token prefill step: the step starts after the
+    # 8 hand-overs instead of at once, so every request is 8 x 2 ms later, decode unchanged
+    burst = Trace("burst", tuple(Request(i, 0.0, 100, 5) for i in range(8)))
+    base = _serve(burst, "vllm-v0")
+    loop = _serve(burst, _profile(tmp_path, "vllm-v0", LOOP_S))
+    for a, b in zip(base.rows, loop.rows):
+        assert b["ttft_s"] - a["ttft_s"] == pytest.approx(8 * LOOP_S)
+        assert b["e2e_s"] - a["e2e_s"] == pytest.approx(8 * LOOP_S)
+        assert b["tpot_s"] == pytest.approx(a["tpot_s"])
+    assert loop.setup["client_side"]["engine_loop_request_s"] == LOOP_S
+    assert "engine_loop_request_s" not in base.setup["client_side"]
+
+
+def test_a_request_alone_waits_only_for_its_own_hand_over(tmp_path):
+    # one request a second, each long done before the next: each is handed over in 2 ms
+    spaced = Trace("spaced", tuple(Request(i, float(i), 100, 5) for i in range(4)))
+    base = _serve(spaced, "vllm-v0")
+    loop = _serve(spaced, _profile(tmp_path, "vllm-v0", LOOP_S))
+    for a, b in zip(base.rows, loop.rows):
+        assert b["ttft_s"] - a["ttft_s"] == pytest.approx(LOOP_S)
+
+
+def test_a_hand_over_during_a_step_does_not_hold_the_engine(tmp_path):
+    # request 1 arrives 1 ms into request 0's prefill and is handed over while that step
+    # runs, so the engine runs as without the loop, only 2 ms later: request 0 itself was
+    # handed over 2 ms late, and request 1 waits for that step as before
+    arrival_1 = LOOP_S + 1e-3
+    pair = Trace("pair", (Request(0, 0.0, 1000, 5), Request(1, arrival_1, 100, 5)))
+    base = _serve(pair, "vllm-v0")
+    loop = _serve(pair, _profile(tmp_path, "vllm-v0", LOOP_S))
+    # the premise: request 1's hand-over ends before request 0's prefill step does
+    assert arrival_1 + LOOP_S < LOOP_S + base.rows[0]["ttft_s"]
+    assert loop.rows[0]["ttft_s"] - base.rows[0]["ttft_s"] == pytest.approx(LOOP_S)
+    assert loop.rows[1]["ttft_s"] - base.rows[1]["ttft_s"] == pytest.approx(LOOP_S)
+
+
+def test_the_engine_only_replay_has_no_front_end(tmp_path):
+    burst = Trace("burst", tuple(Request(i, 0.0, 100, 5) for i in range(8)))
+    base = _serve(burst, "vllm-v0", client_side=False)
+    loop = _serve(burst, _profile(tmp_path, "vllm-v0", LOOP_S), client_side=False)
+    assert [r["ttft_s"] for r in loop.rows] == [r["ttft_s"] for r in base.rows]
+
+
+def test_a_loop_time_on_an_engine_with_its_own_front_end_process_is_refused(tmp_path):
+    burst = Trace("burst", tuple(Request(i, 0.0, 100, 5) for i in range(2)))
+    with pytest.raises(ServeError, match=r"only a vLLM V0 engine .* not vllm-v1"):
+        _serve(burst, _profile(tmp_path, "vllm", LOOP_S))
