@@ -22,9 +22,11 @@ NEW_SOURCES = {
     "llm_inference_bench_mi300x": (479, 21, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
     "trtllm_v080": (40, 0, "trtllm", "'All data was generated using version 0.8.0'"),
     "optimum_benchmark_llamas": (26, 0, "eager", "huggingface/optimum-benchmark@"),
+    "optimum_benchmark_mistrals": (10, 0, "eager", "huggingface/optimum-benchmark@"),
 }
 # the metrics of a new source's rows (e2e unless named here)
-METRICS = {"trtllm_v080": {"ttft"}, "optimum_benchmark_llamas": {"ttft", "e2e"}}
+METRICS = {"trtllm_v080": {"ttft"}, "optimum_benchmark_llamas": {"ttft", "e2e"},
+           "optimum_benchmark_mistrals": {"ttft", "e2e"}}
 
 
 def _csv_rows(source: str) -> list[dict[str, str]]:
@@ -104,6 +106,28 @@ def test_optimum_benchmark_rows_match_the_printed_latency_and_throughput():
         assert (kind, r["metric"]) in (("forward", "ttft"), ("generate", "e2e"))
         batch = int(r["batch"])
         new_tokens = 512 if kind == "generate" else 1
+        assert int(r["output_tokens"]) == new_tokens
+        assert batch * new_tokens / float(latency_s) == pytest.approx(throughput, rel=6e-3)
+
+
+def test_optimum_benchmark_mistral_rows_match_their_experiment_files():
+    """Each Mistral-7B row is its own experiment's forward.latency or generate.latency (s) x 1000,
+    the experiment directory named in the notes is the row's batch, and the file's throughput
+    column checks the transcription (forward = batch / latency, generate = batch x 1000 / latency,
+    3 significant digits)."""
+    rows = _csv_rows("optimum_benchmark_mistrals")
+    assert {(r["batch"], r["metric"]) for r in rows} == \
+        {(str(b), m) for b in (1, 2, 4, 8, 16) for m in ("ttft", "e2e")}
+    for r in rows:
+        batch = int(r["batch"])
+        assert f"fp16-batch_size({batch})-sequence_length(512)-new_tokens(1000)" in r["notes"]
+        m = re.search(r"(forward|generate)\.latency (\S+) s x 1000 -> ms \(\1\.throughput (\S+) ",
+                      r["notes"])
+        kind, latency_s, throughput = m.group(1), Decimal(m.group(2)), float(m.group(3))
+        assert Decimal(r["value_ms"]) == latency_s * 1000
+        assert (r["model"], r["prompt_tokens"], r["dtype"]) == ("mistral-7b", "512", "fp16")
+        assert (kind, r["metric"]) in (("forward", "ttft"), ("generate", "e2e"))
+        new_tokens = 1000 if kind == "generate" else 1
         assert int(r["output_tokens"]) == new_tokens
         assert batch * new_tokens / float(latency_s) == pytest.approx(throughput, rel=6e-3)
 
