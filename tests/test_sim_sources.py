@@ -17,14 +17,16 @@ from krakenlm.simulator.measurements.models import data_path, load_rows, row_sof
 NEW_SOURCES = {
     "fastertransformer_gpt": (55, 0, "trtllm", "07fdd2fc6aa46f961f304d5f3791efad016e38a3"),
     "vllm_pr2192": (2, 0, "vllm-v0", "pull request #2192"),
-    "vllm_issue16300": (7, 0, "vllm-v0", "vllm-project/vllm issue #16300"),
+    "vllm_issue16300": (9, 0, "vllm-v0", "vllm-project/vllm issue #16300"),
     "llm_inference_bench": (391, 19, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
     "llm_inference_bench_mi300x": (479, 21, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
     "trtllm_v080": (40, 0, "trtllm", "'All data was generated using version 0.8.0'"),
     "optimum_benchmark_llamas": (26, 0, "eager", "huggingface/optimum-benchmark@"),
+    "optimum_benchmark_mistrals": (10, 0, "eager", "huggingface/optimum-benchmark@"),
 }
 # the metrics of a new source's rows (e2e unless named here)
-METRICS = {"trtllm_v080": {"ttft"}, "optimum_benchmark_llamas": {"ttft", "e2e"}}
+METRICS = {"trtllm_v080": {"ttft"}, "optimum_benchmark_llamas": {"ttft", "e2e"},
+           "optimum_benchmark_mistrals": {"ttft", "e2e"}}
 
 
 def _csv_rows(source: str) -> list[dict[str, str]]:
@@ -108,6 +110,28 @@ def test_optimum_benchmark_rows_match_the_printed_latency_and_throughput():
         assert batch * new_tokens / float(latency_s) == pytest.approx(throughput, rel=6e-3)
 
 
+def test_optimum_benchmark_mistral_rows_match_their_experiment_files():
+    """Each Mistral-7B row is its own experiment's forward.latency or generate.latency (s) x 1000,
+    the experiment directory named in the notes is the row's batch, and the file's throughput
+    column checks the transcription (forward = batch / latency, generate = batch x 1000 / latency,
+    3 significant digits)."""
+    rows = _csv_rows("optimum_benchmark_mistrals")
+    assert {(r["batch"], r["metric"]) for r in rows} == \
+        {(str(b), m) for b in (1, 2, 4, 8, 16) for m in ("ttft", "e2e")}
+    for r in rows:
+        batch = int(r["batch"])
+        assert f"fp16-batch_size({batch})-sequence_length(512)-new_tokens(1000)" in r["notes"]
+        m = re.search(r"(forward|generate)\.latency (\S+) s x 1000 -> ms \(\1\.throughput (\S+) ",
+                      r["notes"])
+        kind, latency_s, throughput = m.group(1), Decimal(m.group(2)), float(m.group(3))
+        assert Decimal(r["value_ms"]) == latency_s * 1000
+        assert (r["model"], r["prompt_tokens"], r["dtype"]) == ("mistral-7b", "512", "fp16")
+        assert (kind, r["metric"]) in (("forward", "ttft"), ("generate", "e2e"))
+        new_tokens = 1000 if kind == "generate" else 1
+        assert int(r["output_tokens"]) == new_tokens
+        assert batch * new_tokens / float(latency_s) == pytest.approx(throughput, rel=6e-3)
+
+
 def test_trtllm_v080_rows_are_the_low_latency_tables_of_v090s_grid():
     """TensorRT-LLM 0.8.0's batch-1 TTFT tables: the same (GPU, model, input) grid as the 0.9.0
     source, output length 1, and a few values as printed."""
@@ -129,11 +153,12 @@ def test_trtllm_v080_rows_are_the_low_latency_tables_of_v090s_grid():
 
 def test_vllm_issue16300_rows_are_the_printed_cells():
     """Each row is its printed latency (s) x 1000 at its own TP and batch, and the printed
-    throughput (rounded by the issue's author) is batch x 200 output tokens / latency to 3 %."""
+    throughput (rounded by the issue's author) is batch x 200 output tokens / latency to 3 %.
+    The two batch-128 cells at TP 4 / 8 come from a mirror that drops the cell's <br/>."""
     rows = _csv_rows("vllm_issue16300")
     cells = set()
     for r in rows:
-        m = re.search(r"batch-size (\d+), column 'tp=(\d+)': printed '(\S+)s<br/>(\S+)tok/s'",
+        m = re.search(r"batch-size (\d+), column 'tp=(\d+)': printed '(\S+)s(?:<br/>| )(\S+)tok/s'",
                       r["notes"])
         batch, tp, latency_s, throughput = int(m[1]), int(m[2]), Decimal(m[3]), float(m[4])
         assert (batch, tp) == (int(r["batch"]), int(r["tp"]))
@@ -141,7 +166,7 @@ def test_vllm_issue16300_rows_are_the_printed_cells():
         assert (r["prompt_tokens"], r["output_tokens"], r["model"]) == ("1", "200", "qwen2.5-32b")
         assert batch * 200 / float(latency_s) == pytest.approx(throughput, rel=0.03)
         cells.add((batch, tp))
-    assert cells == {(1, 2), (1, 4), (1, 8), (16, 2), (16, 4), (16, 8), (128, 2)}
+    assert cells == {(b, tp) for b in (1, 16, 128) for tp in (2, 4, 8)}
 
 
 @pytest.mark.parametrize("source", sorted(NEW_SOURCES))
