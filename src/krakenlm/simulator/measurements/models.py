@@ -44,8 +44,13 @@ SOURCE_SOFTWARE = {"splitwise": "vllm-eager"}
 # independent draw. TensorRT-LLM's v0.8.0 and v0.9.0 "Low Latency" tables time the same (GPU,
 # model, input) grid with the same harness one release apart, 1-4 % apart where both ran the
 # same TP (SOURCES.md, `trtllm_v080`); v0.5's tables are other runs and stay their own source.
+# Hugging Face's optimum-benchmark "running-llamas" and "running-mistrals" examples are one lab,
+# harness, GPU model and transformers release (4.35) measured the same way (SOURCES.md,
+# `optimum_benchmark_mistrals`), so they count as one independent draw too.
 SOURCE_LINEAGE = {"trtllm_v080": "trtllm_low_latency_v08_v09",
-                  "trtllm_v090": "trtllm_low_latency_v08_v09"}
+                  "trtllm_v090": "trtllm_low_latency_v08_v09",
+                  "optimum_benchmark_llamas": "optimum_benchmark",
+                  "optimum_benchmark_mistrals": "optimum_benchmark"}
 
 
 def lineage(source: str) -> str:
