@@ -188,7 +188,7 @@ def _ids(position: int, prompt_tokens: int) -> tuple[int, ...]:
 
 
 def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed: int = 0,
-               client_side: bool = True):
+               client_side: bool = True, software=None):
     """Serve the run's workload with the engine's defaults on the run's system; returns the
     report of the whole replay and the summary of the measured requests only (without the
     inter-token latencies, which the engine records for all requests together). The runs
@@ -197,7 +197,8 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
     A run's `engine_options` (the server's flags, e.g. the max_model_len that sets vLLM V0's
     batched-token budget) replace those of the engine's defaults on the run's system; a
     concurrency run replays its client's closed loop (`serve`'s `max_concurrency`). A run's
-    `profile_charges` sizes its KV cache with its engine version's accounting."""
+    `profile_charges` sizes its KV cache with its engine version's accounting. `software`
+    (a profile or its name) replaces the run's profile: a what-if of one of its constants."""
     from ..hardware import load_system
     from ..models import get_preset
     from ..simulator import Simulator
@@ -206,13 +207,14 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
 
     trace, first = run_trace(run, runs, seed)
     config = get_preset(run.model)
+    software = run.software if software is None else software
     options = None
     if run.engine_options:
         system = load_system(run.system)
-        kind = scheduler_for(Simulator(system, run.software).profile.name, None)
+        kind = scheduler_for(Simulator(system, software).profile.name, None)
         options = replace(default_options(kind, system, config), **run.engine_options)
     report = serve(trace, config, run.system, tp=run.tp,
-                   software=with_accounting(run.software, run.profile_charges),
+                   software=with_accounting(software, run.profile_charges),
                    model_name=run.model, client_side=client_side, options=options,
                    max_concurrency=run.max_concurrency)
     rows = [r for r in report.rows if r["id"] >= first]
