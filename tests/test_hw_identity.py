@@ -22,6 +22,7 @@ DECLARED = {
     "a100-40gb-x8": ("nvidia", "ampere", 80, "A100", "A100", "ampere"),
     "a100-80gb-x4": ("nvidia", "ampere", 80, "A100", "A100", "ampere"),
     "a100-80gb-x8": ("nvidia", "ampere", 80, "A100", "A100", "ampere"),
+    "a100-80gb-pcie-x8": ("nvidia", "ampere", 80, "A100", "A100", "ampere"),
     "h100-80gb-x8": ("nvidia", "hopper", 90, "H100", "A100", "hopper"),
     "h200-x8": ("nvidia", "hopper", 90, "H200", "A100", "hopper"),
     "b200-x8": ("nvidia", "blackwell", 100, "B200", "A100", "blackwell"),

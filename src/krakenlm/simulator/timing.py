@@ -34,7 +34,7 @@ from .constants.template import Calibration, default_calibration
 from .graph import OpSpec
 from .kernels.base import SERVING, Setting
 from .kernels.gpu.attention import context_kernel_dtype
-from .kernels.gpu.borrowed import kernel_system
+from .kernels.gpu.borrowed import kernel_system, same_links
 from .kernels.gpu.collectives import nccl_timer
 from .kernels.gpu.elementwise import kind_of
 from .kernels.template.attention import flash_decode, flash_prefill
@@ -53,6 +53,7 @@ FRAMEWORK_ORDER = ("trtllm", "vllm", "sglang")
 # about seven a query; they are memos, so forgetting them changes no number)
 TIMER_MEMO_SIZE = 1 << 16
 ELEMENTWISE_ORDER = ("vllm", "trtllm", "sglang")
+COLLECTIVE_FAMILIES = ("all_reduce", "all_gather", "reduce_scatter")  # `_note` keys of collectives
 
 
 class OpTimer:
@@ -74,7 +75,14 @@ class OpTimer:
         self._entries: dict[tuple, tuple[Entry, str] | None] = {}  # `entry`, per question
         # what the fitted forms time: the system, its memory rescaled where the constants
         # were fitted on another part of the die (kernels/gpu/borrowed.py)
-        self.kernel_system = kernel_system(system, self.gpu.fitted_on() if self.gpu else None)
+        fitted_on = self.gpu.fitted_on() if self.gpu else None
+        self.kernel_system = kernel_system(system, fitted_on)
+        # the fitted collectives time this system only over the links they were fitted on
+        # (borrowed.py `same_links`); else the template model times every collective
+        self.fitted_collectives = self.gpu is not None and same_links(system, fitted_on)
+        self._other_links = "" if self.gpu is None or self.fitted_collectives else (
+            f"; not {self.gpu.device_key}'s fitted collectives: fitted on "
+            f"{fitted_on.name}'s links ({_links(fitted_on)}), this system has {_links(system)}")
 
     @property
     def template(self) -> Calibration:
@@ -117,8 +125,10 @@ class OpTimer:
         if family in self.sources:
             return
         if found is None:
+            why = self._other_links if family in COLLECTIVE_FAMILIES else ""
             self.sources[family] = (f"template model ({self.mode}), "
-                                    f"{self.template.device_key(self.dev) or 'ideal'} constants")
+                                    f"{self.template.device_key(self.dev) or 'ideal'} constants"
+                                    f"{why}")
             return
         e, fw = found
         version = self.gpu.frameworks.get(fw, {}).get("version", "")
@@ -379,7 +389,7 @@ class OpTimer:
             return self._template(("roofline collective", kind), [size, n], lambda s, g: (
                 collective_time(kind, ic, float(s), g, IDEAL)[0], ""))[0]
         t = self._fitted_collective(kind, np.asarray(size, float), np.asarray(n)) \
-            if self.gpu is not None else np.full(len(size), np.nan)
+            if self.fitted_collectives else np.full(len(size), np.nan)
         missing = np.isnan(t)
         if missing.any():
             self._note(kind, None, "any")
@@ -426,6 +436,11 @@ class OpTimer:
             t[fitted] = self._predict((nccl, "nccl"), "any",
                                       _collective_cols(kind, size[fitted], n[fitted]))
         return t
+
+
+def _links(system: System) -> str:
+    ic = system.interconnect
+    return f"{ic.links_per_device} x {ic.link_bandwidth_bytes_per_s / 1e9:g} GB/s"
 
 
 def _collective_cols(kind: str, size: np.ndarray, n: np.ndarray) -> dict[str, Any]:

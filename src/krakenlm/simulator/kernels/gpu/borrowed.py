@@ -21,6 +21,16 @@ memory sustains. `sustained_read_fraction` is each part's measured streaming-rea
 its datasheet bandwidth (hardware YAML, sourced; a fraction, so a design sweep that changes the
 bandwidth still scales it); where either part lacks it, or the part is the fitted one, the
 forms see the system unchanged (the rule before: a fixed fraction of the datasheet bandwidth).
+
+Collectives borrow nothing across links. The fitted NCCL and custom all-reduce constants
+(kernels/gpu/collectives.py) are latencies and efficiencies of the fitted system's links: a
+ring step's flag round trip, a protocol's payload rate over B = links_per_device x
+link_bandwidth. They describe a part with the same links (count and per-link rate: the A100
+80GB SXM4's twelve NVLink3 links, whether they go to NVSwitches on an 8-GPU board or straight
+to the three peers on a 4-GPU one), not the same die on other links (an A100 PCIe card whose
+peers are reached over one PCIe Gen4 x16 link through the host). `same_links` says which:
+where it is False the collectives take the template model, as on a device with no fitted
+collectives (the l40s-x8 preset, whose tables were not fitted: calibration/gpu.py).
 """
 
 from __future__ import annotations
@@ -50,3 +60,15 @@ def kernel_system(system: System, fitted_on: System | None) -> System:
     dev = system.device
     memory = dataclasses.replace(dev.memory, bandwidth_bytes_per_s=bandwidth)
     return dataclasses.replace(system, device=dataclasses.replace(dev, memory=memory))
+
+
+def same_links(system: System, fitted_on: System | None) -> bool:
+    """Whether collective constants fitted on `fitted_on` time `system`'s collectives (module
+    docstring): the same `links_per_device` and `link_bandwidth_bytes_per_s`. Topology and
+    link latency may differ (both are inputs of the fitted forms); True where the
+    calibration names no loadable system (nothing to compare: the rule before)."""
+    if fitted_on is None:
+        return True
+    own, fit = system.interconnect, fitted_on.interconnect
+    return (own.links_per_device == fit.links_per_device
+            and own.link_bandwidth_bytes_per_s == fit.link_bandwidth_bytes_per_s)
