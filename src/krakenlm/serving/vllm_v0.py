@@ -31,6 +31,30 @@ it runs the model (`Worker.execute_worker` -> `cache_swap_in` / `cache_swap_out`
 step is longer by blocks x bytes per block / the host link's bandwidth (each GPU copies its own
 shard over its own link: `device.host_link_bandwidth_bytes_per_s`). The swap space holds
 swap_space GiB per GPU / bytes per block blocks (`CacheEngine`, `swap_space` default 4 GiB).
+
+The API server on the engine's event loop (`loop_request_s`, set by a client-side replay from
+the profile's `frontend.engine_loop_request_s`): V0's OpenAI server up to 0.5.3 ran
+`AsyncLLMEngine` in its own process, the engine loop a task of the server's asyncio event loop
+(vllm-project/vllm@002c67f4 `vllm/engine/async_llm_engine.py`: `run_engine_loop` awaits
+`engine_step`, which takes the requests handed over so far from `_request_tracker`, adds them
+to the engine and then runs the model in an executor thread, `make_async`). The loop runs one
+ready task at a time, so the server's per-request work (HTTP, request parsing, tokenisation,
+`add_request`) is done one request at a time in arrival order, beside the GPU's step but not
+beside the engine's own scheduling. From 0.5.4 the OpenAI front end runs in a process of its
+own by default and the engine in an RPC server process (vllm-project/vllm pull request #6883;
+issue #7653: "We introduced `multiprocessing` into the frontend in v0.5.4";
+`--disable-frontend-multiprocessing` restores one process); each of the two processes still
+handles requests one at a time on its event loop, the engine process beside its engine loop.
+The model is the one-process form: request i is handed over at
+
+    h_i = max(a_i, h_{i-1}) + loop_request_s
+
+(a_i its arrival), and a step starts only once every request that has arrived is handed over:
+the engine's task is queued behind the ready request handlers. A burst of N requests at once
+thus waits N x loop_request_s for its first step, which then prefills as many as the budget
+allows; at a low rate a request is handed over before the engine next looks. For the
+two-process form it stands for the serial work of both loops in one constant (the front end's
+loop also passes every token out, so a busy front end delays the first tokens it carries).
 """
 
 from __future__ import annotations
