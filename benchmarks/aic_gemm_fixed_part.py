@@ -36,6 +36,12 @@ def fit(weight_bytes: np.ndarray, latency_s: np.ndarray) -> tuple[float, float]:
     return float(fixed), float(1.0 / per_byte)
 
 
+def fail(message: str) -> None:
+    """One `error:` line on stderr, exit status 2 (the project's bad-input contract)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--k", type=int, default=4096)
@@ -46,11 +52,11 @@ def main(argv: list[str] | None = None) -> None:
         import aiconfigurator_core
         import pandas as pd
     except ImportError:
-        sys.exit("error: aiconfigurator-core is not installed; pip install 'krakenlm[calibrate]'")
+        fail("error: aiconfigurator-core is not installed; pip install 'krakenlm[calibrate]'")
     try:
         ms = [int(x) for x in args.m.split(",")]
     except ValueError:
-        sys.exit(f"error: --m {args.m!r} is not a comma-separated list of integers (e.g. 1,2,8)")
+        fail(f"error: --m {args.m!r} is not a comma-separated list of integers (e.g. 1,2,8)")
     from krakenlm.hardware import load_system
 
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"

@@ -133,6 +133,12 @@ def plot(rows: list[dict], grid_ms: list[float], path: Path) -> None:
     write_bytes_atomically(path, buf.getvalue())
 
 
+def fail(message: str) -> None:
+    """One `error:` line on stderr, exit status 2 (the project's bad-input contract)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loop-ms", default="0,0.5,0.75,1,1.25,1.5,2,2.5,3")
@@ -143,15 +149,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         grid_ms = sorted(float(x) for x in args.loop_ms.split(","))
     except ValueError:
-        sys.exit(f"error: --loop-ms {args.loop_ms!r} is not a comma-separated list of numbers "
+        fail(f"error: --loop-ms {args.loop_ms!r} is not a comma-separated list of numbers "
                  "of milliseconds (e.g. 0,1,2)")
     if not grid_ms or grid_ms[0] < 0:
-        sys.exit("error: --loop-ms needs at least one value, none negative")
+        fail("error: --loop-ms needs at least one value, none negative")
     _, runs = load_runs()
     by_id = {r.id: r for r in runs}
     mine = [r for r in runs if r.source == args.source and r.software == "vllm-v0"]
     if not mine:
-        sys.exit(f"error: source {args.source!r} has no vllm-v0 runs; the mechanism is V0's "
+        fail(f"error: source {args.source!r} has no vllm-v0 runs; the mechanism is V0's "
                  "(sources: " + ", ".join(sorted({r.source for r in runs})) + ")")
     rows = sweep(mine, by_id, grid_ms)
     result = analyse(rows, mine, grid_ms)
