@@ -739,3 +739,47 @@ def test_kv_append_must_be_in_place_or_concat():
     with pytest.raises(SoftwareError, match="attention.kv_append: 'append' is not one of"):
         profile_from_dict({"name": "x", "kernels": "trtllm",
                            "attention": {"kv_append": "append"}}, "f")
+
+
+def test_vllm_v0_decode_splits_mha_kv_where_v1s_fa2_varlen_kernel_does_not():
+    """vLLM V0 decodes with FA2's flash_attn_with_kvcache (or PagedAttention v2), which splits
+    the KV of every head layout; the A100 vLLM table is of V1's FA2 varlen decode, which splits
+    only GQA rows (structure split_mha false). With `attention.decode_splits_mha` an MHA model's
+    small-batch decode attention is split and faster; a GQA model's is unchanged, and so are
+    tables whose kernel already splits MHA (A100 SGLang's) or is another form (H100's FA3)."""
+    from krakenlm.simulator.constants.gpu_kernels import shipped_named
+    from krakenlm.simulator.kernels.gpu.attention import SplitKVStructure, splitting_mha
+
+    v0 = load_software("vllm-v0")
+    assert v0.attention.decode_splits_mha
+    assert not load_software("vllm").attention.decode_splits_mha
+    plain = dataclasses.replace(v0, attention=dataclasses.replace(
+        v0.attention, decode_splits_mha=False))
+
+    a100 = shipped_named("A100").entry("vllm", "generation_attention", "bf16")
+    assert a100.structure == SplitKVStructure(2, False, True)
+    split, fw = splitting_mha((a100, "vllm"))
+    assert fw == "vllm" and split.structure == SplitKVStructure(2, True, True)
+    assert split.params == a100.params
+    h100 = shipped_named("H100").entry("vllm", "generation_attention", "bf16")
+    assert splitting_mha((h100, "vllm"))[0] is h100  # FlashAttention-3's form: not split-KV's
+    sglang = shipped_named("A100").entry("sglang", "generation_attention", "bf16")
+    assert sglang.structure.split_mha and splitting_mha((sglang, "sglang"))[0] is sglang
+
+    def attention_s(model, software, system="a100-40gb-x8", tp=4):
+        r = simulate(get_preset(model), load_system(system), tp, 1, 1024, 16, software=software)
+        return r.decode.ops["attention"]["time_s"]
+
+    # Llama-2-7B at TP 4: 8 MHA heads a GPU, 8 CTAs unsplit on 108 SMs
+    assert attention_s("llama2-7b", v0) < 0.7 * attention_s("llama2-7b", plain)
+    assert attention_s("mistral-7b", v0) == pytest.approx(attention_s("mistral-7b", plain),
+                                                          rel=1e-12)
+    assert attention_s("llama2-7b", v0, "h100-80gb-x8") == pytest.approx(
+        attention_s("llama2-7b", plain, "h100-80gb-x8"), rel=1e-12)
+
+
+def test_decode_splits_mha_must_be_a_boolean():
+    with pytest.raises(SoftwareError, match=r"^f: attention\.decode_splits_mha: expected true or "
+                                            r"false, got 'yes'"):
+        profile_from_dict({"name": "x", "kernels": "vllm",
+                           "attention": {"decode_splits_mha": "yes"}}, "f")

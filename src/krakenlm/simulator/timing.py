@@ -33,7 +33,7 @@ from .constants.software import SoftwareProfile
 from .constants.template import Calibration, default_calibration
 from .graph import OpSpec
 from .kernels.base import SERVING, Setting
-from .kernels.gpu.attention import context_kernel_dtype
+from .kernels.gpu.attention import context_kernel_dtype, splitting_mha
 from .kernels.gpu.borrowed import kernel_system, same_links
 from .kernels.gpu.collectives import nccl_timer
 from .kernels.gpu.elementwise import kind_of
@@ -370,6 +370,8 @@ class OpTimer:
                 return self._predict(found, variant, cols), "compute"
             cols = {"batch": batch, "kv_len": kv_len, "heads": heads, "kv_heads": kv_heads,
                     "head_dim": hd}
+            if self.software.attention.decode_splits_mha:
+                found = splitting_mha(found)
             # in a model the other layers evict the cache from L2: it comes from HBM
             return self._predict(found, variant, cols), "memory"
         c = self.template.get(dev, "attention")

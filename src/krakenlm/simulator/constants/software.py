@@ -165,6 +165,12 @@ class Attention:
     # per layer, torch.cat([past, new], dim=seq), which reads the old cache and writes the new
     # one (graph.py `_attention`; the era: measurements/harness.py `engine_era`)
     kv_append: str = "in_place"
+    # True: the decode kernel splits the KV of MHA rows (one query head per KV head) across
+    # CTAs as it does GQA rows, whatever the measured table's kernel does: vLLM V0 decodes with
+    # flash_attn_with_kvcache (FA2 `mha_fwd_kvcache` calls `set_params_splitkv` for every head
+    # layout) or PagedAttention v2 (512-token partitions), where vLLM V1's FA2 varlen path on
+    # A100 splits only GQA (kernels/gpu/attention.py, structure `split_mha`); False: as the table's kernel does
+    decode_splits_mha: bool = False
 
 
 # `Attention.kv_append`: the new token's K and V written in place, or the cache concatenated anew

@@ -81,6 +81,7 @@ faster than the device allows (`plausible`; A100 TensorRT-LLM 1.0.0 has GQA deco
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -519,6 +520,21 @@ class FlashSplitKV(GenerationForm):
 
 
 FLASH_SPLITKV = register(FlashSplitKV())
+
+
+def splitting_mha(found: tuple) -> tuple:
+    """(entry, framework) of a split-KV decode table as an engine whose decode kernel also
+    splits MHA rows runs it (profile `attention.decode_splits_mha`): the same constants with
+    structure `split_mha` true. vLLM V0 decodes with FA2's `flash_attn_with_kvcache`
+    (`mha_fwd_kvcache` calls `set_params_splitkv`, num_splits 0 = the heuristic, for every head
+    layout) or PagedAttention v2; vLLM V1 on A100 runs FA2's varlen kernel, which splits only
+    when GQA heads are swapped into the query rows. Other forms and structures are returned
+    as they are."""
+    entry, framework = found
+    s = entry.structure
+    if not isinstance(s, SplitKVStructure) or s.split_mha:
+        return found
+    return dataclasses.replace(entry, structure=dataclasses.replace(s, split_mha=True)), framework
 
 
 def splitkv_count(slots: float, tiles, kv_len) -> np.ndarray:
