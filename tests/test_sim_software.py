@@ -783,3 +783,27 @@ def test_decode_splits_mha_must_be_a_boolean():
                                             r"false, got 'yes'"):
         profile_from_dict({"name": "x", "kernels": "vllm",
                            "attention": {"decode_splits_mha": "yes"}}, "f")
+
+
+def test_vllm_v0_reduced_with_nccl_before_its_custom_all_reduce():
+    """vLLM's custom all-reduce shipped in 0.3.0 (vllm-project/vllm#2192): a row of an older
+    engine (PR #2192's "before" row, vLLM main at 0.2.6) reduces with NCCL; the PR's "after" row
+    and later versions with the custom kernel; a query (no version) keeps the profile's."""
+    from krakenlm.simulator.measurements.harness import engine_era, row_results
+    from krakenlm.simulator.measurements.models import load_rows
+    from krakenlm.simulator.run import resolve_model
+
+    v0 = load_software("vllm-v0")
+    assert v0.collectives.custom_since == "0.3.0" and "2192" in v0.sources["VCS"]
+    assert engine_era(v0, "0.2.6 (main before PR #2192)", "vllm", "nvidia").collectives.all_reduce \
+        == "nccl"
+    for version in ("0.3.0.dev0 (0.2.6 + PR #2192)", "0.5.4", ""):
+        assert engine_era(v0, version, "vllm", "nvidia") is v0, version
+
+    rows = sorted((r for r in load_rows() if r.source == "vllm_pr2192"), key=lambda r: r.version)
+    assert [r.version for r in rows] == ["0.2.6 (main before PR #2192)",
+                                         "0.3.0.dev0 (0.2.6 + PR #2192)"]
+    before, after = (row_results(r, resolve_model(r.model)[1], v0)[0] for r in rows)
+    assert before.profile.collectives.all_reduce == "nccl"
+    assert after.profile.collectives.all_reduce == "custom"
+    assert before.e2e_s > after.e2e_s  # at TP 4, batch 64: NCCL's 1 MB all-reduces are slower
