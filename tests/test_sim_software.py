@@ -807,3 +807,22 @@ def test_vllm_v0_reduced_with_nccl_before_its_custom_all_reduce():
     assert before.profile.collectives.all_reduce == "nccl"
     assert after.profile.collectives.all_reduce == "custom"
     assert before.e2e_s > after.e2e_s  # at TP 4, batch 64: NCCL's 1 MB all-reduces are slower
+
+
+def test_lmdeploy_turbomind_0_1_reduces_with_nccl():
+    """TurboMind 0.1's Python API creates the model with enable_custom_all_reduce 0 and no
+    custom communicator (source LN), so its tensor-parallel rows reduce with NCCL: LMDeploy's
+    Llama-2-70B TP 4 decode step is slower than with the custom kernel the profile claimed."""
+    from krakenlm.simulator.measurements.harness import simulate_row_times
+    from krakenlm.simulator.measurements.models import load_rows
+    from krakenlm.simulator.run import resolve_model
+
+    p = load_software("lmdeploy")
+    assert p.collectives.all_reduce == "nccl"
+    assert "enable_custom_all_reduce" in p.sources["LN"]
+    custom = dataclasses.replace(p, collectives=dataclasses.replace(p.collectives,
+                                                                    all_reduce="custom"))
+    row = next(r for r in load_rows() if r.source == "lmdeploy_v010a1" and r.tp == 4
+               and r.metric == "tpot")
+    cfg = resolve_model(row.model)[1]
+    assert simulate_row_times(row, cfg, p)[1] > simulate_row_times(row, cfg, custom)[1]
