@@ -29,8 +29,8 @@ def tables(report, cov) -> str:
     lines.append(f"Overall: leave-one-source-out MAPE {o['mape_pct']:.1f} %, mean signed "
                  f"{o['mean_signed_pct']:+.1f} % ({o['n']} rows); shipped constants (fitted on "
                  f"the fit half of every source) {s['mape_pct']:.1f} % / {s['mean_signed_pct']:+.1f} %;"
-                 f" 80 % interval covers {cov['overall']['coverage_pct']:.0f} % of unseen-source "
-                 f"rows ({cov['mean_over_sources_pct']:.0f} % averaged over the {cov['sources']} "
+                 f" 80 % interval covers {cov['overall']['coverage_pct']:.1f} % of unseen-source "
+                 f"rows ({cov['mean_over_sources_pct']:.1f} % averaged over the {cov['sources']} "
                  f"sources; median width {cov['overall']['median_width_pct']:.0f} % of the "
                  f"prediction; between-source sd of ln(measured / predicted) "
                  f"{cov['between_source_sd']:.3f}).\n")
