@@ -102,12 +102,18 @@ class OpTimer:
         """The fitted constants for (family, variant), preferring the profile's framework,
         then the others in `order`; per framework the variant, else its "any" entry. Looked
         up once per (framework, family, variant, order) and timer: every operator a query
-        times asks."""
+        times asks. A split-KV decode table is returned as the profile's engine runs it
+        (`attention.decode_splits_mha`: MHA rows split too, kernels/gpu/attention.py
+        `splitting_mha`)."""
         if self.gpu is None:
             return None
         key = (self.software.kernels, family, variant, order)
         if key not in self._entries:
-            self._entries[key] = self._find_entry(family, variant, order)
+            found = self._find_entry(family, variant, order)
+            if found is not None and family == "generation_attention" \
+                    and self.software.attention.decode_splits_mha:
+                found = splitting_mha(found)  # the engine's decode kernel splits MHA rows too
+            self._entries[key] = found
         return self._entries[key]
 
     def _find_entry(self, family: str, variant: str,
@@ -370,8 +376,6 @@ class OpTimer:
                 return self._predict(found, variant, cols), "compute"
             cols = {"batch": batch, "kv_len": kv_len, "heads": heads, "kv_heads": kv_heads,
                     "head_dim": hd}
-            if self.software.attention.decode_splits_mha:
-                found = splitting_mha(found)
             # in a model the other layers evict the cache from L2: it comes from HBM
             return self._predict(found, variant, cols), "memory"
         c = self.template.get(dev, "attention")

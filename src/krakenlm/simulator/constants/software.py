@@ -169,7 +169,8 @@ class Attention:
     # CTAs as it does GQA rows, whatever the measured table's kernel does: vLLM V0 decodes with
     # flash_attn_with_kvcache (FA2 `mha_fwd_kvcache` calls `set_params_splitkv` for every head
     # layout) or PagedAttention v2 (512-token partitions), where vLLM V1's FA2 varlen path on
-    # A100 splits only GQA (kernels/gpu/attention.py, structure `split_mha`); False: as the table's kernel does
+    # A100 splits only GQA (kernels/gpu/attention.py, structure `split_mha`); False: as the
+    # measured table's kernel does
     decode_splits_mha: bool = False
 
 
