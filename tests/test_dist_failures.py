@@ -57,7 +57,9 @@ def test_a_failing_rank_stops_all_and_its_error_wins_over_its_peers_echo():
 
 
 def _shm_files():
-    return set(glob.glob("/dev/shm/krakenlm-shm-*"))
+    """This process's launches' arena files (run token `s<launcher pid>x<port>`,
+    distributed/launch.py): another krakenlm run on the machine creates and removes its own."""
+    return set(glob.glob(f"/dev/shm/krakenlm-shm-s{os.getpid()}x*"))
 
 
 def test_a_killed_rank_is_reported_by_the_parent_and_leaks_no_shared_memory():
