@@ -85,10 +85,15 @@ class Host:
     tp_step_s: float = 0.0
     graph_launch_s: float = 0.0      # per CUDA-graph replay
     step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
-    # the first engine version whose per-sequence work runs beside the GPU (vLLM 0.6.0's
-    # asynchronous output processor): a measurement of that version or later carries no
-    # per-sequence host time (measurements/harness.py `row_host`); "": every version carries it
+    # the first engine version whose output processing runs beside the GPU (vLLM 0.6.0's
+    # asynchronous output processor): a measurement of that version or later carries
+    # `per_sequence_async_s` per sequence instead of `per_sequence_s` (measurements/harness.py
+    # `row_host`); "": every version carries `per_sequence_s`
     per_sequence_until: str = ""
+    # per sequence a step carries from `per_sequence_until` on: the share of `per_sequence_s`
+    # that stays on the critical path (scheduling, preparing the inputs, the sampler's return
+    # of its tokens) once output processing overlaps the next step
+    per_sequence_async_s: float = 0.0
     # Not host work: the measured prefill GPU time of this stack on this system over what the
     # kernel models give (1: as calibrated). Fitted per system on end-to-end rows, never
     # sourced; it carries what a source's long forward passes ran slower than the kernel
