@@ -42,8 +42,9 @@ VIDUR_A100_MEDIANS_MS = {
         (40, 0.71820, 1.72461, 0.88073, 2.97130), (48, 0.92404, 2.03603, 1.06077, 3.60024),
         (56, 1.09966, 1.94838, 1.27252, 4.25885), (64, 1.22998, 1.94838, 1.31653, 4.71618)],
 }
-# The profile takes TP 1: its steps have no Ray transfer to the other workers (vLLM V0 of
-# 0.6 hands a step's inputs over with `broadcast_tensor_dict`, priced apart as `tp_step_s`).
+# The profile takes TP 1, one value for every TP degree. The file's TP 2 and 4 rows give 46-54 us
+# (their sampler and scheduling grow with the number of workers); no source says why, and the
+# profile's TP-dependent host work is per step (`tp_step_s`), not per sequence.
 SHIPPED = "Llama-2-7B TP 1"
 
 
