@@ -18,6 +18,7 @@ NEW_SOURCES = {
     "fastertransformer_gpt": (55, 0, "trtllm", "07fdd2fc6aa46f961f304d5f3791efad016e38a3"),
     "vllm_pr2192": (2, 0, "vllm-v0", "pull request #2192"),
     "vllm_issue16300": (9, 0, "vllm-v0", "vllm-project/vllm issue #16300"),
+    "vllm_project_latency": (7, 0, "vllm-v0", "benchmark_latency.py"),
     "llm_inference_bench": (391, 19, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
     "llm_inference_bench_mi300x": (479, 21, "vllm-v0", "4de4e8723b661851bf01bd2ec16c0a0d1216fa3d"),
     "trtllm_v080": (40, 0, "trtllm", "'All data was generated using version 0.8.0'"),
@@ -167,6 +168,25 @@ def test_vllm_issue16300_rows_are_the_printed_cells():
         assert batch * 200 / float(latency_s) == pytest.approx(throughput, rel=0.03)
         cells.add((batch, tp))
     assert cells == {(b, tp) for b in (1, 16, 128) for tp in (2, 4, 8)}
+
+
+def test_vllm_project_latency_rows_are_the_printed_means():
+    """Each row is its page's printed mean latency (ms) or the docs page's printed 'Avg latency'
+    (s) x 1000, at the workload the page prints (32 + 128 tokens; batch 8 in CI, 1 in the docs)."""
+    rows = _csv_rows("vllm_project_latency")
+    seen = set()
+    for r in rows:
+        m = re.search(r"printed 'Mean latency \(ms\)' (\S+) ", r["notes"])
+        if m:
+            assert Decimal(r["value_ms"]) == Decimal(m[1]) and r["batch"] == "8"
+            test = re.search(r"test '(latency_llama(8|70)B_tp(\d))'", r["notes"])
+            assert (r["model"], r["tp"]) == ({"8": "llama3-8b", "70": "llama3-70b"}[test[2]], test[3])
+        else:
+            m = re.search(r"printed 'Avg latency: (\S+) seconds'", r["notes"])
+            assert Decimal(r["value_ms"]) == Decimal(m[1]) * 1000 and r["batch"] == "1"
+        assert (r["prompt_tokens"], r["output_tokens"], r["metric"]) == ("32", "128", "e2e")
+        seen.add((r["system"], r["model"], r["batch"]))
+    assert len(seen) == 7
 
 
 @pytest.mark.parametrize("source", sorted(NEW_SOURCES))
