@@ -199,3 +199,22 @@ def test_kv_cache_dtype_reaches_pools_of_a_cluster(capsys):
     assert setups["fp8"]["kv_cache_dtype"] == "fp8"
     assert setups["fp8"]["pools"][0]["kv_cache"]["bytes_per_block"] * 2 == \
         setups["auto"]["pools"][0]["kv_cache"]["bytes_per_block"]
+
+
+def test_vllm_v0_chunked_prefill_from_the_command_line(capsys):
+    """--chunked-prefill with V0: its 512-token default budget, prompts longer than the budget
+    served in chunks (without it the same request is refused), and an explicit budget kept."""
+    v0 = ["sim", "serve", "--model", "gpt3-1.3b", "--system", "h100-80gb-x8",
+          "--software", "vllm-v0", "--trace", "synthetic", "--rate", "2", "--requests", "20",
+          "--lengths", "fixed:1500,20", "--json"]
+    code, out, err = _run(v0 + ["--chunked-prefill"], capsys)
+    assert code == 0, err
+    setup = json.loads(out)["setup"]
+    assert setup["scheduler"] == "vllm-v0"
+    assert setup["options"]["chunked_prefill"] is True
+    assert setup["options"]["max_num_batched_tokens"] == 512
+    code, out, err = _run(v0 + ["--chunked-prefill", "--max-num-batched-tokens", "768"], capsys)
+    assert code == 0 and json.loads(out)["setup"]["options"]["max_num_batched_tokens"] == 768
+    code, out, err = _run(v0 + ["--max-num-batched-tokens", "512"], capsys)
+    assert code == 2 and "without chunked prefill runs a prompt in one step" in err
+    assert "or pass --chunked-prefill" in err

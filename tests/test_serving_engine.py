@@ -190,7 +190,7 @@ def test_bad_setups_are_one_line_errors():
 def test_vllm_v0_runs_a_new_prompt_alone_while_v1_mixes_it_with_the_decodes():
     st = timer()
     reqs = [Request(0, 0.0, 100, 40), Request(1, 0.05, 1000, 2)]
-    _, (a0, b0) = run(reqs, engine_class=V0Engine)
+    _, (a0, b0) = run(reqs, engine_class=V0Engine, chunked_prefill=False)
     _, (a1, b1) = run(reqs)
     alone = st.batch_s([(1000, 0)], [])
     assert b0.first_token_s - b0.first_scheduled_s == pytest.approx(alone, rel=1e-12)
@@ -287,7 +287,7 @@ def _swap_run(bytes_per_block: float, mode: str = "swap"):
     """A(60, 60) and B(60, 60) on 12 blocks of 16 tokens under vLLM V0: both prefill (4 blocks
     each), grow to 6 blocks each at 96 tokens, then A's seventh block evicts B (6 blocks out);
     A finishes at 8 blocks and B comes back (its 6 blocks in, 7 held for token 97)."""
-    engine = V0Engine(timer(), V1Options(1024, 16, 16, preemption_mode=mode), 12, 0)
+    engine = V0Engine(timer(), V1Options(1024, 16, 16, chunked_prefill=False, preemption_mode=mode), 12, 0)
     if mode == "swap":
         engine.enable_swap(bytes_per_block, 32e9, cpu_blocks=100)
     seqs = []
@@ -316,7 +316,7 @@ def test_vllm_v0_swap_moves_the_victims_blocks_over_the_host_link_and_resumes_it
     # recompute (the default) re-prefills B's 96 tokens instead: unchanged by this option
     _, (ar, br) = _swap_run(0.0, mode="recompute")
     _, (a_def, b_def) = run([Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)], blocks=12,
-                            engine_class=V0Engine)
+                            engine_class=V0Engine, chunked_prefill=False)
     assert (ar.finish_s, br.finish_s) == (a_def.finish_s, b_def.finish_s)
     assert br.preemptions == 1 and br.finish_s > b0.finish_s
 
@@ -324,7 +324,7 @@ def test_vllm_v0_swap_moves_the_victims_blocks_over_the_host_link_and_resumes_it
 def test_vllm_v0_swap_space_that_is_full_aborts_like_vllm():
     from krakenlm.serving.kv_cache import KVCacheError
 
-    engine = V0Engine(timer(), V1Options(1024, 16, 16, preemption_mode="swap"), 12, 0)
+    engine = V0Engine(timer(), V1Options(1024, 16, 16, chunked_prefill=False, preemption_mode="swap"), 12, 0)
     engine.enable_swap(1e6, 32e9, cpu_blocks=5)
     for req in (Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)):
         engine.add(vllm_v1.Seq(req))
@@ -533,3 +533,63 @@ def test_request_rows_by_column_equal_the_per_request_formulas():
         assert (columns.output_tokens, columns.prompt_tokens, columns.cached_tokens) == \
             (reference.output_tokens, reference.prompt_tokens, reference.cached_tokens)
     assert _rows([])[0] == []
+
+
+def test_vllm_v0_chunked_prefill_mixes_a_prompt_chunk_with_the_decodes_like_its_scheduler():
+    """`_schedule_chunked_prefill`: A decodes first, then B's prompt takes what is left of the
+    budget; B's blocks for its whole prompt are taken at admission."""
+    st = timer()
+    reqs = [Request(0, 0.0, 100, 40), Request(1, 0.05, 1000, 2)]
+    engine, (a, b) = run(reqs, engine_class=V0Engine, max_num_batched_tokens=512,
+                         chunked_prefill=True)
+    _, (a_plain, b_plain) = run(reqs, engine_class=V0Engine, chunked_prefill=False)
+    # B's prompt goes in chunks of 511 (A's decode takes one token of the 512), then 489
+    assert b.first_token_s - b.first_scheduled_s > st.batch_s([(1000, 0)], []) * (1 + 1e-9)
+    # A keeps decoding during B's prefill: it finishes before it does without chunking
+    assert a.finish_s < a_plain.finish_s
+    assert b.first_token_s > b_plain.first_token_s
+
+
+def test_vllm_v0_chunked_prefill_step_by_step():
+    """Two steps by hand: a running decode takes 1 token, the new prompt 511, then 489."""
+    st = timer()
+    engine = V0Engine(st, V1Options(512, 256, 16, enable_prefix_caching=False,
+                                    chunked_prefill=True), 1000, 0)
+    from krakenlm.serving.vllm_v1 import Seq
+    a = Seq(Request(0, 0.0, 100, 40))
+    engine.add(a)
+    assert engine.step()  # A's prompt, alone
+    assert a.generated == 1
+    b = Seq(Request(1, 0.0, 1000, 2))
+    engine.add(b)
+    t0 = engine.now
+    assert engine.step()
+    assert b.computed == 511 and b.private == 63  # ceil(1000 / 16): the whole prompt's blocks
+    assert engine.now - t0 == pytest.approx(st.batch_s([(511, 0)], [101], logits=1), rel=1e-12)  # B's chunk samples nothing
+    t1 = engine.now
+    assert engine.step()
+    assert b.computed == 1000 and b.generated == 1 and a.generated == 3
+    assert engine.now - t1 == pytest.approx(st.batch_s([(489, 511)], [102]), rel=1e-12)
+
+
+def test_vllm_v0_defaults_with_chunked_prefill_are_its_512_token_budget():
+    from krakenlm.hardware import load_system
+    from krakenlm.serving.replay import default_options
+
+    h100 = load_system("h100-80gb-x8")
+    assert default_options("vllm-v0", h100, get_preset("llama2-70b"), True) == V1Options(
+        512, 256, 16, 0.9, False, chunked_prefill=True)
+
+
+def test_vllm_v0_chunked_prefill_preempts_the_last_running_request_by_recompute():
+    """A(60, 60) and B(60, 60) on 9 blocks of 16 tokens with chunked prefill: when a decode
+    needs a block that is not free, B (the last running) is preempted by recompute, goes back
+    to the front of the queue and is prefilled again later; both finish with every token and
+    every block is free at the end."""
+    engine, (a, b) = run([Request(0, 0.0, 60, 60), Request(1, 0.0, 60, 60)], blocks=9,
+                         engine_class=V0Engine, max_num_batched_tokens=512,
+                         chunked_prefill=True)
+    assert b.preemptions >= 1 and a.preemptions == 0
+    assert a.generated == b.generated == 60
+    assert b.finish_s > a.finish_s
+    assert engine.pool.available == engine.pool.total

@@ -60,13 +60,20 @@ LAMBDA = {"lambda-h100-tp1-mistral7b-inf-n10": (1585, 2490, 1),
           "lambda-a100-tp8-mistral7b-inf-n160": (37741, 34261, 14)}
 
 
+# vllm-project/vllm#6883's PERFORMANCE table (ms): column -> (TTFT mean, TPOT mean)
+PR6883 = {"vllm-pr6883-h100-tp1-llama3-8b-qps-10-main": (687.69, 70.74),
+          "vllm-pr6883-h100-tp1-llama3-8b-qps-10-zmq": (298.09, 57.35)}
+
+
 def test_the_runs_file_parses_and_matches_the_source_totals():
     sources, runs = load_runs()
-    assert set(sources) == {"llmk8s", "datacrunch", "lambda"}
+    assert set(sources) == {"llmk8s", "datacrunch", "lambda", "vllm_pr6883"}
     assert {r.id for r in runs} == set(SOURCE_TOTALS) | {
-        f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH} | set(LAMBDA)
+        f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH} | set(LAMBDA) | set(PR6883)
     for r in runs:
-        assert r.source in sources and r.locator.startswith(sources[r.source]["repo"] + "@")
+        at = "#" + sources[r.source]["pull_request"].rsplit("/", 1)[1] \
+            if "pull_request" in sources[r.source] else "@"
+        assert r.source in sources and r.locator.startswith(sources[r.source]["repo"] + at)
         if r.source != "llmk8s":
             continue
         assert len(r.prompt_tokens) == len(r.output_tokens) == 200
@@ -163,8 +170,11 @@ def test_every_source_and_run_file_is_in_sources_md():
     text = (RUNS_FILE.parent / "SOURCES.md").read_text()
     sources, runs = load_runs()
     for key, s in sources.items():
-        assert f"`{key}`" in text and s["commit"] in text
+        assert f"`{key}`" in text and s.get("commit", s.get("pull_request")) in text
     for r in runs:
+        if r.source == "vllm_pr6883":  # a table in a pull request's description
+            assert r.locator.split(" ")[0] in text
+            continue
         assert r.locator.split(" ")[1].rsplit("_qps_", 1)[0].split("/")[-1] in text
         assert r.locator.split(" ")[0].split("@")[1] in text  # the commit that stores it
 
@@ -288,3 +298,19 @@ def test_each_run_is_sized_with_its_engine_versions_accounting():
         expected = "free-share" if run.source == "datacrunch" else "total-used"
         assert profile.kv_profile.accounting == expected, run.id
     assert {r.profile_charges for r in runs if r.source == "llmk8s"} == {"total-used"}
+
+
+def test_the_pr6883_runs_are_its_table_at_the_stated_setup():
+    """Llama-3-8B-Instruct on one H100, 600 sonnet prompts (benchmark_serving's defaults: 550
+    tokens in, 150 out; lengths per request not saved) at 10 requests/s, V0 with chunked
+    prefill at its default budget; the two released designs' means, in seconds."""
+    runs = {r.id: r for r in load_runs()[1] if r.source == "vllm_pr6883"}
+    assert set(runs) == set(PR6883)
+    for key, (ttft_ms, tpot_ms) in PR6883.items():
+        r = runs[key]
+        assert (r.model, r.system, r.software, r.tp) == ("llama3-8b", "h100-80gb-x8", "vllm-v0", 1)
+        assert (r.arrival, r.rate_per_s) == ("poisson", 10.0)
+        assert r.prompt_tokens == (550,) * 600 and r.output_tokens == (150,) * 600
+        assert r.engine_options == {"chunked_prefill": True, "max_num_batched_tokens": 512}
+        assert r.measured == {"ttft_s": {"mean": ttft_ms / 1000}, "tpot_s": {"mean": tpot_ms / 1000}}
+        assert f"TTFT (mean) {ttft_ms:.2f} ms, TPOT (mean) {tpot_ms:.2f} ms" in r.locator

@@ -42,7 +42,7 @@ def serve_cmd(
     max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="Most running requests (default: the engine's; V1: 1024 or 256 by device, V0: 256, TensorRT-LLM max_batch_size 2048, SGLang max_running_requests sized from its KV pool)."),
     block_size: int = typer.Option(None, "--block-size", help="Tokens per KV block (default: the engine's: vLLM and SGLang 16, TensorRT-LLM 32)."),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM: share of device memory the engine may use (weights, activations, KV cache); TensorRT-LLM: its free_gpu_memory_fraction (share of what the model leaves); SGLang: its mem_fraction_static (share of the memory free before the weights that holds the weights and the KV cache)."),
-    chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help="TensorRT-LLM: chunked context (default off; vLLM V1 always chunks, V0 never)."),
+    chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help="TensorRT-LLM: chunked context; vLLM V0: --enable-chunked-prefill (its budget 512 tokens unless --max-num-batched-tokens). Default off for both; vLLM V1 always chunks."),
     capacity_policy: str = typer.Option("guaranteed-no-evict", "--capacity-policy", help="TensorRT-LLM: guaranteed-no-evict (default) or max-utilization."),
     preemption_mode: str = typer.Option("recompute", "--preemption-mode", help="vLLM V0: recompute (default) or swap (KV blocks to host memory over the hardware YAML's host link, resumed without recompute)."),
     swap_space: float = typer.Option(4.0, "--swap-space", help="vLLM V0 with --preemption-mode swap: CPU swap space in GiB per GPU (vLLM's default 4)."),

@@ -64,7 +64,7 @@ class ServeOptions:
     block_size: int | None = None  # None: the engine's (vLLM 16, TensorRT-LLM 32)
     gpu_memory_utilization: float = 0.9
     prefix_caching: bool | None = None  # None: the engine's default
-    chunked_prefill: bool | None = None  # TensorRT-LLM only (None: its default, off)
+    chunked_prefill: bool | None = None  # TensorRT-LLM and vLLM V0 (None: their default, off)
     capacity_policy: str = "guaranteed-no-evict"  # TensorRT-LLM only
     schedule_policy: str = "lpm"  # SGLang only
     preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
@@ -339,7 +339,8 @@ def _setup(o: ServeOptions):
     system = load_system(o.system)
     # the engine whose defaults apply (`serve` checks the choice and says what is wrong)
     kind = o.scheduler or SCHEDULERS.get(load_software(o.software).name, "vllm-v1")
-    defaults = default_options(kind, system, config)
+    chunks = o.chunked_prefill if kind in ("trtllm", "vllm-v0") else None
+    defaults = default_options(kind, system, config, chunks)
     options = replace(defaults,
                       max_num_batched_tokens=o.max_num_batched_tokens
                       or defaults.max_num_batched_tokens,
@@ -348,8 +349,7 @@ def _setup(o: ServeOptions):
                       gpu_memory_utilization=o.gpu_memory_utilization,
                       enable_prefix_caching=defaults.enable_prefix_caching
                       if o.prefix_caching is None else o.prefix_caching,
-                      chunked_prefill=defaults.chunked_prefill
-                      if o.chunked_prefill is None or kind != "trtllm" else o.chunked_prefill,
+                      chunked_prefill=defaults.chunked_prefill if chunks is None else chunks,
                       capacity_policy=o.capacity_policy,
                       schedule_policy=o.schedule_policy,
                       preemption_mode=o.preemption_mode, swap_space_gib=o.swap_space)

@@ -48,7 +48,7 @@ from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
 from .v1_counted import CountedV1Engine
-from .vllm_v0 import PREEMPTION_MODES, V0Engine
+from .vllm_v0 import PREEMPTION_MODES, V0_CHUNKED_BUDGET, V0Engine
 from .vllm_v1 import Seq, V1Engine, V1Options
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
@@ -107,9 +107,15 @@ def scheduler_for(profile_name: str, scheduler: str | None) -> str:
     return SCHEDULERS[profile_name]
 
 
-def default_options(scheduler: str, system: System, config: ModelConfig) -> V1Options:
-    """The engine's own defaults on this device (vllm_v1 / vllm_v0 give the sources)."""
+def default_options(scheduler: str, system: System, config: ModelConfig,
+                    chunked_prefill: bool | None = None) -> V1Options:
+    """The engine's own defaults on this device (vllm_v1 / vllm_v0 give the sources);
+    `chunked_prefill` True: vLLM V0's with `--enable-chunked-prefill` (its budget is
+    `V0_CHUNKED_BUDGET`), read by no other engine."""
     if scheduler == "vllm-v0":
+        if chunked_prefill:
+            return V1Options(V0_CHUNKED_BUDGET, 256, enable_prefix_caching=False,
+                             chunked_prefill=True)
         return V1Options(max(config.context_len, 2048), 256, enable_prefix_caching=False,
                          chunked_prefill=False)
     if scheduler == "trtllm":
@@ -210,14 +216,15 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
     opt = pool_sized_options(opt, kind, sizing, config)
     trace, longest = _check_requests(trace, config, sizing.blocks, opt.block_size, skip_long,
                                      model_name)
-    chunks = kind in ("vllm-v1", "sglang") or (kind == "trtllm" and opt.chunked_prefill)
+    chunks = kind in ("vllm-v1", "sglang") or (kind in ("trtllm", "vllm-v0")
+                                                and opt.chunked_prefill)
     longest_pass = longest - 1  # its prompt and all but its last output token
     if not chunks and longest_pass > opt.max_num_batched_tokens:
         raise ServeError(
             f"{kind} without chunked prefill runs a prompt in one step, and a request of "
             f"{longest_pass} tokens (with its recomputed output) exceeds "
             f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
-            + (" or pass --chunked-prefill" if kind == "trtllm" else ""))
+            + (" or pass --chunked-prefill" if kind in ("trtllm", "vllm-v0") else ""))
     built = time.perf_counter()
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens))

@@ -1,4 +1,4 @@
-"""vLLM V0's default scheduler (no chunked prefill), on the same engine as V1.
+"""vLLM V0's schedulers (the default, and chunked prefill), on the same engine as V1.
 
 What one step does (vllm-project/vllm@0dce2b29 `vllm/core/scheduler.py`,
 `Scheduler._schedule_default` and `_schedule_prefills`; `_preempt` picks recompute for a
@@ -17,6 +17,18 @@ So a V0 step is all prefills or all decodes: a new prompt stalls the decodes of 
 request for its whole prefill (the inter-token spikes chunked prefill removes). Defaults
 (vllm/config.py `SchedulerConfig`, without chunked prefill): `max_num_batched_tokens` =
 max(max_model_len, 2048), `max_num_seqs` = 256; prefix caching off.
+
+Chunked prefill (`--enable-chunked-prefill`; `Scheduler._schedule_chunked_prefill`, same file
+at vllm-project/vllm@0054e1fa): "1. schedule as many decoding requests as possible. 2.
+schedule chunked prefill requests that are not finished. 3. schedule swapped request. 4.
+schedule new prefill requests." The running queue (decodes and prompts being chunked, in
+order) goes first under the token budget, each min(tokens left, budget) tokens
+(`_schedule_running` with `enable_chunking`, preempting from the end); swapped requests come
+back only when nothing was preempted; then waiting prompts in arrival order, each allocating
+the blocks of its whole prompt at admission (`_allocate_and_set_running`, with the watermark)
+and taking min(prompt, budget) tokens this step. A step may thus mix decodes with prompt
+chunks (run without CUDA graphs: the step-time oracle's prefill host model). Budget 512
+tokens by default (`V0_CHUNKED_BUDGET`).
 
 Swap preemption (`preemption_mode="swap"`, vLLM's `--preemption-mode swap`; vLLM uses it by
 itself only for multi-sequence groups such as beam search, `Scheduler._preempt` @0dce2b29):
@@ -65,6 +77,11 @@ from .kv_cache import KVCacheError
 from .vllm_v1 import Seq, V1Engine
 
 WATERMARK = 0.01  # vLLM V0 BlockSpaceManager: blocks kept free when admitting a prompt
+# max_num_batched_tokens with --enable-chunked-prefill and no explicit value (vLLM 0.4-0.5
+# `vllm/config.py` `SchedulerConfig.__init__`: "the best balance between ITL and TTFT on
+# A100"; docs/source/models/performance.rst: "512 is the default max_num_batched_tokens for
+# chunked prefill")
+V0_CHUNKED_BUDGET = 512
 
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -148,11 +165,13 @@ class V0Engine(V1Engine):
             budget -= 1
 
     def step(self) -> bool:
+        self.swap_blocks = 0
+        if self.opt.chunked_prefill:
+            return self._step_chunked()
         opt, pool, bs = self.opt, self.pool, self.opt.block_size
         per = pool.per_id
         running, waiting = self.running, self.waiting
         sched: list[tuple[Seq, int]] = []
-        self.swap_blocks = 0
         budget = opt.max_num_batched_tokens
         watermark = int(WATERMARK * pool.total)
         while waiting and not self.swapped:
@@ -179,6 +198,45 @@ class V0Engine(V1Engine):
                 i += 1
             if self.swapped and self.preemptions == before:
                 self._swap_in(sched, budget - len(sched), watermark)
+        return self._run(sched)
+
+    def _step_chunked(self) -> bool:
+        """One step of `_schedule_chunked_prefill` (module docstring, "Chunked prefill"):
+        the running requests first, in order, each with min(tokens left, budget) tokens (a
+        decode one, a prompt its next chunk; `V1Engine._schedule_running`, preempting the last
+        running request when a decode's block does not fit); then, when nothing was
+        preempted, swapped requests; then waiting ones in arrival order, each allocating the
+        blocks of its whole prompt at admission (with the watermark) and taking min(prompt,
+        budget) tokens now. Requests preempted by recompute in this step rejoin the waiting
+        queue at its front only after it (`self.waiting.extendleft(running_scheduled.preempted)`
+        follows `_schedule_prefills`), so they are not admitted again in the same step."""
+        opt, pool, bs = self.opt, self.pool, self.opt.block_size
+        waiting, running = self.waiting, self.running
+        sched: list[tuple[Seq, int]] = []
+        before = self.preemptions
+        budget, preempted = self._schedule_running(sched)
+        victims = [waiting.popleft() for _ in range(self.preemptions - before)] \
+            if opt.preemption_mode != "swap" else []
+        watermark = int(WATERMARK * pool.total)
+        if self.swapped and not preempted:
+            scheduled = len(sched)
+            self._swap_in(sched, budget, watermark)
+            budget -= len(sched) - scheduled
+        while waiting and budget > 0 and len(running) < opt.max_num_seqs:
+            s = waiting[0]
+            tokens = s.prompt + s.generated
+            need = -(-tokens // bs)
+            if pool.available - need < watermark:
+                break
+            pool.take(need)
+            self._start(sched, min(tokens, budget), need)
+            budget -= min(tokens, budget)
+        waiting.extendleft(reversed(victims))
+        return self._run(sched)
+
+    def _run(self, sched: list[tuple[Seq, int]]) -> bool:
+        """Copy the step's swapped blocks over the host link, then run the model on `sched`;
+        False when there was nothing to do."""
         if self.swap_blocks:  # the worker copies the step's blocks before the model runs
             self.swapped_blocks_total += self.swap_blocks
             self.now += self.swap_blocks * self.swap_bytes_per_block / self.host_link_bytes_per_s

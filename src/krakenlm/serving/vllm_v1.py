@@ -49,7 +49,9 @@ RECORD = 7  # ints per record of a `Timeline`'s log
 class V1Options:
     """The engine knobs the schedulers read (vLLM's names; TensorRT-LLM's max_num_tokens,
     max_batch_size, tokens_per_block and free_gpu_memory_fraction map onto the first four).
-    `chunked_prefill` and `capacity_policy` are read by the TensorRT-LLM engine only,
+    `chunked_prefill` is read by the TensorRT-LLM and vLLM V0 engines (V1 and SGLang always
+    chunk; the engines' defaults set it, `replay.default_options`), `capacity_policy` by
+    TensorRT-LLM's only,
     `preemption_mode` and `swap_space_gib` by vLLM V0's,
     `schedule_policy` by SGLang's (whose chunked_prefill_size, max_running_requests,
     mem_fraction_static and page_size are the first four)."""
@@ -477,11 +479,23 @@ class V1Engine:
         return delta
 
     def step(self) -> bool:
+        sched: list[tuple[Seq, int]] = []
+        budget, preempted = self._schedule_running(sched)
+        if not preempted:
+            self._admit(sched, budget)
+        if not sched:
+            return False
+        self._execute(sched)
+        return True
+
+    def _schedule_running(self, sched: list[tuple[Seq, int]]) -> tuple[int, bool]:
+        """Step 1 of the module docstring: the running requests in order, each min(tokens it
+        has not computed, budget) tokens, preempting from the end when its blocks do not fit.
+        Returns the budget left and whether anything was preempted."""
         opt, pool, bs = self.opt, self.pool, self.opt.block_size
         per = pool.per_id
         budget = opt.max_num_batched_tokens
         running = self.running
-        sched: list[tuple[Seq, int]] = []
         preempted = False
         for s in running:  # a preemption pops from the end: the loop sees the list shrink
             if budget <= 0:
@@ -499,12 +513,7 @@ class V1Engine:
                 s.private += need
             sched.append((s, new))
             budget -= new
-        if not preempted:
-            self._admit(sched, budget)
-        if not sched:
-            return False
-        self._execute(sched)
-        return True
+        return budget, preempted
 
     def _admit(self, sched: list[tuple[Seq, int]], budget: int) -> None:
         """Start waiting requests in arrival order while the budget lasts and fewer than
