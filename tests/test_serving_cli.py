@@ -218,3 +218,25 @@ def test_vllm_v0_chunked_prefill_from_the_command_line(capsys):
     code, out, err = _run(v0 + ["--max-num-batched-tokens", "512"], capsys)
     assert code == 2 and "without chunked prefill runs a prompt in one step" in err
     assert "or pass --chunked-prefill" in err
+
+
+def test_vllm_v0_multi_step_from_the_command_line(capsys):
+    """--num-scheduler-steps reaches V0's options and the report; on another engine, with
+    chunked prefill or on a cluster it is one error line."""
+    v0 = ["sim", "serve", "--model", "gpt3-1.3b", "--system", "h100-80gb-x8", "--trace",
+          "synthetic", "--rate", "4", "--requests", "20", "--lengths", "fixed:200,40", "--json"]
+    code, out, err = _run(v0 + ["--software", "vllm-v0", "--num-scheduler-steps", "8"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["setup"]["options"]["num_scheduler_steps"] == 8
+    assert report["summary"]["requests"] == 20
+    for extra, message in (
+            (["--software", "vllm", "--num-scheduler-steps", "8"], "multi-step scheduling"),
+            (["--software", "vllm-v0", "--num-scheduler-steps", "8", "--chunked-prefill"],
+             "Chunked prefill is not supported with multi-step"),
+            (["--software", "vllm-v0", "--num-scheduler-steps", "8", "--replicas",
+              "h100-80gb-x8:tp1:2"], "one pool of replicas"),
+            (["--software", "vllm-v0", "--num-scheduler-steps", "0"], "at least 1")):
+        code, out, err = _run(v0 + extra, capsys)
+        assert code == 2 and err.startswith("error:") and message in err, (extra, err)
+        assert err.count("\n") == 1

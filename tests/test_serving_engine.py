@@ -7,6 +7,7 @@ a seed."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -593,3 +594,112 @@ def test_vllm_v0_chunked_prefill_preempts_the_last_running_request_by_recompute(
     assert a.generated == b.generated == 60
     assert b.finish_s > a.finish_s
     assert engine.pool.available == engine.pool.total
+
+
+def _multi_step_engine(steps=10, blocks=1000):
+    return V0Engine(timer(), V1Options(2048, 16, 16, enable_prefix_caching=False,
+                                       chunked_prefill=False, num_scheduler_steps=steps),
+                    blocks, 0)
+
+
+def test_vllm_v0_multi_step_runs_decode_rounds_of_n_steps_with_the_host_once_per_round():
+    """One request of 100 + 25 tokens at --num-scheduler-steps 10: its prompt is a one-step
+    round; its 24 decodes run as rounds of 10, 10 and 10 steps (the last round keeps its row
+    for 6 steps after its last token); only each round's first step carries the host's
+    per-step and per-sequence work; the client gets one chunk per round."""
+    from krakenlm.serving.vllm_v1 import Seq
+
+    st = timer()
+    engine = _multi_step_engine()
+    s = Seq(Request(0, 0.0, 100, 25))
+    engine.add(s)
+    engine.advance(float("inf"))
+    prefill = st.batch_s([(100, 0)], [])
+    assert s.first_token_s == pytest.approx(prefill, rel=1e-12)
+    t, ends = prefill, []
+    for r in range(3):
+        for k in range(10):
+            kv = 100 + 10 * r + k + 1
+            t += st.step_s(1, 1, 1, st.decode_attention_s(1, kv), False, "memory", host=k == 0)
+            ends.append(t)
+    assert s.generated == 25 and s.finish_s == pytest.approx(ends[23], rel=1e-12)
+    assert engine.now == pytest.approx(ends[-1], rel=1e-12)  # the round ran to its end
+    assert engine.steps == 31
+    assert engine.itl_s == pytest.approx([ends[9] - prefill, ends[19] - ends[9],
+                                          ends[23] - ends[19]], rel=1e-12)
+    # the host work is on the first step of a round only
+    no_host = st.step_s(1, 1, 1, st.decode_attention_s(1, 102), False, "memory", host=False)
+    with_host = st.step_s(1, 1, 1, st.decode_attention_s(1, 102), False, "memory")
+    host = st.sim.profile.host
+    assert with_host - no_host == pytest.approx(host.decode_step_s + host.per_sequence_s,
+                                                rel=1e-9)
+
+
+def test_vllm_v0_multi_step_holds_a_new_request_until_the_round_ends():
+    from krakenlm.serving.vllm_v1 import Seq
+
+    engine = _multi_step_engine()
+    a = Seq(Request(0, 0.0, 100, 40))
+    engine.add(a)
+    engine.advance(1e-9)  # A's prompt step runs
+    round_start = engine.now
+    assert a.generated == 1
+    engine.advance(round_start + 1e-6)  # a decode round starts before B arrives
+    round_end = engine.now
+    assert round_end > round_start + 1e-6 and a.generated == 11
+    b = Seq(Request(1, round_start + 1e-6, 100, 5))
+    engine.add(b)
+    engine.advance(float("inf"))
+    assert b.first_scheduled_s == round_end
+
+
+def test_vllm_v0_multi_step_reserves_the_rounds_blocks_at_its_start():
+    """A decode at 106 computed tokens reserves blocks for the round's 10 tokens at its start:
+    ceil(116 / 16) = 8 blocks, where a single step would need ceil(107 / 16) = 7."""
+    from krakenlm.serving.vllm_v1 import Seq
+
+    engine = _multi_step_engine()
+    s = Seq(Request(0, 0.0, 106, 40))
+    engine.add(s)
+    engine.step()  # the prompt: 7 blocks, 1 token out
+    assert s.private == 7 and s.computed == 106
+    engine.step()  # a round: 106 + 10 tokens need 8 blocks
+    assert s.private == 8 and s.computed == 116 and s.generated == 11
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_scheduler_steps": 0}, "--num-scheduler-steps must be at least 1"),
+    ({"num_scheduler_steps": 8, "chunked_prefill": True}, "Chunked prefill is not supported"),
+    ({"num_scheduler_steps": 8, "preemption_mode": "swap"}, "is not modelled"),
+])
+def test_vllm_v0_multi_step_options_vllm_refuses_are_one_error(change, message):
+    trace = Trace("t", (Request(0, 0.0, 100, 10),))
+    options = replace(V1Options(2048, 16, enable_prefix_caching=False, chunked_prefill=False),
+                      **change)
+    with pytest.raises(ServeError, match=message):
+        serve(trace, get_preset(MODEL), "h100-80gb-x8", software="vllm-v0", options=options)
+
+
+def test_multi_step_on_another_engine_is_one_error():
+    trace = Trace("t", (Request(0, 0.0, 100, 10),))
+    with pytest.raises(ServeError, match="multi-step scheduling"):
+        serve(trace, get_preset(MODEL), "h100-80gb-x8", software="vllm",
+              options=V1Options(2048, 16, num_scheduler_steps=4))
+
+
+def test_a_multi_step_replay_charges_the_host_of_vllm_0_6_0():
+    """Multi-step came with 0.6.0, which also runs output processing beside the GPU: the
+    replay's steps carry `per_sequence_async_s` per sequence, not `per_sequence_s`."""
+    trace = Trace("t", tuple(Request(i, 0.0, 100, 30) for i in range(8)))
+    single = serve(trace, get_preset(MODEL), "h100-80gb-x8", software="vllm-v0",
+                   options=V1Options(2048, 16, enable_prefix_caching=False,
+                                     chunked_prefill=False))
+    multi = serve(trace, get_preset(MODEL), "h100-80gb-x8", software="vllm-v0",
+                  options=V1Options(2048, 16, enable_prefix_caching=False,
+                                    chunked_prefill=False, num_scheduler_steps=1))
+    assert single.summary == multi.summary  # N = 1 is the plain V0 engine
+    from krakenlm.simulator.constants.software import load_software
+    host = load_software("vllm-v0").host
+    assert host.at_version("0.6.0").per_sequence_s == host.per_sequence_async_s < \
+        host.per_sequence_s
+    assert host.at_version("0.5.4") is host and host.at_version(None) is host

@@ -60,6 +60,47 @@ LAMBDA = {"lambda-h100-tp1-mistral7b-inf-n10": (1585, 2490, 1),
           "lambda-a100-tp8-mistral7b-inf-n160": (37741, 34261, 14)}
 
 
+# lambda_v060: the September 2024 files (vLLM 0.6.0, --num-scheduler-steps 10): id -> the
+# printed total_input_tokens, total_output_tokens and the requests that returned no token
+LAMBDA_V060 = {
+    "lambda-v060-h100-tp1-llama3-8b-inf-n10": (1369, 1867, 0),
+    "lambda-v060-h100-tp1-llama3-8b-inf-n20": (3590, 3876, 0),
+    "lambda-v060-h100-tp1-llama3-8b-inf-n160": (34050, 32114, 8),
+    "lambda-v060-h100-tp2-llama3-8b-inf-n10": (1369, 1948, 0),
+    "lambda-v060-h100-tp2-llama3-8b-inf-n20": (3590, 3989, 0),
+    "lambda-v060-h100-tp2-llama3-8b-inf-n160": (34050, 31738, 8),
+    "lambda-v060-h100-tp4-llama3-8b-inf-n10": (1369, 1852, 0),
+    "lambda-v060-h100-tp4-llama3-8b-inf-n20": (3590, 3869, 0),
+    "lambda-v060-h100-tp4-llama3-8b-inf-n160": (34050, 32006, 7),
+    "lambda-v060-h100-tp1-mistral7b-inf-n10": (1585, 2483, 1),
+    "lambda-v060-h100-tp1-mistral7b-inf-n20": (3438, 4892, 1),
+    "lambda-v060-h100-tp1-mistral7b-inf-n160": (37741, 34120, 14),
+    "lambda-v060-h100-tp2-mistral7b-inf-n10": (1585, 2289, 1),
+    "lambda-v060-h100-tp2-mistral7b-inf-n20": (3438, 4757, 1),
+    "lambda-v060-h100-tp2-mistral7b-inf-n160": (37741, 34259, 14),
+    "lambda-v060-h100-tp4-mistral7b-inf-n10": (1585, 2483, 1),
+    "lambda-v060-h100-tp4-mistral7b-inf-n20": (3438, 4857, 1),
+    "lambda-v060-h100-tp4-mistral7b-inf-n160": (37741, 34152, 14),
+    "lambda-v060-a100-tp1-llama3-8b-inf-n10": (1369, 1945, 0),
+    "lambda-v060-a100-tp1-llama3-8b-inf-n20": (3590, 3923, 0),
+    "lambda-v060-a100-tp1-llama3-8b-inf-n160": (34050, 31789, 8),
+    "lambda-v060-a100-tp2-llama3-8b-inf-n10": (1369, 2104, 0),
+    "lambda-v060-a100-tp2-llama3-8b-inf-n20": (3590, 3931, 0),
+    "lambda-v060-a100-tp2-llama3-8b-inf-n160": (34050, 32023, 8),
+    "lambda-v060-a100-tp4-llama3-8b-inf-n10": (1369, 1872, 0),
+    "lambda-v060-a100-tp4-llama3-8b-inf-n20": (3590, 3934, 0),
+    "lambda-v060-a100-tp4-llama3-8b-inf-n160": (34050, 32080, 8),
+    "lambda-v060-a100-tp1-mistral7b-inf-n10": (1585, 2440, 1),
+    "lambda-v060-a100-tp1-mistral7b-inf-n20": (3438, 4880, 1),
+    "lambda-v060-a100-tp1-mistral7b-inf-n160": (37741, 33898, 14),
+    "lambda-v060-a100-tp2-mistral7b-inf-n10": (1585, 2498, 1),
+    "lambda-v060-a100-tp2-mistral7b-inf-n20": (3438, 4992, 1),
+    "lambda-v060-a100-tp2-mistral7b-inf-n160": (37741, 34205, 14),
+    "lambda-v060-a100-tp4-mistral7b-inf-n10": (1585, 2440, 1),
+    "lambda-v060-a100-tp4-mistral7b-inf-n20": (3438, 4888, 1),
+    "lambda-v060-a100-tp4-mistral7b-inf-n160": (37741, 34267, 14),
+}
+
 # vllm-project/vllm#6883's PERFORMANCE table (ms): column -> (TTFT mean, TPOT mean)
 PR6883 = {"vllm-pr6883-h100-tp1-llama3-8b-qps-10-main": (687.69, 70.74),
           "vllm-pr6883-h100-tp1-llama3-8b-qps-10-zmq": (298.09, 57.35)}
@@ -67,9 +108,10 @@ PR6883 = {"vllm-pr6883-h100-tp1-llama3-8b-qps-10-main": (687.69, 70.74),
 
 def test_the_runs_file_parses_and_matches_the_source_totals():
     sources, runs = load_runs()
-    assert set(sources) == {"llmk8s", "datacrunch", "lambda", "vllm_pr6883"}
+    assert set(sources) == {"llmk8s", "datacrunch", "lambda", "vllm_pr6883", "lambda_v060"}
     assert {r.id for r in runs} == set(SOURCE_TOTALS) | {
-        f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH} | set(LAMBDA) | set(PR6883)
+        f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH} | set(LAMBDA) | set(PR6883) | \
+        set(LAMBDA_V060)
     for r in runs:
         at = "#" + sources[r.source]["pull_request"].rsplit("/", 1)[1] \
             if "pull_request" in sources[r.source] else "@"
@@ -139,10 +181,10 @@ def test_the_stated_ttft_statistics_are_those_of_the_saved_per_request_ttfts():
     import numpy as np
 
     runs = [r for r in load_runs()[1] if r.ttfts_s is not None]
-    assert {r.id for r in runs} == set(SOURCE_TOTALS) | set(LAMBDA)
+    assert {r.id for r in runs} == set(SOURCE_TOTALS) | set(LAMBDA) | set(LAMBDA_V060)
     for r in runs:
         ttfts = np.array([t for t in r.ttfts_s if t > 0])
-        empty = LAMBDA.get(r.id, (0, 0, 0))[2]
+        empty = {**LAMBDA, **LAMBDA_V060}.get(r.id, (0, 0, 0))[2]
         assert len(ttfts) == len(r.prompt_tokens) - empty
         stated = r.measured["ttft_s"]
         assert stated["mean"] == pytest.approx(ttfts.mean(), rel=1e-12)
@@ -314,3 +356,38 @@ def test_the_pr6883_runs_are_its_table_at_the_stated_setup():
         assert r.engine_options == {"chunked_prefill": True, "max_num_batched_tokens": 512}
         assert r.measured == {"ttft_s": {"mean": ttft_ms / 1000}, "tpot_s": {"mean": tpot_ms / 1000}}
         assert f"TTFT (mean) {ttft_ms:.2f} ms, TPOT (mean) {tpot_ms:.2f} ms" in r.locator
+
+
+def test_the_lambda_v060_runs_keep_the_printed_totals_and_the_servers_flags():
+    """vLLM 0.6.0 with --num-scheduler-steps 10 (the repository's report), max-num-seqs 256,
+    max-model-len 2048 (H100, `len2048`) or 2000 (A100, `len2000`): V0 batches max(L, 2048)
+    tokens per step. The printed TTFT statistics count the requests that returned no token
+    (TTFT 0.0), which the scored ones leave out; the client's latency statistics are the E2E."""
+    import re
+
+    data = {r["id"]: r for r in json.loads(RUNS_FILE.read_text())["runs"]}
+    assert {k for k, r in data.items() if r["source"] == "lambda_v060"} == set(LAMBDA_V060)
+    systems = {"H100": "h100-80gb-x8", "A100": "a100-80gb-x8"}
+    models = {"Meta-Llama-3-8B-Instruct": "llama3-8b", "Mistral-7B-Instruct-v0.3": "mistral-7b"}
+    commits = {"H100": "a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
+               "A100": "a9b42a5f83bc39976bcb6bd44a96b2b15d820e10"}
+    for key, (total_in, total_out, empty) in LAMBDA_V060.items():
+        r = data[key]
+        assert sum(r["prompt_tokens"]) == total_in and r["zero_output_requests"] == empty
+        assert sum(r["output_tokens"]) - empty == total_out
+        assert r["arrival"] == "burst" and r["software"] == "vllm-v0"
+        prompts, gpus, gpu, model, tp, max_model_len = re.search(
+            r"results/prompt_(\d+)/(\d)x(H100|A100)-80GB-SXM/(.+)_tp(\d)_len(\d+)\.json$",
+            r["locator"]).groups()
+        assert r["locator"].startswith(f"LambdaLabsML/vllm-benchmark@{commits[gpu]} ")
+        assert int(gpus) == int(tp) == r["tp"] and r["system"] == systems[gpu]
+        assert r["model"] == models[model] and len(r["prompt_tokens"]) == int(prompts)
+        assert int(max_model_len) == {"H100": 2048, "A100": 2000}[gpu]
+        assert r["engine_options"] == {"max_num_batched_tokens": 2048, "max_num_seqs": 256,
+                                       "gpu_memory_utilization": 0.95,
+                                       "num_scheduler_steps": 10}
+        m = r["measured"]
+        assert m["e2e_s"]["p99"] >= m["e2e_s"]["p50"] > 0
+        assert (m["ttft_s"]["mean"] > m["ttft_s_printed"]["mean"]) == (empty > 0)
+        # tokens come in chunks of a round: the client's mean ITL is several TPOTs
+        assert m["itl_s"]["mean"] > 5 * m["tpot_s"]["p50"]

@@ -175,7 +175,8 @@ def build_pool(spec: PoolSpec, model: ModelConfig | Callable[[int], ModelConfig]
     stage = stage_config(config, spec.pp)
     sim = session(system, software, dtype)
     kind = scheduler_for(sim.profile.name, scheduler)
-    options = replace(default_options(kind, system, config), **overrides)
+    options = replace(default_options(kind, system, config, overrides.get("chunked_prefill")
+                                      if kind == "vllm-v0" else None), **overrides)
     sizing = size_kv_cache(sim, stage, spec.tp, block_size=options.block_size,
                            gpu_memory_utilization=options.gpu_memory_utilization,
                            max_num_batched_tokens=options.max_num_batched_tokens,

@@ -69,6 +69,7 @@ class ServeOptions:
     schedule_policy: str = "lpm"  # SGLang only
     preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
     swap_space: float = 4.0  # vLLM V0 only: CPU swap space, GiB per GPU
+    num_scheduler_steps: int = 1  # vLLM V0 only: multi-step scheduling (vllm_v0.py)
     dtype: str = "fp16"
     kv_cache_dtype: str = "auto"  # the engine's --kv-cache-dtype (kv_cache.KV_CACHE_DTYPES)
     slo_ttft_s: float | None = None
@@ -242,6 +243,10 @@ def _overrides(o: ServeOptions) -> dict:
         raise ServeError(f"--preemption-mode {o.preemption_mode} is modelled on one pool of "
                          "replicas (--replicas N) only; drop it for clusters and "
                          "disaggregated serving")
+    if o.num_scheduler_steps != 1:
+        raise ServeError(f"--num-scheduler-steps {o.num_scheduler_steps} is modelled on one "
+                         "pool of replicas (--replicas N) only; drop it for clusters and "
+                         "disaggregated serving")
     given = {"max_num_batched_tokens": o.max_num_batched_tokens,
              "max_num_seqs": o.max_num_seqs, "block_size": o.block_size,
              "enable_prefix_caching": o.prefix_caching, "chunked_prefill": o.chunked_prefill}
@@ -352,5 +357,6 @@ def _setup(o: ServeOptions):
                       chunked_prefill=defaults.chunked_prefill if chunks is None else chunks,
                       capacity_policy=o.capacity_policy,
                       schedule_policy=o.schedule_policy,
-                      preemption_mode=o.preemption_mode, swap_space_gib=o.swap_space)
+                      preemption_mode=o.preemption_mode, swap_space_gib=o.swap_space,
+                      num_scheduler_steps=o.num_scheduler_steps)
     return trace, config, label, system, options

@@ -48,7 +48,7 @@ from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
 from .v1_counted import CountedV1Engine
-from .vllm_v0 import PREEMPTION_MODES, V0_CHUNKED_BUDGET, V0Engine
+from .vllm_v0 import MULTI_STEP_SINCE, PREEMPTION_MODES, V0_CHUNKED_BUDGET, V0Engine
 from .vllm_v1 import Seq, V1Engine, V1Options
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
@@ -208,6 +208,9 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
         raise ServeError(f"--capacity-policy {opt.capacity_policy!r} is not one of "
                          f"{', '.join(POLICIES)}")
     _check_swap(opt, kind, system)
+    if _check_multi_step(opt, kind):  # the host constants of the first version that has it
+        sim = session(system, replace(sim.profile, host=sim.profile.host.at_version(
+            MULTI_STEP_SINCE)), dtype)
     sizing = size_kv_cache(sim, config, tp, block_size=opt.block_size,
                            gpu_memory_utilization=opt.gpu_memory_utilization,
                            max_num_batched_tokens=opt.max_num_batched_tokens,
@@ -230,6 +233,28 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
                         max(longest, opt.max_num_batched_tokens))
     built = time.perf_counter() - built
     return system, sim, kind, opt, sizing, trace, timer, built
+
+
+def _check_multi_step(opt: V1Options, kind: str) -> bool:
+    """Whether the replay runs vLLM V0's multi-step rounds (`--num-scheduler-steps` > 1), an
+    error where vLLM refuses it or the replay does not model it."""
+    steps = opt.num_scheduler_steps
+    if steps < 1:
+        raise ServeError(f"--num-scheduler-steps must be at least 1, got {steps}")
+    if steps == 1:
+        return False
+    if kind != "vllm-v0":
+        raise ServeError(f"--num-scheduler-steps {steps} is vLLM V0's multi-step scheduling "
+                         f"(0.6.x); the {kind} scheduler has none: use --software vllm-v0 or "
+                         "drop it")
+    if opt.chunked_prefill:
+        raise ServeError("vLLM refuses chunked prefill with multi-step scheduling (\"Chunked "
+                         "prefill is not supported with multi-step\"): drop --chunked-prefill "
+                         "or --num-scheduler-steps")
+    if opt.preemption_mode == "swap":
+        raise ServeError("--preemption-mode swap with --num-scheduler-steps > 1 is not modelled"
+                         "; use --preemption-mode recompute")
+    return True
 
 
 def _check_swap(opt: V1Options, kind: str, system: System) -> None:

@@ -468,10 +468,13 @@ class StepTimer:
         return rows[i], rows[j], (sequences - grid[i]) / (grid[j] - grid[i]), 0
 
     def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
-               prefill: bool, attention_bound: str | None = None) -> float:
+               prefill: bool, attention_bound: str | None = None, host: bool = True) -> float:
         """Wall time of one step: `tokens` in all, `sequences` in the batch, `logits` of them
         sampling, `attention_s` the per-layer attention time, `prefill` whether any prompt
-        token is in it (the host model of a prefill step, else of a decode step).
+        token is in it (the host model of a prefill step, else of a decode step). `host`
+        False: without the per-step and per-sequence host work (the GPU's time and its graph
+        launch: a step of a multi-step round after the first, whose scheduling and input
+        preparation the round's first step did, serving/vllm_v0.py).
 
         The engines' hot path: the interpolations of `Linear1D.__call__` and `_bracket` are
         written out here (the same operations in the same order, so the same floats) and the
@@ -528,7 +531,7 @@ class StepTimer:
         if head is None:
             head = heads[logits] = self._head_step_s(logits, prefill)
         gpu += head
-        overhead = per_step + sequences * per_seq + launch
+        overhead = per_step + sequences * per_seq + launch if host else launch
         if overlaps:  # max(gpu, overhead) without the call
             return overhead if overhead > gpu else gpu
         return gpu + overhead

@@ -30,6 +30,23 @@ and taking min(prompt, budget) tokens this step. A step may thus mix decodes wit
 chunks (run without CUDA graphs: the step-time oracle's prefill host model). Budget 512
 tokens by default (`V0_CHUNKED_BUDGET`).
 
+Multi-step scheduling (`--num-scheduler-steps N`, vLLM 0.6.0-0.6.1; read in a 0.6.1 copy,
+AmberLJC/vllm-0.6.1@5597260f `vllm/engine/llm_engine.py`, `vllm/core/scheduler.py`,
+`vllm/sequence.py`; its paths match the pull requests the v0.6.0 release lists, #7921 and
+#8050): the scheduler runs once per round. A round of prompts is one step (a prefill's
+lookahead is 0: `_get_num_lookahead_slots(is_prefill=True)`); a round of decodes is N steps,
+each running decode reserving blocks for N tokens at the round's start (`_append_slots` with
+N - 1 lookahead slots, preempting the last running request when they do not fit). Requests
+that arrive during a round wait for its end. A request that reaches its last token inside a
+round is finished then (its output sent from that step's processing) but keeps its row of the
+batch to the round's end (`_has_remaining_steps` reads step counters only); the others' tokens
+reach the client once per round ("For multi-step, do not create outputs each iteration"), so
+the client's inter-token latency is one gap per round. Host work: the round's first step
+carries the scheduling and input preparation (the profile's per-step, per-sequence and TP
+costs); the later steps only the GPU's time and graph launch (`advance_step` updates the
+inputs on the GPU; output processing runs beside the next step). Not with chunked prefill
+(vLLM raises "Chunked prefill is not supported with multi-step") nor, here, swap preemption.
+
 Swap preemption (`preemption_mode="swap"`, vLLM's `--preemption-mode swap`; vLLM uses it by
 itself only for multi-sequence groups such as beam search, `Scheduler._preempt` @0dce2b29):
 the victim's KV blocks are copied to CPU swap space (`_preempt_by_swap` -> `_swap_out`; the
@@ -77,6 +94,10 @@ from .kv_cache import KVCacheError
 from .vllm_v1 import Seq, V1Engine
 
 WATERMARK = 0.01  # vLLM V0 BlockSpaceManager: blocks kept free when admitting a prompt
+# the first vLLM release with multi-step scheduling (`--num-scheduler-steps`), which also has the
+# asynchronous output processor (vLLM's v0.6.0 blog lists both, #7921 with #7049 and #8050):
+# a multi-step replay charges the host constants of that version (`Host.at_version`)
+MULTI_STEP_SINCE = "0.6.0"
 # max_num_batched_tokens with --enable-chunked-prefill and no explicit value (vLLM 0.4-0.5
 # `vllm/config.py` `SchedulerConfig.__init__`: "the best balance between ITL and TTFT on
 # A100"; docs/source/models/performance.rst: "512 is the default max_num_batched_tokens for
@@ -125,6 +146,13 @@ class V0Engine(V1Engine):
                 return
             self.now = busy
         super().advance(until, stop_at_finish)
+
+    def _decode_window(self, until: float) -> bool:
+        """`V1Engine._decode_window` (single steps of a decode window), which a multi-step
+        engine does not use: its decode rounds are `_run_round`'s."""
+        if self.opt.num_scheduler_steps > 1:
+            return False
+        return super()._decode_window(until)
 
     def _preempt(self, s: Seq) -> None:
         if self.opt.preemption_mode != "swap":
@@ -186,10 +214,11 @@ class V0Engine(V1Engine):
             budget -= tokens
         if not sched:
             before = self.preemptions
+            ahead = opt.num_scheduler_steps  # the round's tokens: 1 + its lookahead slots
             i = 0
             while i < len(running):
                 s = running[i]
-                need = -(-(s.computed + 1) // bs) - s.private - per * len(s.shared)
+                need = -(-(s.computed + ahead) // bs) - s.private - per * len(s.shared)
                 if need > 0:
                     if not self._take_or_preempt(s, need)[0]:
                         break
@@ -198,7 +227,45 @@ class V0Engine(V1Engine):
                 i += 1
             if self.swapped and self.preemptions == before:
                 self._swap_in(sched, budget - len(sched), watermark)
+            if ahead > 1 and sched:
+                self._run_round(sched, ahead)
+                return True
         return self._run(sched)
+
+    def _run_round(self, sched: list[tuple[Seq, int]], steps: int) -> None:
+        """A multi-step round of decodes (module docstring): `steps` steps of the whole batch,
+        the first with the host's scheduling and input preparation, the others without; a
+        request finishes at the step of its last token, the others' tokens reach the client
+        at the round's end, one inter-token gap per round."""
+        timer, pool, itl = self.timer, self.pool, self.itl_s
+        n = len(sched)
+        mean_kv = sum(s.computed for s, _ in sched) / n + 1  # the KV each decode reads, step 1
+        ends = []
+        for k in range(steps):
+            attention = timer.decode_attention_s(n, mean_kv + k)
+            self.now += timer.step_s(n, n, n, attention, False, "memory", host=k == 0)
+            ends.append(self.now)
+            self.steps += 1
+            self.timeline.step(self.now, pool.total - pool.free - pool.per_id * len(pool.lru),
+                               len(self.running), len(self.waiting), self.preemptions, n)
+        end = ends[-1]
+        finished = False
+        for s, _ in sched:
+            tokens = min(steps, s.output - s.generated)
+            s.computed += tokens
+            s.generated += tokens
+            if s.generated >= s.output:
+                done = ends[tokens - 1]
+                itl.append(done - s.last_token_s)
+                s.last_token_s = s.finish_s = done
+                pool.release(s.private, s.shared)
+                s.private, s.shared = 0, []
+                finished = True
+            else:
+                itl.append(end - s.last_token_s)
+                s.last_token_s = end
+        if finished:
+            self.running = [s for s in self.running if s.finish_s != s.finish_s]
 
     def _step_chunked(self) -> bool:
         """One step of `_schedule_chunked_prefill` (module docstring, "Chunked prefill"):

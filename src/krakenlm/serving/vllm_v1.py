@@ -65,6 +65,9 @@ class V1Options:
     schedule_policy: str = "lpm"  # SGLang only: lpm or fcfs
     preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
     swap_space_gib: float = 4.0  # vLLM V0 only: CPU swap space per GPU (vLLM's `swap_space`)
+    # vLLM V0 only (0.6.0+): forward steps per scheduler call (`--num-scheduler-steps`,
+    # multi-step scheduling: a decode batch runs that many steps before the next schedule)
+    num_scheduler_steps: int = 1
 
     @staticmethod
     def defaults_for(device_name: str, memory_bytes: float) -> V1Options:

@@ -60,6 +60,7 @@ import yaml
 from ... import yamlio
 from ...errors import KrakenError
 from ...fileio import read_shipped_or_user_text
+from ..kernels.gpu.allreduce_routes import version_tuple
 
 PROFILE_PACKAGE = "krakenlm.simulator.constants.software_profiles"
 DEFAULT_SOFTWARE = "trtllm"
@@ -105,6 +106,18 @@ class Host:
         not depend on the batch: the phase's per-step work, plus `tp_step_s` when tp > 1."""
         step = self.prefill_step_s if phase == "prefill" else self.decode_step_s
         return step + self.tp_step_s if tp > 1 else step
+
+    def at_version(self, version: str | None) -> Host:
+        """These constants as an engine `version` ran them: from `per_sequence_until` on, the
+        output processing (detokenisation, stop checks, request outputs) runs beside the GPU's
+        next step (taken as hidden: it is shorter than the step in every measured setup), so a
+        sequence adds only `per_sequence_async_s` to the step (scheduling, input preparation
+        and the sampler, still between the steps). No version, or an earlier one: unchanged."""
+        until = self.per_sequence_until
+        if not until or not version or self.per_sequence_s == 0 \
+                or version_tuple(version) < version_tuple(until):
+            return self
+        return dataclasses.replace(self, per_sequence_s=self.per_sequence_async_s)
 
 
 @dataclass(frozen=True)

@@ -155,16 +155,10 @@ def simulate_row_times(row: ModelRow, config: ModelConfig, software: SoftwarePro
 
 
 def row_host(row: ModelRow, host: Host) -> Host:
-    """The host constants as the row's engine version ran them: from the profile's
-    `host.per_sequence_until` on, the output processing (detokenisation, stop checks, request
-    outputs) runs beside the GPU's next step (taken as hidden: it is shorter than the step in
-    every measured setup), so a sequence adds only `host.per_sequence_async_s` to the step
-    (scheduling, input preparation and the sampler, still between the steps)."""
-    until = host.per_sequence_until
-    if not until or not row.version or host.per_sequence_s == 0 \
-            or version_tuple(row.version) < version_tuple(until):
-        return host
-    return dataclasses.replace(host, per_sequence_s=host.per_sequence_async_s)
+    """The host constants as the row's engine version ran them (`Host.at_version`: from the
+    profile's `host.per_sequence_until` on, a sequence adds only `host.per_sequence_async_s`
+    to the step, its output processing running beside the GPU)."""
+    return host.at_version(row.version)
 
 
 # Engines measured on a profile whose versions they predate, so they are older than any
