@@ -254,6 +254,12 @@ CASES: list[BadInput] = [
          "--preemption-mode 'evict' is not one of recompute, swap"),
     case(f"{SIM_SERVE} --system l40s-x8 --software vllm-v0 --preemption-mode swap",
          "needs the host link of l40s-x8"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --num-scheduler-steps 8",
+         "is vLLM V0's multi-step scheduling"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm-v0 --num-scheduler-steps 0",
+         "--num-scheduler-steps must be at least 1, got 0"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm-v0 --num-scheduler-steps 8 "
+         "--chunked-prefill", "Chunked prefill is not supported with multi-step"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1",
          "needs both --prefill-replicas and --decode-replicas"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1 --decode-replicas 0",

@@ -72,6 +72,9 @@ LAMBDA_V060 = {
     "lambda-v060-h100-tp4-llama3-8b-inf-n10": (1369, 1852, 0),
     "lambda-v060-h100-tp4-llama3-8b-inf-n20": (3590, 3869, 0),
     "lambda-v060-h100-tp4-llama3-8b-inf-n160": (34050, 32006, 7),
+    "lambda-v060-h100-tp8-llama3-8b-inf-n10": (1369, 1863, 0),
+    "lambda-v060-h100-tp8-llama3-8b-inf-n20": (3590, 3920, 0),
+    "lambda-v060-h100-tp8-llama3-8b-inf-n160": (34050, 32132, 8),
     "lambda-v060-h100-tp1-mistral7b-inf-n10": (1585, 2483, 1),
     "lambda-v060-h100-tp1-mistral7b-inf-n20": (3438, 4892, 1),
     "lambda-v060-h100-tp1-mistral7b-inf-n160": (37741, 34120, 14),
@@ -81,6 +84,15 @@ LAMBDA_V060 = {
     "lambda-v060-h100-tp4-mistral7b-inf-n10": (1585, 2483, 1),
     "lambda-v060-h100-tp4-mistral7b-inf-n20": (3438, 4857, 1),
     "lambda-v060-h100-tp4-mistral7b-inf-n160": (37741, 34152, 14),
+    "lambda-v060-h100-tp8-mistral7b-inf-n10": (1585, 2532, 1),
+    "lambda-v060-h100-tp8-mistral7b-inf-n20": (3438, 4911, 1),
+    "lambda-v060-h100-tp8-mistral7b-inf-n160": (37741, 34154, 14),
+    "lambda-v060-h100-tp2-llama3-70b-inf-n10": (1369, 2091, 2),
+    "lambda-v060-h100-tp2-llama3-70b-inf-n20": (3590, 4137, 3),
+    "lambda-v060-h100-tp4-llama3-70b-inf-n10": (1369, 2091, 2),
+    "lambda-v060-h100-tp4-llama3-70b-inf-n20": (3590, 4036, 3),
+    "lambda-v060-h100-tp8-llama3-70b-inf-n10": (1369, 2054, 2),
+    "lambda-v060-h100-tp8-llama3-70b-inf-n20": (3590, 3941, 3),
     "lambda-v060-a100-tp1-llama3-8b-inf-n10": (1369, 1945, 0),
     "lambda-v060-a100-tp1-llama3-8b-inf-n20": (3590, 3923, 0),
     "lambda-v060-a100-tp1-llama3-8b-inf-n160": (34050, 31789, 8),
@@ -90,6 +102,9 @@ LAMBDA_V060 = {
     "lambda-v060-a100-tp4-llama3-8b-inf-n10": (1369, 1872, 0),
     "lambda-v060-a100-tp4-llama3-8b-inf-n20": (3590, 3934, 0),
     "lambda-v060-a100-tp4-llama3-8b-inf-n160": (34050, 32080, 8),
+    "lambda-v060-a100-tp8-llama3-8b-inf-n10": (1369, 1892, 0),
+    "lambda-v060-a100-tp8-llama3-8b-inf-n20": (3590, 3868, 0),
+    "lambda-v060-a100-tp8-llama3-8b-inf-n160": (34050, 31621, 7),
     "lambda-v060-a100-tp1-mistral7b-inf-n10": (1585, 2440, 1),
     "lambda-v060-a100-tp1-mistral7b-inf-n20": (3438, 4880, 1),
     "lambda-v060-a100-tp1-mistral7b-inf-n160": (37741, 33898, 14),
@@ -99,6 +114,15 @@ LAMBDA_V060 = {
     "lambda-v060-a100-tp4-mistral7b-inf-n10": (1585, 2440, 1),
     "lambda-v060-a100-tp4-mistral7b-inf-n20": (3438, 4888, 1),
     "lambda-v060-a100-tp4-mistral7b-inf-n160": (37741, 34267, 14),
+    "lambda-v060-a100-tp8-mistral7b-inf-n10": (1585, 2401, 1),
+    "lambda-v060-a100-tp8-mistral7b-inf-n20": (3438, 4991, 1),
+    "lambda-v060-a100-tp8-mistral7b-inf-n160": (37741, 34478, 14),
+    "lambda-v060-a100-tp2-llama3-70b-inf-n10": (1369, 2149, 2),
+    "lambda-v060-a100-tp2-llama3-70b-inf-n20": (3590, 3997, 3),
+    "lambda-v060-a100-tp4-llama3-70b-inf-n10": (1369, 2009, 2),
+    "lambda-v060-a100-tp4-llama3-70b-inf-n20": (3590, 4100, 3),
+    "lambda-v060-a100-tp8-llama3-70b-inf-n10": (1369, 2089, 2),
+    "lambda-v060-a100-tp8-llama3-70b-inf-n20": (3590, 4029, 3),
 }
 
 # vllm-project/vllm#6883's PERFORMANCE table (ms): column -> (TTFT mean, TPOT mean)
@@ -368,7 +392,8 @@ def test_the_lambda_v060_runs_keep_the_printed_totals_and_the_servers_flags():
     data = {r["id"]: r for r in json.loads(RUNS_FILE.read_text())["runs"]}
     assert {k for k, r in data.items() if r["source"] == "lambda_v060"} == set(LAMBDA_V060)
     systems = {"H100": "h100-80gb-x8", "A100": "a100-80gb-x8"}
-    models = {"Meta-Llama-3-8B-Instruct": "llama3-8b", "Mistral-7B-Instruct-v0.3": "mistral-7b"}
+    models = {"Meta-Llama-3-8B-Instruct": "llama3-8b", "Mistral-7B-Instruct-v0.3": "mistral-7b",
+              "Meta-Llama-3-70B-Instruct": "llama3-70b"}
     commits = {"H100": "a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
                "A100": "a9b42a5f83bc39976bcb6bd44a96b2b15d820e10"}
     for key, (total_in, total_out, empty) in LAMBDA_V060.items():
@@ -389,5 +414,9 @@ def test_the_lambda_v060_runs_keep_the_printed_totals_and_the_servers_flags():
         m = r["measured"]
         assert m["e2e_s"]["p99"] >= m["e2e_s"]["p50"] > 0
         assert (m["ttft_s"]["mean"] > m["ttft_s_printed"]["mean"]) == (empty > 0)
-        # tokens come in chunks of a round: the client's mean ITL is several TPOTs
-        assert m["itl_s"]["mean"] > 5 * m["tpot_s"]["p50"]
+        # tokens come in chunks of a round of 10: the client's mean ITL is 8-10 median TPOTs,
+        # but on the H100 Mistral TP 8 10-prompt run, whose slow TPOT (a cold server, SOURCES.md)
+        # leaves 4.6
+        ratio = m["itl_s"]["mean"] / m["tpot_s"]["p50"]
+        cold = key == "lambda-v060-h100-tp8-mistral7b-inf-n10"
+        assert 4 < ratio < 5 if cold else 8 < ratio < 10, (key, ratio)
