@@ -91,8 +91,10 @@ LAMBDA_V060 = {
     "lambda-v060-h100-tp2-llama3-70b-inf-n20": (3590, 4137, 3),
     "lambda-v060-h100-tp4-llama3-70b-inf-n10": (1369, 2091, 2),
     "lambda-v060-h100-tp4-llama3-70b-inf-n20": (3590, 4036, 3),
+    "lambda-v060-h100-tp4-llama3-70b-inf-n160": (34050, 28389, 37),
     "lambda-v060-h100-tp8-llama3-70b-inf-n10": (1369, 2054, 2),
     "lambda-v060-h100-tp8-llama3-70b-inf-n20": (3590, 3941, 3),
+    "lambda-v060-h100-tp8-llama3-70b-inf-n160": (34050, 28293, 37),
     "lambda-v060-a100-tp1-llama3-8b-inf-n10": (1369, 1945, 0),
     "lambda-v060-a100-tp1-llama3-8b-inf-n20": (3590, 3923, 0),
     "lambda-v060-a100-tp1-llama3-8b-inf-n160": (34050, 31789, 8),
@@ -121,8 +123,10 @@ LAMBDA_V060 = {
     "lambda-v060-a100-tp2-llama3-70b-inf-n20": (3590, 3997, 3),
     "lambda-v060-a100-tp4-llama3-70b-inf-n10": (1369, 2009, 2),
     "lambda-v060-a100-tp4-llama3-70b-inf-n20": (3590, 4100, 3),
+    "lambda-v060-a100-tp4-llama3-70b-inf-n160": (34050, 27468, 37),
     "lambda-v060-a100-tp8-llama3-70b-inf-n10": (1369, 2089, 2),
     "lambda-v060-a100-tp8-llama3-70b-inf-n20": (3590, 4029, 3),
+    "lambda-v060-a100-tp8-llama3-70b-inf-n160": (34050, 28004, 38),
 }
 
 # vllm-project/vllm#6883's PERFORMANCE table (ms): column -> (TTFT mean, TPOT mean)
