@@ -27,6 +27,22 @@ SOURCE = "lambda_v060"
 STATS = ("mean", "p50", "p99")
 
 
+def decode_steps(rows: list[dict], runs: dict) -> dict[tuple, list[tuple[float, float]]]:
+    """The median gap's relative error, and the difference per step in ms, of the 10- and
+    20-prompt bursts, per (system, model, TP): between rounds the host is idle, so the median gap over the round's steps is the
+    GPU's decode step at the burst's batch (the 160-prompt bursts prefill for long and are
+    left out)."""
+    out: dict[tuple, list[tuple[float, float]]] = {}
+    for row in rows:
+        run = runs[row["run"]]
+        if len(run.prompt_tokens) > 20:
+            continue
+        steps = run.engine_options["num_scheduler_steps"]
+        gap_ms = 1e3 * (row["p50"]["predicted_s"] - row["p50"]["measured_s"]) / steps
+        out.setdefault((run.system, run.model, run.tp), []).append((row["p50"]["error"], gap_ms))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None, help="write the table here (atomically)")
@@ -56,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     for stat, s in summary.items():
         print(f"ITL {stat}: median |error| {s['median_abs_pct']:.1f} %, signed "
               f"{s['median_signed_pct']:+.1f} % over {s['runs']} runs")
+    decode = decode_steps(rows, runs)
+    print("the host-free decode step (median ITL / steps per round), 10- and 20-prompt bursts:"
+          " the replay's against the measured, signed, per GPU, model and TP")
+    for (system, model, tp), errors in sorted(decode.items()):
+        print(f"  {system:14s} {model:11s} TP {tp}: " +
+              ", ".join(f"{100 * e:+.0f} % ({ms:+.2f} ms a step)" for e, ms in errors))
     if args.json:
         write_text_atomically(args.json, json.dumps(
             {"command": f"python benchmarks/serve_multi_step_itl.py --json {args.json}",

@@ -29,6 +29,33 @@ from krakenlm.simulator.constants.software import load_software
 SOURCES = ("vllm_pr6883", "lambda")
 
 
+def measured_load(runs_by_id: dict, profile) -> list[dict]:
+    """For each `vllm_pr6883` run: the requests its server held at once by Little's law (rate x
+    (TTFT + (output - 1) x TPOT), from the measured means) and the step-time oracle's step at
+    that many decodes (KV at prompt + half the output), alone and with the rest of the
+    chunked-prefill budget as one prompt chunk: whether the replay's short TPOT is only the
+    queue's feedback or also a short step."""
+    from krakenlm.models import get_preset
+    from krakenlm.serving.step_time import StepTimer
+    from krakenlm.simulator import Simulator
+
+    out = []
+    for run in (r for r in runs_by_id.values() if r.source == "vllm_pr6883"):
+        ttft, tpot = run.measured["ttft_s"]["mean"], run.measured["tpot_s"]["mean"]
+        output, prompt = run.output_tokens[0], run.prompt_tokens[0]
+        n = round(run.rate_per_s * (ttft + (output - 1) * tpot))
+        budget = run.engine_options["max_num_batched_tokens"]
+        timer = StepTimer(Simulator(run.system, profile), get_preset(run.model), run.tp,
+                          max_tokens=budget, max_sequences=max(n, 1),
+                          max_context=prompt + output)
+        kv = [prompt + output // 2] * n
+        out.append({"run": run.id, "requests_in_flight": n, "chunk_tokens": budget - n,
+                    "decode_step_s": timer.batch_s([], kv),
+                    "mixed_step_s": timer.batch_s([(budget - n, 0)], kv, logits=n),
+                    "measured_tpot_s": tpot})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--per-sequence-ms", default="0.1,0.2,0.3,0.4")
@@ -59,11 +86,18 @@ def main(argv: list[str] | None = None) -> int:
             table.append(row)
             print(f"{ms:5.2f} ms  {run.id:46s} TTFT mean {row['ttft_mean_signed_pct']:+7.1f} %"
                   f"   TPOT mean {row['tpot_mean_signed_pct']:+7.1f} %")
+    load = measured_load(runs_by_id, profile)
+    for row in load:
+        print(f"{row['run']}: {row['requests_in_flight']:.0f} requests in flight by Little's law;"
+              f" the oracle's step there: {1e3 * row['decode_step_s']:.1f} ms of decodes alone,"
+              f" {1e3 * row['mixed_step_s']:.1f} ms with a {row['chunk_tokens']}-token prompt "
+              f"chunk (measured TPOT {1e3 * row['measured_tpot_s']:.2f} ms)")
     if args.json:
         command = "python benchmarks/serve_v0_per_sequence.py --per-sequence-ms " + \
             ",".join(f"{x:g}" for x in grid_ms) + f" --json {args.json}"
         write_text_atomically(args.json, json.dumps({"command": command, "seed": 0,
-                                                     "rows": table}, indent=1) + "\n")
+                                                     "rows": table, "measured_load": load},
+                                                    indent=1) + "\n")
     return 0
 
 
