@@ -316,6 +316,8 @@ def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
     (lambda r: r.update(max_concurrency=8), 'max_concurrency needs arrival "concurrency"'),
     (lambda r: r.update(rate_per_s=-1.0), "rate_per_s must be positive"),
     (lambda r: r.update(profile_charges="free"), "profile_charges 'free' is not one of"),
+    (lambda r: r.update(replicas=0), "replicas must be at least 1 and router one of"),
+    (lambda r: r.update(router="random"), "replicas must be at least 1 and router one of"),
 ])
 def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
     data = json.loads(RUNS_FILE.read_text())
@@ -424,3 +426,16 @@ def test_the_lambda_v060_runs_keep_the_printed_totals_and_the_servers_flags():
         ratio = m["itl_s"]["mean"] / m["tpot_s"]["p50"]
         cold = key == "lambda-v060-h100-tp8-mistral7b-inf-n10"
         assert 4 < ratio < 5 if cold else 8 < ratio < 10, (key, ratio)
+
+
+def test_a_run_with_replicas_is_replayed_on_that_many_engines():
+    """A server of two engine replicas (vLLM's --data-parallel-size 2) behind a router: the
+    replay serves the run's requests on two replicas of its TP."""
+    from krakenlm.serving.validation import replay_run
+
+    run = next(r for r in load_runs()[1] if r.id == "lambda-h100-tp1-mistral7b-inf-n20")
+    one = replay_run(run, client_side=False)[0]
+    two = replay_run(replace(run, replicas=2), client_side=False)[0]
+    assert one.setup["replicas"] == 1 and two.setup["replicas"] == 2
+    assert two.setup["router"] == "least-loaded"
+    assert two.summary["ttft_s"]["mean"] < one.summary["ttft_s"]["mean"]

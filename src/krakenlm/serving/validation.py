@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import KrakenError
 from ..fileio import read_user_text
 from .kv_cache import PROFILE_CHARGES, with_accounting
+from .routing import ROUTERS
 from .traces import Request, Trace
 from .vllm_v1 import V1Options
 
@@ -76,6 +77,10 @@ class ServingRun:
     # the KV sizing accounting of the run's engine version where it differs from its software
     # profile's (`kv_cache.PROFILE_CHARGES`; vLLM 0.8.3's V1 predates vllm-project/vllm#19312)
     profile_charges: str | None = None
+    # engine replicas behind the server (vLLM's --data-parallel-size), each of `tp` devices, and
+    # the router that spreads the requests over them (serving/routing.py)
+    replicas: int = 1
+    router: str = "least-loaded"
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -106,9 +111,13 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 max_concurrency=None if r.get("max_concurrency") is None
                 else int(r["max_concurrency"]),
                 profile_charges=None if r.get("profile_charges") is None
-                else str(r["profile_charges"]))
+                else str(r["profile_charges"]),
+                replicas=int(r.get("replicas", 1)), router=str(r.get("router", "least-loaded")))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
+        if run.replicas < 1 or run.router not in ROUTERS:
+            raise ValidationDataError(f"{where}: replicas must be at least 1 and router one of "
+                                      f"{', '.join(ROUTERS)}")
         if run.profile_charges is not None and run.profile_charges not in PROFILE_CHARGES:
             raise ValidationDataError(f"{where}: profile_charges {run.profile_charges!r} is "
                                       f"not one of {', '.join(PROFILE_CHARGES)}")
@@ -213,7 +222,8 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
         system = load_system(run.system)
         kind = scheduler_for(Simulator(system, software).profile.name, None)
         options = replace(default_options(kind, system, config), **run.engine_options)
-    report = serve(trace, config, run.system, tp=run.tp,
+    report = serve(trace, config, run.system, tp=run.tp, replicas=run.replicas,
+                   router=run.router,
                    software=with_accounting(software, run.profile_charges),
                    model_name=run.model, client_side=client_side, options=options,
                    max_concurrency=run.max_concurrency)
