@@ -129,6 +129,33 @@ LAMBDA_V060 = {
     "lambda-v060-a100-tp8-llama3-70b-inf-n160": (34050, 28004, 38),
 }
 
+# scicom_vllm: id -> (prompt tokens of every request, prompts, max concurrency, the printed
+# mean TTFT in ms; every request has 128 output tokens)
+SCICOM_VLLM = {
+    "scicom-vllm-h100-tp8-llama3-70b-in128-c10": (127, 1000, 10, 61.14),
+    "scicom-vllm-h100-tp8-llama3-70b-in128-c25": (127, 1000, 25, 83.22),
+    "scicom-vllm-h100-tp8-llama3-70b-in128-c50": (127, 1000, 50, 165.15),
+    "scicom-vllm-h100-tp8-llama3-70b-in512-c10": (511, 1000, 10, 169.90),
+    "scicom-vllm-h100-tp8-llama3-70b-in512-c50": (511, 1000, 50, 596.37),
+    "scicom-vllm-h100-tp8-llama3-70b-in1024-c10": (1023, 1000, 10, 366.09),
+    "scicom-vllm-h100-tp8-llama3-70b-in1024-c25": (1023, 1000, 25, 649.04),
+    "scicom-vllm-h100-tp8-llama3-70b-in1024-c50": (1023, 1000, 50, 1095.25),
+    "scicom-vllm-h100-tp8-llama3-70b-in1024-c200": (1023, 1000, 200, 2175.21),
+    "scicom-vllm-h100-tp8-llama3-70b-in2048-c50": (2047, 500, 50, 1514.31),
+    "scicom-vllm-h100-tp8-llama3-70b-in4096-c50": (4095, 500, 50, 1987.51),
+}
+
+# scicom_sglang: id -> (the printed total input tokens, total output tokens, the server's
+# logged max_total_num_tokens: its KV pool in tokens, page size 1)
+SCICOM_SGLANG = {
+    "scicom-sglang-h100-tp8-dp1-llama3-70b-in1024": (50461, 6108, 1392213),
+    "scicom-sglang-h100-tp8-dp1-llama3-70b-in2048": (108829, 6108, 1392213),
+    "scicom-sglang-h100-tp8-dp1-llama3-70b-in4096": (209181, 6108, 1392213),
+    "scicom-sglang-h100-tp4-dp2-llama3-70b-in1024": (50461, 6108, 481117),
+    "scicom-sglang-h100-tp4-dp2-llama3-70b-in2048": (108829, 6108, 481117),
+    "scicom-sglang-h100-tp4-dp2-llama3-70b-in4096": (209181, 6108, 481117),
+}
+
 # vllm-project/vllm#6883's PERFORMANCE table (ms): column -> (TTFT mean, TPOT mean)
 PR6883 = {"vllm-pr6883-h100-tp1-llama3-8b-qps-10-main": (687.69, 70.74),
           "vllm-pr6883-h100-tp1-llama3-8b-qps-10-zmq": (298.09, 57.35)}
@@ -136,10 +163,11 @@ PR6883 = {"vllm-pr6883-h100-tp1-llama3-8b-qps-10-main": (687.69, 70.74),
 
 def test_the_runs_file_parses_and_matches_the_source_totals():
     sources, runs = load_runs()
-    assert set(sources) == {"llmk8s", "datacrunch", "lambda", "vllm_pr6883", "lambda_v060"}
+    assert set(sources) == {"llmk8s", "datacrunch", "lambda", "vllm_pr6883", "lambda_v060",
+                            "scicom_vllm", "scicom_sglang"}
     assert {r.id for r in runs} == set(SOURCE_TOTALS) | {
         f"datacrunch-h200-tp4-sglang-{k}" for k in DATACRUNCH} | set(LAMBDA) | set(PR6883) | \
-        set(LAMBDA_V060)
+        set(LAMBDA_V060) | set(SCICOM_VLLM) | set(SCICOM_SGLANG)
     for r in runs:
         at = "#" + sources[r.source]["pull_request"].rsplit("/", 1)[1] \
             if "pull_request" in sources[r.source] else "@"
@@ -209,7 +237,8 @@ def test_the_stated_ttft_statistics_are_those_of_the_saved_per_request_ttfts():
     import numpy as np
 
     runs = [r for r in load_runs()[1] if r.ttfts_s is not None]
-    assert {r.id for r in runs} == set(SOURCE_TOTALS) | set(LAMBDA) | set(LAMBDA_V060)
+    assert {r.id for r in runs} == set(SOURCE_TOTALS) | set(LAMBDA) | set(LAMBDA_V060) | \
+        set(SCICOM_SGLANG)
     for r in runs:
         ttfts = np.array([t for t in r.ttfts_s if t > 0])
         empty = {**LAMBDA, **LAMBDA_V060}.get(r.id, (0, 0, 0))[2]
@@ -367,7 +396,10 @@ def test_each_run_is_sized_with_its_engine_versions_accounting():
     for run in runs:
         software = with_accounting(run.software, run.profile_charges)
         profile = software if not isinstance(software, str) else load_software(software)
-        expected = "free-share" if run.source == "datacrunch" else "total-used"
+        # scicom_vllm (vLLM V1 of 2026) is after #19312: its profile's since-init
+        expected = {"datacrunch": "free-share", "scicom_sglang": "free-share",
+                    "scicom_vllm": "since-init"}.get(
+            run.source, "total-used")
         assert profile.kv_profile.accounting == expected, run.id
     assert {r.profile_charges for r in runs if r.source == "llmk8s"} == {"total-used"}
 
@@ -439,3 +471,52 @@ def test_a_run_with_replicas_is_replayed_on_that_many_engines():
     assert one.setup["replicas"] == 1 and two.setup["replicas"] == 2
     assert two.setup["router"] == "least-loaded"
     assert two.summary["ttft_s"]["mean"] < one.summary["ttft_s"]["mean"]
+
+
+def test_the_scicom_vllm_runs_are_fixed_lengths_in_a_closed_loop():
+    """`vllm bench serve` on the random dataset with range ratio 0 and ignore_eos: every request
+    L - 1 prompt tokens (the saved input_lens) and 128 output tokens, C requests in flight, the
+    file name's TP 8 on 8x H100 SXM, and the printed statistics in seconds."""
+    import re
+
+    runs = {r.id: r for r in load_runs()[1] if r.source == "scicom_vllm"}
+    assert set(runs) == set(SCICOM_VLLM)
+    for key, (prompt, n, concurrency, ttft_ms) in SCICOM_VLLM.items():
+        r = runs[key]
+        length, prompts, c = map(int, re.search(r"_in(\d+)_out128_p(\d+)_c(\d+)_",
+                                                r.locator).groups())
+        assert (prompt, n, concurrency) == (length - 1, prompts, c)
+        assert "_TP8_DP1_" in r.locator and (r.tp, r.system, r.software) == (
+            8, "h100-80gb-x8", "vllm")
+        assert r.prompt_tokens == (prompt,) * n and r.output_tokens == (128,) * n
+        assert (r.arrival, r.max_concurrency, r.replicas) == ("concurrency", concurrency, 1)
+        assert 1000 * r.measured["ttft_s"]["mean"] == pytest.approx(ttft_ms, abs=0.005)
+        m = r.measured
+        assert m["e2e_s"]["p99"] >= m["e2e_s"]["p50"] > m["ttft_s"]["p50"] > 0
+
+
+def test_the_scicom_sglang_runs_keep_their_server_info_and_nest_their_prompts():
+    """SGLang 0.5.9's own `server_info` sets the engine knobs; the random dataset with the
+    same seed makes each run's prompt i the first tokens of the same text, as long as or
+    longer than the run before's (the same length or longer by a multiple of 1024), which the
+    warm radix cache of the same server reuses: every run names the earlier runs of its
+    server and the client's test prompt."""
+    import re
+
+    runs = {r.id: r for r in load_runs()[1] if r.source == "scicom_sglang"}
+    assert set(runs) == set(SCICOM_SGLANG)
+    for key, (total_in, total_out, pool_tokens) in SCICOM_SGLANG.items():
+        r = runs[key]
+        tp, dp, n = map(int, re.search(r"/tp(\d)_dp(\d)_Llama3.1-70B_in(\d+)_out128_p100_c100_",
+                                       r.locator).groups())
+        assert (r.tp, r.replicas, r.router, r.software) == (tp, dp, "round-robin", "sglang")
+        assert sum(r.prompt_tokens) == total_in and sum(r.output_tokens) == total_out
+        assert max(r.prompt_tokens) <= n and max(r.output_tokens) <= 128
+        assert (r.arrival, r.max_concurrency) == ("concurrency", 100)
+        assert r.engine_options == {"max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.9,
+                                    "block_size": 1, "schedule_policy": "fcfs"}
+        assert r.kv_blocks_logged == pool_tokens and r.test_prompt_first
+        for b in (runs[name] for name in r.served_before):  # nested prompts
+            assert len(b.prompt_tokens) == 100 and len(b.prompt_tokens[0:1]) == 1
+            assert all(p - q in {0, 1024, 2048, 3072}
+                       for p, q in zip(r.prompt_tokens, b.prompt_tokens))
