@@ -32,12 +32,16 @@ def load(path: Path) -> dict:
 
 
 def slices(runs: list[dict]) -> dict[str, dict[str, list[float]]]:
-    """Signed errors per slice label and metric: GPU, TP, load (prompts of a burst, or the
-    Poisson rate), model, and all runs."""
+    """Signed errors per slice label and metric: GPU, TP, load (a closed loop's requests in
+    flight, the prompts of a burst, or the Poisson rate), model, and all runs."""
     out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
-        load_label = f"{r['requests']} prompts at once" if r["rate_per_s"] is None \
-            else f"{r['rate_per_s']:g} requests/s"
+        if r.get("max_concurrency"):
+            load_label = f"{r['max_concurrency']} in flight"
+        elif r["rate_per_s"] is None:
+            load_label = f"{r['requests']} prompts at once"
+        else:
+            load_label = f"{r['rate_per_s']:g} requests/s"
         for label in (f"GPU {r['system']}", f"TP {r['tp']}", load_label, f"model {r['model']}",
                       "all"):
             for metric in METRICS:

@@ -27,6 +27,9 @@ def test_each_slice_is_the_median_of_its_runs(sl, tmp_path):
     assert table["GPU a"]["ttft_mean"] == [-0.5, -0.1]
     assert table["TP 1"]["ttft_mean"] == [-0.5, 0.3]
     assert table["10 prompts at once"]["ttft_mean"] == [-0.5, -0.1, 0.3]
+    runs = json.loads(path.read_text())["runs"]
+    runs[0]["max_concurrency"] = 4
+    assert sl.slices(runs)["4 in flight"]["ttft_mean"] == [-0.5]
     assert np.median(np.abs(table["all"]["ttft_mean"])) == pytest.approx(0.3)
 
 
