@@ -60,6 +60,10 @@ def test_every_log_states_its_setup_and_source():
     # vLLM main of 2024-12 (#10511) V0 on an H100: 27284 logged; 27534 (+0.9 %) before the
     # dummy sampler's top-k/top-p re-sort (1.04 GiB of activations, 1.26 GiB logged)
     ("h100-llama3-8b-tp1-vllm-pr10511", 27289),
+    # SGLang 0.5.9 on 8x H100, Llama-3.1-70B (the serving source scicom_sglang's server_info):
+    # 1,392,213 and 481,117 tokens logged at TP 8 and TP 4 (+0.1 and +0.7 %)
+    ("h100-llama3.1-70b-tp8-sglang059", 1393462),
+    ("h100-llama3.1-70b-tp4-sglang059", 484628),
 ])
 def test_logged_counts_are_reproduced_within_the_goal(log_id, predicted):
     log = _log(log_id)
