@@ -135,14 +135,37 @@ SCICOM_VLLM = {
     "scicom-vllm-h100-tp8-llama3-70b-in128-c10": (127, 1000, 10, 61.14),
     "scicom-vllm-h100-tp8-llama3-70b-in128-c25": (127, 1000, 25, 83.22),
     "scicom-vllm-h100-tp8-llama3-70b-in128-c50": (127, 1000, 50, 165.15),
+    "scicom-vllm-h100-tp8-llama3-70b-in128-c200": (127, 1000, 200, 715.69),
     "scicom-vllm-h100-tp8-llama3-70b-in512-c10": (511, 1000, 10, 169.90),
+    "scicom-vllm-h100-tp8-llama3-70b-in512-c25": (511, 1000, 25, 283.38),
     "scicom-vllm-h100-tp8-llama3-70b-in512-c50": (511, 1000, 50, 596.37),
+    "scicom-vllm-h100-tp8-llama3-70b-in512-c200": (511, 1000, 200, 1612.57),
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c10": (1023, 1000, 10, 366.09),
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c25": (1023, 1000, 25, 649.04),
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c50": (1023, 1000, 50, 1095.25),
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c200": (1023, 1000, 200, 2175.21),
     "scicom-vllm-h100-tp8-llama3-70b-in2048-c50": (2047, 500, 50, 1514.31),
     "scicom-vllm-h100-tp8-llama3-70b-in4096-c50": (4095, 500, 50, 1987.51),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c10": (127, 1000, 10, 56.03),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c25": (127, 1000, 25, 75.40),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c50": (127, 1000, 50, 117.50),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c200": (127, 1000, 200, 618.75),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in512-c10": (511, 1000, 10, 105.83),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in512-c25": (511, 1000, 25, 172.43),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in512-c50": (511, 1000, 50, 463.29),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in512-c200": (511, 1000, 200, 1694.00),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in1024-c10": (1023, 1000, 10, 138.56),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in1024-c25": (1023, 1000, 25, 175.87),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in1024-c50": (1023, 1000, 50, 845.50),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in1024-c200": (1023, 1000, 200, 2290.68),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in2048-c10": (2047, 500, 10, 262.50),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in2048-c25": (2047, 500, 25, 378.24),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in2048-c50": (2047, 500, 50, 1287.14),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in2048-c200": (2047, 500, 200, 4023.99),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c10": (4095, 500, 10, 414.05),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c25": (4095, 500, 25, 592.27),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c50": (4095, 500, 50, 1272.17),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c200": (4095, 500, 200, 7215.28),
 }
 
 # scicom_sglang: id -> (the printed total input tokens, total output tokens, the server's
@@ -476,7 +499,8 @@ def test_a_run_with_replicas_is_replayed_on_that_many_engines():
 def test_the_scicom_vllm_runs_are_fixed_lengths_in_a_closed_loop():
     """`vllm bench serve` on the random dataset with range ratio 0 and ignore_eos: every request
     L - 1 prompt tokens (the saved input_lens) and 128 output tokens, C requests in flight, the
-    file name's TP 8 on 8x H100 SXM, and the printed statistics in seconds."""
+    file name's TP and DP (replicas behind vLLM's load balancer) on 8x H100 SXM, and the printed
+    statistics in seconds."""
     import re
 
     runs = {r.id: r for r in load_runs()[1] if r.source == "scicom_vllm"}
@@ -486,10 +510,12 @@ def test_the_scicom_vllm_runs_are_fixed_lengths_in_a_closed_loop():
         length, prompts, c = map(int, re.search(r"_in(\d+)_out128_p(\d+)_c(\d+)_",
                                                 r.locator).groups())
         assert (prompt, n, concurrency) == (length - 1, prompts, c)
-        assert "_TP8_DP1_" in r.locator and (r.tp, r.system, r.software) == (
-            8, "h100-80gb-x8", "vllm")
+        tp, dp = map(int, re.search(r"_TP(\d)_DP(\d)_", r.locator).groups())
+        assert (r.tp, r.replicas, r.system, r.software) == (tp, dp, "h100-80gb-x8", "vllm")
+        assert key.startswith(f"scicom-vllm-h100-tp{tp}-" + (f"dp{dp}-" if dp > 1 else ""))
         assert r.prompt_tokens == (prompt,) * n and r.output_tokens == (128,) * n
-        assert (r.arrival, r.max_concurrency, r.replicas) == ("concurrency", concurrency, 1)
+        assert (r.arrival, r.max_concurrency) == ("concurrency", concurrency)
+        assert r.router == "least-loaded"
         assert 1000 * r.measured["ttft_s"]["mean"] == pytest.approx(ttft_ms, abs=0.005)
         m = r.measured
         assert m["e2e_s"]["p99"] >= m["e2e_s"]["p50"] > m["ttft_s"]["p50"] > 0
