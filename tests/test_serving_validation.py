@@ -144,8 +144,14 @@ SCICOM_VLLM = {
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c25": (1023, 1000, 25, 649.04),
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c50": (1023, 1000, 50, 1095.25),
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c200": (1023, 1000, 200, 2175.21),
+    "scicom-vllm-h100-tp8-llama3-70b-in2048-c10": (2047, 500, 10, 616.77),
+    "scicom-vllm-h100-tp8-llama3-70b-in2048-c25": (2047, 500, 25, 1163.94),
     "scicom-vllm-h100-tp8-llama3-70b-in2048-c50": (2047, 500, 50, 1514.31),
+    "scicom-vllm-h100-tp8-llama3-70b-in2048-c200": (2047, 500, 200, 4563.04),
+    "scicom-vllm-h100-tp8-llama3-70b-in4096-c10": (4095, 500, 10, 1114.50),
+    "scicom-vllm-h100-tp8-llama3-70b-in4096-c25": (4095, 500, 25, 1752.83),
     "scicom-vllm-h100-tp8-llama3-70b-in4096-c50": (4095, 500, 50, 1987.51),
+    "scicom-vllm-h100-tp8-llama3-70b-in4096-c200": (4095, 500, 200, 8082.65),
     "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c10": (127, 1000, 10, 56.03),
     "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c25": (127, 1000, 25, 75.40),
     "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c50": (127, 1000, 50, 117.50),
@@ -166,6 +172,11 @@ SCICOM_VLLM = {
     "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c25": (4095, 500, 25, 592.27),
     "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c50": (4095, 500, 50, 1272.17),
     "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c200": (4095, 500, 200, 7215.28),
+    "scicom-vllm-h100-tp8-llama3-70b-in128-c100-apr09": (127, 1000, 100, 389.93),
+    "scicom-vllm-h100-tp8-llama3-70b-in512-c100-apr09": (511, 1000, 100, 1147.62),
+    "scicom-vllm-h100-tp8-llama3-70b-in1024-c100-apr09": (1023, 1000, 100, 1637.33),
+    "scicom-vllm-h100-tp8-llama3-70b-in2048-c100-apr09": (2047, 500, 100, 2121.78),
+    "scicom-vllm-h100-tp8-llama3-70b-in4096-c100-apr09": (4095, 500, 100, 3423.07),
 }
 
 # scicom_sglang: id -> (the printed total input tokens, total output tokens, the server's
