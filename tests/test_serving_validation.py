@@ -177,6 +177,11 @@ SCICOM_VLLM = {
     "scicom-vllm-h100-tp8-llama3-70b-in1024-c100-apr09": (1023, 1000, 100, 1637.33),
     "scicom-vllm-h100-tp8-llama3-70b-in2048-c100-apr09": (2047, 500, 100, 2121.78),
     "scicom-vllm-h100-tp8-llama3-70b-in4096-c100-apr09": (4095, 500, 100, 3423.07),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in128-c100-apr09": (127, 1000, 100, 205.45),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in512-c100-apr09": (511, 1000, 100, 994.67),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in1024-c100-apr09": (1023, 1000, 100, 1148.38),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in2048-c100-apr09": (2047, 500, 100, 1887.56),
+    "scicom-vllm-h100-tp4-dp2-llama3-70b-in4096-c100-apr09": (4095, 500, 100, 2486.70),
 }
 
 # scicom_sglang: id -> (the printed total input tokens, total output tokens, the server's
@@ -530,6 +535,11 @@ def test_the_scicom_vllm_runs_are_fixed_lengths_in_a_closed_loop():
         assert 1000 * r.measured["ttft_s"]["mean"] == pytest.approx(ttft_ms, abs=0.005)
         m = r.measured
         assert m["e2e_s"]["p99"] >= m["e2e_s"]["p50"] > m["ttft_s"]["p50"] > 0
+        # every request has 128 output tokens, so the client's TPOT is (E2E - TTFT) / 127 for
+        # each and the printed means obey it exactly: a check of the transcribed statistics
+        assert m["e2e_s"]["mean"] == pytest.approx(m["ttft_s"]["mean"] + 127 * m["tpot_s"]["mean"],
+                                                   rel=1e-6)
+        assert m["throughput"]["requests_per_s"] == pytest.approx(n / m["duration_s"], rel=1e-9)
 
 
 def test_the_scicom_sglang_runs_keep_their_server_info_and_nest_their_prompts():
