@@ -23,12 +23,14 @@ METRICS = ("ttft_mean", "tpot_mean", "tpot_p50", "e2e_mean", "e2e_p99",
            "throughput_output_tokens_per_s")
 
 
-def load(path: Path) -> dict:
+def load(path: Path) -> dict | None:
+    """The validation's scores, or None after one `error:` line on stderr."""
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"error: cannot read the scores {path} ({e}); run "
-                         "benchmarks/serve_validation.py --json first") from None
+        print(f"error: cannot read the scores {path} ({e}); run "
+              "benchmarks/serve_validation.py --json first", file=sys.stderr)
+        return None
 
 
 def slices(runs: list[dict]) -> dict[str, dict[str, list[float]]]:
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scores", default=str(ROOT / "docs" / "data" / "serve-validation.json"))
     args = ap.parse_args(argv)
     data = load(Path(args.scores))
+    if data is None:
+        return 2
     runs = [r for r in data["runs"] if r["source"] == args.source]
     if not runs:
         known = sorted({r["source"] for r in data["runs"]})

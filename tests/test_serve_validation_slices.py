@@ -37,3 +37,9 @@ def test_an_unknown_source_is_one_error_line(sl, tmp_path, capsys):
     assert sl.main(["--source", "nope", "--scores", str(_scores(tmp_path))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no run of source 'nope'") and err.count("\n") == 1
+
+
+def test_a_missing_scores_file_is_one_error_line(sl, tmp_path, capsys):
+    assert sl.main(["--scores", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read the scores") and err.count("\n") == 1
