@@ -66,6 +66,11 @@ MODELS = {
     "llama-bias-tied": lambda: llama(attention_bias=True, mlp_bias=True,
                                      tie_word_embeddings=True, num_key_value_heads=4),
     "mistral": mistral,
+    # Llama 3.1's scaled RoPE: with head_dim 8 and original 64 tokens, the four frequencies fall
+    # in all three bands (unchanged, smoothed, divided by the factor)
+    "llama-rope-llama3": lambda: llama(max_position_embeddings=256, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 5000.0, "factor": 4.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
 }
 
 

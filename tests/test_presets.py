@@ -123,3 +123,29 @@ def test_qwen25_32b_is_the_qwen2_shape_without_qkv_biases():
     layer = 2 * 5120 + 2 * 5120**2 + 2 * 5120 * 1024 + 3 * 5120 * 27648
     assert cfg.num_params() == 64 * layer + 2 * 152064 * 5120 + 5120
     assert (cfg.head_dim, cfg.kv_heads, cfg.tie_embeddings) == (128, 8, False)
+
+
+@pytest.mark.parametrize("name,params", [("llama3.1-8b", 8_030_261_248),
+                                         ("llama3.1-70b", 70_553_706_496),
+                                         ("llama3.1-405b", 405_853_388_800)])
+def test_llama31_presets_have_the_released_parameter_counts(name, params):
+    # the safetensors totals of meta-llama/Llama-3.1-{8B,70B,405B}
+    cfg = get_preset(name)
+    assert cfg.num_params() == params
+    assert cfg.context_len == 131072 and cfg.rope_scaling.factor == 8.0
+    assert cfg.rope_scaling.original_context_len == 8192
+
+
+def test_rope_scaling_round_trips_through_json_and_is_checked(tmp_path):
+    cfg = get_preset("llama3.1-8b")
+    cfg.save(tmp_path / "c.json")
+    assert ModelConfig.load(tmp_path / "c.json") == cfg
+    data = cfg.to_dict()
+    data["rope_scaling"] = dict(data["rope_scaling"], high_freq_factor=0.5)
+    with pytest.raises(ConfigError, match="rope_scaling.high_freq_factor.*must exceed"):
+        ModelConfig.from_dict(data)
+    data["rope_scaling"] = {"factor": 8.0}
+    with pytest.raises(ConfigError, match="needs factor, low_freq_factor"):
+        ModelConfig.from_dict(data)
+    with pytest.raises(ConfigError, match="scales RoPE, but position is 'learned'"):
+        get_preset("gpt2-124m").replace(rope_scaling=cfg.rope_scaling)

@@ -51,7 +51,10 @@ def remote_config_dict(config: ModelConfig) -> dict:
     return {"model_type": REMOTE_MODEL_TYPE, "architectures": ["KrakenLMForCausalLM"],
             "auto_map": {"AutoConfig": "configuration_krakenlm.KrakenLMConfig",
                          "AutoModelForCausalLM": "modeling_krakenlm.KrakenLMForCausalLM"},
-            **config.to_dict(), "tie_word_embeddings": config.tie_embeddings, "use_cache": True}
+            # rope_scaling is left out: export refuses a scaled RoPE for remote code, and
+            # transformers 5 warns on a `rope_scaling` key (its old name for rope parameters)
+            **{k: v for k, v in config.to_dict().items() if k != "rope_scaling"},
+            "tie_word_embeddings": config.tie_embeddings, "use_cache": True}
 
 
 def to_remote(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -82,6 +85,11 @@ def export_hf(checkpoint_dir: Path, out_dir: Path, *, force: bool = False,
     elif family == "llama":
         tensors, config_dict = native.to_llama(state, config), native.llama_config_dict(config)
     else:
+        if config.rope_scaling is not None:
+            raise KrakenError(f"checkpoint {checkpoint_dir} scales its RoPE (rope_scaling "
+                              f"{config.rope_scaling.kind}), which krakenlm's remote code "
+                              "does not compute; only a Llama-shaped model (gpt arch, rope, "
+                              "rmsnorm, swiglu) exports with it, without --remote-code")
         family = REMOTE_MODEL_TYPE
         tensors, config_dict = to_remote(state), remote_config_dict(config)
     # safetensors refuses tensors sharing memory (our splits are views): one copy each.

@@ -21,7 +21,7 @@ import torch
 
 from ..errors import KrakenError
 from ..models.config import ModelConfig
-from ..models.hf import from_hf_dict
+from ..models.hf import from_hf_dict, rope_scaling_fields
 
 GPT2_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # both are tanh-GELU, like ours
 
@@ -66,7 +66,22 @@ def llama_config_dict(config: ModelConfig) -> dict:
         "rope_theta": config.rope_theta,
         "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
         "pretraining_tp": 1, "use_cache": True,
+        **_llama3_rope(config),
     }
+
+
+def _llama3_rope(config: ModelConfig) -> dict:
+    """Llama 3.1's scaled RoPE in both spellings (transformers 5: rope_parameters; 4.x:
+    rope_scaling), or nothing for plain RoPE."""
+    scaling = config.rope_scaling
+    if scaling is None:
+        return {}
+    fields = {"factor": scaling.factor, "low_freq_factor": scaling.low_freq_factor,
+              "high_freq_factor": scaling.high_freq_factor,
+              "original_max_position_embeddings": scaling.original_context_len}
+    return {"rope_scaling": {"rope_type": "llama3", **fields},
+            "rope_parameters": {"rope_type": "llama3", "rope_theta": config.rope_theta,
+                                **fields}}
 
 
 def unsupported_features(data: dict) -> list[str]:
@@ -96,12 +111,11 @@ def unsupported_features(data: dict) -> list[str]:
         if head_dim is not None and (not isinstance(head_dim, int) or head_dim * heads != width):
             problems.append(f"head_dim={head_dim} with hidden_size {width} / "
                             f"{heads} heads (krakenlm needs head_dim = hidden_size / heads)")
-        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
-        if not isinstance(rope, dict):
-            rope = {"rope_type": rope}
+        rope = rope_scaling_fields(data)
         rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", None):
-            problems.append(f"rope scaling {rope_type!r} (only plain RoPE is supported)")
+        if rope_type not in ("default", None, "llama3"):
+            problems.append(f"rope scaling {rope_type!r} (supported: plain RoPE and Llama "
+                            "3.1's 'llama3')")
         if rope.get("partial_rotary_factor", 1.0) != 1.0:
             problems.append(f"partial_rotary_factor={rope['partial_rotary_factor']}")
         window = data.get("sliding_window")

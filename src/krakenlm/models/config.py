@@ -28,6 +28,67 @@ ARCHITECTURES = ("gpt", "parallel", "kraken")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope", "alibi")
+ROPE_SCALINGS = ("llama3",)
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3's RoPE frequency scaling (Llama 3.1-3.3, config.json `rope_scaling` /
+    `rope_parameters` with rope_type "llama3"), which stretches a model trained at
+    `original_context_len` tokens to `factor` times that. With base frequencies
+    f_i = theta^(-2i / head_dim) and wavelengths lambda_i = 2 pi / f_i, and
+    L = original_context_len, a = low_freq_factor, b = high_freq_factor:
+
+        lambda_i < L / b            (high frequencies)  f_i unchanged
+        lambda_i > L / a            (low frequencies)   f_i / factor
+        otherwise                                        (1 - s) f_i / factor + s f_i,
+                                                         s = (L / lambda_i - a) / (b - a)
+
+    cos and sin are not rescaled (attention factor 1). Source: Meta's reference code,
+    meta-llama/llama-models@b25b488f `models/llama3/reference_impl/model.py` (`apply_scaling`,
+    used when `use_scaled_rope`; Llama 3.1 ships factor 8, bands 1 and 4, L = 8192); the
+    tests compare logits with transformers' LlamaForCausalLM (rope_type "llama3")."""
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_context_len: int
+    kind: str = "llama3"
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, field: str, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"model config field 'rope_scaling.{field}': {msg}")
+
+        need(self.kind in ROPE_SCALINGS, "kind",
+             f"is {self.kind!r}; supported: {', '.join(ROPE_SCALINGS)}")
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):
+            value = getattr(self, name)
+            need(isinstance(value, (int, float)) and not isinstance(value, bool)
+                 and math.isfinite(value) and value > 0, name,
+                 f"must be a positive finite number, got {value!r}")
+        need(self.factor >= 1, "factor", f"must be at least 1 (a stretch), got {self.factor}")
+        need(self.high_freq_factor > self.low_freq_factor, "high_freq_factor",
+             f"{self.high_freq_factor} must exceed low_freq_factor {self.low_freq_factor}")
+        value = self.original_context_len
+        need(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+             "original_context_len", f"must be a positive integer, got {value!r}")
+
+    def inv_freq(self, base: list[float]) -> list[float]:
+        """The scaled frequencies of the base frequencies `base` (the class docstring)."""
+        low_wavelen = self.original_context_len / self.low_freq_factor
+        high_wavelen = self.original_context_len / self.high_freq_factor
+        out = []
+        for f in base:
+            wavelen = 2 * math.pi / f
+            if wavelen < high_wavelen:
+                out.append(f)
+            elif wavelen > low_wavelen:
+                out.append(f / self.factor)
+            else:
+                s = (self.original_context_len / wavelen - self.low_freq_factor) / (
+                    self.high_freq_factor - self.low_freq_factor)
+                out.append((1 - s) * f / self.factor + s * f)
+        return out
 
 
 class ConfigError(KrakenError, ValueError):
@@ -60,12 +121,21 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None  # Llama 3.1's long-context frequencies; None: plain
     # Kraken only, a width ablation: the conjunction maps the d streams to this width (instead
     # of e), the final norm and LM head work at it, and a tied embedding is this wide, projected
     # down to e before the streams. None: e (the spec's model).
     lm_head_width: int | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.rope_scaling, dict):  # from JSON (to_dict writes it as an object)
+            try:
+                object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+            except TypeError:
+                raise ConfigError(
+                    f"model config field 'rope_scaling' {self.rope_scaling!r:.120}: needs "
+                    "factor, low_freq_factor, high_freq_factor and original_context_len "
+                    "(and optionally kind)") from None
         self._validate()
 
     # ----------------------------------------------------------------------------- checks
@@ -115,6 +185,10 @@ class ModelConfig:
              f"only Kraken has a conjunction to widen; use null for {self.arch!r}")
         need(self.norm_eps > 0, "norm_eps", "must be positive")
         need(self.rope_theta > 0, "rope_theta", "must be positive")
+        need(self.rope_scaling is None or isinstance(self.rope_scaling, RopeScaling),
+             "rope_scaling", f"must be an object or null, got {self.rope_scaling!r:.60}")
+        need(self.rope_scaling is None or self.position == "rope", "rope_scaling",
+             f"scales RoPE, but position is {self.position!r}; use null")
 
     # ------------------------------------------------------------------------ derived sizes
     @property

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, ModelConfig, read_json_object
+from .config import ConfigError, ModelConfig, RopeScaling, read_json_object
 
 SUPPORTED = ("gpt2", "bloom", "llama", "mistral", "gptj", "gpt_neox")
 KRAKENLM_MODEL_TYPE = "krakenlm"  # what `krakenlm export hf` writes for remote code
@@ -57,6 +57,30 @@ def _rope_base(data: dict[str, Any], source: str) -> Any:
     return nested.get("rope_theta", 10000.0)
 
 
+def rope_scaling_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The RoPE scaling object of a config.json: transformers 5's `rope_parameters` (which
+    also holds rope_theta) or 4.x's `rope_scaling`; {} when there is none."""
+    rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+    return rope if isinstance(rope, dict) else {"rope_type": rope}
+
+
+def _rope_scaling(data: dict[str, Any], source: str) -> RopeScaling | None:
+    """Llama 3.1's rope_type "llama3" as a `RopeScaling`; None for plain RoPE. Other scalings
+    (linear, dynamic, yarn) do not change a step's cost, so the simulator reads such a config
+    as plain RoPE; `krakenlm import hf` refuses them (interop.native.unsupported_features)."""
+    rope = rope_scaling_fields(data)
+    if rope.get("rope_type", rope.get("type")) != "llama3":
+        return None
+    numbers = {name: _float(source, f"rope_scaling.{name}", rope.get(name))
+               for name in ("factor", "low_freq_factor", "high_freq_factor")}
+    try:
+        return RopeScaling(**numbers,
+                           original_context_len=rope.get("original_max_position_embeddings"))
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc} (rope_type llama3 needs factor, low_freq_factor, "
+                          "high_freq_factor and original_max_position_embeddings)") from None
+
+
 def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConfig:
     if "arch" in data and "model_type" not in data:
         return ModelConfig.from_dict(data)
@@ -82,7 +106,8 @@ def from_hf_dict(data: dict[str, Any], source: str = "config.json") -> ModelConf
             activation="swiglu", position="rope", bias=bool(g("attention_bias", default=False)),
             tie_embeddings=bool(g("tie_word_embeddings", default=False)),
             norm_eps=number("rms_norm_eps", 1e-5),
-            rope_theta=_float(source, "rope_theta", _rope_base(data, source)))
+            rope_theta=_float(source, "rope_theta", _rope_base(data, source)),
+            rope_scaling=_rope_scaling(data, source))
     if kind == "gpt2":
         width = g("n_embd", "hidden_size")
         return ModelConfig(

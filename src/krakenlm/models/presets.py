@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 
-from .config import ConfigError, ModelConfig, kraken_engine_for_params, kraken_width_for_params
+from .config import (ConfigError, ModelConfig, RopeScaling, kraken_engine_for_params,
+                     kraken_width_for_params)
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 64, as in the Kraken training runs
 GPT3_VOCAB = 50257
@@ -110,6 +111,19 @@ def _build() -> dict[str, ModelConfig | Callable[[], ModelConfig]]:
     p["llama3-70b"] = ModelConfig(arch="gpt", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
                                   ffn_dim=28672, vocab_size=128256, context_len=8192,
                                   rope_theta=500000.0, **llama)
+    # Llama 3.1 (8B, 70B, 405B): Llama 3's shapes, 128k context by scaled RoPE (factor 8, bands
+    # 1 and 4 around the original 8192 tokens; config.json of meta-llama/Llama-3.1-*: rope_type
+    # "llama3"); 405B: 126 layers, hidden 16384, 128 heads, 8 KV heads, FFN 53248.
+    llama31 = dict(vocab_size=128256, context_len=131072, n_kv_heads=8, rope_theta=500000.0,
+                   rope_scaling=RopeScaling(factor=8.0, low_freq_factor=1.0,
+                                            high_freq_factor=4.0, original_context_len=8192),
+                   **llama)
+    p["llama3.1-8b"] = ModelConfig(arch="gpt", n_layers=32, d_model=4096, n_heads=32,
+                                   ffn_dim=14336, **llama31)
+    p["llama3.1-70b"] = ModelConfig(arch="gpt", n_layers=80, d_model=8192, n_heads=64,
+                                    ffn_dim=28672, **llama31)
+    p["llama3.1-405b"] = ModelConfig(arch="gpt", n_layers=126, d_model=16384, n_heads=128,
+                                     ffn_dim=53248, **llama31)
     # Mistral-7B-v0.1 (Jiang et al. 2023): Llama block with GQA 32/8 and a 14336 SwiGLU FFN (its
     # 4096-token sliding window does not change prompts up to 4096 tokens).
     p["mistral-7b"] = ModelConfig(arch="gpt", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,

@@ -123,9 +123,15 @@ class StackedNorm(nn.Module):
 
 def rope_tables(config: ModelConfig, device: torch.device | str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of every position's RoPE angles, [context_len, head_dim / 2]: frequencies
+    theta^(-2i / head_dim), scaled by `config.rope_scaling` when set (Llama 3.1's three bands,
+    models.config.RopeScaling)."""
     half = config.head_dim // 2
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(half, dtype=torch.float64,
                                                          device=device) / half))
+    if config.rope_scaling is not None:
+        inv_freq = torch.tensor(config.rope_scaling.inv_freq(inv_freq.tolist()),
+                                dtype=torch.float64, device=device)
     angles = torch.outer(torch.arange(config.context_len, dtype=torch.float64, device=device),
                          inv_freq)
     return angles.cos().float(), angles.sin().float()
