@@ -240,3 +240,24 @@ def test_vllm_v0_multi_step_from_the_command_line(capsys):
         code, out, err = _run(v0 + extra, capsys)
         assert code == 2 and err.startswith("error:") and message in err, (extra, err)
         assert err.count("\n") == 1
+
+
+def test_vllm_v0_chunks_a_long_context_model_by_itself_and_says_so(capsys):
+    """A 128K-context model on vllm-v0 runs chunked prefill at 512 tokens with a warning, as
+    vLLM V0 does; --no-chunked-prefill keeps the one-step prompt; with multi-step the error
+    names --no-chunked-prefill."""
+    v0 = ["sim", "serve", "--model", "llama3.1-8b", "--system", "h100-80gb-x8", "--software",
+          "vllm-v0", "--trace", "synthetic", "--rate", "4", "--requests", "10", "--lengths",
+          "fixed:200,10", "--json"]
+    code, out, err = _run(v0, capsys)
+    assert code == 0, err
+    options = json.loads(out)["setup"]["options"]
+    assert options["chunked_prefill"] is True and options["max_num_batched_tokens"] == 512
+    assert "turns chunked prefill on by itself for a context above 32K" in err
+    code, out, err = _run(v0 + ["--no-chunked-prefill"], capsys)
+    assert code == 0 and "32K" not in err
+    options = json.loads(out)["setup"]["options"]
+    assert options["chunked_prefill"] is False and options["max_num_batched_tokens"] == 131072
+    code, out, err = _run(v0 + ["--num-scheduler-steps", "8"], capsys)
+    assert code == 2 and err.splitlines()[-1].startswith("error:")
+    assert "pass --no-chunked-prefill" in err

@@ -582,6 +582,21 @@ def test_vllm_v0_defaults_with_chunked_prefill_are_its_512_token_budget():
         512, 256, 16, 0.9, False, chunked_prefill=True)
 
 
+def test_vllm_v0_turns_chunked_prefill_on_past_a_32k_context_unless_told_not_to():
+    # arg_utils: `use_long_context = max_model_len > 32768` with the flag unset
+    from krakenlm.hardware import load_system
+    from krakenlm.serving.replay import default_options
+
+    h100 = load_system("h100-80gb-x8")
+    long, at_limit = get_preset("llama3.1-8b"), get_preset("mistral-7b")  # 131072, 32768
+    assert default_options("vllm-v0", h100, long) == V1Options(
+        512, 256, 16, 0.9, False, chunked_prefill=True)
+    assert default_options("vllm-v0", h100, long, False) == V1Options(
+        131072, 256, 16, 0.9, False, chunked_prefill=False)
+    assert default_options("vllm-v0", h100, at_limit) == V1Options(
+        32768, 256, 16, 0.9, False, chunked_prefill=False)
+
+
 def test_vllm_v0_chunked_prefill_preempts_the_last_running_request_by_recompute():
     """A(60, 60) and B(60, 60) on 9 blocks of 16 tokens with chunked prefill: when a decode
     needs a block that is not free, B (the last running) is preempted by recompute, goes back

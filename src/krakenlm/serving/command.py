@@ -64,7 +64,8 @@ class ServeOptions:
     block_size: int | None = None  # None: the engine's (vLLM 16, TensorRT-LLM 32)
     gpu_memory_utilization: float = 0.9
     prefix_caching: bool | None = None  # None: the engine's default
-    chunked_prefill: bool | None = None  # TensorRT-LLM and vLLM V0 (None: their default, off)
+    chunked_prefill: bool | None = None  # TensorRT-LLM and vLLM V0 (None: their default: off;
+    # V0 turns it on past a 32K context, replay.v0_chunks_by_default)
     capacity_policy: str = "guaranteed-no-evict"  # TensorRT-LLM only
     schedule_policy: str = "lpm"  # SGLang only
     preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
@@ -346,6 +347,11 @@ def _setup(o: ServeOptions):
     kind = o.scheduler or SCHEDULERS.get(load_software(o.software).name, "vllm-v1")
     chunks = o.chunked_prefill if kind in ("trtllm", "vllm-v0") else None
     defaults = default_options(kind, system, config, chunks)
+    if kind == "vllm-v0" and chunks is None and defaults.chunked_prefill:
+        from ..errors import warn
+        warn(f"vLLM V0 turns chunked prefill on by itself for a context above 32K ({label}: "
+             f"{config.context_len} tokens), budget {defaults.max_num_batched_tokens} tokens; "
+             "--no-chunked-prefill replays it without")
     options = replace(defaults,
                       max_num_batched_tokens=o.max_num_batched_tokens
                       or defaults.max_num_batched_tokens,

@@ -48,7 +48,8 @@ from .step_time import StepTimer
 from .traces import Trace
 from .trtllm import POLICIES, TRTEngine
 from .v1_counted import CountedV1Engine
-from .vllm_v0 import MULTI_STEP_SINCE, PREEMPTION_MODES, V0_CHUNKED_BUDGET, V0Engine
+from .vllm_v0 import (MULTI_STEP_SINCE, PREEMPTION_MODES, V0_CHUNKED_BUDGET, V0_LONG_CONTEXT,
+                      V0Engine)
 from .vllm_v1 import Seq, V1Engine, V1Options
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
@@ -107,12 +108,26 @@ def scheduler_for(profile_name: str, scheduler: str | None) -> str:
     return SCHEDULERS[profile_name]
 
 
+def v0_chunks_by_default(config: ModelConfig) -> bool:
+    """vLLM V0 turns chunked prefill on when the flag is left unset and max_model_len (here
+    the model's context) exceeds 32,768 tokens, "to avoid OOM errors in the initial memory
+    profiling phase" (vllm-project/vllm@001999d2 `vllm/engine/arg_utils.py`
+    `EngineArgs.create_engine_config`: `use_long_context = max_model_len > 32768`, on CUDA
+    without sliding window, speculative decoding, LoRA or prompt adapters, with the warning
+    "Chunked prefill is enabled by default for models with max_model_len > 32K"; 0.5.x
+    releases also required prefix caching off, the replay's V0 default)."""
+    return config.context_len > V0_LONG_CONTEXT
+
+
 def default_options(scheduler: str, system: System, config: ModelConfig,
                     chunked_prefill: bool | None = None) -> V1Options:
     """The engine's own defaults on this device (vllm_v1 / vllm_v0 give the sources);
     `chunked_prefill` True: vLLM V0's with `--enable-chunked-prefill` (its budget is
-    `V0_CHUNKED_BUDGET`), read by no other engine."""
+    `V0_CHUNKED_BUDGET`), read by no other engine; None: V0's default, which turns chunked
+    prefill on past a 32K context (`v0_chunks_by_default`)."""
     if scheduler == "vllm-v0":
+        if chunked_prefill is None:
+            chunked_prefill = v0_chunks_by_default(config)
         if chunked_prefill:
             return V1Options(V0_CHUNKED_BUDGET, 256, enable_prefix_caching=False,
                              chunked_prefill=True)
@@ -249,8 +264,9 @@ def _check_multi_step(opt: V1Options, kind: str) -> bool:
                          "drop it")
     if opt.chunked_prefill:
         raise ServeError("vLLM refuses chunked prefill with multi-step scheduling (\"Chunked "
-                         "prefill is not supported with multi-step\"): drop --chunked-prefill "
-                         "or --num-scheduler-steps")
+                         "prefill is not supported with multi-step\"): pass "
+                         "--no-chunked-prefill (vLLM V0 turns it on by itself past a 32K "
+                         "context) or drop --num-scheduler-steps")
     if opt.preemption_mode == "swap":
         raise ServeError("--preemption-mode swap with --num-scheduler-steps > 1 is not modelled"
                          "; use --preemption-mode recompute")

@@ -103,6 +103,9 @@ MULTI_STEP_SINCE = "0.6.0"
 # A100"; docs/source/models/performance.rst: "512 is the default max_num_batched_tokens for
 # chunked prefill")
 V0_CHUNKED_BUDGET = 512
+# max_model_len above which V0 turns chunked prefill on when the flag is unset
+# (replay.v0_chunks_by_default)
+V0_LONG_CONTEXT = 32768
 
 
 PREEMPTION_MODES = ("recompute", "swap")
