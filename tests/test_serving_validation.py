@@ -193,6 +193,8 @@ SCICOM_SGLANG = {
     "scicom-sglang-h100-tp4-dp2-llama3-70b-in1024": (50461, 6108, 481117),
     "scicom-sglang-h100-tp4-dp2-llama3-70b-in2048": (108829, 6108, 481117),
     "scicom-sglang-h100-tp4-dp2-llama3-70b-in4096": (209181, 6108, 481117),
+    "scicom-sglang-h100-tp8-dp1-llama3-70b-in8192": (389405, 6108, 1392213),
+    "scicom-sglang-h100-tp4-dp2-llama3-70b-in8192": (389405, 6108, 481117),
 }
 
 # vllm-project/vllm#6883's PERFORMANCE table (ms): column -> (TTFT mean, TPOT mean)
@@ -347,13 +349,15 @@ def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
     by_id = {r.id: r for r in runs}
     burst = by_id["llmk8s-a100-tp8-qps-inf"]
     trace, first = run_trace(burst, by_id)
-    assert first == 3 * 200 + 1  # three earlier runs and the client's one-prompt test
+    assert first == 3 * 201 + 1  # three earlier runs, each after its client's one-prompt
+    # test, and this run's test
     warm, measured = trace.requests[:first], trace.requests[first:]
     assert all(r.output_tokens == 1 and r.arrival_s == 0 for r in warm)
     assert [r.prompt_tokens for r in measured] == list(burst.prompt_tokens)
     assert all(r.arrival_s == WARM_GAP_S for r in measured)  # a burst: all at once
     # the same prompt has the same prefix ids in every run, one per full block
-    assert warm[5].hash_ids == measured[5].hash_ids
+    assert warm[0].hash_ids == warm[1].hash_ids  # the first earlier run's test prompt
+    assert warm[1 + 5].hash_ids == measured[5].hash_ids
     assert len(measured[5].hash_ids) == burst.prompt_tokens[5] // PREFIX_BLOCK_TOKENS
     cold, first = run_trace(replace(burst, served_before=(), test_prompt_first=False))
     assert first == 0 and cold.requests[0].arrival_s == 0.0
@@ -396,6 +400,25 @@ def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
     with pytest.raises(ValidationDataError, match=message) as e:
         load_runs(path)
     assert "llmk8s-a100-tp8-qps-04" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_under_two_replicas_the_test_prompts_decide_which_earlier_prompt_a_request_meets():
+    """SGLang's round-robin DP router counts every request, and each earlier run sent 1 test
+    + 100 prompts, so the parity flips from run to run: in4096's prompt i reaches the replica
+    that served in1024's prompt i (not in2048's), and its radix cache holds that prompt's
+    whole blocks (all but the last block when the two are the same length)."""
+    _, runs = load_runs()
+    by_id = {r.id: r for r in runs}
+    run = by_id["scicom-sglang-h100-tp4-dp2-llama3-70b-in4096"]
+    _, first = run_trace(run, by_id)
+    assert first == 2 * 101 + 1
+    report, _ = replay_run(run, by_id)
+    rows = sorted((r for r in report.rows if r["id"] >= first), key=lambda r: r["id"])
+    earlier = by_id["scicom-sglang-h100-tp4-dp2-llama3-70b-in1024"].prompt_tokens
+    block = PREFIX_BLOCK_TOKENS
+    for r, q in list(zip(rows, earlier))[1:]:  # row 0 is its own test prompt's, a full hit
+        assert r["cached_tokens"] == min(q // block * block, (r["prompt_tokens"] - 1) // block
+                                         * block), r
 
 
 def test_a_run_naming_an_unknown_earlier_run_is_an_error():
@@ -565,5 +588,5 @@ def test_the_scicom_sglang_runs_keep_their_server_info_and_nest_their_prompts():
         assert r.kv_blocks_logged == pool_tokens and r.test_prompt_first
         for b in (runs[name] for name in r.served_before):  # nested prompts
             assert len(b.prompt_tokens) == 100
-            assert all(p - q in {0, 1024, 2048, 3072}
+            assert all(p >= q and (p - q) % 1024 == 0
                        for p, q in zip(r.prompt_tokens, b.prompt_tokens))

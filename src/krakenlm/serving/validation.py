@@ -166,14 +166,19 @@ def run_trace(run: ServingRun, runs: dict[str, ServingRun] | None = None,
     full `PREFIX_BLOCK_TOKENS` block, the same ids for the same prompt in every run of a
     source (the same dataset sampled with the same seed), so vLLM's prefix cache can be
     replayed: before the measured requests come the prompts the server processed earlier
-    (`served_before`: runs of the same server before this one, and the client's one-prompt
-    test run of the first request), each with one output token, an hour before the measured
-    ones start (the engine is idle again by then)."""
+    (`served_before`: runs of the same server before this one, each after its client's
+    one-prompt test run of its first request, and this run's own test prompt), each with one
+    output token, an hour before the measured ones start (the engine is idle again by then).
+    In that order they also advance a round-robin router as the server's did: with two
+    replicas, the test prompts decide which replica each earlier run's prompt i reached."""
     warm = []
     for other in run.served_before:
         if runs is None or other not in runs:
             raise ValidationDataError(f"run {run.id}: served_before names unknown run {other!r}")
-        warm += list(enumerate(runs[other].prompt_tokens))
+        earlier = runs[other]
+        if earlier.test_prompt_first:  # that run's client sent its test prompt first too
+            warm.append((0, earlier.prompt_tokens[0]))
+        warm += list(enumerate(earlier.prompt_tokens))
     if run.test_prompt_first:
         warm.append((0, run.prompt_tokens[0]))
     n = len(run.prompt_tokens)
