@@ -29,6 +29,8 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {latin1}     a YAML file saved as Latin-1, not UTF-8
   {badmeta}    an explore table whose `.meta.json` sidecar is not JSON
   {moe}        a Llama config.json with Mixtral's mixture-of-experts fields
+  {badrope}    a Llama 3.1 config.json whose llama3 rope scaling lacks
+               original_max_position_embeddings
 
 and for the new-user rows (NEW_USER_CASES):
 
@@ -228,6 +230,9 @@ CASES: list[BadInput] = [
          "is not UTF-8 text"),
     case("sim run --system a100-80gb-x8 --model {moe} --tp 8 --prompt 8 --gen 2",
          "mixture-of-experts model (num_local_experts=8, num_experts_per_tok=2)"),
+    case("sim run --system a100-80gb-x8 --model {badrope} --tp 8 --prompt 8 --gen 2",
+         "'rope_scaling.original_context_len': must be a positive integer, got None"),
+    case("train --out {tmp}/run --config {badrope}", "needs factor, low_freq_factor"),
     case("train --out {tmp}/run --config {binary}", "is not UTF-8 text"),
     case("sim explore --space {binary}", "is not UTF-8 text"),
     case("sim explore --space {latin1}", "is not UTF-8 text"),
@@ -260,6 +265,9 @@ CASES: list[BadInput] = [
          "--num-scheduler-steps must be at least 1, got 0"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm-v0 --num-scheduler-steps 8 "
          "--chunked-prefill", "Chunked prefill is not supported with multi-step"),
+    case("sim serve --model llama3.1-8b --trace synthetic --rate 5 --requests 20 --system "
+         "h100-80gb-x8 --software vllm-v0 --num-scheduler-steps 8",
+         "pass --no-chunked-prefill (vLLM V0 turns it on by itself past a 32K context)"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1",
          "needs both --prefill-replicas and --decode-replicas"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1 --decode-replicas 0",
@@ -281,6 +289,9 @@ CASES: list[BadInput] = [
          "--client-side is modelled on one pool of replicas"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --pd-search 4 --slo-ttft-s 1 --client-side",
          "--client-side is modelled on one pool of replicas"),
+    warning("sim serve --model llama3.1-8b --trace synthetic --rate 5 --requests 20 --system "
+            "h100-80gb-x8 --software vllm-v0",
+            "vLLM V0 turns chunked prefill on by itself for a context above 32K"),
     warning(f"{SIM_SERVE} --system h100-80gb-x8 --software trtllm --client-side",
             "software trtllm has no front-end constants"),
     # studies and benchmarks
@@ -761,6 +772,13 @@ def fixture_paths(root: Path) -> dict[str, str]:
         "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
         "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
         "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}))
+    (root / "badrope").mkdir()
+    (root / "badrope" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+        "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0}}))
     (root / "tiny-corpus").mkdir()
     (root / "tiny-corpus" / "a.txt").write_text("To be, or not to be.\n")
     (root / "binary-corpus").mkdir()
@@ -781,6 +799,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),
             "moe": str(root / "moe" / "config.json"), "smallvocab": str(root / "smallvocab"),
+            "badrope": str(root / "badrope" / "config.json"),
             "binarycorpus": str(root / "binary-corpus"), **damaged,
             "h100calibration": str(resources.files("krakenlm.simulator.constants")
                                    .joinpath("devices/H100.yaml")),

@@ -620,8 +620,9 @@ def _multi_step_engine(steps=10, blocks=1000):
 def test_vllm_v0_multi_step_runs_decode_rounds_of_n_steps_with_the_host_once_per_round():
     """One request of 100 + 25 tokens at --num-scheduler-steps 10: its prompt is a one-step
     round; its 24 decodes run as rounds of 10, 10 and 10 steps (the last round keeps its row
-    for 6 steps after its last token); only each round's first step carries the host's
-    per-step and per-sequence work; the client gets one chunk per round."""
+    for 6 steps after its last token, and its finish reaches the client at that round's end);
+    only each round's first step carries the host's per-step and per-sequence work; the
+    client gets one chunk per round."""
     from krakenlm.serving.vllm_v1 import Seq
 
     st = timer()
@@ -637,17 +638,37 @@ def test_vllm_v0_multi_step_runs_decode_rounds_of_n_steps_with_the_host_once_per
             kv = 100 + 10 * r + k + 1
             t += st.step_s(1, 1, 1, st.decode_attention_s(1, kv), False, "memory", host=k == 0)
             ends.append(t)
-    assert s.generated == 25 and s.finish_s == pytest.approx(ends[23], rel=1e-12)
+    assert s.generated == 25 and s.finish_s == pytest.approx(ends[29], rel=1e-12)
     assert engine.now == pytest.approx(ends[-1], rel=1e-12)  # the round ran to its end
     assert engine.steps == 31
     assert engine.itl_s == pytest.approx([ends[9] - prefill, ends[19] - ends[9],
-                                          ends[23] - ends[19]], rel=1e-12)
+                                          ends[29] - ends[19]], rel=1e-12)
     # the host work is on the first step of a round only
     no_host = st.step_s(1, 1, 1, st.decode_attention_s(1, 102), False, "memory", host=False)
     with_host = st.step_s(1, 1, 1, st.decode_attention_s(1, 102), False, "memory")
     host = st.sim.profile.host
     assert with_host - no_host == pytest.approx(host.decode_step_s + host.per_sequence_s,
                                                 rel=1e-9)
+
+
+def test_vllm_v0_multi_step_sends_a_prompt_rounds_first_tokens_with_the_next_round():
+    """Two prompts of 1,500 tokens under a 2,048-token budget take two prompt rounds: the
+    first round's first token reaches the client at the end of the second (the output
+    processor makes it while that round runs, which waits for its own tokens), the second's
+    as the decode round starts; both at the second round's end."""
+    from krakenlm.serving.vllm_v1 import Seq
+
+    st = timer()
+    engine = _multi_step_engine()
+    a, b = Seq(Request(0, 0.0, 1500, 30)), Seq(Request(1, 0.0, 1500, 30))
+    engine.add(a)
+    engine.add(b)
+    engine.advance(float("inf"))
+    first_round = st.batch_s([(1500, 0)], [])
+    second_round = first_round + st.batch_s([(1500, 0)], [])
+    assert a.first_token_s == pytest.approx(second_round, rel=1e-12)
+    assert b.first_token_s == pytest.approx(second_round, rel=1e-12)
+    assert a.generated == b.generated == 30 and a.finish_s == b.finish_s
 
 
 def test_vllm_v0_multi_step_holds_a_new_request_until_the_round_ends():

@@ -347,7 +347,8 @@ def _setup(o: ServeOptions):
     kind = o.scheduler or SCHEDULERS.get(load_software(o.software).name, "vllm-v1")
     chunks = o.chunked_prefill if kind in ("trtllm", "vllm-v0") else None
     defaults = default_options(kind, system, config, chunks)
-    if kind == "vllm-v0" and chunks is None and defaults.chunked_prefill:
+    if kind == "vllm-v0" and chunks is None and defaults.chunked_prefill \
+            and o.num_scheduler_steps == 1:  # with multi-step, serve's error says it
         from ..errors import warn
         warn(f"vLLM V0 turns chunked prefill on by itself for a context above 32K ({label}: "
              f"{config.context_len} tokens), budget {defaults.max_num_batched_tokens} tokens; "
