@@ -26,6 +26,7 @@ def replay(timer: StepTimer, engine_class, requests, blocks: int, block_tokens: 
     seqs = []
     for req in requests:
         engine.advance(req.arrival_s)
+        engine.hold_for_schedule(req.arrival_s)  # as `serve` does (async scheduling only)
         seq = Seq(req)
         engine.add(seq)
         seqs.append(seq)

@@ -16,7 +16,7 @@ from krakenlm.serving.traces import scale_rate, synthetic_trace
 from krakenlm.serving.vllm_v1 import V1Options
 
 MODEL = "gpt3-1.3b"
-OPTIONS = V1Options(1024, 32)
+OPTIONS = V1Options(1024, 32, async_scheduling=True)  # vLLM V1's defaults, as the command
 SLO = {"slo_ttft_s": 0.05, "slo_tpot_s": 0.02}
 
 

@@ -48,6 +48,39 @@ def test_a_single_request_takes_one_prefill_step_then_one_decode_step_per_token(
     assert s.first_scheduled_s == 0.0 and s.preemptions == 0
 
 
+def test_async_scheduling_gives_an_idle_engine_burst_its_first_request_alone():
+    """vLLM V1 with async scheduling fixes step j + 1's batch as step j starts. A burst of
+    three at an idle engine: the first request starts at once and alone (the API server hands
+    the others over after it), step 2 was fixed with only its decode, and the other two
+    join step 3; without async scheduling they join step 2."""
+    st = timer()
+    burst = [Request(i, 0.0, 512, 4) for i in range(3)]
+    engine, (a, b, c) = run(burst, async_scheduling=True)
+    alone, decode = st.batch_s([(512, 0)], []), st.batch_s([], [513])
+    assert a.first_token_s == pytest.approx(alone, rel=1e-12)
+    assert b.first_scheduled_s == c.first_scheduled_s == pytest.approx(alone + decode,
+                                                                        rel=1e-12)
+    assert b.first_token_s == engine.timeline.t_s[2]  # step 3's end (c's prompt is chunked
+    assert c.first_token_s == engine.timeline.t_s[3]  # by the 1,024-token budget)
+    _, (a, b, c) = run(burst)
+    assert b.first_scheduled_s == 0.0  # synchronous: the burst's first step takes a and b
+
+
+def test_async_scheduling_starts_a_request_arriving_mid_step_after_the_next_step():
+    """A request that arrives while step j runs joins step j + 2 (step j + 1 was fixed when
+    step j started); a request arriving at an idle engine starts at once."""
+    st = timer()
+    prefill = st.batch_s([(512, 0)], [])
+    late = Request(1, prefill / 2, 64, 2)
+    _, (a, b) = run([Request(0, 0.0, 512, 8), late], async_scheduling=True)
+    step2 = prefill + st.batch_s([], [513])
+    assert b.first_scheduled_s == pytest.approx(step2, rel=1e-12)
+    _, (a, b) = run([Request(0, 0.0, 512, 8), late])
+    assert b.first_scheduled_s == pytest.approx(prefill, rel=1e-12)
+    _, (a, b) = run([Request(0, 0.0, 512, 2), Request(1, 10.0, 64, 2)], async_scheduling=True)
+    assert b.first_scheduled_s == 10.0  # the engine was idle
+
+
 def test_a_long_prompt_is_chunked_by_the_token_budget():
     st = timer()
     _, (s,) = run([Request(0, 0.0, 2000, 1)], max_num_batched_tokens=768)
@@ -207,8 +240,10 @@ def test_engine_defaults_follow_vllm():
 
     h100, a100 = load_system("h100-80gb-x8"), load_system("a100-80gb-x8")
     llama = get_preset("llama2-70b")
-    assert default_options("vllm-v1", h100, llama) == V1Options(8192, 1024, 16, 0.9, True)
-    assert default_options("vllm-v1", a100, llama) == V1Options(2048, 256, 16, 0.9, True)
+    assert default_options("vllm-v1", h100, llama) == V1Options(8192, 1024, 16, 0.9, True,
+                                                                 async_scheduling=True)
+    assert default_options("vllm-v1", a100, llama) == V1Options(2048, 256, 16, 0.9, True,
+                                                                 async_scheduling=True)
     assert default_options("vllm-v0", h100, llama) == V1Options(4096, 256, 16, 0.9, False,
                                                                  chunked_prefill=False)
     assert default_options("trtllm", h100, llama) == V1Options(

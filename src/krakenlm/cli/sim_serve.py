@@ -47,6 +47,7 @@ def serve_cmd(
     preemption_mode: str = typer.Option("recompute", "--preemption-mode", help="vLLM V0: recompute (default) or swap (KV blocks to host memory over the hardware YAML's host link, resumed without recompute)."),
     swap_space: float = typer.Option(4.0, "--swap-space", help="vLLM V0 with --preemption-mode swap: CPU swap space in GiB per GPU (vLLM's default 4)."),
     num_scheduler_steps: int = typer.Option(1, "--num-scheduler-steps", help="vLLM V0 (0.6.x): forward steps per scheduler call (multi-step scheduling: decode rounds of N steps, tokens streamed once per round; host constants of 0.6.0). Default 1."),
+    async_scheduling: bool = typer.Option(None, "--async-scheduling/--no-async-scheduling", help="vLLM V1: asynchronous scheduling, a step's batch fixed as the step before it starts, so a request that arrives during a step joins the step after next (default on, as in vLLM since 0.14; --no-async-scheduling for vLLM 0.10-0.13's default)."),
     schedule_policy: str = typer.Option("lpm", "--schedule-policy", help="SGLang: lpm (longest prefix match first, the default) or fcfs."),
     prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help="Prefix caching, TensorRT-LLM's KV block reuse (default: on in vLLM V1 and SGLang, its radix cache; off in V0 and TensorRT-LLM)."),
     dtype: str = typer.Option("fp16", "--dtype", help="Weights and activations: fp16, bf16, fp8."),

@@ -127,7 +127,9 @@ class Replica:
         return min(self.engines, key=lambda e: e.outstanding)
 
     def add(self, seq: Seq) -> None:
-        self.engine_for().add(seq)
+        engine = self.engine_for()
+        engine.hold_for_schedule(seq.req.arrival_s)  # vLLM V1's asynchronous scheduling
+        engine.add(seq)
 
 
 @dataclass
@@ -177,6 +179,9 @@ def build_pool(spec: PoolSpec, model: ModelConfig | Callable[[int], ModelConfig]
     kind = scheduler_for(sim.profile.name, scheduler)
     options = replace(default_options(kind, system, config, overrides.get("chunked_prefill")
                                       if kind == "vllm-v0" else None), **overrides)
+    if options.async_scheduling and kind != "vllm-v1":
+        raise ServeError(f"pool {spec.label}: --async-scheduling is vLLM V1's; the {kind} "
+                         "scheduler has no such mode: drop it")
     sizing = size_kv_cache(sim, stage, spec.tp, block_size=options.block_size,
                            gpu_memory_utilization=options.gpu_memory_utilization,
                            max_num_batched_tokens=options.max_num_batched_tokens,

@@ -71,6 +71,7 @@ class ServeOptions:
     preemption_mode: str = "recompute"  # vLLM V0 only: recompute or swap
     swap_space: float = 4.0  # vLLM V0 only: CPU swap space, GiB per GPU
     num_scheduler_steps: int = 1  # vLLM V0 only: multi-step scheduling (vllm_v0.py)
+    async_scheduling: bool | None = None  # vLLM V1 only (None: its default, on since 0.14)
     dtype: str = "fp16"
     kv_cache_dtype: str = "auto"  # the engine's --kv-cache-dtype (kv_cache.KV_CACHE_DTYPES)
     slo_ttft_s: float | None = None
@@ -250,7 +251,8 @@ def _overrides(o: ServeOptions) -> dict:
                          "disaggregated serving")
     given = {"max_num_batched_tokens": o.max_num_batched_tokens,
              "max_num_seqs": o.max_num_seqs, "block_size": o.block_size,
-             "enable_prefix_caching": o.prefix_caching, "chunked_prefill": o.chunked_prefill}
+             "enable_prefix_caching": o.prefix_caching, "chunked_prefill": o.chunked_prefill,
+             "async_scheduling": o.async_scheduling}
     out = {k: v for k, v in given.items() if v is not None}
     out.update(gpu_memory_utilization=o.gpu_memory_utilization,
                capacity_policy=o.capacity_policy, schedule_policy=o.schedule_policy)
@@ -346,6 +348,9 @@ def _setup(o: ServeOptions):
     # the engine whose defaults apply (`serve` checks the choice and says what is wrong)
     kind = o.scheduler or SCHEDULERS.get(load_software(o.software).name, "vllm-v1")
     chunks = o.chunked_prefill if kind in ("trtllm", "vllm-v0") else None
+    if o.async_scheduling and kind != "vllm-v1":
+        raise ServeError(f"--async-scheduling is vLLM V1's (0.10 and later); the {kind} "
+                         "scheduler has no such mode: drop it or use --software vllm")
     defaults = default_options(kind, system, config, chunks)
     if kind == "vllm-v0" and chunks is None and defaults.chunked_prefill \
             and o.num_scheduler_steps == 1:  # with multi-step, serve's error says it
@@ -365,5 +370,7 @@ def _setup(o: ServeOptions):
                       capacity_policy=o.capacity_policy,
                       schedule_policy=o.schedule_policy,
                       preemption_mode=o.preemption_mode, swap_space_gib=o.swap_space,
-                      num_scheduler_steps=o.num_scheduler_steps)
+                      num_scheduler_steps=o.num_scheduler_steps,
+                      async_scheduling=defaults.async_scheduling if o.async_scheduling is None
+                      else o.async_scheduling)
     return trace, config, label, system, options

@@ -441,6 +441,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                     -e.pool.hit_ids(req.hash_ids, req.prompt_tokens), e.outstanding, e.index))
             else:
                 engine = min(engines, key=lambda e: (e.outstanding, e.index))
+        engine.hold_for_schedule(req.arrival_s)
         seq = Seq(req, engine.index)
         engine.add(seq)
         seqs.append(seq)

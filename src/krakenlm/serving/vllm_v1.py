@@ -68,13 +68,18 @@ class V1Options:
     # vLLM V0 only (0.6.0+): forward steps per scheduler call (`--num-scheduler-steps`,
     # multi-step scheduling: a decode batch runs that many steps before the next schedule)
     num_scheduler_steps: int = 1
+    # vLLM V1 only: asynchronous scheduling (`--async-scheduling`, the default from 0.14):
+    # a step's batch is fixed as the step before it starts (`V1Engine.hold_for_schedule`)
+    async_scheduling: bool = False
 
     @staticmethod
     def defaults_for(device_name: str, memory_bytes: float) -> V1Options:
-        """vLLM's OpenAI-server defaults for a device (`EngineArgs.get_batch_defaults`)."""
+        """vLLM's OpenAI-server defaults for a device (`EngineArgs.get_batch_defaults`),
+        with asynchronous scheduling, on by default since vLLM 0.14 (its release notes:
+        "Async scheduling is now enabled by default", vllm-project/vllm#27614)."""
         if memory_bytes >= 70 * GIB and "a100" not in device_name.lower():
-            return V1Options(8192, 1024)
-        return V1Options(2048, 256)
+            return V1Options(8192, 1024, async_scheduling=True)
+        return V1Options(2048, 256, async_scheduling=True)
 
 
 class Seq:
@@ -294,6 +299,30 @@ class V1Engine:
                 self.now = max(self.now, until) if math.isfinite(until) else self.now
                 return
             if stop_at_finish and self.outstanding < left:
+                return
+
+    def hold_for_schedule(self, arrival_s: float) -> None:
+        """With asynchronous scheduling (`opt.async_scheduling`), run the steps whose batches
+        were fixed before a request arriving at `arrival_s`: the engine core schedules step
+        j + 1 as soon as step j - 1's output is back, that is as step j starts, so a request
+        that arrives while step j runs, or at its start, first joins step j + 2
+        (vllm-project/vllm pull request #19970, "Implement Async Scheduling"; the engine
+        core's `step_with_batch_queue` keeps two batches in flight). So steps run until one
+        has started after the arrival (the timeline's second-to-last end is the last step's
+        start while steps run back to back). An idle engine starts at once with the first
+        request; a request of the same instant is handed over after it (the API server
+        passes requests on one at a time), so it waits for the step after that first step's
+        successor, as a burst does on a real server (scicom_vllm's closed loops: a burst of
+        ten 4,095-token prompts on an idle server gets a step of one prompt, a decode-only
+        step, then the other nine, docs/serving.md). Without asynchronous scheduling (or
+        with nothing to run) this does nothing."""
+        if not self.opt.async_scheduling:
+            return
+        ends = self.timeline.t_s
+        while self.outstanding and not (len(ends) >= 2 and ends[-2] > arrival_s):
+            before = (self.now, len(ends))
+            self.advance(math.nextafter(self.now, math.inf))
+            if (self.now, len(ends)) == before:
                 return
 
     # ----------------------------------------------------------------------------- a step
