@@ -79,6 +79,41 @@ def test_jsq_tokens_picks_the_replica_with_the_fewest_outstanding_tokens():
     assert choose([busy, light], req, "least-loaded", 0) is busy
 
 
+def test_vllm_dp_balances_on_published_counts_plus_what_it_sent_since():
+    """vLLM V1's DP balancer: the lowest 4 x waiting + running from counts published every
+    100 ms, each raised by one waiting request per request sent since; ties to the first."""
+    from krakenlm.serving.routing import DPLoadBalancer
+
+    def engine(waiting: int, running: int):
+        return SimpleNamespace(waiting=[0] * waiting, running=[0] * running,
+                               advance=lambda t: None)
+
+    a, b = engine(0, 1), engine(0, 0)
+    lb = DPLoadBalancer([a, b])
+    at = [lb.choose(Request(i, t, 10, 2)) for i, t in enumerate((0.01, 0.02, 0.03, 0.04))]
+    # scores (a, b): (1, 0) -> b; (1, 4) -> a; (5, 4) -> b; (5, 8) -> a
+    assert at == [b, a, b, a]
+    b.running = [0] * 5  # the next publication: (1, 5) -> a; (5, 5) -> a, a tie to the first
+    assert [lb.choose(Request(9, t, 10, 2)) for t in (0.12, 0.13)] == [a, a]
+
+
+def test_vllm_dp_routes_serve_clusters_and_decode_pools_alike():
+    """The `vllm-dp` balancer in `serve` and in a cluster of the same pool gives the same
+    replay; a disaggregated decode pool routes with it too (its pending requests wait)."""
+    trace, config = _trace(), get_preset(MODEL)
+    from dataclasses import replace
+
+    from krakenlm.serving.replay import default_options
+    opt = replace(default_options("vllm-v1", load_system("h100-80gb-x8"), config), **SMALL)
+    a = serve(trace, config, "h100-80gb-x8", replicas=2, router="vllm-dp", options=opt)
+    b = serve_cluster(trace, config, parse_pools("h100-80gb-x8:tp1:2"), router="vllm-dp",
+                      overrides=SMALL)
+    assert a.rows == b.rows and sorted({r["replica"] for r in a.rows}) == [0, 1]
+    spec = parse_pools("h100-80gb-x8:tp1:2")
+    pd = serve_disaggregated(trace, config, spec[:1], spec, router="vllm-dp", overrides=SMALL)
+    assert len(pd.rows) == len(trace.requests)
+
+
 def test_a_homogeneous_pool_replays_exactly_like_serve():
     trace, config = _trace(), get_preset(MODEL)
     from dataclasses import replace

@@ -26,7 +26,7 @@ def serve_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree per replica."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (pp batches in flight, as vLLM's virtual engines)."),
     replicas: str = typer.Option("1", "--replicas", help="Engine replicas (each with --tp x --pp devices of --system), or pools SYSTEM[:tpN][:ppN][:COUNT],... (heterogeneous replicas, e.g. h100-80gb-x8:tp4:2,a100-80gb-x8:tp8:1)."),
-    router: str = typer.Option("round-robin", "--router", help="round-robin, least-loaded (fewest running + waiting requests), prefix-affinity (longest cached prefix of the request's blocks, then least-loaded) or jsq-tokens (fewest outstanding prefill + decode tokens)."),
+    router: str = typer.Option("round-robin", "--router", help="round-robin, least-loaded (fewest running + waiting requests), prefix-affinity (longest cached prefix of the request's blocks, then least-loaded), jsq-tokens (fewest outstanding prefill + decode tokens) or vllm-dp (vLLM V1's data-parallel balancer: lowest 4 x waiting + running from counts published every 100 ms, plus the requests sent since)."),
     prefill_replicas: str = typer.Option(None, "--prefill-replicas", help="Disaggregated serving: prefill instances (a count of --system/--tp/--pp instances, or pools); needs --decode-replicas."),
     decode_replicas: str = typer.Option(None, "--decode-replicas", help="Disaggregated serving: decode instances (a count or pools), fed by the KV transfer."),
     pd_search: int = typer.Option(None, "--pd-search", help="Search every P:D split of this many --system/--tp/--pp instances (and as many aggregated replicas): capacity under the SLOs per device and per $."),

@@ -45,7 +45,7 @@ from .replay import (
     session,
 )
 from .report import AMORTISATION_YEARS, ServeReport, timeline
-from .routing import check_router, choose
+from .routing import Router, check_router
 from .traces import Request, Trace
 from .transfer import Network, resolve_network, send_s
 from .vllm_v1 import Seq
@@ -289,8 +289,9 @@ def dispatch(replicas: Sequence[Replica], trace: Trace, router: str,
     (the router still sees its whole output). The requests' sequences, in trace order."""
     seqs = []
     total = len(trace.requests)
+    route = Router(replicas, router)
     for k, req in enumerate(trace.requests):
-        r = choose(replicas, req, router, k)
+        r = route.choose(req, k)
         seq = Seq(replace(req, output_tokens=1) if prefill_only else req, r.index)
         r.add(seq)
         seqs.append(seq)

@@ -56,7 +56,7 @@ from .cluster import (
 )
 from .replay import ServeError, _rows
 from .report import ServeReport
-from .routing import choose
+from .routing import Router
 from .traces import Trace, scale_rate
 from .transfer import Network, link_between, send_s
 from .vllm_v1 import Seq
@@ -169,13 +169,14 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
     transfer = [0.0] * total
     ready = [math.nan] * total
     chosen = [-1] * total
+    route = Router(decoders, router)
     while events:
         t, kind, i = heapq.heappop(events)
         req, pre = trace.requests[i], pre_seqs[i]
         if kind == 0:  # the prompt is done: pick the decode replica, start the transfer
             for d in decoders:
                 d.advance(t)
-            d = choose(decoders, replace(req, arrival_s=t, hash_ids=()), router, i)
+            d = route.choose(replace(req, arrival_s=t, hash_ids=()), i)
             chosen[i] = decoders.index(d)
             src, dst = p_reps[pre.replica], d.replica
             ps, ds = p_built[src.pool], d_built[dst.pool]

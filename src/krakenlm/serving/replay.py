@@ -42,6 +42,7 @@ from .frontend import apply_frontend
 from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
 from .packing import packed_array
 from .report import AMORTISATION_YEARS, RequestColumns, ServeReport, summarise, timeline
+from .routing import DPLoadBalancer
 from .sglang import POLICIES as SGLANG_POLICIES
 from .sglang import POOL_SIZED, SGLangEngine, max_running_requests
 from .step_time import StepTimer
@@ -52,7 +53,7 @@ from .vllm_v0 import (MULTI_STEP_SINCE, PREEMPTION_MODES, V0_CHUNKED_BUDGET, V0_
                       V0Engine)
 from .vllm_v1 import Seq, V1Engine, V1Options
 
-ROUTERS = ("round-robin", "least-loaded", "prefix-affinity")
+ROUTERS = ("round-robin", "least-loaded", "prefix-affinity", "vllm-dp")
 # software profile -> the scheduler its engine runs
 SCHEDULERS = {"vllm": "vllm-v1", "vllm-v0": "vllm-v0", "trtllm": "trtllm", "sglang": "sglang"}
 ENGINES = {"vllm-v1": V1Engine, "vllm-v0": V0Engine, "trtllm": TRTEngine,
@@ -427,6 +428,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         warn("max_concurrency frees a client's slot at the engine's finish plus the front "
              "end's request_s; the profile's per_stream_token_s delay is not fed back")
     loop = _ClosedLoop(engines, max_concurrency, lag_s) if max_concurrency else None
+    balancer = DPLoadBalancer(engines) if router == "vllm-dp" else None
     for k, req in enumerate(trace.requests):
         if loop is not None:
             req = loop.send(req, k)
@@ -436,7 +438,9 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         else:
             for e in engines:
                 e.advance(req.arrival_s)
-            if router == "prefix-affinity" and req.hash_ids:
+            if balancer is not None:
+                engine = balancer.choose(req)
+            elif router == "prefix-affinity" and req.hash_ids:
                 engine = min(engines, key=lambda e: (
                     -e.pool.hit_ids(req.hash_ids, req.prompt_tokens), e.outstanding, e.index))
             else:

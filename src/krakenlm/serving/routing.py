@@ -16,19 +16,29 @@
   Blocks"); we count tokens instead of blocks and weight prefill and decode tokens alike.
   Heterogeneous replicas need no weights: a faster replica drains its tokens sooner and so
   is chosen more often.
+* vllm-dp: vLLM V1's own data-parallel load balancer (`--data-parallel-size N` behind one API
+  server; vllm-project/vllm `vllm/v1/engine/core_client.py`,
+  `DPLBAsyncMPClient.get_core_engine_for_request`): the lowest 4 x waiting + running, ties to
+  the first engine, from the counts the DP coordinator publishes every 100 ms
+  (`DP_STATS_PERIOD_S`), each raised by one waiting request for every request the client sent
+  to that engine since ("Increment local waiting count for better balancing between stats
+  updates"). Stateful (`DPLoadBalancer`): the counts are read at the first arrival of each
+  100 ms period, the engines advanced to it.
 
 A replica here is anything with `index`, `outstanding`, `outstanding_tokens()`,
 `cached_tokens(request)` and `advance(t)` (serving.cluster.Replica)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import KrakenError
 from .traces import Request
 
-ROUTERS = ("round-robin", "least-loaded", "prefix-affinity", "jsq-tokens")
+ROUTERS = ("round-robin", "least-loaded", "prefix-affinity", "jsq-tokens", "vllm-dp")
+DP_STATS_PERIOD_S = 0.1  # the DP coordinator publishes the engines' counts this often (s)
 
 
 class RoutingError(KrakenError, ValueError):
@@ -38,6 +48,52 @@ class RoutingError(KrakenError, ValueError):
 def check_router(router: str) -> None:
     if router not in ROUTERS:
         raise RoutingError(f"--router {router!r} is not one of {', '.join(ROUTERS)}")
+
+
+def waiting_running(replica: Any) -> tuple[int, int]:
+    """The waiting and running requests of an engine, summed over a replica's engines, or of
+    a disaggregated decode replica (its requests not yet admitted count as waiting)."""
+    pending = len(getattr(replica, "pending", ()))
+    replica = getattr(replica, "replica", replica)
+    engines = getattr(replica, "engines", None) or (replica,)
+    return (pending + sum(len(e.waiting) for e in engines),
+            sum(len(e.running) for e in engines))
+
+
+class DPLoadBalancer:
+    """The `vllm-dp` router over `replicas` (the module docstring): its counts persist from one
+    request to the next, so one balancer routes one replay."""
+
+    def __init__(self, replicas: Sequence[Any], period_s: float = DP_STATS_PERIOD_S):
+        self.replicas, self.period_s = list(replicas), period_s
+        self._period: int | None = None
+        self._counts: list[list[int]] = []
+
+    def choose(self, request: Request) -> Any:
+        for r in self.replicas:
+            r.advance(request.arrival_s)
+        period = math.floor(request.arrival_s / self.period_s)
+        if period != self._period:  # a new publication of the engines' counts
+            self._period = period
+            self._counts = [list(waiting_running(r)) for r in self.replicas]
+        counts = self._counts
+        best = min(range(len(counts)), key=lambda i: (4 * counts[i][0] + counts[i][1], i))
+        counts[best][0] += 1
+        return self.replicas[best]
+
+
+class Router:
+    """The router of one replay: `choose(request, k)` for the k-th request (0-based)."""
+
+    def __init__(self, replicas: Sequence[Any], router: str):
+        check_router(router)
+        self.replicas, self.router = replicas, router
+        self._dp = DPLoadBalancer(replicas) if router == "vllm-dp" else None
+
+    def choose(self, request: Request, k: int) -> Any:
+        if self._dp is not None:
+            return self._dp.choose(request)
+        return choose(self.replicas, request, self.router, k)
 
 
 def choose(replicas: Sequence[Any], request: Request, router: str, k: int) -> Any:
