@@ -81,6 +81,17 @@ def test_async_scheduling_starts_a_request_arriving_mid_step_after_the_next_step
     assert b.first_scheduled_s == 10.0  # the engine was idle
 
 
+def test_async_scheduling_on_another_engine_is_an_error():
+    from krakenlm.serving.replay import ServeError, serve
+    from krakenlm.serving.traces import Trace
+
+    trace = Trace("one", (Request(0, 0.0, 64, 2),))
+    with pytest.raises(ServeError, match="async_scheduling is vLLM V1's"):
+        serve(trace, get_preset(MODEL), "h100-80gb-x8", software="vllm-v0",
+              options=V1Options(1024, 16, async_scheduling=True, enable_prefix_caching=False,
+                                chunked_prefill=False))
+
+
 def test_a_long_prompt_is_chunked_by_the_token_budget():
     st = timer()
     _, (s,) = run([Request(0, 0.0, 2000, 1)], max_num_batched_tokens=768)

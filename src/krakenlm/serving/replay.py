@@ -224,6 +224,9 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
         raise ServeError(f"--capacity-policy {opt.capacity_policy!r} is not one of "
                          f"{', '.join(POLICIES)}")
     _check_swap(opt, kind, system)
+    if opt.async_scheduling and kind != "vllm-v1":
+        raise ServeError(f"async_scheduling is vLLM V1's (0.10 and later); the {kind} scheduler "
+                         "has no such mode: set it false or use the vllm-v1 scheduler")
     if _check_multi_step(opt, kind):  # the host constants of the first version that has it
         sim = session(system, replace(sim.profile, host=sim.profile.host.at_version(
             MULTI_STEP_SINCE)), dtype)
