@@ -10,6 +10,7 @@ import itertools
 from dataclasses import replace
 
 import numpy as np
+
 import pytest
 
 from serving_cases import MODEL, replay, small_timer
@@ -695,6 +696,28 @@ def test_vllm_v0_multi_step_runs_decode_rounds_of_n_steps_with_the_host_once_per
     host = st.sim.profile.host
     assert with_host - no_host == pytest.approx(host.decode_step_s + host.per_sequence_s,
                                                 rel=1e-9)
+
+
+def test_vllm_v0_multi_step_hands_out_a_finish_when_the_host_next_looks():
+    """The host issues a round's later steps `decode_step_s` apart from the round's GPU start
+    and, at each, processes the steps the GPU has finished: with 2 ms GPU steps from t = 0 and
+    x = decode_step_s, a request whose last token is step 1 (done at 4 ms) is handed out at the
+    first issue at or after 4 ms, k = ceil(4 / x); one whose last token is step 6 (14 ms) is
+    still running when the host issues the last step (9 x < 14 ms), so it waits for the round's
+    end (20 ms). The what-if rules give the round's end and the step's own end."""
+    import krakenlm.simulator.constants.software as software
+
+    assert software.load_software("vllm-v0").host.decode_step_s == 1.5e-3
+    engine = _multi_step_engine()
+    x = 1.5e-3  # the vllm-v0 profile's decode_step_s
+    ends = [2e-3 * (k + 1) for k in range(10)]
+    assert engine._handed_out(ends, 1, 0.0, x) == pytest.approx(3 * x, rel=1e-12)  # 4.5 ms
+    assert engine._handed_out(ends, 6, 0.0, x) == ends[-1]  # 9 x = 13.5 ms < 14 ms
+    assert engine._handed_out(ends, 1, 0.0, 0.0) == ends[-1]  # a host with no time: all ahead
+    engine.finish_rule = "round_end"
+    assert engine._handed_out(ends, 1, 0.0, x) == ends[-1]
+    engine.finish_rule = "own_step"
+    assert engine._handed_out(ends, 1, 0.0, x) == ends[1]
 
 
 def test_vllm_v0_multi_step_sends_a_prompt_rounds_first_tokens_with_the_next_round():

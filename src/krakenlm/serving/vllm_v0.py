@@ -46,16 +46,23 @@ a decode round starts (when their prompt round ended) or, when the next round is
 round too, at that round's end. A burst whose prompts take two prompt rounds thus gets every
 first token at about the same time (LambdaLabs' 20-prompt files: TTFTs within 5 ms of each
 other where the prompts took two 2,048-token rounds). A request that reaches its last token inside a round keeps its row of the batch
-to the round's end (`_has_remaining_steps` reads step counters only), and its finish reaches
-the client at the round's end as well: the host runs ahead of the GPU, queueing the round's
-steps, and a step's sampled tokens are turned into Python objects (where the stop check runs)
-only once the GPU has finished it, in practice when the last step's `_final_process_outputs`
-waits for them (`maybe_pythonize` skips a step whose CUDA event has not fired). LambdaLabs'
-files of the same days show it (Llama-3.1-8B-FP8, 10 ShareGPT prompts, vLLM 0.6.0 with 10
-steps, H100 @a4f9f437 and A100 @a9b42a5f, per-request ITLs saved; a model the validation does
-not score): a request's last chunk comes 2-7 ms before the round's regular chunks even when its
-last token was an early step of the round, the regular chunks themselves being emitted by the
-next round's first step. Host work: the round's first step
+to the round's end (`_has_remaining_steps` reads step counters only), but it reaches the client
+as soon as the host processes that step's output: `_process_model_outputs` hands a request
+that finished in a step other than the round's last to the client at once ("For multi-step, do
+not create outputs each iteration ... Immediately process request outputs here (if callback is
+given)", the 0.6.1 copy above; `AsyncLLMEngine` gives the callback whenever the asynchronous
+output processor is on). The host processes a step's output inside the round only if the GPU
+has finished it when the host issues a later step (`maybe_pythonize` skips a step whose CUDA
+event has not fired); the host runs ahead of the GPU, so otherwise the output waits for the
+last step's `_final_process_outputs`, at the round's end. The replay issues the round's later
+steps one `host.decode_step_s` apart from the round's GPU start (`_handed_out`): a request
+whose last step the GPU finishes before the host issues the round's last step is handed out at
+the next issue, else at the round's end. So short GPU steps (small models at TP >= 2) hand a
+short request out early, long ones at the round's end. LambdaLabs' files show both
+(`benchmarks/serve_multi_step_finish.py`: the TPOT p99 of the bursts with 3-token requests fits
+the round's end at GPU steps of 7-12 ms and the early hand-out at 3-5 ms; their
+Llama-3.1-8B-FP8 files, with per-request ITLs, show last chunks 2-7 ms before the round's
+regular chunks where the GPU step is long). Host work: the round's first step
 carries the scheduling and input preparation (the profile's per-step, per-sequence and TP
 costs); the later steps only the GPU's time and graph launch (`advance_step` updates the
 inputs on the GPU; output processing runs beside the next step). Not with chunked prefill
@@ -136,6 +143,10 @@ class V0Engine(V1Engine):
     loop_request_s = 0.0  # the API server's work per request on the engine's loop (docstring)
     loop_busy_until = -math.inf  # when the last request added is handed over
     held_first: tuple = ()  # multi-step: the last prompt round's first tokens, not yet out
+    # multi-step: when a request that finishes inside a round reaches the client (`_handed_out`):
+    # "host" (the model), "round_end" or "own_step" (what-ifs of
+    # benchmarks/serve_multi_step_finish.py)
+    finish_rule = "host"
 
     def enable_swap(self, bytes_per_block: float, host_link_bytes_per_s: float,
                     cpu_blocks: int) -> None:
@@ -269,15 +280,20 @@ class V0Engine(V1Engine):
     def _run_round(self, sched: list[tuple[Seq, int]], steps: int) -> None:
         """A multi-step round of decodes (module docstring): `steps` steps of the whole batch,
         the first with the host's scheduling and input preparation, the others without; every
-        request's tokens, a finishing request's last ones too, reach the client at the round's
-        end, one inter-token gap per round."""
+        request's tokens reach the client at the round's end, one inter-token gap per round,
+        but a finishing request's last ones when `_handed_out` says."""
         timer, pool, itl = self.timer, self.pool, self.itl_s
         self.held_first = ()  # out as this round starts, when their prompt round ended
         n = len(sched)
         mean_kv = sum(s.computed for s, _ in sched) / n + 1  # the KV each decode reads, step 1
+        step_ends = []
         for k in range(steps):
             attention = timer.decode_attention_s(n, mean_kv + k)
             self.now += timer.step_s(n, n, n, attention, False, "memory", host=k == 0)
+            if k == 0:  # when the GPU started the round: its first step less the GPU's time
+                gpu_start = self.now - timer.step_s(n, n, n, attention, False, "memory",
+                                                    host=False)
+            step_ends.append(self.now)
             self.steps += 1
             self.timeline.step(self.now, pool.total - pool.free - pool.per_id * len(pool.lru),
                                len(self.running), len(self.waiting), self.preemptions, n)
@@ -287,15 +303,39 @@ class V0Engine(V1Engine):
             tokens = min(steps, s.output - s.generated)
             s.computed += tokens
             s.generated += tokens
-            itl.append(end - s.last_token_s)
-            s.last_token_s = end
-            if s.generated >= s.output:  # its last tokens reach the client at `end` too
-                s.finish_s = end
+            out = end
+            if s.generated >= s.output:
+                out = self._handed_out(step_ends, tokens - 1, gpu_start,
+                                       timer.profile.host.decode_step_s)
+                s.finish_s = out
                 pool.release(s.private, s.shared)
                 s.private, s.shared = 0, []
                 finished = True
+            itl.append(out - s.last_token_s)
+            s.last_token_s = out
         if finished:
             self.running = [s for s in self.running if s.finish_s != s.finish_s]
+
+    def _handed_out(self, step_ends: list[float], last: int, gpu_start: float,
+                    issue_s: float) -> float:
+        """When a request whose last token is step `last` of a round (step_ends: the GPU's
+        step ends) reaches the client (module docstring, "Multi-step"). The host issues the
+        round's later steps one `issue_s` (the profile's `host.decode_step_s`) apart from the
+        round's GPU start without
+        waiting for the GPU, and at each it processes the outputs of the steps the GPU has
+        finished; a request that finished in one of them is handed to the client at once. If
+        the host has issued the last step before the GPU finished step `last`, that step is
+        processed, and the request handed out, when the round ends."""
+        end = step_ends[-1]
+        if self.finish_rule == "round_end":
+            return end
+        if self.finish_rule == "own_step":
+            return step_ends[last]
+        done = step_ends[last]
+        for k in range(last + 1, len(step_ends)):
+            if gpu_start + k * issue_s >= done:
+                return min(gpu_start + k * issue_s, end)
+        return end
 
     def _step_chunked(self) -> bool:
         """One step of `_schedule_chunked_prefill` (module docstring, "Chunked prefill"):
