@@ -3,6 +3,8 @@ after the engine's step, and `serve(..., client_side=True)` on a tiny replay."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from fuzz_parsers import cli_one_line_or_success
@@ -32,16 +34,56 @@ def _replay(software, client_side):
                  model_name=MODEL, options=V1Options(1024, 16), client_side=client_side)
 
 
-def test_the_fixed_request_time_moves_ttft_and_e2e_not_tpot():
-    engine = _replay("vllm", False)
-    client = _replay("vllm", True)
+def _profile(tmp_path, **frontend):
+    """A copy of the vllm profile with these front-end constants."""
+    base = load_software("vllm")
+    return dataclasses.replace(base, frontend=dataclasses.replace(base.frontend, **frontend))
+
+
+def test_the_fixed_request_time_moves_ttft_and_e2e_not_tpot(tmp_path):
+    fixed_only = _profile(tmp_path, per_prompt_token_s=0.0)
+    engine = _replay(fixed_only, False)
+    client = _replay(fixed_only, True)
     assert load_software("vllm").frontend.request_s == pytest.approx(8.7e-3)
     for a, b in zip(engine.rows, client.rows):
         assert b["ttft_s"] - a["ttft_s"] == pytest.approx(8.7e-3)
         assert b["e2e_s"] - a["e2e_s"] == pytest.approx(8.7e-3)
         assert b["tpot_s"] == pytest.approx(a["tpot_s"])
-    assert client.setup["client_side"] == {"request_s": 8.7e-3, "per_stream_token_s": 0.0}
+    assert client.setup["client_side"] == {"request_s": 8.7e-3, "per_prompt_token_s": 0.0,
+                                           "per_stream_token_s": 0.0}
     assert "client_side" not in engine.setup
+
+
+def test_the_prompt_time_delays_the_engine_and_counts_from_the_send(tmp_path):
+    """Every prompt of the trace has 200 tokens, so at 0.2 ms a token every request reaches
+    the engine 40 ms after it was sent: the engine's run is the same shifted by 40 ms, so the
+    client's TTFT and E2E are the engine's plus 40 ms, TPOT is the same, and each row's
+    arrival stays the send time."""
+    way_in = _profile(tmp_path, request_s=0.0, per_prompt_token_s=2e-4)
+    engine = _replay(way_in, False)
+    client = _replay(way_in, True)
+    for a, b in zip(engine.rows, client.rows):
+        assert b["arrival_s"] == a["arrival_s"]
+        assert b["ttft_s"] - a["ttft_s"] == pytest.approx(0.04, abs=1e-9)
+        assert b["e2e_s"] - a["e2e_s"] == pytest.approx(0.04, abs=1e-9)
+        assert b["tpot_s"] == pytest.approx(a["tpot_s"], rel=1e-9)
+    assert load_software("vllm").frontend.per_prompt_token_s == pytest.approx(3.2e-6)
+
+
+def test_a_short_prompt_sent_with_a_long_one_reaches_the_engine_first(tmp_path):
+    """Sent together, 2,000 and 100 prompt tokens at 1 ms a token reach the engine at 2.0 and
+    0.1 s: the short one runs first; the rows stay in the order sent."""
+    from krakenlm.serving.traces import Request, Trace
+
+    trace = Trace("two", (Request(0, 0.0, 2000, 5), Request(1, 0.0, 100, 5)))
+    report = serve(trace, get_preset(MODEL), "h100-80gb-x8", software=_profile(
+        tmp_path, request_s=0.0, per_prompt_token_s=1e-3), tp=1, model_name=MODEL,
+        options=V1Options(4096, 16), client_side=True)
+    long, short = report.rows
+    assert (long["id"], short["id"]) == (0, 1)
+    assert long["arrival_s"] == short["arrival_s"] == 0.0
+    assert 0.1 < short["ttft_s"] < 2.0 < long["ttft_s"]
+    assert short["first_token_s"] < long["first_token_s"]
 
 
 def test_a_per_stream_cost_slows_what_the_client_sees_and_not_the_engine(tmp_path):
@@ -51,7 +93,8 @@ def test_a_per_stream_cost_slows_what_the_client_sees_and_not_the_engine(tmp_pat
         .joinpath("vllm.yaml").read_text()
     slow = tmp_path / "vllm-slow-frontend.yaml"  # 50 ms per stream token: far behind
     slow.write_text(text.replace("per_stream_token_s: 0.0 ", "per_stream_token_s: 0.05 ", 1)
-                    .replace("request_s: 8.7e-3 ", "request_s: 0.0 ", 1))
+                    .replace("request_s: 8.7e-3 ", "request_s: 0.0 ", 1)
+                    .replace("per_prompt_token_s: 3.2e-6 ", "per_prompt_token_s: 0.0 ", 1))
     assert load_software(str(slow)).frontend == Frontend(0.0, 0.05)
     engine = _replay(str(slow), False)
     client = _replay(str(slow), True)

@@ -390,6 +390,7 @@ def test_the_replayed_workload_warms_the_prefix_cache_with_the_earlier_runs():
     (lambda r: r.update(profile_charges="free"), "profile_charges 'free' is not one of"),
     (lambda r: r.update(replicas=0), "replicas must be at least 1 and router one of"),
     (lambda r: r.update(router="random"), "replicas must be at least 1 and router one of"),
+    (lambda r: r.update(special_tokens_added=-1), "special_tokens_added must be at least 0"),
 ])
 def test_a_bad_runs_file_is_one_error_naming_the_run(tmp_path, change, message):
     data = json.loads(RUNS_FILE.read_text())
@@ -537,7 +538,8 @@ def test_a_run_with_replicas_is_replayed_on_that_many_engines():
 
 def test_the_scicom_vllm_runs_are_fixed_lengths_in_a_closed_loop():
     """`vllm bench serve` on the random dataset with range ratio 0 and ignore_eos: every request
-    L - 1 prompt tokens (the saved input_lens) and 128 output tokens, C requests in flight, the
+    L - 1 prompt tokens (the saved input_lens; the engine sees L, with the BOS token
+    vllm/benchmarks/datasets.py leaves out of its count) and 128 output tokens, C requests in flight, the
     file name's TP and DP (replicas behind vLLM's load balancer) on 8x H100 SXM, and the printed
     statistics in seconds."""
     import re
@@ -553,6 +555,10 @@ def test_the_scicom_vllm_runs_are_fixed_lengths_in_a_closed_loop():
         assert (r.tp, r.replicas, r.system, r.software) == (tp, dp, "h100-80gb-x8", "vllm")
         assert key.startswith(f"scicom-vllm-h100-tp{tp}-" + (f"dp{dp}-" if dp > 1 else ""))
         assert r.prompt_tokens == (prompt,) * n and r.output_tokens == (128,) * n
+        # the random dataset counts L less the tokenizer's special tokens; the server adds BOS
+        assert r.special_tokens_added == 1
+        trace, first = run_trace(r, runs)
+        assert {q.prompt_tokens for q in trace.requests[first:]} == {length}
         assert (r.arrival, r.max_concurrency) == ("concurrency", concurrency)
         assert r.router == ("vllm-dp" if dp > 1 else "least-loaded")  # vLLM's DP balancer
         assert 1000 * r.measured["ttft_s"]["mean"] == pytest.approx(ttft_ms, abs=0.005)

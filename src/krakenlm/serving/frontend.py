@@ -6,11 +6,14 @@ OpenAI-compatible server in front of the engine: HTTP, tokenisation, the hop to 
 process, detokenisation and streaming. vLLM V1 and SGLang run that work in processes of their
 own (vLLM's API server with its `AsyncLLM` output handler; SGLang's tokenizer manager and
 detokenizer), so it is not on the engine's step: the engine runs its steps as the replay times
-them, and the front end passes each step's tokens on behind it. Two constants of the software
+them, and the front end passes each step's tokens on behind it. Three constants of the software
 profile's `frontend` section (sources in its YAML) model it:
 
 * `request_s`: a fixed time per request (the request's way in and its first chunk's way
   out), added to the client's first token and finish, so to TTFT and E2E, not to TPOT;
+* `per_prompt_token_s`: the server's time per prompt token on the request's way in
+  (tokenising its text), before the engine sees it: `serve` hands the request to the engine
+  that much after the client sent it, and times the client's TTFT and E2E from the send;
 * `per_stream_token_s`: the front end's time per output token of each stream. It serves the
   engine's steps in order, one at a time: the tokens of step k, which ends at t_k with n_k
   running requests, reach the client at F_k = max(t_k, F_{k-1}) + n_k x per_stream_token_s.

@@ -432,9 +432,19 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
              "end's request_s; the profile's per_stream_token_s delay is not fed back")
     loop = _ClosedLoop(engines, max_concurrency, lag_s) if max_concurrency else None
     balancer = DPLoadBalancer(engines) if router == "vllm-dp" else None
-    for k, req in enumerate(trace.requests):
+    way_in_s = sim.profile.frontend.per_prompt_token_s if client_side else 0.0
+    sent_s: list[float] = []  # when the client sent each request (its row's arrival)
+    requests, order = trace.requests, None
+    if way_in_s and loop is None:  # the engine meets the requests as their way in ends
+        order = sorted(range(total), key=lambda i: requests[i].arrival_s
+                       + way_in_s * requests[i].prompt_tokens)
+        requests = [requests[i] for i in order]
+    for k, req in enumerate(requests):
         if loop is not None:
             req = loop.send(req, k)
+        sent_s.append(req.arrival_s)
+        if way_in_s:  # the server tokenises the prompt before the engine sees it
+            req = replace(req, arrival_s=req.arrival_s + way_in_s * req.prompt_tokens)
         if router == "round-robin":
             engine = engines[k % replicas]
             engine.advance(req.arrival_s)
@@ -472,10 +482,16 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                          f"{sizing.blocks} blocks cannot hold them)")
     if progress is not None:
         progress(total, total)
+    if order is not None:  # back in trace order
+        back = [0] * total
+        for position, i in enumerate(order):
+            back[i] = position
+        seqs, sent_s = [seqs[j] for j in back], [sent_s[j] for j in back]
     frontend = sim.profile.frontend
     if client_side:
         first, finish = apply_frontend(seqs, engines, frontend)
-        rows, columns = _rows(seqs, first.tolist(), finish.tolist())
+        rows, columns = _rows(seqs, first.tolist(), finish.tolist(),
+                              sent_s if way_in_s else None)
     else:
         rows, columns = _rows(seqs)
     start = trace.requests[0].arrival_s
@@ -494,6 +510,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
              "kv_cache": sizing.to_dict(), "devices": gpus}
     if client_side:
         setup["client_side"] = {"request_s": frontend.request_s,
+                                "per_prompt_token_s": frontend.per_prompt_token_s,
                                 "per_stream_token_s": frontend.per_stream_token_s}
         if loop_request_s:
             setup["client_side"]["engine_loop_request_s"] = loop_request_s
@@ -587,9 +604,11 @@ def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
 
 
 def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,
-          finish_s: list[float] | None = None) -> tuple[list[dict], RequestColumns]:
+          finish_s: list[float] | None = None,
+          sent_s: list[float] | None = None) -> tuple[list[dict], RequestColumns]:
     """Every request's row, with its first token and finish as reported (the engine's unless
-    given: the client's through the front end), and the `RequestColumns` the summary reads,
+    given: the client's through the front end) and its arrival (the engine's unless `sent_s`
+    gives when the client sent it), and the `RequestColumns` the summary reads,
     in one pass: each value is computed once and kept in its column as it goes into its row,
     so the summary reads no row back. The one definition of a request row (single pools,
     clusters and disaggregated serving all build theirs here)."""
@@ -605,9 +624,10 @@ def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,
     tpots: list[float] = []
     has_tpot: list[bool] = []
     output_total = prompt_total = cached_total = 0
-    for s, first, finish in zip(seqs, first_token_s, finish_s):
+    if sent_s is None:
+        sent_s = [s.req.arrival_s for s in seqs]
+    for s, first, finish, arrival in zip(seqs, first_token_s, finish_s, sent_s):
         req = s.req
-        arrival = req.arrival_s
         output = s.output
         queue = s.first_scheduled_s - arrival
         ttft = first - arrival

@@ -81,6 +81,10 @@ class ServingRun:
     # the router that spreads the requests over them (serving/routing.py)
     replicas: int = 1
     router: str = "least-loaded"
+    # tokens the server adds to every prompt that the client's prompt counts leave out (vLLM's
+    # random dataset counts --random-input-len less the tokenizer's special tokens, and the
+    # server's tokenizer adds the BOS token: `run_trace` replays prompt + this)
+    special_tokens_added: int = 0
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -112,9 +116,12 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 else int(r["max_concurrency"]),
                 profile_charges=None if r.get("profile_charges") is None
                 else str(r["profile_charges"]),
-                replicas=int(r.get("replicas", 1)), router=str(r.get("router", "least-loaded")))
+                replicas=int(r.get("replicas", 1)), router=str(r.get("router", "least-loaded")),
+                special_tokens_added=int(r.get("special_tokens_added", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
+        if run.special_tokens_added < 0:
+            raise ValidationDataError(f"{where}: special_tokens_added must be at least 0")
         if run.replicas < 1 or run.router not in ROUTERS:
             raise ValidationDataError(f"{where}: replicas must be at least 1 and router one of "
                                       f"{', '.join(ROUTERS)}")
@@ -170,17 +177,19 @@ def run_trace(run: ServingRun, runs: dict[str, ServingRun] | None = None,
     one-prompt test run of its first request, and this run's own test prompt), each with one
     output token, an hour before the measured ones start (the engine is idle again by then).
     In that order they also advance a round-robin router as the server's did: with two
-    replicas, the test prompts decide which replica each earlier run's prompt i reached."""
+    replicas, the test prompts decide which replica each earlier run's prompt i reached.
+    Every prompt is the engine's count: the client's plus the run's `special_tokens_added`."""
     warm = []
     for other in run.served_before:
         if runs is None or other not in runs:
             raise ValidationDataError(f"run {run.id}: served_before names unknown run {other!r}")
         earlier = runs[other]
+        added = earlier.special_tokens_added
         if earlier.test_prompt_first:  # that run's client sent its test prompt first too
-            warm.append((0, earlier.prompt_tokens[0]))
-        warm += list(enumerate(earlier.prompt_tokens))
+            warm.append((0, earlier.prompt_tokens[0] + added))
+        warm += [(i, p + added) for i, p in enumerate(earlier.prompt_tokens)]
     if run.test_prompt_first:
-        warm.append((0, run.prompt_tokens[0]))
+        warm.append((0, run.prompt_tokens[0] + run.special_tokens_added))
     n = len(run.prompt_tokens)
     if run.rate_per_s is None:
         arrivals = np.zeros(n)
@@ -190,7 +199,8 @@ def run_trace(run: ServingRun, runs: dict[str, ServingRun] | None = None,
     start = WARM_GAP_S if warm else 0.0
     requests = [Request(k, 0.0, p, 1, _ids(i, p)) for k, (i, p) in enumerate(warm)]
     first = len(requests)
-    requests += [Request(first + i, start + float(t), p, o, _ids(i, p))
+    extra = run.special_tokens_added
+    requests += [Request(first + i, start + float(t), p + extra, o, _ids(i, p + extra))
                  for i, (t, p, o) in enumerate(zip(arrivals, run.prompt_tokens,
                                                    run.output_tokens))]
     return Trace(run.id, tuple(requests), PREFIX_BLOCK_TOKENS), first

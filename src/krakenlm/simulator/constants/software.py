@@ -33,6 +33,7 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
   operators (0: the graph's count; `eager` sets gpt-fast's counted kernels, and an engine era
   sets Hugging Face transformers' unfused eager Llama's, `measurements.harness.engine_era`);
 * `frontend`: the API server in front of the engine (a fixed time per request, a time per
+  prompt token on its way in, a time per
   output token of each running stream, and for an engine that runs on the server's own event
   loop the work per request done there, one request at a time), which only a client-side
   replay (`sim serve --client-side`) adds; 0 by default.
@@ -128,6 +129,9 @@ class Frontend:
     (serving/frontend.py); every other replay and `Simulator.run` ignore it."""
     request_s: float = 0.0           # fixed per request, added to its first token and finish
     per_stream_token_s: float = 0.0  # front-end time per output token of each running stream
+    # per prompt token, the server's way in (tokenising the prompt's text): the request reaches
+    # the engine this much later, and the client's TTFT and E2E are that much longer
+    per_prompt_token_s: float = 0.0
     # per request, the server's work on the engine's own event loop, one request at a time
     # (vLLM V0: AsyncLLMEngine inside the API server; serving/vllm_v0.py): no step starts
     # before every arrived request is handed over
