@@ -385,6 +385,9 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     a capacity probe then fails without replaying the rest of a diverging queue.
     `client_side`: report first tokens and finishes as a client sees them through the
     software profile's front end (serving/frontend.py); otherwise as the engine emits them.
+    With `client_side` a request reaches the engine its prompt's way in
+    (`frontend.per_prompt_token_s` a prompt token) after the client sent it, and its row's
+    arrival stays the send.
     A vLLM V0 profile's `frontend.engine_loop_request_s` (the API server's work per request
     on the engine's own event loop, serving/vllm_v0.py) holds the engine's steps back too,
     so with `client_side` the engine's timeline changes, not only the reported times.
