@@ -321,9 +321,9 @@ class V0Engine(V1Engine):
         """When a request whose last token is step `last` of a round (step_ends: the GPU's
         step ends) reaches the client (module docstring, "Multi-step"). The host issues the
         round's later steps one `issue_s` (the profile's `host.decode_step_s`) apart from the
-        round's GPU start without
-        waiting for the GPU, and at each it processes the outputs of the steps the GPU has
-        finished; a request that finished in one of them is handed to the client at once. If
+        round's GPU start without waiting for the GPU, and at each it processes the outputs of
+        the steps the GPU has finished; a request that finished in one of them is handed to
+        the client at once. If
         the host has issued the last step before the GPU finished step `last`, that step is
         processed, and the request handed out, when the round ends."""
         end = step_ends[-1]
