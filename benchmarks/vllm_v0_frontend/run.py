@@ -1,0 +1,208 @@
+"""How long vLLM V0's OpenAI API server takes to hand a burst's requests to its engine: the
+source of the `vllm-v0` profile's `frontend.engine_loop_request_s`.
+
+    bash benchmarks/vllm_v0_frontend/setup.sh           # once: vLLM 0.5.4 and 0.6.0 (PyPI)
+    python benchmarks/vllm_v0_frontend/run.py [--reps 5] [--json docs/data/vllm-v0-frontend.json]
+
+For each of vLLM 0.5.4 and 0.6.0 (the versions of LambdaLabs' runs, `lambda` and `lambda_v060`)
+this starts the release's own OpenAI server (`serve_fake.py`: api_server.run_server, the
+front-end process and the engine's RPC process as `vllm.entrypoints.openai.api_server` starts
+them, with LambdaLabs' flags) over `fake_executor.FakeExecutor`, which stands in for the GPU
+(each step waits a modelled GPU time) and logs when each request reaches the engine's
+`RequestTracker`. The client (`burst.py`) sends, like vLLM's `benchmark_serving.py`, one test
+request and then bursts of N streaming completions at once, one aiohttp session each. The front
+end runs on core 1, the client and the engine process on core 0.
+
+The bursts: the prompt and output lengths of LambdaLabs' Llama-3-8B runs on H100 with 10, 20 and
+160 ShareGPT prompts (`lambda-v060-h100-tp1-llama3-8b-inf-n*`), the text cut from Shakespeare's
+plays to those lengths in GPT-2's BPE; and 160 prompts of 50 and of 1,000 tokens (8 output
+tokens each). A request whose output length is 0 in the file (the server refused it) is sent
+with 4,096 output tokens, which the server refuses too.
+
+What it reports per version and burst (median over `--reps` fresh servers): the first, mean and
+last time a request reached the engine after the burst was sent, and the client's mean TTFT.
+The per-request time the replay's one-process model needs (vllm_v0.py: every request is handed
+over at N x c) is c = mean arrival / N; fitted as c = fixed + per-token x prompt tokens by least
+squares over the 160-prompt bursts of both versions. The figures are this machine's CPU's
+(printed with them); a server's own host may be faster or slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from krakenlm.data.sources import shakespeare_documents  # noqa: E402
+from krakenlm.data.tokenizer import gpt2_data_dir, gpt2_encoding  # noqa: E402
+from krakenlm.fileio import write_text_atomically  # noqa: E402
+
+VERSIONS = ("0.5.4", "0.6.0")
+PORT = 8311
+# the server flags of LambdaLabsML/vllm-benchmark's benchmark.py (max_model_len of the H100 files)
+FLAGS = ["--max-model-len", "2048", "--gpu-memory-utilization", "0.95"]
+# the fake GPU: about an H100 running Llama-3-8B at TP 1 (prefill 5 ms + 15 us a token, decode 7 ms)
+STEP = {"prefill_s": 0.005, "prefill_token_s": 1.5e-5, "decode_s": 0.007}
+LAMBDA = "lambda-v060-h100-tp1-llama3-8b-inf-n{}"
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def bursts() -> dict[str, tuple[list[int], list[int]]]:
+    """(prompt lengths, output lengths) of each burst."""
+    runs = json.loads((ROOT / "src/krakenlm/serving/data/serving_runs.json").read_text())["runs"]
+    by_id = {r["id"]: r for r in runs}
+    out = {}
+    for n in (10, 20, 160):
+        r = by_id[LAMBDA.format(n)]
+        out[f"sharegpt{n}"] = (r["prompt_tokens"], r["output_tokens"])
+    out["len50x160"] = ([50] * 160, [8] * 160)
+    out["len1000x160"] = ([1000] * 160, [8] * 160)
+    return out
+
+
+def prompt_texts(lengths: list[int]) -> list[str]:
+    """Consecutive pieces of the plays, `lengths` GPT-2 tokens each."""
+    enc = gpt2_encoding()
+    ids = enc.encode_ordinary("\n".join(text for _, text in shakespeare_documents()))
+    texts, pos = [], 0
+    for n in lengths:
+        n = max(1, n)
+        if pos + n > len(ids):
+            pos = 0
+        texts.append(enc.decode(ids[pos:pos + n]))
+        pos += n
+    return texts
+
+
+def serve(env: Path, work: Path, log: Path) -> subprocess.Popen:
+    environ = dict(os.environ, FAKE_LOG=str(log), FAKE_STEP=json.dumps(STEP), FAKE_ENGINE_CPUS="0",
+                   KRAKEN_GPT2_DIR=str(gpt2_data_dir()), PYTHONPATH=str(HERE))
+    cmd = ["taskset", "-c", "1", str(env / "bin/python"), str(HERE / "serve_fake.py"),
+           str(work / "model"), "--port", str(PORT)] + FLAGS
+    proc = subprocess.Popen(cmd, env=environ, stdout=open(work / "server.log", "a"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=1)
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"error: the vLLM server in {env} exited; see {work}/server.log")
+            time.sleep(0.5)
+    raise SystemExit(f"error: the vLLM server in {env} did not start; see {work}/server.log")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def arrivals(log: Path, start: float, end: float) -> np.ndarray:
+    times = [json.loads(line)["t"] for line in log.read_text().splitlines()]
+    return np.sort([t - start for t in times if start <= t < end])
+
+
+def one_server(env: Path, work: Path, sets: dict) -> dict[str, dict[str, float]]:
+    log = work / "arrivals.jsonl"
+    log.write_text("")
+    proc = serve(env, work, log)
+    out = {}
+    try:
+        for name, path in sets.items():
+            result = work / f"{name}.result.json"
+            subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "burst.py"),
+                            str(PORT), str(work / "model"), str(path), str(result)], check=True)
+            end = time.time()
+            r = json.loads(result.read_text())
+            a = arrivals(log, r["t0"], end)
+            ttfts = [x["ttft"] for x in r["requests"] if x.get("ttft") and x.get("chunks", 0) > 1]
+            out[name] = {"n": len(r["requests"]), "first_s": float(a[0]), "mean_s": float(a.mean()),
+                         "last_s": float(a[-1]), "ttft_mean_s": float(np.mean(ttfts))}
+            time.sleep(2)
+    finally:
+        stop(proc)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v0",
+                    help="the directory setup.sh built (vllm-0.5.4/, vllm-0.6.0/)")
+    ap.add_argument("--reps", type=int, default=5, help="fresh servers per version")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    envs = {v: Path(args.envs) / f"vllm-{v}" for v in VERSIONS}
+    for v, env in envs.items():
+        if not (env / "bin/python").exists():
+            raise SystemExit(f"error: no vLLM {v} environment at {env}; run "
+                             f"`bash benchmarks/vllm_v0_frontend/setup.sh {args.envs}` first")
+    work = Path(tempfile.mkdtemp(prefix="vllm-v0-frontend-"))
+    sets = {}
+    for name, (prompts, outputs) in bursts().items():
+        path = work / f"{name}.json"
+        path.write_text(json.dumps({"prompts": prompt_texts(prompts),
+                                    "max_tokens": [o if o > 0 else 4096 for o in outputs]}))
+        sets[name] = path
+    raw: dict[str, dict[str, list]] = {v: {name: [] for name in sets} for v in VERSIONS}
+    for rep in range(args.reps):
+        for v in VERSIONS:
+            for name, fig in one_server(envs[v], work, sets).items():
+                raw[v][name].append(fig)
+            print(f"rep {rep + 1}/{args.reps} vLLM {v} done", file=sys.stderr)
+    lengths = {name: float(np.mean(p)) for name, (p, _) in bursts().items()}
+    table, rows = {}, []
+    for v in VERSIONS:
+        table[v] = {}
+        for name, figs in raw[v].items():
+            med = {k: statistics.median(f[k] for f in figs) for k in figs[0] if k != "n"}
+            n = figs[0]["n"]
+            table[v][name] = {**med, "n": n, "c_s": med["mean_s"] / n,
+                              "mean_prompt_tokens": lengths[name]}
+            if n == 160:
+                rows += [(lengths[name], f["mean_s"] / n) for f in figs]
+    x = np.array([[1.0, length] for length, _ in rows])
+    y = np.array([c for _, c in rows])
+    (fixed, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
+    out = {"command": "python benchmarks/vllm_v0_frontend/run.py" +
+           (f" --reps {args.reps}" if args.reps != 5 else "") +
+           (f" --json {args.json}" if args.json else ""),
+           "cpu": cpu_name(), "fake_gpu": STEP, "server_flags": FLAGS,
+           "fit": {"request_s": float(fixed), "per_prompt_token_s": float(per_token),
+                   "rows": len(rows)},
+           "medians": table, "reps": raw}
+    for v in VERSIONS:
+        for name, f in table[v].items():
+            print(f"vLLM {v} {name:12s} first {f['first_s']*1e3:6.1f}  mean {f['mean_s']*1e3:6.1f}  "
+                  f"last {f['last_s']*1e3:6.1f} ms  c {f['c_s']*1e3:.2f} ms  TTFT {f['ttft_mean_s']*1e3:6.1f} ms")
+    print(f"fit over the 160-prompt bursts: c = {fixed*1e3:.2f} ms + {per_token*1e6:.2f} us x prompt tokens")
+    if args.json:
+        write_text_atomically(args.json, json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
