@@ -42,10 +42,12 @@ METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "tpot_mean")
 
 
 def with_loop(c_s: float):
-    """The `vllm-v0` profile with `frontend.engine_loop_request_s` = c_s."""
+    """The `vllm-v0` profile with `frontend.engine_loop_request_s` = c_s and no per-token part
+    (`engine_loop_token_s` = 0: this sweep is of one time per request, as before the profile
+    carried the measured one)."""
     profile = load_software("vllm-v0")
     return dataclasses.replace(profile, frontend=dataclasses.replace(
-        profile.frontend, engine_loop_request_s=c_s))
+        profile.frontend, engine_loop_request_s=c_s, engine_loop_token_s=0.0))
 
 
 def server_of(run) -> str:

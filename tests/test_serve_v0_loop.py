@@ -5,6 +5,7 @@ import pytest
 from benchmark_module import load_benchmark
 
 from krakenlm.serving.validation import load_runs, replay_run
+from krakenlm.simulator.constants.software import load_software
 
 
 @pytest.fixture(scope="module")
@@ -23,21 +24,27 @@ def test_the_profile_carries_the_loop_time_and_nothing_else_changes(v0l):
     base = v0l.with_loop(0.0)
     loop = v0l.with_loop(1.5e-3)
     assert loop.frontend.engine_loop_request_s == 1.5e-3
+    assert base.frontend.engine_loop_token_s == loop.frontend.engine_loop_token_s == 0.0
     assert loop.host == base.host and loop.frontend.request_s == base.frontend.request_s
 
 
 def test_a_ten_prompt_burst_moves_by_ten_hand_overs(v0l):
     # lambda's 10-prompt H100 TP 1 burst (1,585 prompt tokens) fits one prefill step, so every
-    # TTFT moves by exactly 10 x c; the override at c = 0 is the run's own profile
+    # TTFT moves by exactly 10 x c at the override's c; the run's own (shipped) profile moves
+    # it by 10 x its engine_loop_request_s + engine_loop_token_s x the burst's prompt tokens
     _, runs = load_runs()
     by_id = {r.id: r for r in runs}
     run = by_id["lambda-h100-tp1-mistral7b-inf-n10"]
     own = replay_run(run, by_id)[0].rows
     zero = replay_run(run, by_id, software=v0l.with_loop(0.0))[0].rows
     loop = replay_run(run, by_id, software=v0l.with_loop(1e-3))[0].rows
-    assert [r["ttft_s"] for r in zero] == [r["ttft_s"] for r in own]
-    assert [b["ttft_s"] - a["ttft_s"] for a, b in zip(own, loop)] == \
+    assert [b["ttft_s"] - a["ttft_s"] for a, b in zip(zero, loop)] == \
         pytest.approx([10e-3] * len(own))
+    front = load_software("vllm-v0").frontend
+    shift = 10 * front.engine_loop_request_s + front.engine_loop_token_s * sum(run.prompt_tokens)
+    assert sum(run.prompt_tokens) == 1585
+    assert [b["ttft_s"] - a["ttft_s"] for a, b in zip(zero, own)] == \
+        pytest.approx([shift] * len(own))
 
 
 @pytest.mark.parametrize("grid", ["a,b", "-1,2"])

@@ -1,10 +1,13 @@
 """vLLM V0's API server on the engine's event loop (serving/vllm_v0.py,
-`frontend.engine_loop_request_s`): requests are handed over one at a time and no step starts
-before every arrived request is handed over."""
+`frontend.engine_loop_request_s` and `engine_loop_token_s`): requests are handed over one at a
+time and no step starts before every arrived request is handed over."""
 
 from __future__ import annotations
 
+import json
+import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from serving_cases import MODEL
@@ -16,36 +19,47 @@ from krakenlm.serving.vllm_v1 import V1Options
 from krakenlm.simulator.constants.software import load_software
 
 LOOP_S = 2e-3
+HARNESS = Path(__file__).parent.parent / "docs/data/vllm-v0-frontend.json"
 
 
-def _profile(tmp_path, name: str, loop_s: float) -> str:
-    """The shipped profile `name` with `frontend.engine_loop_request_s` set to `loop_s`."""
+def _profile(tmp_path, name: str, loop_s: float, token_s: float = 0.0) -> str:
+    """The shipped profile `name` with `frontend.engine_loop_request_s` set to `loop_s` and
+    `engine_loop_token_s` to `token_s`."""
     text = resources.files("krakenlm.simulator.constants.software_profiles") \
         .joinpath(f"{name}.yaml").read_text()
-    if "engine_loop_request_s:" in text:
-        text = text.replace("engine_loop_request_s: 0.0 ", f"engine_loop_request_s: {loop_s} ", 1)
-    else:
-        text = text.replace("\nfrontend:", f"\nfrontend:\n  engine_loop_request_s: {loop_s}", 1)
-    path = tmp_path / f"{name}-loop.yaml"
+    for key, value in (("engine_loop_request_s", loop_s), ("engine_loop_token_s", token_s)):
+        if f"{key}:" in text:
+            text = re.sub(rf"{key}: [0-9.e+-]+", f"{key}: {value:.6e}", text, count=1)
+        else:
+            text = text.replace("\nfrontend:", f"\nfrontend:\n  {key}: {value:.6e}", 1)
+    path = tmp_path / f"{name}-loop-{loop_s}-{token_s}.yaml"
     path.write_text(text)
-    assert load_software(str(path)).frontend.engine_loop_request_s == loop_s
+    front = load_software(str(path)).frontend
+    assert (front.engine_loop_request_s, front.engine_loop_token_s) == (loop_s, token_s)
     return str(path)
 
 
 def _serve(trace, software, client_side=True):
+    """`trace` on one H100 through `software`; the tests compare a profile with loop times
+    against the same profile with none (`_profile(tmp_path, "vllm-v0", 0.0)`)."""
     return serve(trace, get_preset(MODEL), "h100-80gb-x8", software=software, tp=1,
                  model_name=MODEL, options=V1Options(1024, 16), client_side=client_side)
 
 
-def test_the_shipped_v0_profile_has_no_loop_time():
-    assert load_software("vllm-v0").frontend.engine_loop_request_s == 0.0
+def test_the_shipped_v0_loop_times_are_the_harness_fit():
+    # benchmarks/vllm_v0_frontend/run.py: vLLM 0.5.4's and 0.6.0's own API servers over a
+    # stand-in GPU; the profile carries its least-squares fit, to three significant digits
+    fit = json.loads(HARNESS.read_text())["fit"]
+    front = load_software("vllm-v0").frontend
+    assert front.engine_loop_request_s == float(f"{fit['request_s']:.3g}")
+    assert front.engine_loop_token_s == float(f"{fit['per_prompt_token_s']:.3g}")
 
 
 def test_a_burst_waits_for_every_hand_over_before_its_first_step(tmp_path):
     # 8 prompts of 100 tokens fit one 1024-token prefill step: the step starts after the
     # 8 hand-overs instead of at once, so every request is 8 x 2 ms later, decode unchanged
     burst = Trace("burst", tuple(Request(i, 0.0, 100, 5) for i in range(8)))
-    base = _serve(burst, "vllm-v0")
+    base = _serve(burst, _profile(tmp_path, "vllm-v0", 0.0))
     loop = _serve(burst, _profile(tmp_path, "vllm-v0", LOOP_S))
     for a, b in zip(base.rows, loop.rows):
         assert b["ttft_s"] - a["ttft_s"] == pytest.approx(8 * LOOP_S)
@@ -55,10 +69,21 @@ def test_a_burst_waits_for_every_hand_over_before_its_first_step(tmp_path):
     assert "engine_loop_request_s" not in base.setup["client_side"]
 
 
+def test_a_longer_prompt_takes_longer_to_hand_over(tmp_path):
+    # 4 prompts of 100, 200, 300 and 400 tokens at once: the step waits for all 4 hand-overs,
+    # 4 x 2 ms + 1,000 tokens x 3 us
+    burst = Trace("burst", tuple(Request(i, 0.0, 100 * (i + 1), 5) for i in range(4)))
+    base = _serve(burst, _profile(tmp_path, "vllm-v0", 0.0))
+    loop = _serve(burst, _profile(tmp_path, "vllm-v0", LOOP_S, 3e-6))
+    for a, b in zip(base.rows, loop.rows):
+        assert b["ttft_s"] - a["ttft_s"] == pytest.approx(4 * LOOP_S + 1000 * 3e-6)
+    assert loop.setup["client_side"]["engine_loop_token_s"] == 3e-6
+
+
 def test_a_request_alone_waits_only_for_its_own_hand_over(tmp_path):
     # one request a second, each long done before the next: each is handed over in 2 ms
     spaced = Trace("spaced", tuple(Request(i, float(i), 100, 5) for i in range(4)))
-    base = _serve(spaced, "vllm-v0")
+    base = _serve(spaced, _profile(tmp_path, "vllm-v0", 0.0))
     loop = _serve(spaced, _profile(tmp_path, "vllm-v0", LOOP_S))
     for a, b in zip(base.rows, loop.rows):
         assert b["ttft_s"] - a["ttft_s"] == pytest.approx(LOOP_S)
@@ -70,7 +95,7 @@ def test_a_hand_over_during_a_step_does_not_hold_the_engine(tmp_path):
     # handed over 2 ms late, and request 1 waits for that step as before
     arrival_1 = LOOP_S + 1e-3
     pair = Trace("pair", (Request(0, 0.0, 1000, 5), Request(1, arrival_1, 100, 5)))
-    base = _serve(pair, "vllm-v0")
+    base = _serve(pair, _profile(tmp_path, "vllm-v0", 0.0))
     loop = _serve(pair, _profile(tmp_path, "vllm-v0", LOOP_S))
     # the premise: request 1's hand-over ends before request 0's prefill step does
     assert arrival_1 + LOOP_S < LOOP_S + base.rows[0]["ttft_s"]

@@ -388,8 +388,9 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     With `client_side` a request reaches the engine its prompt's way in
     (`frontend.per_prompt_token_s` a prompt token) after the client sent it, and its row's
     arrival stays the send.
-    A vLLM V0 profile's `frontend.engine_loop_request_s` (the API server's work per request
-    on the engine's own event loop, serving/vllm_v0.py) holds the engine's steps back too,
+    A vLLM V0 profile's `frontend.engine_loop_request_s` and `engine_loop_token_s` (the API
+    server's work per request and per prompt token on the engine's own event loop,
+    serving/vllm_v0.py) hold the engine's steps back too,
     so with `client_side` the engine's timeline changes, not only the reported times.
     `kv_cache_dtype`: the engine's --kv-cache-dtype (`kv_cache.KV_CACHE_DTYPES`; "auto": the
     profile's).
@@ -410,15 +411,17 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     system, sim, kind, opt, sizing, trace, timer, built = prep
     engines = [REPLAY_ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
-    loop_request_s = sim.profile.frontend.engine_loop_request_s if client_side else 0.0
-    if loop_request_s:  # vllm_v0.py: the API server's work per request on the engine's loop
+    front = sim.profile.frontend
+    loop_request_s = front.engine_loop_request_s if client_side else 0.0
+    loop_token_s = front.engine_loop_token_s if client_side else 0.0
+    if loop_request_s or loop_token_s:  # vllm_v0.py: the API server's work on the engine's loop
         if kind != "vllm-v0":
             raise ServeError(f"software profile {sim.profile.name!r} sets "
-                             "frontend.engine_loop_request_s, which only a vLLM V0 engine "
-                             f"(scheduler vllm-v0) runs, not {kind}; set it to 0 or use "
-                             "--scheduler vllm-v0")
+                             "frontend.engine_loop_request_s / engine_loop_token_s, which only "
+                             f"a vLLM V0 engine (scheduler vllm-v0) runs, not {kind}; set them "
+                             "to 0 or use --scheduler vllm-v0")
         for e in engines:
-            e.loop_request_s = loop_request_s
+            e.loop_request_s, e.loop_token_s = loop_request_s, loop_token_s
     if opt.preemption_mode == "swap":  # vllm_v0.py: swap space per GPU, one TP shard's blocks
         cpu_blocks = int(opt.swap_space_gib * 2**30 // sizing.bytes_per_block)
         for e in engines:
@@ -515,8 +518,9 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         setup["client_side"] = {"request_s": frontend.request_s,
                                 "per_prompt_token_s": frontend.per_prompt_token_s,
                                 "per_stream_token_s": frontend.per_stream_token_s}
-        if loop_request_s:
+        if loop_request_s or loop_token_s:
             setup["client_side"]["engine_loop_request_s"] = loop_request_s
+            setup["client_side"]["engine_loop_token_s"] = loop_token_s
     return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,
                        wall_s=time.perf_counter() - started, build_s=built)
 

@@ -97,7 +97,7 @@ issue #7653: "We introduced `multiprocessing` into the frontend in v0.5.4";
 handles requests one at a time on its event loop, the engine process beside its engine loop.
 The model is the one-process form: request i is handed over at
 
-    h_i = max(a_i, h_{i-1}) + loop_request_s
+    h_i = max(a_i, h_{i-1}) + loop_request_s + loop_token_s x prompt tokens_i
 
 (a_i its arrival), and a step starts only once every request that has arrived is handed over:
 the engine's task is queued behind the ready request handlers. A burst of N requests at once
@@ -141,6 +141,7 @@ class V0Engine(V1Engine):
     swap_blocks = 0  # blocks copied over the host link in the current step
     swapped_blocks_total = 0  # blocks copied over the host link so far, in and out
     loop_request_s = 0.0  # the API server's work per request on the engine's loop (docstring)
+    loop_token_s = 0.0  # and per prompt token
     loop_busy_until = -math.inf  # when the last request added is handed over
     held_first: tuple = ()  # multi-step: the last prompt round's first tokens, not yet out
     # multi-step: when a request that finishes inside a round reaches the client (`_handed_out`):
@@ -159,9 +160,9 @@ class V0Engine(V1Engine):
     def add(self, seq: Seq) -> None:
         """Queue `seq`; with the API server on the engine's loop it is handed over at h_i
         (module docstring), which holds the next step back until then."""
-        if self.loop_request_s:
+        if self.loop_request_s or self.loop_token_s:
             self.loop_busy_until = max(seq.req.arrival_s, self.loop_busy_until) + \
-                self.loop_request_s
+                self.loop_request_s + self.loop_token_s * seq.req.prompt_tokens
         super().add(seq)
 
     def advance(self, until: float, stop_at_finish: bool = False) -> None:

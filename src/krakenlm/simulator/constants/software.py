@@ -136,6 +136,10 @@ class Frontend:
     # (vLLM V0: AsyncLLMEngine inside the API server; serving/vllm_v0.py): no step starts
     # before every arrived request is handed over
     engine_loop_request_s: float = 0.0
+    # per prompt token, the part of that work that grows with the prompt (tokenising it and
+    # logging its ids on the same loop): a request's hand-over takes engine_loop_request_s +
+    # engine_loop_token_s x its prompt tokens
+    engine_loop_token_s: float = 0.0
 
 
 @dataclass(frozen=True)
