@@ -30,11 +30,12 @@ STEPS = open(LOG + ".steps", "a") if LOG else None
 def step_s(request) -> float:
     """The modelled GPU time of one step."""
     groups = request.seq_group_metadata_list
-    prompt = sum(len(next(iter(g.seq_data.values())).get_prompt_token_ids())
-                 for g in groups if g.is_prompt)
+    prompt = sum(g.token_chunk_size for g in groups if g.is_prompt)  # this step's prompt tokens
+    decodes = sum(not g.is_prompt for g in groups)
     if prompt:
-        return STEP.get("prefill_s", 5e-3) + STEP.get("prefill_token_s", 1.5e-5) * prompt
-    return STEP.get("decode_s", 7e-3) + STEP.get("decode_seq_s", 2e-5) * len(groups)
+        return STEP.get("prefill_s", 5e-3) + STEP.get("prefill_token_s", 1.5e-5) * prompt + \
+            STEP.get("decode_seq_s", 2e-5) * decodes
+    return STEP.get("decode_s", 7e-3) + STEP.get("decode_seq_s", 2e-5) * decodes
 
 
 class FakeExecutor(ExecutorAsyncBase):

@@ -149,6 +149,26 @@ def one_server(env: Path, work: Path, sets: dict) -> dict[str, dict[str, float]]
     return out
 
 
+def summarise(raw: dict, lengths: dict[str, float], fit_n: int = 160):
+    """Per version and burst, the medians over the servers of `raw`'s figures with c = mean
+    arrival / N; and the least-squares fit c = fixed + per_token x mean prompt tokens over every
+    server's bursts of `fit_n` requests (both versions): (table, (fixed, per_token), rows)."""
+    table, rows = {}, []
+    for v, bursts_of in raw.items():
+        table[v] = {}
+        for name, figs in bursts_of.items():
+            med = {k: statistics.median(f[k] for f in figs) for k in figs[0] if k != "n"}
+            n = figs[0]["n"]
+            table[v][name] = {**med, "n": n, "c_s": med["mean_s"] / n,
+                              "mean_prompt_tokens": lengths[name]}
+            if n == fit_n:
+                rows += [(lengths[name], f["mean_s"] / n) for f in figs]
+    x = np.array([[1.0, length] for length, _ in rows])
+    y = np.array([c for _, c in rows])
+    (fixed, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
+    return table, (float(fixed), float(per_token)), len(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v0",
@@ -174,26 +194,13 @@ def main() -> None:
             for name, fig in one_server(envs[v], work, sets).items():
                 raw[v][name].append(fig)
             print(f"rep {rep + 1}/{args.reps} vLLM {v} done", file=sys.stderr)
-    lengths = {name: float(np.mean(p)) for name, (p, _) in bursts().items()}
-    table, rows = {}, []
-    for v in VERSIONS:
-        table[v] = {}
-        for name, figs in raw[v].items():
-            med = {k: statistics.median(f[k] for f in figs) for k in figs[0] if k != "n"}
-            n = figs[0]["n"]
-            table[v][name] = {**med, "n": n, "c_s": med["mean_s"] / n,
-                              "mean_prompt_tokens": lengths[name]}
-            if n == 160:
-                rows += [(lengths[name], f["mean_s"] / n) for f in figs]
-    x = np.array([[1.0, length] for length, _ in rows])
-    y = np.array([c for _, c in rows])
-    (fixed, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
+    table, (fixed, per_token), n_fit = summarise(raw, {name: float(np.mean(p)) for name, (p, _)
+                                                       in bursts().items()})
     out = {"command": "python benchmarks/vllm_v0_frontend/run.py" +
            (f" --reps {args.reps}" if args.reps != 5 else "") +
            (f" --json {args.json}" if args.json else ""),
            "cpu": cpu_name(), "fake_gpu": STEP, "server_flags": FLAGS,
-           "fit": {"request_s": float(fixed), "per_prompt_token_s": float(per_token),
-                   "rows": len(rows)},
+           "fit": {"request_s": fixed, "per_prompt_token_s": per_token, "rows": n_fit},
            "medians": table, "reps": raw}
     for v in VERSIONS:
         for name, f in table[v].items():

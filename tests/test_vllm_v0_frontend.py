@@ -1,0 +1,53 @@
+"""benchmarks/vllm_v0_frontend/run.py: the arithmetic behind the `vllm-v0` profile's measured
+API-server hand-over (the servers themselves need setup.sh's vLLM environments)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from benchmark_module import load_benchmark
+
+run = load_benchmark("vllm_v0_frontend/run", "benchmarks_vllm_v0_frontend_run")
+DATA = Path(__file__).parent.parent / "docs/data/vllm-v0-frontend.json"
+
+
+def _fig(n, mean_s):
+    return {"n": n, "first_s": mean_s / 2, "mean_s": mean_s, "last_s": mean_s * 1.1,
+            "ttft_mean_s": mean_s + 0.05}
+
+
+def test_the_fit_recovers_a_time_per_request_and_per_prompt_token():
+    # c = 2 ms + 1 us a token; two servers each, the second's arrivals 1 % late and the
+    # first's 1 % early, so the medians and the fit sit on the line; the 10-request burst
+    # is tabled but not fitted
+    c = {"short": 2e-3 + 1e-6 * 100, "long": 2e-3 + 1e-6 * 1000}
+    raw = {v: {"short": [_fig(160, 160 * c["short"] * k) for k in (0.99, 1.01)],
+               "long": [_fig(160, 160 * c["long"] * k) for k in (0.99, 1.01)],
+               "small": [_fig(10, 0.5), _fig(10, 0.7)]}
+           for v in ("0.5.4", "0.6.0")}
+    table, (fixed, per_token), rows = run.summarise(
+        raw, {"short": 100.0, "long": 1000.0, "small": 137.0})
+    assert rows == 8
+    assert fixed == pytest.approx(2e-3) and per_token == pytest.approx(1e-6)
+    assert table["0.6.0"]["long"]["c_s"] == pytest.approx(c["long"])
+    assert table["0.5.4"]["small"]["mean_s"] == pytest.approx(0.6)
+    assert table["0.5.4"]["small"]["c_s"] == pytest.approx(0.06)
+
+
+def test_the_committed_figures_are_their_own_fit():
+    # docs/data/vllm-v0-frontend.json: its medians and fit follow from its raw servers
+    data = json.loads(DATA.read_text())
+    lengths = {name: fig["mean_prompt_tokens"] for name, fig in data["medians"]["0.6.0"].items()}
+    table, (fixed, per_token), rows = run.summarise(data["reps"], lengths)
+    for version, figs in data["medians"].items():
+        for name, fig in figs.items():
+            assert table[version][name] == pytest.approx(fig), (version, name)
+    assert (fixed, per_token, rows) == pytest.approx(
+        (data["fit"]["request_s"], data["fit"]["per_prompt_token_s"], data["fit"]["rows"]))
+
+
+def test_arrivals_are_the_ones_inside_the_burst_window(tmp_path):
+    log = tmp_path / "arrivals.jsonl"
+    log.write_text("".join(json.dumps({"id": i, "t": t}) + "\n"
+                           for i, t in enumerate((9.0, 10.2, 10.1, 11.5, 12.0))))
+    assert list(run.arrivals(log, 10.0, 12.0)) == pytest.approx([0.1, 0.2, 1.5])
