@@ -51,3 +51,23 @@ def test_arrivals_are_the_ones_inside_the_burst_window(tmp_path):
     log.write_text("".join(json.dumps({"id": i, "t": t}) + "\n"
                            for i, t in enumerate((9.0, 10.2, 10.1, 11.5, 12.0))))
     assert list(run.arrivals(log, 10.0, 12.0)) == pytest.approx([0.1, 0.2, 1.5])
+
+
+def test_the_pr6883_client_sends_when_the_replay_does():
+    # benchmarks/vllm_v0_frontend/pr6883.py sends the 600 requests at the replay's own Poisson
+    # arrivals of the source (run_trace, seed 0), so the two see one workload
+    from krakenlm.serving.validation import load_runs, run_trace
+    pr = load_benchmark("vllm_v0_frontend/pr6883", "benchmarks_vllm_v0_frontend_pr6883")
+    _, runs = load_runs()
+    by_id = {r.id: r for r in runs}
+    trace, first = run_trace(by_id["vllm-pr6883-h100-tp1-llama3-8b-qps-10-zmq"], by_id)
+    arrivals = [r.arrival_s for r in trace.requests[first:]]
+    assert pr.sends() == pytest.approx([a - arrivals[0] for a in arrivals])
+
+
+def test_the_client_means_count_streams_of_two_chunks_or_more():
+    pr = load_benchmark("vllm_v0_frontend/pr6883", "benchmarks_vllm_v0_frontend_pr6883")
+    requests = [{"ttft": 0.1, "e2e": 1.1, "chunks": 11}, {"ttft": 0.3, "e2e": 0.8, "chunks": 6},
+                {"ttft": 0.2, "e2e": 0.2, "chunks": 1}, {"status": 400}]
+    ttft, tpot, n = pr.client_means(requests)
+    assert (ttft, tpot, n) == pytest.approx((0.2, 0.1, 2))

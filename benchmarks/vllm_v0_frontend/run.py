@@ -95,11 +95,14 @@ def prompt_texts(lengths: list[int]) -> list[str]:
     return texts
 
 
-def serve(env: Path, work: Path, log: Path) -> subprocess.Popen:
-    environ = dict(os.environ, FAKE_LOG=str(log), FAKE_STEP=json.dumps(STEP), FAKE_ENGINE_CPUS="0",
+def serve(env: Path, work: Path, log: Path, flags: list[str] = FLAGS,
+          step: dict = STEP) -> subprocess.Popen:
+    """The environment's vLLM server over the stand-in GPU (`step`), front end on core 1,
+    started with `flags`; returns once it answers /health."""
+    environ = dict(os.environ, FAKE_LOG=str(log), FAKE_STEP=json.dumps(step), FAKE_ENGINE_CPUS="0",
                    KRAKEN_GPT2_DIR=str(gpt2_data_dir()), PYTHONPATH=str(HERE))
     cmd = ["taskset", "-c", "1", str(env / "bin/python"), str(HERE / "serve_fake.py"),
-           str(work / "model"), "--port", str(PORT)] + FLAGS
+           str(work / "model"), "--port", str(PORT)] + flags
     proc = subprocess.Popen(cmd, env=environ, stdout=open(work / "server.log", "a"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     for _ in range(240):
