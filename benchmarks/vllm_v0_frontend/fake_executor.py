@@ -5,8 +5,9 @@ Each step waits a modelled GPU time (`FAKE_STEP`, JSON: prefill_s + prefill_toke
 tokens, or decode_s + decode_seq_s x sequences) and samples one fixed token for every sequence,
 so vLLM's own front end, RPC hop, engine loop, scheduler, detokeniser and output processing run
 as they do on a GPU server. 0.6's asynchronous output processor is called from inside the step,
-where the model runner calls it. It also logs when each request reaches the engine's
-`RequestTracker` (the end of its way in) to `FAKE_LOG`, one JSON line per request.
+where the model runner calls it. Single-step scheduling only (`--num-scheduler-steps` 1). It
+also logs when each request reaches the engine's `RequestTracker` (the end of its way in) to
+`FAKE_LOG`, one JSON line per request, and each step to `FAKE_LOG`.steps.
 """
 import asyncio
 import json
@@ -51,6 +52,12 @@ class FakeExecutor(ExecutorAsyncBase):
         pass
 
     def _outputs(self, request):
+        groups = request.seq_group_metadata_list
+        if groups and groups[0].state is not None and groups[0].state.num_steps > 1:
+            # 0.6's MultiStepModelRunner hands a round's outputs over through the output queue
+            # while its host runs ahead of the GPU (and is held back by a full launch queue in
+            # long eager prefills): not emulated here
+            raise NotImplementedError("the stand-in GPU does not run --num-scheduler-steps > 1")
         if STEPS is not None:
             groups = request.seq_group_metadata_list
             STEPS.write(json.dumps({"t": time.time(), "seqs": len(groups),
