@@ -71,3 +71,14 @@ def test_the_client_means_count_streams_of_two_chunks_or_more():
                 {"ttft": 0.2, "e2e": 0.2, "chunks": 1}, {"status": 400}]
     ttft, tpot, n = pr.client_means(requests)
     assert (ttft, tpot, n) == pytest.approx((0.2, 0.1, 2))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--envs", "/nonexistent"], "error: no vLLM 0.5.4 environment at /nonexistent/vllm-0.5.4"),
+    (["--reps", "0"], "error: --reps 0: at least one server per version")])
+def test_a_missing_environment_or_no_servers_is_one_error_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1

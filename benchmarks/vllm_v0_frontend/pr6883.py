@@ -62,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
     env = Path(args.envs) / "vllm-0.5.4"
     if not (env / "bin/python").exists():
-        raise SystemExit(f"error: no vLLM 0.5.4 environment at {env}; run "
+        run.fail(f"no vLLM 0.5.4 environment at {env}; run "
                          f"`bash benchmarks/vllm_v0_frontend/setup.sh {args.envs}` first")
     work = Path(tempfile.mkdtemp(prefix="vllm-v0-pr6883-"))
     prompts = work / "prompts.json"

@@ -61,6 +61,12 @@ STEP = {"prefill_s": 0.005, "prefill_token_s": 1.5e-5, "decode_s": 0.007}
 LAMBDA = "lambda-v060-h100-tp1-llama3-8b-inf-n{}"
 
 
+def fail(message: str) -> None:
+    """One `error:` line on stderr, exit status 2 (bad input or a missing environment)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -111,9 +117,9 @@ def serve(env: Path, work: Path, log: Path, flags: list[str] = FLAGS,
             return proc
         except OSError:
             if proc.poll() is not None:
-                raise SystemExit(f"error: the vLLM server in {env} exited; see {work}/server.log")
+                fail(f"the vLLM server in {env} exited; see {work}/server.log")
             time.sleep(0.5)
-    raise SystemExit(f"error: the vLLM server in {env} did not start; see {work}/server.log")
+    fail(f"the vLLM server in {env} did not start; see {work}/server.log")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -172,17 +178,19 @@ def summarise(raw: dict, lengths: dict[str, float], fit_n: int = 160):
     return table, (float(fixed), float(per_token)), len(rows)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v0",
                     help="the directory setup.sh built (vllm-0.5.4/, vllm-0.6.0/)")
     ap.add_argument("--reps", type=int, default=5, help="fresh servers per version")
     ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.reps < 1:
+        fail(f"--reps {args.reps}: at least one server per version")
     envs = {v: Path(args.envs) / f"vllm-{v}" for v in VERSIONS}
     for v, env in envs.items():
         if not (env / "bin/python").exists():
-            raise SystemExit(f"error: no vLLM {v} environment at {env}; run "
+            fail(f"no vLLM {v} environment at {env}; run "
                              f"`bash benchmarks/vllm_v0_frontend/setup.sh {args.envs}` first")
     work = Path(tempfile.mkdtemp(prefix="vllm-v0-frontend-"))
     sets = {}
