@@ -411,9 +411,9 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     system, sim, kind, opt, sizing, trace, timer, built = prep
     engines = [REPLAY_ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
-    front = sim.profile.frontend
-    loop_request_s = front.engine_loop_request_s if client_side else 0.0
-    loop_token_s = front.engine_loop_token_s if client_side else 0.0
+    frontend = sim.profile.frontend
+    loop_request_s = frontend.engine_loop_request_s if client_side else 0.0
+    loop_token_s = frontend.engine_loop_token_s if client_side else 0.0
     if loop_request_s or loop_token_s:  # vllm_v0.py: the API server's work on the engine's loop
         if kind != "vllm-v0":
             raise ServeError(f"software profile {sim.profile.name!r} sets "
@@ -432,13 +432,13 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     watch = stop_after_ttft_misses is not None and slo_ttft_s is not None
     pending: list[Seq] = []  # requests whose TTFT SLO outcome is not known yet
     misses = 0
-    lag_s = sim.profile.frontend.request_s if client_side else 0.0
-    if max_concurrency and client_side and sim.profile.frontend.per_stream_token_s:
+    lag_s = frontend.request_s if client_side else 0.0
+    if max_concurrency and client_side and frontend.per_stream_token_s:
         warn("max_concurrency frees a client's slot at the engine's finish plus the front "
              "end's request_s; the profile's per_stream_token_s delay is not fed back")
     loop = _ClosedLoop(engines, max_concurrency, lag_s) if max_concurrency else None
     balancer = DPLoadBalancer(engines) if router == "vllm-dp" else None
-    way_in_s = sim.profile.frontend.per_prompt_token_s if client_side else 0.0
+    way_in_s = frontend.per_prompt_token_s if client_side else 0.0
     sent_s: list[float] = []  # when the client sent each request (its row's arrival)
     requests, order = trace.requests, None
     if way_in_s and loop is None:  # the engine meets the requests as their way in ends
@@ -493,7 +493,6 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         for position, i in enumerate(order):
             back[i] = position
         seqs, sent_s = [seqs[j] for j in back], [sent_s[j] for j in back]
-    frontend = sim.profile.frontend
     if client_side:
         first, finish = apply_frontend(seqs, engines, frontend)
         rows, columns = _rows(seqs, first.tolist(), finish.tolist(),
