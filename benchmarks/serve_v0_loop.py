@@ -7,9 +7,10 @@ explains: an in-sample attribution of the mechanism, not a validation score.
 
 V0's OpenAI server runs the engine loop as a task of its own asyncio event loop, so it hands
 requests to the engine one at a time and no step starts before every arrived request is
-handed over (serving/vllm_v0.py; the profile's `frontend.engine_loop_request_s`, c). The
-shipped `vllm-v0` profile has c = 0: no public per-request figure of vLLM 0.4-0.6's API server
-was found (docs/serving.md). This script replays every run of the source (vLLM 0.5.4 bursts of
+handed over (serving/vllm_v0.py; the profile's `frontend.engine_loop_request_s`, c). Until
+stop 50 the shipped `vllm-v0` profile had c = 0 (no public per-request figure of vLLM 0.4-0.6's
+API server); it now carries the time measured with vLLM's own server code
+(benchmarks/vllm_v0_frontend/). This sweep of one time per request (no per-token part) replays every run of the source (vLLM 0.5.4 bursts of
 10, 20 and 160 prompts on one H100 server and one A100 server, TP 1-8) once per c of the grid,
 client-side as `benchmarks/serve_validation.py` does, and reports per run the TTFT mean, p90
 and p99 errors, and per server (the run's GPU: a host's speed belongs to its server) the median
