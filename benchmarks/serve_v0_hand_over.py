@@ -5,9 +5,9 @@ benchmarks/vllm_v0_frontend/run.py on this machine's CPU) scaled together.
     python benchmarks/serve_v0_hand_over.py [--scales 0.8,1,1.2] [--json FILE]
 
 A server's CPU may be faster or slower than this machine's, and single servers of the
-measurement varied by up to 30 %: this replays every `lambda` (vLLM 0.5.4) and `lambda_v060`
-(0.6.0) run client-side, as benchmarks/serve_validation.py does, with both constants times each
-scale, and prints the median |TTFT mean error| per source and scale.
+measurement lay up to 25-50 % from their median: this replays every `lambda` (vLLM 0.5.4) and
+`lambda_v060` (0.6.0) run client-side, as benchmarks/serve_validation.py does, with both
+constants times each scale, and prints the median |TTFT mean error| per source and scale.
 """
 
 from __future__ import annotations

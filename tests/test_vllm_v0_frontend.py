@@ -82,3 +82,20 @@ def test_a_missing_environment_or_no_servers_is_one_error_line(argv, message, ca
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_the_bootstrap_interval_collapses_when_every_server_agrees():
+    raw = {v: {"short": [_fig(160, 160 * 2.1e-3)] * 3, "long": [_fig(160, 160 * 3.0e-3)] * 3}
+           for v in ("0.5.4", "0.6.0")}
+    low, high = run.bootstrap(raw, {"short": 100.0, "long": 1000.0}, 100.0, draws=50)
+    assert low == pytest.approx(2.1e-3) and high == pytest.approx(2.1e-3)
+
+
+def test_the_committed_fit_lies_inside_its_bootstrap_interval(capsys):
+    run.main(["--from-json", str(DATA)])
+    out = capsys.readouterr().out
+    fit = json.loads(DATA.read_text())["fit"]
+    c = fit["request_s"] + fit["per_prompt_token_s"] * 212.8125
+    line = out.strip().splitlines()[-1]
+    low, high = (float(x) / 1e3 for x in line.split("servers ")[1].split(" ms")[0].split("-"))
+    assert low < c < high

@@ -178,13 +178,55 @@ def summarise(raw: dict, lengths: dict[str, float], fit_n: int = 160):
     return table, (float(fixed), float(per_token)), len(rows)
 
 
+def bootstrap(raw: dict, lengths: dict[str, float], tokens: float, draws: int = 2000,
+              seed: int = 0) -> tuple[float, float]:
+    """A 95 % interval of the fitted c at `tokens` prompt tokens over the servers: each draw
+    resamples every version's servers (each with all its bursts) with replacement and refits."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(draws):
+        drawn = {}
+        for v, bursts_of in raw.items():
+            servers = len(next(iter(bursts_of.values())))
+            pick = rng.integers(0, servers, servers)
+            drawn[v] = {name: [figs[i] for i in pick] for name, figs in bursts_of.items()}
+        _, (fixed, per_token), _ = summarise(drawn, lengths)
+        values.append(fixed + per_token * tokens)
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def report(table: dict, fit: tuple[float, float], interval: tuple[float, float],
+           tokens: float) -> None:
+    for v, bursts_of in table.items():
+        for name, f in bursts_of.items():
+            print(f"vLLM {v} {name:12s} first {f['first_s']*1e3:6.1f}  mean {f['mean_s']*1e3:6.1f}  "
+                  f"last {f['last_s']*1e3:6.1f} ms  c {f['c_s']*1e3:.2f} ms  TTFT {f['ttft_mean_s']*1e3:6.1f} ms")
+    fixed, per_token = fit
+    print(f"fit over the 160-prompt bursts: c = {fixed*1e3:.2f} ms + {per_token*1e6:.2f} us x prompt "
+          f"tokens; at {tokens:.0f} tokens {(fixed + per_token * tokens)*1e3:.2f} ms, 95 % interval "
+          f"over the servers {interval[0]*1e3:.2f}-{interval[1]*1e3:.2f} ms")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v0",
                     help="the directory setup.sh built (vllm-0.5.4/, vllm-0.6.0/)")
     ap.add_argument("--reps", type=int, default=5, help="fresh servers per version")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--from-json", help="summarise the servers of an earlier --json file again "
+                    "(no servers are started)")
     args = ap.parse_args(argv)
+    lengths = {name: float(np.mean(p)) for name, (p, _) in bursts().items()}
+    sharegpt = lengths["sharegpt160"]
+    if args.from_json:
+        try:
+            raw = json.loads(Path(args.from_json).read_text())["reps"]
+        except (OSError, ValueError, KeyError) as e:
+            fail(f"{args.from_json}: not a file this script wrote ({e})")
+        table, fit, _ = summarise(raw, lengths)
+        report(table, fit, bootstrap(raw, lengths, sharegpt), sharegpt)
+        return
     if args.reps < 1:
         fail(f"--reps {args.reps}: at least one server per version")
     envs = {v: Path(args.envs) / f"vllm-{v}" for v in VERSIONS}
@@ -205,19 +247,15 @@ def main(argv: list[str] | None = None) -> None:
             for name, fig in one_server(envs[v], work, sets).items():
                 raw[v][name].append(fig)
             print(f"rep {rep + 1}/{args.reps} vLLM {v} done", file=sys.stderr)
-    table, (fixed, per_token), n_fit = summarise(raw, {name: float(np.mean(p)) for name, (p, _)
-                                                       in bursts().items()})
+    table, (fixed, per_token), n_fit = summarise(raw, lengths)
+    interval = bootstrap(raw, lengths, sharegpt)
     out = {"command": "python benchmarks/vllm_v0_frontend/run.py" +
            (f" --reps {args.reps}" if args.reps != 5 else "") +
            (f" --json {args.json}" if args.json else ""),
            "cpu": cpu_name(), "fake_gpu": STEP, "server_flags": FLAGS,
            "fit": {"request_s": fixed, "per_prompt_token_s": per_token, "rows": n_fit},
            "medians": table, "reps": raw}
-    for v in VERSIONS:
-        for name, f in table[v].items():
-            print(f"vLLM {v} {name:12s} first {f['first_s']*1e3:6.1f}  mean {f['mean_s']*1e3:6.1f}  "
-                  f"last {f['last_s']*1e3:6.1f} ms  c {f['c_s']*1e3:.2f} ms  TTFT {f['ttft_mean_s']*1e3:6.1f} ms")
-    print(f"fit over the 160-prompt bursts: c = {fixed*1e3:.2f} ms + {per_token*1e6:.2f} us x prompt tokens")
+    report(table, (fixed, per_token), interval, sharegpt)
     if args.json:
         write_text_atomically(args.json, json.dumps(out, indent=1) + "\n")
 
