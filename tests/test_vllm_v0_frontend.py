@@ -2,6 +2,7 @@
 API-server hand-over (the servers themselves need setup.sh's vLLM environments)."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,21 @@ def test_the_committed_fit_lies_inside_its_bootstrap_interval(capsys):
     line = out.strip().splitlines()[-1]
     low, high = (float(x) / 1e3 for x in line.split("servers ")[1].split(" ms")[0].split("-"))
     assert low < c < high
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="the client runs under taskset")
+def test_a_failed_burst_is_one_error_line_naming_the_server_log(tmp_path, capsys):
+    # a client that fails as burst.py does when the server drops a stream
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    python = env / "bin/python"
+    python.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                      "echo 'aiohttp.ClientPayloadError: Response payload is not completed' >&2\n"
+                      "exit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(SystemExit) as exit_info:
+        run.client(env, tmp_path, tmp_path / "sharegpt10.json", tmp_path / "result.json")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: the client's burst sharegpt10.json failed (aiohttp.ClientPayloadError: "
+                   f"Response payload is not completed); see {tmp_path}/server.log\n")

@@ -53,7 +53,8 @@ class FakeExecutor(ExecutorAsyncBase):
 
     def _outputs(self, request):
         groups = request.seq_group_metadata_list
-        if groups and groups[0].state is not None and groups[0].state.num_steps > 1:
+        state = getattr(groups[0], "state", None) if groups else None  # 0.6 has it, 0.5 not
+        if state is not None and state.num_steps > 1:
             # 0.6's MultiStepModelRunner hands a round's outputs over through the output queue
             # while its host runs ahead of the GPU (and is held back by a full launch queue in
             # long eager prefills): not emulated here

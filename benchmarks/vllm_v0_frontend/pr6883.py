@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -77,9 +76,7 @@ def main() -> None:
         proc = run.serve(env, work, log, flags, STEP)
         try:
             result = work / "result.json"
-            subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "burst.py"),
-                            str(run.PORT), str(work / "model"), str(prompts), str(result)],
-                           check=True)
+            run.client(env, work, prompts, result)
         finally:
             run.stop(proc)
         ttft, tpot, n = client_means(json.loads(result.read_text())["requests"])

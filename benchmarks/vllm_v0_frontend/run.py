@@ -122,6 +122,16 @@ def serve(env: Path, work: Path, log: Path, flags: list[str] = FLAGS,
     fail(f"the vLLM server in {env} did not start; see {work}/server.log")
 
 
+def client(env: Path, work: Path, prompts: Path, result: Path) -> None:
+    """burst.py on core 0 against the running server; a failed request is one error line."""
+    done = subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "burst.py"),
+                           str(PORT), str(work / "model"), str(prompts), str(result)],
+                          stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        fail(f"the client's burst {prompts.name} failed ({last}); see {work}/server.log")
+
+
 def stop(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGINT)
     try:
@@ -144,8 +154,7 @@ def one_server(env: Path, work: Path, sets: dict) -> dict[str, dict[str, float]]
     try:
         for name, path in sets.items():
             result = work / f"{name}.result.json"
-            subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "burst.py"),
-                            str(PORT), str(work / "model"), str(path), str(result)], check=True)
+            client(env, work, path, result)
             end = time.time()
             r = json.loads(result.read_text())
             a = arrivals(log, r["t0"], end)
