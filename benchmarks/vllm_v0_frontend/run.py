@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -47,10 +46,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(HERE.parent))
 
 from krakenlm.data.sources import shakespeare_documents  # noqa: E402
 from krakenlm.data.tokenizer import gpt2_data_dir, gpt2_encoding  # noqa: E402
 from krakenlm.fileio import write_text_atomically  # noqa: E402
+from krakenlm.serving.validation import load_runs  # noqa: E402
+from tokenizer_speed import cpu_name  # noqa: E402  (benchmarks/tokenizer_speed.py)
 
 VERSIONS = ("0.5.4", "0.6.0")
 PORT = 8311
@@ -67,21 +69,14 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def bursts() -> dict[str, tuple[list[int], list[int]]]:
     """(prompt lengths, output lengths) of each burst."""
-    runs = json.loads((ROOT / "src/krakenlm/serving/data/serving_runs.json").read_text())["runs"]
-    by_id = {r["id"]: r for r in runs}
+    _, runs = load_runs()
+    by_id = {r.id: r for r in runs}
     out = {}
     for n in (10, 20, 160):
         r = by_id[LAMBDA.format(n)]
-        out[f"sharegpt{n}"] = (r["prompt_tokens"], r["output_tokens"])
+        out[f"sharegpt{n}"] = (list(r.prompt_tokens), list(r.output_tokens))
     out["len50x160"] = ([50] * 160, [8] * 160)
     out["len1000x160"] = ([1000] * 160, [8] * 160)
     return out
