@@ -182,6 +182,26 @@ def summarise(raw: dict, lengths: dict[str, float], fit_n: int = 160):
     return table, (float(fixed), float(per_token)), len(rows)
 
 
+def fit_front_loop(raw: dict, lengths: dict[str, float], version: str = "0.5.4",
+                   n: int = 160) -> tuple[float, float, float]:
+    """vLLM 0.5.4's two jobs per request on its front end's loop (serving/frontend.py
+    `front_loop_arrivals`): (request_s, per_token_s, send_s) by least squares over every
+    server's `n`-request bursts, whose first request reaches the engine after every handler
+    and one send, N c1 + c2, and whose last after all of both, N (c1 + c2), with
+    c1 = request_s + per_token_s x the burst's mean prompt tokens."""
+    rows, values = [], []
+    for name, figs in raw[version].items():
+        for fig in figs:
+            if fig["n"] != n:
+                continue
+            tokens = lengths[name]
+            rows += [[n, n * tokens, 1.0], [n, n * tokens, n]]
+            values += [fig["first_s"], fig["last_s"]]
+    (request_s, per_token_s, send_s), *_ = np.linalg.lstsq(np.array(rows), np.array(values),
+                                                           rcond=None)
+    return float(request_s), float(per_token_s), float(send_s)
+
+
 def bootstrap(raw: dict, lengths: dict[str, float], tokens: float, draws: int = 2000,
               seed: int = 0) -> tuple[float, float]:
     """A 95 % interval of the fitted c at `tokens` prompt tokens over the servers: each draw
@@ -201,7 +221,7 @@ def bootstrap(raw: dict, lengths: dict[str, float], tokens: float, draws: int = 
 
 
 def report(table: dict, fit: tuple[float, float], interval: tuple[float, float],
-           tokens: float) -> None:
+           tokens: float, front_loop: tuple[float, float, float]) -> None:
     for v, bursts_of in table.items():
         for name, f in bursts_of.items():
             print(f"vLLM {v} {name:12s} first {f['first_s']*1e3:6.1f}  mean {f['mean_s']*1e3:6.1f}  "
@@ -210,6 +230,19 @@ def report(table: dict, fit: tuple[float, float], interval: tuple[float, float],
     print(f"fit over the 160-prompt bursts: c = {fixed*1e3:.2f} ms + {per_token*1e6:.2f} us x prompt "
           f"tokens; at {tokens:.0f} tokens {(fixed + per_token * tokens)*1e3:.2f} ms, 95 % interval "
           f"over the servers {interval[0]*1e3:.2f}-{interval[1]*1e3:.2f} ms")
+    request_s, per_token_s, send_s = front_loop
+    print(f"vLLM 0.5.4's two jobs a request (first and last arrivals of its 160-prompt bursts): "
+          f"handler {request_s*1e3:.2f} ms + {per_token_s*1e6:.2f} us x prompt tokens, "
+          f"send {send_s*1e3:.2f} ms")
+
+
+def figures(table: dict, fit: tuple[float, float], n_fit: int,
+            front_loop: tuple[float, float, float]) -> dict:
+    """The summary keys of the JSON this script writes."""
+    return {"fit": {"request_s": fit[0], "per_prompt_token_s": fit[1], "rows": n_fit},
+            "fit_front_loop_054": dict(zip(("request_s", "per_prompt_token_s", "send_s"),
+                                           front_loop)),
+            "medians": table}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,17 +252,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=5, help="fresh servers per version")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--from-json", help="summarise the servers of an earlier --json file again "
-                    "(no servers are started)")
+                    "(no servers are started; with --json, write the file with the new summary)")
     args = ap.parse_args(argv)
     lengths = {name: float(np.mean(p)) for name, (p, _) in bursts().items()}
     sharegpt = lengths["sharegpt160"]
     if args.from_json:
         try:
-            raw = json.loads(Path(args.from_json).read_text())["reps"]
-        except (OSError, ValueError, KeyError) as e:
+            earlier = json.loads(Path(args.from_json).read_text())
+            raw = earlier["reps"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
             fail(f"{args.from_json}: not a file this script wrote ({e})")
-        table, fit, _ = summarise(raw, lengths)
-        report(table, fit, bootstrap(raw, lengths, sharegpt), sharegpt)
+        table, fit, n_fit = summarise(raw, lengths)
+        front_loop = fit_front_loop(raw, lengths)
+        report(table, fit, bootstrap(raw, lengths, sharegpt), sharegpt, front_loop)
+        if args.json:  # the same servers' figures, summarised by this version of the script
+            earlier.update(summarised_by="python benchmarks/vllm_v0_frontend/run.py "
+                           f"--from-json {args.from_json} --json {args.json}",
+                           **figures(table, fit, n_fit, front_loop))
+            write_text_atomically(args.json, json.dumps(earlier, indent=1) + "\n")
         return
     if args.reps < 1:
         fail(f"--reps {args.reps}: at least one server per version")
@@ -253,13 +293,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"rep {rep + 1}/{args.reps} vLLM {v} done", file=sys.stderr)
     table, (fixed, per_token), n_fit = summarise(raw, lengths)
     interval = bootstrap(raw, lengths, sharegpt)
+    front_loop = fit_front_loop(raw, lengths)
     out = {"command": "python benchmarks/vllm_v0_frontend/run.py" +
            (f" --reps {args.reps}" if args.reps != 5 else "") +
            (f" --json {args.json}" if args.json else ""),
            "cpu": cpu_name(), "fake_gpu": STEP, "server_flags": FLAGS,
-           "fit": {"request_s": fixed, "per_prompt_token_s": per_token, "rows": n_fit},
-           "medians": table, "reps": raw}
-    report(table, (fixed, per_token), interval, sharegpt)
+           **figures(table, (fixed, per_token), n_fit, front_loop), "reps": raw}
+    report(table, (fixed, per_token), interval, sharegpt, front_loop)
     if args.json:
         write_text_atomically(args.json, json.dumps(out, indent=1) + "\n")
 
