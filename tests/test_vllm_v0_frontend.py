@@ -5,6 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from benchmark_module import load_benchmark
 
@@ -45,6 +46,30 @@ def test_the_committed_figures_are_their_own_fit():
             assert table[version][name] == pytest.approx(fig), (version, name)
     assert (fixed, per_token, rows) == pytest.approx(
         (data["fit"]["request_s"], data["fit"]["per_prompt_token_s"], data["fit"]["rows"]))
+
+
+def test_the_two_jobs_of_0_5_4_are_recovered_from_first_and_last_arrivals():
+    # servers that follow serving/frontend.py's front loop exactly: handler 1.2 ms + 1 us a
+    # prompt token, send 1.5 ms; the first request arrives after every handler and one send
+    a1, t, c2, n = 1.2e-3, 1e-6, 1.5e-3, 160
+    raw = {"0.5.4": {name: [{"n": n, "first_s": n * (a1 + t * length) + c2,
+                             "last_s": n * (a1 + t * length + c2)}] * 2
+                     for name, length in (("x", 100.0), ("y", 1000.0))}}
+    assert run.fit_front_loop(raw, {"x": 100.0, "y": 1000.0}) == pytest.approx((a1, t, c2))
+
+
+def test_the_committed_front_loop_fit_follows_from_its_servers(tmp_path):
+    data = json.loads(DATA.read_text())
+    lengths = {name: fig["mean_prompt_tokens"] for name, fig in data["medians"]["0.5.4"].items()}
+    fit = data["fit_front_loop_054"]
+    assert run.fit_front_loop(data["reps"], lengths) == pytest.approx(
+        (fit["request_s"], fit["per_prompt_token_s"], fit["send_s"]))
+    # summarising the same servers again rewrites the summary, never the servers
+    out = tmp_path / "again.json"
+    run.main(["--from-json", str(DATA), "--json", str(out)])
+    again = json.loads(out.read_text())
+    assert again["reps"] == data["reps"] and again["fit_front_loop_054"] == pytest.approx(fit)
+    assert again["summarised_by"].endswith(f"--json {out}")
 
 
 def test_arrivals_are_the_ones_inside_the_burst_window(tmp_path):
@@ -97,7 +122,7 @@ def test_the_committed_fit_lies_inside_its_bootstrap_interval(capsys):
     out = capsys.readouterr().out
     fit = json.loads(DATA.read_text())["fit"]
     c = fit["request_s"] + fit["per_prompt_token_s"] * 212.8125
-    line = out.strip().splitlines()[-1]
+    line = next(x for x in out.splitlines() if "interval over the servers" in x)
     low, high = (float(x) / 1e3 for x in line.split("servers ")[1].split(" ms")[0].split("-"))
     assert low < c < high
 
@@ -118,3 +143,64 @@ def test_a_failed_burst_is_one_error_line_naming_the_server_log(tmp_path, capsys
     err = capsys.readouterr().err
     assert err == (f"error: the client's burst sharegpt10.json failed (aiohttp.ClientPayloadError: "
                    f"Response payload is not completed); see {tmp_path}/server.log\n")
+
+
+delivery = load_benchmark("vllm_v0_frontend/delivery", "benchmarks_vllm_v0_frontend_delivery")
+DELIVERY = Path(__file__).parent.parent / "docs/data/vllm-v0-delivery.json"
+
+
+def test_a_prompt_step_gives_first_tokens_to_the_next_arrivals_in_order():
+    steps = [{"t": 0.01, "gpu_s": 0.005, "prompts": 1}, {"t": 0.02, "gpu_s": 0.01, "prompts": 3}]
+    assert delivery.first_token_s(steps, 3) == pytest.approx([0.015, 0.03, 0.03])
+
+
+def test_a_token_waits_for_the_jobs_ready_before_it():
+    ready = np.array([0.0, 0.0, 0.002, 0.004])
+    done = np.array([0.001, 0.002, 0.003, 0.005])
+    # made at 0.0015 it waits for the two jobs ready at 0 (to 0.002); at 0.0045 for all four
+    assert delivery.through_front_loop(np.array([0.0015, 0.0045, 0.01]), ready, done) == \
+        pytest.approx([0.002, 0.005, 0.01])
+
+
+def test_the_committed_delivery_figures_follow_from_their_servers():
+    data = json.loads(DELIVERY.read_text())
+    lengths = {name: list(p) for name, (p, _) in delivery.run.bursts().items()}
+    table = delivery.table(data["servers"], lengths)
+    assert table.keys() == data["medians"].keys()
+    for name, figs in data["medians"].items():
+        assert table[name] == pytest.approx(figs), name
+
+
+stand_in = load_benchmark("vllm_v0_frontend/replay_stand_in",
+                          "benchmarks_vllm_v0_frontend_replay_stand_in")
+STAND_IN = Path(__file__).parent.parent / "docs/data/vllm-v0-stand-in.json"
+GAPS = {"prefill": [3e-3, 4e-4, 10], "decode": [2e-3, 2e-4, 10]}
+
+
+def test_the_stand_in_timer_charges_the_stand_in_gpu_and_the_host_gaps():
+    timer = stand_in.StandInTimer(GAPS)
+    # a prefill of 3 prompts, 600 tokens: 5 ms + 600 x 15 us, then 3 ms + 3 x 0.4 ms
+    assert timer.step_s(600, 3, 3, 0.0, True) == pytest.approx(5e-3 + 9e-3 + 3e-3 + 1.2e-3)
+    # a decode of 10: 7 ms + 10 x 20 us, then 2 ms + 10 x 0.2 ms; without its host work
+    assert timer.step_s(10, 10, 10, 0.0, False) == pytest.approx(7.2e-3 + 4e-3)
+    assert timer.step_s(10, 10, 10, 0.0, False, host=False) == pytest.approx(7.2e-3)
+    assert timer.decode_steps_list(10, 50.0, 3) == pytest.approx([11.2e-3] * 3)
+
+
+def test_a_lone_request_takes_its_way_in_and_one_prefill_step():
+    from krakenlm.simulator.constants.software import load_software
+    front = load_software("vllm-v0").frontend
+    way_in = front.front_loop_request_s + front.front_loop_token_s * 100 + front.front_loop_send_s
+    ttft = stand_in.replay_burst([100], [8], stand_in.StandInTimer(GAPS), "0.5.4")
+    assert ttft == pytest.approx(way_in + 5e-3 + 100 * 1.5e-5 + 3e-3 + 4e-4)
+    # a request the server refuses (no output tokens, or past max_model_len) is left out
+    assert stand_in.replay_burst([100, 2000, 50], [8, 100, 0], stand_in.StandInTimer(GAPS),
+                                 "0.5.4") == pytest.approx(ttft)
+
+
+def test_the_committed_stand_in_comparison_is_reproduced():
+    data = json.loads(STAND_IN.read_text())
+    again = stand_in.compare()
+    assert again["host_gaps"] == data["host_gaps"]
+    for name, row in data["bursts"].items():
+        assert again["bursts"][name] == pytest.approx(row), name

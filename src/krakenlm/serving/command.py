@@ -79,15 +79,19 @@ class ServeOptions:
     skip_long: bool = False
     client_side: bool = False  # times through the software profile's front end (frontend.py)
     max_concurrency: int | None = None  # a closed-loop client (replay.serve's max_concurrency)
+    engine_version: str | None = None  # the server's engine version (replay.serve's)
 
 
 def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
     """--client-side is modelled on one pool of replicas; say so for other setups, and warn
     when the profile has no front-end constants to add."""
     from ..errors import warn
-    from ..simulator.constants.software import Frontend, load_software
+    from ..simulator.constants.software import Frontend, is_engine_version, load_software
     from .replay import ServeError
 
+    if o.engine_version is not None and not is_engine_version(o.engine_version):
+        raise ServeError(f"--engine-version {o.engine_version!r} is not an engine version "
+                         "such as 0.5.4")
     if not o.client_side:
         return
     if _is_cluster(o) or pd_search:
@@ -130,7 +134,7 @@ def serve_command(o: ServeOptions,
                    router=o.router, options=options, scheduler=o.scheduler, dtype=o.dtype,
                    model_name=label, slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
                    skip_long=o.skip_long, progress=progress, client_side=o.client_side,
-                   max_concurrency=o.max_concurrency)
+                   max_concurrency=o.max_concurrency, engine_version=o.engine_version)
     report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale})
     if o.max_concurrency is not None:
         report.setup["max_concurrency"] = o.max_concurrency
@@ -168,7 +172,7 @@ def capacity_command(o: ServeOptions, percentile: int = 99,
                        scheduler=o.scheduler, dtype=o.dtype, model_name=label,
                        slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s,
                        skip_long=False, stop_after_ttft_misses=stop,
-                       client_side=o.client_side)
+                       client_side=o.client_side, engine_version=o.engine_version)
         report.setup.update({"seed": o.seed, "rate_scale": o.rate_scale * scale})
         return report
 

@@ -23,9 +23,25 @@ profile's `frontend` section (sources in its YAML) model it:
 
 The requests running at a step (the engine timeline's count) stand for the streams that
 receive a token in it. The recorded inter-token latencies stay the engine's.
+
+A front end in a process of its own that hands the requests over one job at a time on its
+event loop (`front_loop_*`, vLLM 0.5.4's OpenAI server; `Frontend.at_version` chooses it by the
+engine version) delays each request's way to the engine by the jobs ahead of it:
+`front_loop_arrivals`. vLLM 0.5.4's completion handler (vllm-project/vllm v0.5.4
+`vllm/entrypoints/openai/serving_completion.py` `create_completion`) parses and tokenises the
+request, logs it and calls `engine.generate` for its prompt, whose generator
+`merge_async_iterators` (`vllm/utils.py`) drives from a task of its own: the send to the engine
+process (`vllm/entrypoints/openai/rpc/client.py` `AsyncEngineRPCClient.generate`, pickling the
+request onto a new socket) runs only when the loop reaches that task, behind every job that was
+ready before it. So a burst's handlers all run before its first send, and its requests reach
+the engine spread over the burst's whole way in, the first after every handler and one send
+(`benchmarks/vllm_v0_frontend/run.py` timed both on 0.5.4's own server code).
 """
 
 from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -67,3 +83,46 @@ def apply_frontend(seqs, engines, frontend: Frontend) -> tuple[np.ndarray, np.nd
         first[mine] = client_times(first[mine], ends, delivered, frontend)
         finish[mine] = client_times(finish[mine], ends, delivered, frontend)
     return first, finish
+
+
+def front_loop_arrivals(sent_s: Sequence[float], prompt_tokens: Sequence[int],
+                        frontend: Frontend) -> list[float]:
+    """When each request reaches the engine through the front end's event loop
+    (`front_loop_schedule`)."""
+    return front_loop_schedule(sent_s, prompt_tokens, frontend)[0]
+
+
+def front_loop_schedule(sent_s: Sequence[float], prompt_tokens: Sequence[int],
+                        frontend: Frontend) -> tuple[list[float], np.ndarray, np.ndarray]:
+    """When each request reaches the engine through the front end's event loop (module
+    docstring): one server, its jobs served in the order they became ready. Request i's handler
+    becomes ready when it is sent (sent_s[i], in send order) and takes front_loop_request_s +
+    front_loop_token_s x prompt_tokens[i]; its send becomes ready when that ends and takes
+    front_loop_send_s; the request reaches the engine when its send ends. For N requests sent
+    at once request i arrives at sum_j (request_s + token_s x p_j) + (i + 1) x send_s; a
+    request sent to an idle loop arrives request_s + token_s x p + send_s after its send.
+    Returns the arrivals and, for the loop's jobs in the order it served them, when each
+    became ready and when it ended."""
+    ready: list[tuple[float, int, int, int]] = []  # (ready at, order, stage, request)
+    for i, t in enumerate(sent_s):
+        ready.append((float(t), i, 1, i))
+    heapq.heapify(ready)
+    order = len(ready)
+    busy_until = -np.inf
+    arrival = [0.0] * len(ready)
+    ready_s: list[float] = []
+    done_s: list[float] = []
+    while ready:
+        at, _, stage, i = heapq.heappop(ready)
+        start = max(at, busy_until)
+        ready_s.append(at)
+        if stage == 1:
+            busy_until = start + frontend.front_loop_request_s + \
+                frontend.front_loop_token_s * prompt_tokens[i]
+            heapq.heappush(ready, (busy_until, order, 2, i))
+            order += 1
+        else:
+            busy_until = start + frontend.front_loop_send_s
+            arrival[i] = busy_until
+        done_s.append(busy_until)
+    return arrival, np.array(ready_s), np.array(done_s)

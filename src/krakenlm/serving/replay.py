@@ -38,7 +38,7 @@ from ..hardware.schema import System
 from ..models import ModelConfig
 from ..simulator import Simulator
 from ..simulator.constants.software import SoftwareProfile, load_software
-from .frontend import apply_frontend
+from .frontend import apply_frontend, front_loop_arrivals
 from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
 from .packing import packed_array
 from .report import AMORTISATION_YEARS, RequestColumns, ServeReport, summarise, timeline
@@ -378,7 +378,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
           slo_tpot_s: float | None = None, skip_long: bool = False,
           progress: Callable[[int, int], None] | None = None,
           stop_after_ttft_misses: int | None = None, client_side: bool = False,
-          kv_cache_dtype: str = "auto", max_concurrency: int | None = None) -> ServeReport:
+          kv_cache_dtype: str = "auto", max_concurrency: int | None = None,
+          engine_version: str | None = None) -> ServeReport:
     """Replay `trace` (see the module docstring). `stop_after_ttft_misses` (with
     `slo_ttft_s`): give up, raising `ReplayStopped`, once that many requests are known to
     miss the TTFT SLO (their first token came later, or they have waited longer already);
@@ -392,6 +393,11 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     server's work per request and per prompt token on the engine's own event loop,
     serving/vllm_v0.py) hold the engine's steps back too,
     so with `client_side` the engine's timeline changes, not only the reported times.
+    `engine_version` (e.g. "0.5.4"): the server's engine version, which chooses the front
+    end's form (`Frontend.at_version`): for the versions of its `front_loop_*` fields (vLLM
+    0.5.4's front-end process) a request reaches the engine when its send on the front end's
+    event loop ends (serving/frontend.py `front_loop_arrivals`), without holding the engine's
+    steps, instead of the engine-loop form. None: the engine-loop form.
     `kv_cache_dtype`: the engine's --kv-cache-dtype (`kv_cache.KV_CACHE_DTYPES`; "auto": the
     profile's).
     `max_concurrency`: a closed-loop client (vLLM's `benchmark_serving.py` and SGLang's
@@ -411,7 +417,18 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     system, sim, kind, opt, sizing, trace, timer, built = prep
     engines = [REPLAY_ENGINES[kind](timer, opt, sizing.blocks, trace.hash_block_tokens, i)
                for i in range(replicas)]
-    frontend = sim.profile.frontend
+    frontend = sim.profile.frontend.at_version(engine_version)
+    front_loop = client_side and frontend.front_loop(engine_version)
+    if front_loop and kind != "vllm-v0":
+        raise ServeError(f"software profile {sim.profile.name!r} hands requests over through "
+                         "its front end's own event loop (frontend.front_loop_*), which only a "
+                         f"vLLM V0 engine (scheduler vllm-v0) runs, not {kind}; set them to 0 "
+                         "or use --scheduler vllm-v0")
+    if front_loop and max_concurrency:
+        raise ServeError(f"a closed-loop client (max_concurrency) through the front end of "
+                         f"engine version {engine_version} (frontend.front_loop_*) is not "
+                         "modelled: its hand-over needs every send time in advance; leave out "
+                         "max_concurrency or the engine version")
     loop_request_s = frontend.engine_loop_request_s if client_side else 0.0
     loop_token_s = frontend.engine_loop_token_s if client_side else 0.0
     if loop_request_s or loop_token_s:  # vllm_v0.py: the API server's work on the engine's loop
@@ -441,15 +458,22 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     way_in_s = frontend.per_prompt_token_s if client_side else 0.0
     sent_s: list[float] = []  # when the client sent each request (its row's arrival)
     requests, order = trace.requests, None
-    if way_in_s and loop is None:  # the engine meets the requests as their way in ends
+    if front_loop:  # the engine meets the requests as their sends on the front end's loop end
+        sent = [r.arrival_s + way_in_s * r.prompt_tokens for r in requests]
+        engine_s = front_loop_arrivals(sent, [r.prompt_tokens for r in requests], frontend)
+        order = sorted(range(total), key=lambda i: engine_s[i])
+        requests = [replace(requests[i], arrival_s=engine_s[i]) for i in order]
+        sent_s = [trace.requests[i].arrival_s for i in order]
+    elif way_in_s and loop is None:  # the engine meets the requests as their way in ends
         order = sorted(range(total), key=lambda i: requests[i].arrival_s
                        + way_in_s * requests[i].prompt_tokens)
         requests = [requests[i] for i in order]
     for k, req in enumerate(requests):
         if loop is not None:
             req = loop.send(req, k)
-        sent_s.append(req.arrival_s)
-        if way_in_s:  # the server tokenises the prompt before the engine sees it
+        if not front_loop:
+            sent_s.append(req.arrival_s)
+        if way_in_s and not front_loop:  # the server tokenises the prompt before the engine sees it
             req = replace(req, arrival_s=req.arrival_s + way_in_s * req.prompt_tokens)
         if router == "round-robin":
             engine = engines[k % replicas]
@@ -496,7 +520,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     if client_side:
         first, finish = apply_frontend(seqs, engines, frontend)
         rows, columns = _rows(seqs, first.tolist(), finish.tolist(),
-                              sent_s if way_in_s else None)
+                              sent_s if way_in_s or front_loop else None)
     else:
         rows, columns = _rows(seqs)
     start = trace.requests[0].arrival_s
@@ -520,6 +544,12 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         if loop_request_s or loop_token_s:
             setup["client_side"]["engine_loop_request_s"] = loop_request_s
             setup["client_side"]["engine_loop_token_s"] = loop_token_s
+        if front_loop:
+            setup["client_side"].update(
+                engine_version=engine_version,
+                front_loop_request_s=frontend.front_loop_request_s,
+                front_loop_token_s=frontend.front_loop_token_s,
+                front_loop_send_s=frontend.front_loop_send_s)
     return ServeReport(setup, rows, summary, timeline(engines, makespan), itl,
                        wall_s=time.perf_counter() - started, build_s=built)
 

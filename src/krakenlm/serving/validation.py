@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import KrakenError
 from ..fileio import read_user_text
+from ..simulator.constants.software import is_engine_version
 from .kv_cache import PROFILE_CHARGES, with_accounting
 from .routing import ROUTERS
 from .traces import Request, Trace
@@ -85,6 +86,9 @@ class ServingRun:
     # random dataset counts --random-input-len less the tokenizer's special tokens, and the
     # server's tokenizer adds the BOS token: `run_trace` replays prompt + this)
     special_tokens_added: int = 0
+    # the server's engine version where the replay needs it (vLLM V0's front end: 0.5.4 hands
+    # requests over from a process of its own, `Frontend.at_version`; None: the profile's form)
+    engine_version: str | None = None
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -117,11 +121,16 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 profile_charges=None if r.get("profile_charges") is None
                 else str(r["profile_charges"]),
                 replicas=int(r.get("replicas", 1)), router=str(r.get("router", "least-loaded")),
-                special_tokens_added=int(r.get("special_tokens_added", 0)))
+                special_tokens_added=int(r.get("special_tokens_added", 0)),
+                engine_version=None if r.get("engine_version") is None
+                else str(r["engine_version"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
         if run.special_tokens_added < 0:
             raise ValidationDataError(f"{where}: special_tokens_added must be at least 0")
+        if run.engine_version is not None and not is_engine_version(run.engine_version):
+            raise ValidationDataError(f"{where}: engine_version {run.engine_version!r} is not "
+                                      "an engine version such as \"0.5.4\"")
         if run.replicas < 1 or run.router not in ROUTERS:
             raise ValidationDataError(f"{where}: replicas must be at least 1 and router one of "
                                       f"{', '.join(ROUTERS)}")
@@ -218,6 +227,7 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
     inter-token latencies, which the engine records for all requests together). The runs
     were timed by a client through the engine's API server, so the replay reports the
     client's times through the profile's front end (`client_side=False`: the engine's).
+    A run's `engine_version` chooses its front end's form (`serve`'s).
     A run's `engine_options` (the server's flags, e.g. the max_model_len that sets vLLM V0's
     batched-token budget) replace those of the engine's defaults on the run's system; a
     concurrency run replays its client's closed loop (`serve`'s `max_concurrency`). A run's
@@ -241,7 +251,7 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
                    router=run.router,
                    software=with_accounting(software, run.profile_charges),
                    model_name=run.model, client_side=client_side, options=options,
-                   max_concurrency=run.max_concurrency)
+                   max_concurrency=run.max_concurrency, engine_version=run.engine_version)
     rows = [r for r in report.rows if r["id"] >= first]
     start = min(r["arrival_s"] for r in rows)
     arrivals = [r["arrival_s"] for r in rows]

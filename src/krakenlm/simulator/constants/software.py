@@ -35,7 +35,8 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
 * `frontend`: the API server in front of the engine (a fixed time per request, a time per
   prompt token on its way in, a time per
   output token of each running stream, and for an engine that runs on the server's own event
-  loop the work per request done there, one request at a time), which only a client-side
+  loop the work per request done there, one request at a time, or for a front end in a process
+  of its own the work per request on its loop), which only a client-side
   replay (`sim serve --client-side`) adds; 0 by default.
 
 Every number carries its source (a document, or a fit on cited measurements with its
@@ -140,6 +141,43 @@ class Frontend:
     # logging its ids on the same loop): a request's hand-over takes engine_loop_request_s +
     # engine_loop_token_s x its prompt tokens
     engine_loop_token_s: float = 0.0
+    # per request, the work of a front end in a process of its own, on that process's event
+    # loop, one job at a time in the order the jobs became ready (vLLM 0.5.4: the OpenAI server
+    # beside an engine RPC process; serving/frontend.py `front_loop_arrivals`): first the
+    # request's handler (parsing, tokenising, logging: front_loop_request_s + front_loop_token_s
+    # x its prompt tokens), then, queued behind every job ready by then, its send to the engine
+    # process (front_loop_send_s). It does not hold the engine's steps back: the engine starts
+    # on what has arrived. Used instead of the engine_loop_* form for the engine versions from
+    # front_loop_since up to (not including) front_loop_until ("": every version)
+    front_loop_request_s: float = 0.0
+    front_loop_token_s: float = 0.0
+    front_loop_send_s: float = 0.0
+    front_loop_since: str = ""
+    front_loop_until: str = ""
+
+    def front_loop(self, version: str | None) -> bool:
+        """Whether a server of engine `version` hands requests over in the front-loop form
+        (the front_loop_* fields): it has them, and `version` lies in [front_loop_since,
+        front_loop_until), a bound left "" being open; with bounds and no version, no."""
+        if not (self.front_loop_request_s or self.front_loop_token_s or self.front_loop_send_s):
+            return False
+        since, until = self.front_loop_since, self.front_loop_until
+        if not since and not until:
+            return True
+        if not version:
+            return False
+        v = version_tuple(version)
+        return (not since or v >= version_tuple(since)) and \
+            (not until or v < version_tuple(until))
+
+    def at_version(self, version: str | None) -> Frontend:
+        """This front end as a server of engine `version` runs it: the front-loop form
+        (`front_loop`) without the engine-loop fields, or the engine-loop form without the
+        front-loop fields."""
+        if self.front_loop(version):
+            return dataclasses.replace(self, engine_loop_request_s=0.0, engine_loop_token_s=0.0)
+        return dataclasses.replace(self, front_loop_request_s=0.0, front_loop_token_s=0.0,
+                                   front_loop_send_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -346,6 +384,11 @@ _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": 
 _VERSION = re.compile(r"\d+(\.\d+)*((rc|a|b|\.post|\.dev)\d+)?")
 
 
+def is_engine_version(text: str) -> bool:
+    """Whether `text` is an engine version the profiles compare ("0.5.4", "1.0.0rc1")."""
+    return _VERSION.fullmatch(text) is not None
+
+
 def _finite(number: float) -> bool:
     try:
         return math.isfinite(number)
@@ -387,7 +430,7 @@ def _section(cls: type, data: Any, where: str) -> Any:
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
             if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since",
-                        "rocm_custom_since") and value \
+                        "rocm_custom_since", "front_loop_since", "front_loop_until") and value \
                     and not _VERSION.fullmatch(value):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not an engine version such "
                                     "as \"0.8\" or \"1.0.0rc1\" (or \"\" for every version)")
