@@ -1,6 +1,7 @@
 """How the V0 sources' TTFT depends on the measured API-server hand-over: the shipped
-`vllm-v0` profile's `frontend.engine_loop_request_s` and `engine_loop_token_s` (measured by
-benchmarks/vllm_v0_frontend/run.py on this machine's CPU) scaled together.
+`vllm-v0` profile's `frontend.engine_loop_request_s` and `engine_loop_token_s` (0.6.0's form)
+and its `front_loop_*` times (0.5.4's), all measured by benchmarks/vllm_v0_frontend/run.py on
+this machine's CPU, scaled together.
 
     python benchmarks/serve_v0_hand_over.py [--scales 0.8,1,1.2] [--json FILE]
 
@@ -26,12 +27,13 @@ SOURCES = ("lambda", "lambda_v060")
 
 
 def scaled(scale: float):
-    """The `vllm-v0` profile with its hand-over times times `scale`."""
+    """The `vllm-v0` profile with its hand-over times (both forms) times `scale`."""
     profile = load_software("vllm-v0")
     front = profile.frontend
+    times = ("engine_loop_request_s", "engine_loop_token_s", "front_loop_request_s",
+             "front_loop_token_s", "front_loop_send_s")
     return dataclasses.replace(profile, frontend=dataclasses.replace(
-        front, engine_loop_request_s=front.engine_loop_request_s * scale,
-        engine_loop_token_s=front.engine_loop_token_s * scale))
+        front, **{name: getattr(front, name) * scale for name in times}))
 
 
 def fail(message: str) -> None:

@@ -10,7 +10,8 @@ requests to the engine one at a time and no step starts before every arrived req
 handed over (serving/vllm_v0.py; the profile's `frontend.engine_loop_request_s`, c). Until
 stop 50 the shipped `vllm-v0` profile had c = 0 (no public per-request figure of vLLM 0.4-0.6's
 API server); it now carries the time measured with vLLM's own server code
-(benchmarks/vllm_v0_frontend/). This sweep of one time per request (no per-token part) replays every run of the source (vLLM 0.5.4 bursts of
+(benchmarks/vllm_v0_frontend/), and since stop 51 the 0.5.4 runs take 0.5.4's own form (the
+front end's loop, `front_loop_*`); this sweep replays them in the engine-loop form. This sweep of one time per request (no per-token part) replays every run of the source (vLLM 0.5.4 bursts of
 10, 20 and 160 prompts on one H100 server and one A100 server, TP 1-8) once per c of the grid,
 client-side as `benchmarks/serve_validation.py` does, and reports per run the TTFT mean, p90
 and p99 errors, and per server (the run's GPU: a host's speed belongs to its server) the median
@@ -56,11 +57,14 @@ def server_of(run) -> str:
 
 
 def sweep(runs, by_id, grid_ms: list[float]) -> list[dict]:
-    """Per run and c: the scored metrics and the predicted first token (s)."""
+    """Per run and c: the scored metrics and the predicted first token (s). Every run is
+    replayed in the engine-loop form (its `engine_version` left out: 0.5.4's runs take the
+    front-loop form since stop 51, which this constant does not enter)."""
     out = []
     for c_ms in grid_ms:
         profile = with_loop(c_ms * 1e-3)
         for run in runs:
+            run = dataclasses.replace(run, engine_version=None)
             report, summary = replay_run(run, by_id, software=profile)
             scores = score(run, summary)
             first = min(r["first_token_s"] - r["arrival_s"] for r in report.rows)

@@ -14,6 +14,9 @@ def test_a_scale_multiplies_both_hand_over_times_and_nothing_else():
         base.frontend.engine_loop_request_s / 2)
     assert half.frontend.engine_loop_token_s == pytest.approx(
         base.frontend.engine_loop_token_s / 2)
+    for name in ("front_loop_request_s", "front_loop_token_s", "front_loop_send_s"):
+        assert getattr(half.frontend, name) == pytest.approx(getattr(base.frontend, name) / 2)
+    assert half.frontend.front_loop_since == base.frontend.front_loop_since
     assert half.host == base.host and half.frontend.request_s == base.frontend.request_s
 
 
