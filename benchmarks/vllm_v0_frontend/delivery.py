@@ -177,17 +177,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.reps < 1:
         run.fail(f"--reps {args.reps}: at least one server")
-    env = Path(args.envs) / f"vllm-{VERSION}"
-    if not (env / "bin/python").exists():
-        run.fail(f"no vLLM {VERSION} environment at {env}; run "
-                 f"`bash benchmarks/vllm_v0_frontend/setup.sh {args.envs}` first")
+    env = run.environment(args.envs, VERSION)
     work = Path(tempfile.mkdtemp(prefix="vllm-v0-delivery-"))
-    sets = {}
-    for name, (prompts, outputs) in run.bursts().items():
-        path = work / f"{name}.json"
-        path.write_text(json.dumps({"prompts": run.prompt_texts(prompts),
-                                    "max_tokens": [o if o > 0 else 4096 for o in outputs]}))
-        sets[name] = path
+    sets = run.burst_files(work)
     raw = []
     for rep in range(args.reps):
         raw.append(one_server(env, work, sets))

@@ -59,10 +59,7 @@ def main() -> None:
                     help="the directory setup.sh built (vllm-0.5.4/ is used)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
-    env = Path(args.envs) / "vllm-0.5.4"
-    if not (env / "bin/python").exists():
-        run.fail(f"no vLLM 0.5.4 environment at {env}; run "
-                         f"`bash benchmarks/vllm_v0_frontend/setup.sh {args.envs}` first")
+    env = run.environment(args.envs, "0.5.4")
     work = Path(tempfile.mkdtemp(prefix="vllm-v0-pr6883-"))
     prompts = work / "prompts.json"
     prompts.write_text(json.dumps({"prompts": run.prompt_texts([PROMPT] * N),

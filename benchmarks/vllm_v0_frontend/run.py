@@ -96,6 +96,27 @@ def prompt_texts(lengths: list[int]) -> list[str]:
     return texts
 
 
+def environment(envs: str, version: str) -> Path:
+    """setup.sh's virtual environment of vLLM `version` under `envs`; one error line if absent."""
+    env = Path(envs) / f"vllm-{version}"
+    if not (env / "bin/python").exists():
+        fail(f"no vLLM {version} environment at {env}; run "
+             f"`bash benchmarks/vllm_v0_frontend/setup.sh {envs}` first")
+    return env
+
+
+def burst_files(work: Path) -> dict[str, Path]:
+    """Each burst of `bursts()` as the client's prompts file in `work` (a request the server
+    refuses, output 0 in the source file, is sent with 4,096 output tokens)."""
+    sets = {}
+    for name, (prompts, outputs) in bursts().items():
+        path = work / f"{name}.json"
+        path.write_text(json.dumps({"prompts": prompt_texts(prompts),
+                                    "max_tokens": [o if o > 0 else 4096 for o in outputs]}))
+        sets[name] = path
+    return sets
+
+
 def serve(env: Path, work: Path, log: Path, flags: list[str] = FLAGS,
           step: dict = STEP) -> subprocess.Popen:
     """The environment's vLLM server over the stand-in GPU (`step`), front end on core 1,
@@ -273,18 +294,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.reps < 1:
         fail(f"--reps {args.reps}: at least one server per version")
-    envs = {v: Path(args.envs) / f"vllm-{v}" for v in VERSIONS}
-    for v, env in envs.items():
-        if not (env / "bin/python").exists():
-            fail(f"no vLLM {v} environment at {env}; run "
-                             f"`bash benchmarks/vllm_v0_frontend/setup.sh {args.envs}` first")
+    envs = {v: environment(args.envs, v) for v in VERSIONS}
     work = Path(tempfile.mkdtemp(prefix="vllm-v0-frontend-"))
-    sets = {}
-    for name, (prompts, outputs) in bursts().items():
-        path = work / f"{name}.json"
-        path.write_text(json.dumps({"prompts": prompt_texts(prompts),
-                                    "max_tokens": [o if o > 0 else 4096 for o in outputs]}))
-        sets[name] = path
+    sets = burst_files(work)
     raw: dict[str, dict[str, list]] = {v: {name: [] for name in sets} for v in VERSIONS}
     for rep in range(args.reps):
         for v in VERSIONS:
