@@ -299,6 +299,8 @@ CASES: list[BadInput] = [
             "vLLM V0 turns chunked prefill on by itself for a context above 32K"),
     warning(f"{SIM_SERVE} --system h100-80gb-x8 --software trtllm --client-side",
             "software trtllm has no front-end constants"),
+    warning(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm-v0 --engine-version 0.5.4",
+            "--engine-version chooses the front end's form of a --client-side replay"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study serving --seeds 3 --out {tmp}/serving", "--seeds needs at least two seeds"),

@@ -93,6 +93,9 @@ def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
         raise ServeError(f"--engine-version {o.engine_version!r} is not an engine version "
                          "such as 0.5.4")
     if not o.client_side:
+        if o.engine_version is not None:
+            warn("--engine-version chooses the front end's form of a --client-side replay; "
+                 "without --client-side it changes nothing")
         return
     if _is_cluster(o) or pd_search:
         raise ServeError("--client-side is modelled on one pool of replicas (--replicas N, "
