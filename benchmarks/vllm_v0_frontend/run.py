@@ -118,18 +118,19 @@ def burst_files(work: Path) -> dict[str, Path]:
 
 
 def serve(env: Path, work: Path, log: Path, flags: list[str] = FLAGS,
-          step: dict = STEP) -> subprocess.Popen:
-    """The environment's vLLM server over the stand-in GPU (`step`), front end on core 1,
-    started with `flags`; returns once it answers /health."""
+          step: dict = STEP, harness: Path = HERE, port: int = PORT) -> subprocess.Popen:
+    """The environment's vLLM server over the stand-in GPU (`step`; `harness`: the directory of
+    its serve_fake.py and fake_executor.py), front end on core 1, started with `flags`; returns
+    once it answers /health."""
     environ = dict(os.environ, FAKE_LOG=str(log), FAKE_STEP=json.dumps(step), FAKE_ENGINE_CPUS="0",
-                   KRAKEN_GPT2_DIR=str(gpt2_data_dir()), PYTHONPATH=str(HERE))
-    cmd = ["taskset", "-c", "1", str(env / "bin/python"), str(HERE / "serve_fake.py"),
-           str(work / "model"), "--port", str(PORT)] + flags
+                   KRAKEN_GPT2_DIR=str(gpt2_data_dir()), PYTHONPATH=str(harness))
+    cmd = ["taskset", "-c", "1", str(env / "bin/python"), str(harness / "serve_fake.py"),
+           str(work / "model"), "--port", str(port)] + flags
     proc = subprocess.Popen(cmd, env=environ, stdout=open(work / "server.log", "a"),
                             stderr=subprocess.STDOUT, start_new_session=True)
-    for _ in range(240):
+    for _ in range(360):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=1)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
             return proc
         except OSError:
             if proc.poll() is not None:
@@ -138,10 +139,10 @@ def serve(env: Path, work: Path, log: Path, flags: list[str] = FLAGS,
     fail(f"the vLLM server in {env} did not start; see {work}/server.log")
 
 
-def client(env: Path, work: Path, prompts: Path, result: Path) -> None:
+def client(env: Path, work: Path, prompts: Path, result: Path, port: int = PORT) -> None:
     """burst.py on core 0 against the running server; a failed request is one error line."""
     done = subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "burst.py"),
-                           str(PORT), str(work / "model"), str(prompts), str(result)],
+                           str(port), str(work / "model"), str(prompts), str(result)],
                           stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]

@@ -1,0 +1,178 @@
+"""A closed loop through vLLM V1's own server against the replay on the same stand-in GPU: does
+the replay reproduce the client's TTFT?
+
+    python benchmarks/vllm_v1_frontend/closed_loop.py [--envs DIR] [--json FILE]
+    python benchmarks/vllm_v1_frontend/closed_loop.py --from-json docs/data/vllm-v1-closed-loop.json
+
+A client like `vllm bench serve --max-concurrency N` (`closed.py`: every request created at once,
+a semaphore of N around each streaming request) sends 128-token prompts with 128 output tokens
+(`ignore_eos`) to vLLM 0.19's server over the stand-in executor, whose steps take 11 ms + 25 us
+a token (about a 70B model's on 8 H100s), at 1, 10, 25 and 50 in flight. Then the replay serves
+the same closed loops through vLLM V1's scheduler (serial steps: the stand-in does not schedule
+asynchronously) with a step timer that charges the same GPU times plus the median host gap the
+server's engine core left between its steps, client-side, with the profile's front end set from
+this server (`request_s`: the client's TTFT at 1 in flight less its prefill step, the
+prompt's way in included). Only the front end's hand-over at more than one in flight is not
+taken from the server: the replay hands each request to the engine request_s after its send,
+where vLLM's API server hands a burst over spread over its whole way in (handover.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import handover  # noqa: E402  (this directory's: the server and the V0 harness's helpers)
+from krakenlm.fileio import write_text_atomically  # noqa: E402
+from krakenlm.models import get_preset  # noqa: E402
+from krakenlm.serving import replay  # noqa: E402
+from krakenlm.serving.traces import Request, Trace  # noqa: E402
+from krakenlm.serving.vllm_v1 import V1Options  # noqa: E402
+from krakenlm.simulator.constants.software import load_software  # noqa: E402
+
+ROOT = HERE.parent.parent
+STEP = {"prefill_s": 0.011, "prefill_token_s": 2.5e-5, "decode_s": 0.011, "decode_seq_s": 2.5e-5}
+PROMPT, OUTPUT = 128, 128
+LOOPS = {1: 30, 10: 200, 25: 300, 50: 400}  # in flight -> requests
+
+
+def run_loop(env: Path, work: Path, n: int, count: int) -> dict:
+    """One closed loop on a fresh server: each request's client TTFT, and the steps' host gaps."""
+    log = work / f"c{n}.jsonl"
+    log.write_text("")
+    prompts = work / f"c{n}.prompts.json"
+    prompts.write_text(json.dumps({"prompts": handover.v0.prompt_texts([PROMPT] * count),
+                                   "max_tokens": [OUTPUT] * count}))
+    proc = handover.serve(env, work, log, STEP)
+    try:
+        result = work / f"c{n}.result.json"
+        done = subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "closed.py"),
+                               str(handover.PORT), str(work / "model"), str(prompts), str(n),
+                               str(result)], stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            handover.v0.fail(f"the closed-loop client failed; see {work}/server.log")
+        r = json.loads(result.read_text())
+        steps = [json.loads(line) for line in Path(str(log) + ".steps").read_text().splitlines()]
+    finally:
+        handover.v0.stop(proc)
+    gaps = [b["t"] - (a["t"] + a["gpu_s"]) for a, b in zip(steps, steps[1:])]
+    return {"ttfts_s": [x["ttft"] for x in r["requests"]],
+            "host_gap_s": statistics.median(g for g in gaps if 0 <= g <= 0.1)}
+
+
+class StandInTimer:
+    """The replay's step time as the stand-in GPU times a step (11 ms + 25 us a token: its
+    formula depends on the tokens only), plus the host gap."""
+
+    def __init__(self, gap_s: float):
+        self.gap_s = gap_s
+        self.profile = SimpleNamespace(host=SimpleNamespace(decode_step_s=gap_s))
+
+    def prefill_attention_s(self, chunk: int, context: int) -> float:
+        return 0.0
+
+    def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
+        return 0.0
+
+    def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
+               prefill: bool, attention_bound: str | None = None, host: bool = True) -> float:
+        return STEP["prefill_s"] + STEP["prefill_token_s"] * tokens + (self.gap_s if host else 0.0)
+
+    def decode_steps_list(self, sequences: int, mean_kv: float, steps: int) -> list[float]:
+        return [self.step_s(sequences, sequences, sequences, 0.0, False)] * steps
+
+
+def replay_loop(n: int, count: int, gap_s: float, request_s: float) -> list[float]:
+    """The replay's client TTFTs of the same closed loop (module docstring)."""
+    profile = load_software("vllm")
+    profile = dataclasses.replace(profile, frontend=dataclasses.replace(
+        profile.frontend, request_s=request_s, per_prompt_token_s=0.0))
+    trace = Trace("closed", tuple(Request(i, 0.0, PROMPT, OUTPUT) for i in range(count)))
+    timer = StandInTimer(gap_s)
+    original = replay._step_timer
+    replay._step_timer = lambda *args, **kwargs: timer
+    try:
+        report = replay.serve(trace, get_preset("llama3-8b"), "h100-80gb-x8", software=profile,
+                              tp=1, model_name="stand-in", client_side=True,
+                              options=V1Options(8192, 1024, async_scheduling=False),
+                              max_concurrency=n)
+    finally:
+        replay._step_timer = original
+    return [r["ttft_s"] for r in report.rows]
+
+
+def stats(ttfts: list[float]) -> dict[str, float]:
+    t = np.array(ttfts)
+    return {"mean_s": float(t.mean()), "p50_s": float(np.median(t)), "p99_s": float(np.percentile(t, 99))}
+
+
+def compare(loops: dict) -> dict:
+    """Per loop: the server's TTFT statistics and the replay's."""
+    one = loops["1"]
+    gap = one["host_gap_s"]
+    request_s = float(np.mean(one["ttfts_s"])) - (STEP["prefill_s"] + STEP["prefill_token_s"] *
+                                                  PROMPT + gap)
+    out = {"request_s": request_s, "loops": {}}
+    for n, loop in loops.items():
+        count = len(loop["ttfts_s"])
+        out["loops"][n] = {
+            "server": stats(loop["ttfts_s"]),
+            "replay": stats(replay_loop(int(n), count, loop["host_gap_s"], request_s))}
+    return out
+
+
+def report(result: dict) -> None:
+    print(f"front end from 1 in flight: request_s {result['request_s']*1e3:.1f} ms")
+    print(f"{'in flight':>9s}  {'server TTFT mean/p50/p99':>24s}  {'replay':>14s}  {'mean error':>10s}")
+    for n, row in result["loops"].items():
+        cells = ["/".join(f"{row[k][s]*1e3:.0f}" for s in ("mean_s", "p50_s", "p99_s"))
+                 for k in ("server", "replay")]
+        error = row["replay"]["mean_s"] / row["server"]["mean_s"] - 1
+        print(f"{n:>9s}  {cells[0]:>24s}  {cells[1]:>14s}  {100 * error:+9.1f} % (ms)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v1")
+    ap.add_argument("--json")
+    ap.add_argument("--from-json", help="compare the loops of an earlier --json file again")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        try:
+            loops = json.loads(Path(args.from_json).read_text())["loops"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            handover.v0.fail(f"{args.from_json}: not a file this script wrote ({e})")
+        report(compare(loops))
+        return
+    env = handover.environment(args.envs)
+    work = Path(tempfile.mkdtemp(prefix="vllm-v1-closed-"))
+    loops = {}
+    for n, count in LOOPS.items():
+        loops[str(n)] = run_loop(env, work, n, count)
+        print(f"{n} in flight done", file=sys.stderr)
+        time.sleep(2)
+    result = compare(loops)
+    report(result)
+    if args.json:
+        write_text_atomically(args.json, json.dumps(
+            {"command": f"python benchmarks/vllm_v1_frontend/closed_loop.py --json {args.json}",
+             "cpu": handover.v0.cpu_name(), "vllm": handover.VERSION, "fake_gpu": STEP,
+             "server_flags": handover.FLAGS, "comparison": result, "loops": loops},
+            indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""benchmarks/vllm_v1_frontend/: the arithmetic behind the V1 harness's figures (the servers
+themselves need setup.sh's vLLM environment)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from benchmark_module import load_benchmark
+
+handover = load_benchmark("vllm_v1_frontend/handover", "benchmarks_vllm_v1_frontend_handover")
+closed = load_benchmark("vllm_v1_frontend/closed_loop", "benchmarks_vllm_v1_frontend_closed_loop")
+DATA = Path(__file__).parent.parent / "docs/data"
+
+
+def _server(arrivals_of: dict) -> dict:
+    return {name: {"arrivals_s": a, "ttft_mean_s": 0.1} for name, a in arrivals_of.items()}
+
+
+def test_one_at_a_time_recovers_c_from_a_queue():
+    # arrivals exactly (k + 1) x 3 ms in every 160-request burst; the 10-request one is not fitted
+    queue = [(k + 1) * 3e-3 for k in range(160)]
+    servers = [_server({"sharegpt160": queue, "sharegpt10": [1.0] * 10})] * 2
+    c, rows = handover.fit(servers)
+    assert c == pytest.approx(3e-3) and rows == 320
+
+
+def test_the_medians_are_per_burst_over_the_servers():
+    servers = [_server({"x": [0.01, 0.02, 0.05]}), _server({"x": [0.03, 0.04, 0.07]}),
+               _server({"x": [0.02, 0.03, 0.09]})]
+    row = handover.table(servers)["x"]
+    assert row["first_s"] == pytest.approx(0.02) and row["last_s"] == pytest.approx(0.07)
+    assert row["mean_s"] == pytest.approx(0.14 / 3) and row["n"] == 3  # the servers' means 0.027, 0.047, 0.047
+
+
+def test_the_committed_figures_follow_from_their_servers():
+    data = json.loads((DATA / "vllm-v1-frontend.json").read_text())
+    c, rows = handover.fit(data["servers"])
+    assert (c, rows) == pytest.approx((data["fit"]["one_at_a_time_s"], data["fit"]["arrivals"]))
+    two = handover.fit_two_phase(data["servers"])
+    assert two == pytest.approx(tuple(data["fit_two_phase"].values()))
+    for name, row in handover.table(data["servers"]).items():
+        assert row == pytest.approx(data["medians"][name]), name
+
+
+def test_the_stand_in_timer_charges_its_gpu_time_and_the_gap():
+    timer = closed.StandInTimer(2e-3)
+    assert timer.step_s(200, 10, 10, 0.0, True) == pytest.approx(0.011 + 200 * 2.5e-5 + 2e-3)
+    assert timer.step_s(10, 10, 10, 0.0, False, host=False) == pytest.approx(0.011 + 10 * 2.5e-5)
+    assert timer.decode_steps_list(4, 100.0, 3) == pytest.approx([0.011 + 1e-4 + 2e-3] * 3)
+
+
+def test_a_replayed_closed_loop_of_one_equals_request_s_and_one_prefill_step():
+    ttfts = closed.replay_loop(1, 3, 2e-3, 0.03)
+    assert ttfts == pytest.approx([0.03 + 0.011 + 128 * 2.5e-5 + 2e-3] * 3)
+
+
+def test_the_committed_closed_loop_comparison_is_reproduced():
+    data = json.loads((DATA / "vllm-v1-closed-loop.json").read_text())
+    again = closed.compare(data["loops"])
+    assert again["request_s"] == pytest.approx(data["comparison"]["request_s"])
+    for n, row in data["comparison"]["loops"].items():
+        for who in ("server", "replay"):
+            assert again["loops"][n][who] == pytest.approx(row[who]), (n, who)
+
+
+@pytest.mark.parametrize("script", [handover, closed])
+def test_a_missing_environment_is_one_error_line(script, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--envs", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no vLLM 0.19.0 environment") and err.count("\n") == 1
