@@ -110,12 +110,39 @@ def test_without_a_version_the_engine_loop_form_is_kept():
     assert "front_loop_send_s" not in default.setup["client_side"]
 
 
-def test_a_closed_loop_or_another_engine_is_refused(tmp_path):
+def test_a_closed_loop_that_never_waits_is_the_open_loop():
+    # 8 requests at once with room for all 8 in flight: the front end's loop, run as the sends
+    # come (FrontLoop), gives the arrivals of the whole burst known in advance
+    burst = Trace("burst", tuple(Request(i, 0.0, 100 + 10 * i, 5) for i in range(8)))
+    open_loop = _serve(burst, "vllm-v0", engine_version="0.5.4")
+    closed = _serve(burst, "vllm-v0", engine_version="0.5.4", max_concurrency=8)
+    assert [r["ttft_s"] for r in closed.rows] == pytest.approx([r["ttft_s"] for r in open_loop.rows])
+
+
+def test_a_closed_loop_of_one_waits_its_own_way_in_each_time(tmp_path):
+    # one in flight: every request meets an idle loop and an idle engine, so its TTFT is a lone
+    # request's, its way through the loop included
+    burst = Trace("burst", tuple(Request(i, 0.0, 100, 5) for i in range(3)))
+    lone = _serve(Trace("lone", (Request(0, 0.0, 100, 5),)), "vllm-v0", engine_version="0.5.4")
+    closed = _serve(burst, "vllm-v0", engine_version="0.5.4", max_concurrency=1)
+    assert [r["ttft_s"] for r in closed.rows] == pytest.approx([lone.rows[0]["ttft_s"]] * 3)
+    # each sent when the one before it finished, as the client saw it
+    sends = [r["arrival_s"] for r in closed.rows]
+    assert sends[1] == pytest.approx(closed.rows[0]["finish_s"])
+
+
+def test_a_later_send_with_a_shorter_way_in_is_handed_over_in_its_place(tmp_path):
+    # a long prompt's handler takes longer: the rows stay in send order, each its own
+    front = replace(FRONT, front_loop_token_s=1e-4)
+    burst = Trace("burst", (Request(0, 0.0, 2000, 5), Request(1, 0.0, 10, 5)))
+    closed = _serve(burst, _profile(tmp_path, front), max_concurrency=2)
+    assert [r["prompt_tokens"] for r in closed.rows] == [2000, 10]
+
+
+def test_another_engine_is_refused(tmp_path):
     burst = Trace("burst", tuple(Request(i, 0.0, 100, 5) for i in range(4)))
-    with pytest.raises(ServeError, match="closed-loop client .* 0.5.4 .* not modelled"):
-        _serve(burst, "vllm-v0", engine_version="0.5.4", max_concurrency=2)
-    with pytest.raises(ServeError, match="only a vLLM V0 engine .* not vllm-v1"):
-        _serve(burst, _profile(tmp_path, FRONT), scheduler="vllm-v1")
+    with pytest.raises(ServeError, match="only vLLM's engines .* not sglang"):
+        _serve(burst, _profile(tmp_path, FRONT), scheduler="sglang")
 
 
 def test_the_lambda_runs_name_their_engine_version(tmp_path):

@@ -35,8 +35,11 @@ def _replay(software, client_side):
 
 
 def _profile(tmp_path, **frontend):
-    """A copy of the vllm profile with these front-end constants."""
+    """A copy of the vllm profile with these front-end constants, without its loop's hand-over
+    (front_loop_*, tests/test_serving_front_loop.py) unless given."""
     base = load_software("vllm")
+    frontend = {"front_loop_request_s": 0.0, "front_loop_token_s": 0.0, "front_loop_send_s": 0.0,
+                **frontend}
     return dataclasses.replace(base, frontend=dataclasses.replace(base.frontend, **frontend))
 
 
@@ -94,7 +97,10 @@ def test_a_per_stream_cost_slows_what_the_client_sees_and_not_the_engine(tmp_pat
     slow = tmp_path / "vllm-slow-frontend.yaml"  # 50 ms per stream token: far behind
     slow.write_text(text.replace("per_stream_token_s: 0.0 ", "per_stream_token_s: 0.05 ", 1)
                     .replace("request_s: 8.7e-3 ", "request_s: 0.0 ", 1)
-                    .replace("per_prompt_token_s: 3.2e-6 ", "per_prompt_token_s: 0.0 ", 1))
+                    .replace("per_prompt_token_s: 3.2e-6 ", "per_prompt_token_s: 0.0 ", 1)
+                    .replace("front_loop_request_s: 5.0e-4 ", "front_loop_request_s: 0.0 ", 1)
+                    .replace("front_loop_token_s: 1.24e-6 ", "front_loop_token_s: 0.0 ", 1)
+                    .replace("front_loop_send_s: 2.55e-3 ", "front_loop_send_s: 0.0 ", 1))
     assert load_software(str(slow)).frontend == Frontend(0.0, 0.05)
     engine = _replay(str(slow), False)
     client = _replay(str(slow), True)

@@ -65,7 +65,7 @@ def client_times(engine_times_s: np.ndarray, step_end_s: np.ndarray,
     an engine step): that step's delivery time plus the fixed per-request time."""
     k = np.searchsorted(step_end_s, engine_times_s, side="left")
     k = np.minimum(k, len(step_end_s) - 1)
-    return delivered_s[k] + frontend.request_s
+    return delivered_s[k] + frontend.after_engine_s()
 
 
 def apply_frontend(seqs, engines, frontend: Frontend) -> tuple[np.ndarray, np.ndarray]:
@@ -95,34 +95,59 @@ def front_loop_arrivals(sent_s: Sequence[float], prompt_tokens: Sequence[int],
 def front_loop_schedule(sent_s: Sequence[float], prompt_tokens: Sequence[int],
                         frontend: Frontend) -> tuple[list[float], np.ndarray, np.ndarray]:
     """When each request reaches the engine through the front end's event loop (module
-    docstring): one server, its jobs served in the order they became ready. Request i's handler
-    becomes ready when it is sent (sent_s[i], in send order) and takes front_loop_request_s +
-    front_loop_token_s x prompt_tokens[i]; its send becomes ready when that ends and takes
-    front_loop_send_s; the request reaches the engine when its send ends. For N requests sent
-    at once request i arrives at sum_j (request_s + token_s x p_j) + (i + 1) x send_s; a
-    request sent to an idle loop arrives request_s + token_s x p + send_s after its send.
-    Returns the arrivals and, for the loop's jobs in the order it served them, when each
-    became ready and when it ended."""
-    ready: list[tuple[float, int, int, int]] = []  # (ready at, order, stage, request)
-    for i, t in enumerate(sent_s):
-        ready.append((float(t), i, 1, i))
-    heapq.heapify(ready)
-    order = len(ready)
-    busy_until = -np.inf
-    arrival = [0.0] * len(ready)
-    ready_s: list[float] = []
-    done_s: list[float] = []
-    while ready:
-        at, _, stage, i = heapq.heappop(ready)
-        start = max(at, busy_until)
-        ready_s.append(at)
-        if stage == 1:
-            busy_until = start + frontend.front_loop_request_s + \
-                frontend.front_loop_token_s * prompt_tokens[i]
-            heapq.heappush(ready, (busy_until, order, 2, i))
-            order += 1
-        else:
-            busy_until = start + frontend.front_loop_send_s
-            arrival[i] = busy_until
-        done_s.append(busy_until)
-    return arrival, np.array(ready_s), np.array(done_s)
+    docstring), every request sent at sent_s[i] (in send order): `FrontLoop` with every send
+    known. For N requests sent at once request i arrives at sum_j (request_s + token_s x p_j) +
+    (i + 1) x send_s; a request sent to an idle loop arrives request_s + token_s x p + send_s
+    after its send. Returns the arrivals and, for the loop's jobs in the order it served them,
+    when each became ready and when it ended."""
+    loop = FrontLoop(frontend)
+    for i, (t, p) in enumerate(zip(sent_s, prompt_tokens)):
+        loop.submit(float(t), p, i)
+    arrival = [0.0] * len(sent_s)
+    for i, t in loop.release(np.inf):
+        arrival[i] = t
+    return arrival, np.array(loop.ready_s), np.array(loop.done_s)
+
+
+class FrontLoop:
+    """The front end's event loop (module docstring) as the sends come: one server, its jobs
+    served in the order they became ready. `submit` puts a request's handler on it at its send
+    (front_loop_request_s + front_loop_token_s x its prompt tokens); when the handler ends, its
+    send becomes ready (front_loop_send_s), and the request reaches the engine when the send
+    ends. `release(until_s)` serves every job that became ready by `until_s` and returns the
+    requests whose send ended, with their arrival at the engine, in order: a caller that sends
+    nothing before `until_s` (a closed loop's client, whose next send is no earlier) can hand
+    them to the engine, since no later job can go before them."""
+
+    def __init__(self, frontend: Frontend):
+        self.frontend = frontend
+        self.jobs: list[tuple[float, int, int, int, object]] = []  # (ready, order, stage, ...)
+        self.order = 0
+        self.busy_until = -np.inf
+        self.ready_s: list[float] = []  # the jobs served, in order: when each became ready
+        self.done_s: list[float] = []  # and when it ended
+
+    def submit(self, ready_s: float, prompt_tokens: int, item: object) -> None:
+        heapq.heappush(self.jobs, (ready_s, self.order, 1, prompt_tokens, item))
+        self.order += 1
+
+    def next_ready_s(self) -> float:
+        """When the next job waiting on the loop became (or becomes) ready; inf: none waits."""
+        return self.jobs[0][0] if self.jobs else np.inf
+
+    def release(self, until_s: float) -> list[tuple[object, float]]:
+        front, out = self.frontend, []
+        while self.jobs and self.jobs[0][0] <= until_s:
+            ready, _, stage, tokens, item = heapq.heappop(self.jobs)
+            start = max(ready, self.busy_until)
+            self.ready_s.append(ready)
+            if stage == 1:
+                self.busy_until = start + front.front_loop_request_s + \
+                    front.front_loop_token_s * tokens
+                heapq.heappush(self.jobs, (self.busy_until, self.order, 2, tokens, item))
+                self.order += 1
+            else:
+                self.busy_until = start + front.front_loop_send_s
+                out.append((item, self.busy_until))
+            self.done_s.append(self.busy_until)
+        return out

@@ -38,7 +38,7 @@ from ..hardware.schema import System
 from ..models import ModelConfig
 from ..simulator import Simulator
 from ..simulator.constants.software import SoftwareProfile, load_software
-from .frontend import apply_frontend, front_loop_arrivals
+from .frontend import FrontLoop, apply_frontend, front_loop_arrivals
 from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
 from .packing import packed_array
 from .report import AMORTISATION_YEARS, RequestColumns, ServeReport, summarise, timeline
@@ -419,16 +419,11 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                for i in range(replicas)]
     frontend = sim.profile.frontend.at_version(engine_version)
     front_loop = client_side and frontend.front_loop(engine_version)
-    if front_loop and kind != "vllm-v0":
+    if front_loop and kind not in ("vllm-v0", "vllm-v1"):
         raise ServeError(f"software profile {sim.profile.name!r} hands requests over through "
-                         "its front end's own event loop (frontend.front_loop_*), which only a "
-                         f"vLLM V0 engine (scheduler vllm-v0) runs, not {kind}; set them to 0 "
-                         "or use --scheduler vllm-v0")
-    if front_loop and max_concurrency:
-        raise ServeError(f"a closed-loop client (max_concurrency) through the front end of "
-                         f"engine version {engine_version} (frontend.front_loop_*) is not "
-                         "modelled: its hand-over needs every send time in advance; leave out "
-                         "max_concurrency or the engine version")
+                         "its front end's own event loop (frontend.front_loop_*), which only "
+                         f"vLLM's engines (scheduler vllm-v0 or vllm-v1) run, not {kind}; set "
+                         "them to 0 or use one of those schedulers")
     loop_request_s = frontend.engine_loop_request_s if client_side else 0.0
     loop_token_s = frontend.engine_loop_token_s if client_side else 0.0
     if loop_request_s or loop_token_s:  # vllm_v0.py: the API server's work on the engine's loop
@@ -449,16 +444,19 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     watch = stop_after_ttft_misses is not None and slo_ttft_s is not None
     pending: list[Seq] = []  # requests whose TTFT SLO outcome is not known yet
     misses = 0
-    lag_s = frontend.request_s if client_side else 0.0
+    lag_s = frontend.after_engine_s() if client_side else 0.0
     if max_concurrency and client_side and frontend.per_stream_token_s:
         warn("max_concurrency frees a client's slot at the engine's finish plus the front "
              "end's request_s; the profile's per_stream_token_s delay is not fed back")
     loop = _ClosedLoop(engines, max_concurrency, lag_s) if max_concurrency else None
+    # a closed loop through the front end's own event loop: each send's handler and send run
+    # there as the client sends (frontend.FrontLoop), the requests reach the engine as they end
+    floop = FrontLoop(frontend) if front_loop and loop is not None else None
     balancer = DPLoadBalancer(engines) if router == "vllm-dp" else None
     way_in_s = frontend.per_prompt_token_s if client_side else 0.0
     sent_s: list[float] = []  # when the client sent each request (its row's arrival)
     requests, order = trace.requests, None
-    if front_loop:  # the engine meets the requests as their sends on the front end's loop end
+    if front_loop and loop is None:  # the engine meets the requests as their sends there end
         sent = [r.arrival_s + way_in_s * r.prompt_tokens for r in requests]
         engine_s = front_loop_arrivals(sent, [r.prompt_tokens for r in requests], frontend)
         order = sorted(range(total), key=lambda i: engine_s[i])
@@ -468,13 +466,11 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         order = sorted(range(total), key=lambda i: requests[i].arrival_s
                        + way_in_s * requests[i].prompt_tokens)
         requests = [requests[i] for i in order]
-    for k, req in enumerate(requests):
-        if loop is not None:
-            req = loop.send(req, k)
-        if not front_loop:
-            sent_s.append(req.arrival_s)
-        if way_in_s and not front_loop:  # the server tokenises the prompt before the engine sees it
-            req = replace(req, arrival_s=req.arrival_s + way_in_s * req.prompt_tokens)
+    admitted: list[int] = []  # the send index of each request in `seqs`
+
+    def admit(k: int, req) -> None:
+        """Route the k-th request sent, which reaches the engine at req.arrival_s, and add it."""
+        nonlocal misses, pending
         if router == "round-robin":
             engine = engines[k % replicas]
             engine.advance(req.arrival_s)
@@ -492,6 +488,7 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
         seq = Seq(req, engine.index)
         engine.add(seq)
         seqs.append(seq)
+        admitted.append(k)
         if loop is not None:
             loop.in_flight.append(seq)
         if watch:
@@ -501,8 +498,35 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
                 if misses >= stop_after_ttft_misses:
                     raise ReplayStopped(f"stopped after {k + 1} of {total} requests: {misses} "
                                         f"already miss the TTFT SLO of {slo_ttft_s} s")
+
+    if floop is not None:
+        def release(until_s: float) -> int:
+            """Hand the engine every request whose send on the front end's loop ended, of the
+            jobs that became ready by `until_s` (no send comes before then)."""
+            done = floop.release(until_s)
+            for (k, req), arrival_s in done:
+                admit(k, replace(req, arrival_s=arrival_s))
+            return len(done)
+        loop.release, loop.front_next_s = release, floop.next_ready_s
+    for k, req in enumerate(requests):
+        if loop is not None:
+            req = loop.send(req, k)
+        if floop is not None:  # to the front end's loop after its way in
+            sent_s.append(req.arrival_s)
+            floop.submit(req.arrival_s + way_in_s * req.prompt_tokens, req.prompt_tokens, (k, req))
+            release(req.arrival_s)
+        else:
+            if not front_loop:
+                sent_s.append(req.arrival_s)
+            if way_in_s and not front_loop:  # the server tokenises the prompt before the engine sees it
+                req = replace(req, arrival_s=req.arrival_s + way_in_s * req.prompt_tokens)
+            admit(k, req)
         if progress is not None and (k + 1) % 1000 == 0:
             progress(k + 1, total)
+    if floop is not None:
+        release(math.inf)
+        # admitted as their ways through the front end's loop ended: back in send order
+        seqs = [seq for _, seq in sorted(zip(admitted, seqs), key=lambda pair: pair[0])]
     for e in engines:
         e.advance(math.inf)
     # the requests that never finished are the ones still queued or running
@@ -566,6 +590,10 @@ class _ClosedLoop:
         self.engines, self.n, self.lag_s = engines, n, lag_s
         self.in_flight: list[Seq] = []  # sent, not yet seen finished
         self.freed: list[float] = []  # client-side finish times not yet taken, a heap
+        # with the front end's own loop (`serve`): hands the engine the requests whose way
+        # through that loop ends by a time no send precedes; returns how many
+        self.release: Callable[[float], int] | None = None
+        self.front_next_s: Callable[[], float] | None = None  # when its next job becomes ready
 
     def send(self, req, k: int):
         """`req` as the client sends it: at its arrival, or later when a slot frees then."""
@@ -583,12 +611,23 @@ class _ClosedLoop:
                     heapq.heappush(freed, s.finish_s + lag)
                 self.in_flight = [s for s in self.in_flight if s.finish_s != s.finish_s]
             busy = [e for e in self.engines if e.outstanding]
+            if self.release is not None:
+                # the next send comes no earlier than a known client-side finish or than the
+                # earliest finish a busy engine can still make: what the front end's loop hands
+                # over by then goes to the engines first
+                bound = min(freed[0] if freed else math.inf,
+                            min((e.now for e in busy), default=math.inf) + lag)
+                if self.release(bound):
+                    continue
             if freed and all(freed[0] <= e.now + lag for e in busy):
                 return heapq.heappop(freed)
             engine = min(busy, key=lambda e: e.now) if busy else None
             before = (engine.now, engine.outstanding) if engine else None
             if engine is not None:  # no further than the step in flight at the best candidate
-                engine.advance(freed[0] - lag if freed else math.inf, stop_at_finish=True)
+                until = freed[0] - lag if freed else math.inf
+                if self.front_next_s is not None:  # nor past a job of the front end's loop
+                    until = min(until, self.front_next_s())
+                engine.advance(until, stop_at_finish=True)
             if engine is None or (engine.now, engine.outstanding) == before:
                 raise ServeError("closed-loop replay: no request in flight can finish to free "
                                  "a slot (the KV cache cannot hold them)")

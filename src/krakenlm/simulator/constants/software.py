@@ -170,6 +170,12 @@ class Frontend:
         return (not since or v >= version_tuple(since)) and \
             (not until or v < version_tuple(until))
 
+    def after_engine_s(self) -> float:
+        """The fixed time per request a client sees besides the engine's and the front-end
+        loop's: request_s, which at concurrency 1 holds all the front end's time, less the
+        front loop's handler and send (front_loop_request_s + front_loop_send_s), at least 0."""
+        return max(0.0, self.request_s - self.front_loop_request_s - self.front_loop_send_s)
+
     def at_version(self, version: str | None) -> Frontend:
         """This front end as a server of engine `version` runs it: the front-loop form
         (`front_loop`) without the engine-loop fields, or the engine-loop form without the
@@ -460,6 +466,11 @@ def profile_from_dict(data: Any, source: str) -> SoftwareProfile:
     per_system = raw_host.pop("systems", None) or {}
     sections = {name: _section(cls, raw_host if name == "host" else data.get(name),
                                f"{source}: {name}") for name, cls in _SECTIONS.items()}
+    front = sections["frontend"]
+    if (front.engine_loop_request_s or front.engine_loop_token_s) and front.front_loop(None):
+        raise SoftwareError(f"{source}: frontend sets both engine_loop_* and front_loop_* for "
+                            "every engine version; set one form, or front_loop_since / "
+                            "front_loop_until for the versions whose front end has a loop of its own")
     if not isinstance(per_system, dict):
         raise SoftwareError(f"{source}: host.systems must map a system name to host constants")
     host_systems = {}
