@@ -32,6 +32,16 @@ def test_the_medians_are_per_burst_over_the_servers():
     assert row["mean_s"] == pytest.approx(0.14 / 3) and row["n"] == 3  # the servers' means 0.027, 0.047, 0.047
 
 
+def test_the_shipped_profile_carries_the_handlers_then_sends_fit():
+    from krakenlm.simulator.constants.software import load_software
+    fit = json.loads((DATA / "vllm-v1-frontend.json").read_text())["fit_two_phase"]
+    front = load_software("vllm").frontend
+    assert front.front_loop_request_s == float(f"{fit['handler_s']:.2g}")
+    assert front.front_loop_token_s == float(f"{fit['per_prompt_token_s']:.3g}")
+    assert front.front_loop_send_s == float(f"{fit['send_s']:.3g}")
+    assert front.front_loop(None) and front.after_engine_s() == pytest.approx(8.7e-3 - 3.05e-3)
+
+
 def test_the_committed_figures_follow_from_their_servers():
     data = json.loads((DATA / "vllm-v1-frontend.json").read_text())
     c, rows = handover.fit(data["servers"])
@@ -50,8 +60,12 @@ def test_the_stand_in_timer_charges_its_gpu_time_and_the_gap():
 
 
 def test_a_replayed_closed_loop_of_one_equals_request_s_and_one_prefill_step():
-    ttfts = closed.replay_loop(1, 3, 2e-3, 0.03)
+    ttfts = closed.replay_loop(1, 3, 2e-3, 0.03, front_loop=False)
     assert ttfts == pytest.approx([0.03 + 0.011 + 128 * 2.5e-5 + 2e-3] * 3)
+    # through the shipped loop: request_s holds its handler and hand-over, not the handler's
+    # per-token part (128 x 1.24 us)
+    shipped = closed.replay_loop(1, 3, 2e-3, 0.03)
+    assert shipped == pytest.approx([0.03 + 0.011 + 128 * 2.5e-5 + 2e-3 + 128 * 1.24e-6] * 3)
 
 
 def test_the_committed_closed_loop_comparison_is_reproduced():
@@ -59,7 +73,7 @@ def test_the_committed_closed_loop_comparison_is_reproduced():
     again = closed.compare(data["loops"])
     assert again["request_s"] == pytest.approx(data["comparison"]["request_s"])
     for n, row in data["comparison"]["loops"].items():
-        for who in ("server", "replay"):
+        for who in ("server", "replay_without_loop", "replay"):
             assert again["loops"][n][who] == pytest.approx(row[who]), (n, who)
 
 

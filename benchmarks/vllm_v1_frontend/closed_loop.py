@@ -12,9 +12,10 @@ the same closed loops through vLLM V1's scheduler (serial steps: the stand-in do
 asynchronously) with a step timer that charges the same GPU times plus the median host gap the
 server's engine core left between its steps, client-side, with the profile's front end set from
 this server (`request_s`: the client's TTFT at 1 in flight less its prefill step, the
-prompt's way in included). Only the front end's hand-over at more than one in flight is not
-taken from the server: the replay hands each request to the engine request_s after its send,
-where vLLM's API server hands a burst over spread over its whole way in (handover.py).
+prompt's way in included), twice: without the front end's own loop (each request handed over
+request_s after its send, the replay until stop 51) and as the shipped `vllm` profile hands
+requests over, through that loop (serving/frontend.py `FrontLoop`: handlers, then hand-overs,
+one job at a time, with the times handover.py fitted to this server's bursts).
 """
 
 from __future__ import annotations
@@ -95,11 +96,15 @@ class StandInTimer:
         return [self.step_s(sequences, sequences, sequences, 0.0, False)] * steps
 
 
-def replay_loop(n: int, count: int, gap_s: float, request_s: float) -> list[float]:
-    """The replay's client TTFTs of the same closed loop (module docstring)."""
+def replay_loop(n: int, count: int, gap_s: float, request_s: float,
+                front_loop: bool = True) -> list[float]:
+    """The replay's client TTFTs of the same closed loop (module docstring), through the
+    profile's front-end loop or (`front_loop` False) without it."""
     profile = load_software("vllm")
+    no_loop = {} if front_loop else {"front_loop_request_s": 0.0, "front_loop_token_s": 0.0,
+                                     "front_loop_send_s": 0.0}
     profile = dataclasses.replace(profile, frontend=dataclasses.replace(
-        profile.frontend, request_s=request_s, per_prompt_token_s=0.0))
+        profile.frontend, request_s=request_s, per_prompt_token_s=0.0, **no_loop))
     trace = Trace("closed", tuple(Request(i, 0.0, PROMPT, OUTPUT) for i in range(count)))
     timer = StandInTimer(gap_s)
     original = replay._step_timer
@@ -120,7 +125,8 @@ def stats(ttfts: list[float]) -> dict[str, float]:
 
 
 def compare(loops: dict) -> dict:
-    """Per loop: the server's TTFT statistics and the replay's."""
+    """Per loop: the server's TTFT statistics and the replay's, without the front end's loop
+    and as shipped."""
     one = loops["1"]
     gap = one["host_gap_s"]
     request_s = float(np.mean(one["ttfts_s"])) - (STEP["prefill_s"] + STEP["prefill_token_s"] *
@@ -130,18 +136,23 @@ def compare(loops: dict) -> dict:
         count = len(loop["ttfts_s"])
         out["loops"][n] = {
             "server": stats(loop["ttfts_s"]),
+            "replay_without_loop": stats(replay_loop(int(n), count, loop["host_gap_s"],
+                                                     request_s, front_loop=False)),
             "replay": stats(replay_loop(int(n), count, loop["host_gap_s"], request_s))}
     return out
 
 
 def report(result: dict) -> None:
     print(f"front end from 1 in flight: request_s {result['request_s']*1e3:.1f} ms")
-    print(f"{'in flight':>9s}  {'server TTFT mean/p50/p99':>24s}  {'replay':>14s}  {'mean error':>10s}")
+    print(f"{'in flight':>9s}  {'server TTFT mean/p50/p99':>24s}  {'without loop':>14s}  "
+          f"{'error':>7s}  {'shipped':>14s}  {'error':>7s}")
     for n, row in result["loops"].items():
         cells = ["/".join(f"{row[k][s]*1e3:.0f}" for s in ("mean_s", "p50_s", "p99_s"))
-                 for k in ("server", "replay")]
-        error = row["replay"]["mean_s"] / row["server"]["mean_s"] - 1
-        print(f"{n:>9s}  {cells[0]:>24s}  {cells[1]:>14s}  {100 * error:+9.1f} % (ms)")
+                 for k in ("server", "replay_without_loop", "replay")]
+        errors = [100 * (row[k]["mean_s"] / row["server"]["mean_s"] - 1)
+                  for k in ("replay_without_loop", "replay")]
+        print(f"{n:>9s}  {cells[0]:>24s}  {cells[1]:>14s}  {errors[0]:+6.1f}%  {cells[2]:>14s}  "
+              f"{errors[1]:+6.1f}% (ms)")
 
 
 def main(argv: list[str] | None = None) -> None:
