@@ -16,23 +16,27 @@ import time
 import aiohttp
 
 
+async def stream(session, url: str, payload: dict, out: dict) -> None:
+    """One streaming completion: its send time, status, TTFT, E2E and chunks into `out`."""
+    start = time.perf_counter()
+    out["send"] = time.time()
+    ttft, chunks = None, 0
+    async with session.post(url, json=payload) as response:
+        out["status"] = response.status
+        async for line in response.content:
+            line = line.strip()
+            if not line or line == b"data: [DONE]":
+                continue
+            if ttft is None:
+                ttft = time.perf_counter() - start
+            chunks += 1
+    out.update(ttft=ttft, e2e=time.perf_counter() - start, chunks=chunks)
+
+
 async def one(url: str, model: str, prompt: str, max_tokens: int, out: dict) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
-        payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1,
-                   "max_tokens": max_tokens, "stream": True}
-        start = time.perf_counter()
-        out["send"] = time.time()
-        ttft, chunks = None, 0
-        async with session.post(url, json=payload) as response:
-            out["status"] = response.status
-            async for line in response.content:
-                line = line.strip()
-                if not line or line == b"data: [DONE]":
-                    continue
-                if ttft is None:
-                    ttft = time.perf_counter() - start
-                chunks += 1
-        out.update(ttft=ttft, e2e=time.perf_counter() - start, chunks=chunks)
+        await stream(session, url, {"model": model, "prompt": prompt, "temperature": 0.0,
+                                    "best_of": 1, "max_tokens": max_tokens, "stream": True}, out)
 
 
 async def later(delay_s: float, job) -> None:

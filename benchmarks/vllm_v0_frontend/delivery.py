@@ -29,7 +29,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -105,29 +104,17 @@ def one_server(env: Path, work: Path, sets: dict) -> dict[str, dict]:
     prompts and the client's TTFTs, and (under "host_gaps") the engine's host time between
     steps over all its bursts (`host_gaps`)."""
     log = work / "arrivals.jsonl"
-    log.write_text("")
     steps_log = Path(str(log) + ".steps")
     steps_log.write_text("")
-    proc = run.serve(env, work, log)
     out, every_step = {}, []
-    try:
-        for name, path in sets.items():
-            result = work / f"{name}.result.json"
-            run.client(env, work, path, result)
-            end = time.time()
-            r = json.loads(result.read_text())
-            t0 = r["t0"]
-            steps = [json.loads(line) for line in steps_log.read_text().splitlines()]
-            steps = [{"t": s["t"] - t0, "gpu_s": s["gpu_s"], "prompts": s["prompts"]}
-                     for s in steps if t0 <= s["t"] < end]
-            every_step.append(steps)
-            ttfts = [x["ttft"] for x in r["requests"] if x.get("ttft") and x.get("chunks", 0) > 1]
-            out[name] = {"arrivals_s": run.arrivals(log, t0, end).tolist(),
-                         "steps": [s for s in steps if s["prompts"]],  # the prefill steps
-                         "ttfts_s": ttfts}
-            time.sleep(2)
-    finally:
-        run.stop(proc)
+    for name, r, t0, end in run.burst_runs(env, work, sets, log):
+        steps = [json.loads(line) for line in steps_log.read_text().splitlines()]
+        steps = [{"t": s["t"] - t0, "gpu_s": s["gpu_s"], "prompts": s["prompts"]}
+                 for s in steps if t0 <= s["t"] < end]
+        every_step.append(steps)
+        out[name] = {"arrivals_s": run.arrivals(log, t0, end).tolist(),
+                     "steps": [s for s in steps if s["prompts"]],  # the prefill steps
+                     "ttfts_s": run.streamed_ttfts(r)}
     out["host_gaps"] = host_gaps(every_step)
     return out
 

@@ -163,24 +163,36 @@ def arrivals(log: Path, start: float, end: float) -> np.ndarray:
     return np.sort([t - start for t in times if start <= t < end])
 
 
-def one_server(env: Path, work: Path, sets: dict) -> dict[str, dict[str, float]]:
-    log = work / "arrivals.jsonl"
+def burst_runs(env: Path, work: Path, sets: dict, log: Path, serve=serve, client=client):
+    """Start a fresh server (`serve(env, work, log)`), send it every burst of `sets` with
+    `client`, and yield (name, the client's result, the burst's send time, its end); the
+    server stops when the bursts are done or the caller leaves."""
     log.write_text("")
     proc = serve(env, work, log)
-    out = {}
     try:
         for name, path in sets.items():
             result = work / f"{name}.result.json"
             client(env, work, path, result)
             end = time.time()
             r = json.loads(result.read_text())
-            a = arrivals(log, r["t0"], end)
-            ttfts = [x["ttft"] for x in r["requests"] if x.get("ttft") and x.get("chunks", 0) > 1]
-            out[name] = {"n": len(r["requests"]), "first_s": float(a[0]), "mean_s": float(a.mean()),
-                         "last_s": float(a[-1]), "ttft_mean_s": float(np.mean(ttfts))}
+            yield name, r, r["t0"], end
             time.sleep(2)
     finally:
         stop(proc)
+
+
+def streamed_ttfts(result: dict) -> list[float]:
+    """The client's TTFTs of the streams of two chunks or more (a refused request has none)."""
+    return [x["ttft"] for x in result["requests"] if x.get("ttft") and x.get("chunks", 0) > 1]
+
+
+def one_server(env: Path, work: Path, sets: dict) -> dict[str, dict[str, float]]:
+    log = work / "arrivals.jsonl"
+    out = {}
+    for name, r, t0, end in burst_runs(env, work, sets, log):
+        a = arrivals(log, t0, end)
+        out[name] = {"n": len(r["requests"]), "first_s": float(a[0]), "mean_s": float(a.mean()),
+                     "last_s": float(a[-1]), "ttft_mean_s": float(np.mean(streamed_ttfts(r)))}
     return out
 
 

@@ -1,34 +1,47 @@
-"""Closed-loop client like `vllm bench serve --max-concurrency N`: all requests created at once,
-a semaphore of N around each streaming request. closed.py PORT MODEL PROMPTS_JSON N RESULT_JSON"""
-import asyncio, json, sys, time
+"""A closed-loop client like `vllm bench serve --max-concurrency N` (runs inside setup.sh's
+environment): one test request, then every request created at once, a semaphore of N around each
+streaming completion (`ignore_eos`, so each gives its max_tokens), one shared aiohttp session.
+
+    closed.py PORT MODEL PROMPTS_JSON N RESULT_JSON
+
+PROMPTS_JSON: {"prompts": [...], "max_tokens": [...]}. RESULT_JSON: as burst.py's.
+"""
+import asyncio
+import json
+import os
+import sys
+import time
+
 import aiohttp
 
-async def one(session, url, model, prompt, max_tokens, out):
-    payload = {"model": model, "prompt": prompt, "temperature": 0.0, "max_tokens": max_tokens,
-               "stream": True, "ignore_eos": True}
-    start = time.perf_counter(); out["send"] = time.time(); ttft = None; chunks = 0
-    async with session.post(url, json=payload) as response:
-        async for line in response.content:
-            line = line.strip()
-            if not line or line == b"data: [DONE]":
-                continue
-            if ttft is None:
-                ttft = time.perf_counter() - start
-            chunks += 1
-    out.update(ttft=ttft, e2e=time.perf_counter() - start, chunks=chunks)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "vllm_v0_frontend"))
+from burst import stream  # noqa: E402  (benchmarks/vllm_v0_frontend/burst.py)
 
-async def main(port, model, prompts_file, n, result_file):
-    spec = json.load(open(prompts_file)); url = f"http://127.0.0.1:{port}/v1/completions"
-    sem = asyncio.Semaphore(n); outs = [{} for _ in spec["prompts"]]
+
+async def main(port: int, model: str, prompts_file: str, n: int, result_file: str) -> None:
+    spec = json.load(open(prompts_file))
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    semaphore, outs = asyncio.Semaphore(n), [{} for _ in spec["prompts"]]
+
+    def payload(prompt: str, max_tokens: int) -> dict:
+        return {"model": model, "prompt": prompt, "temperature": 0.0, "max_tokens": max_tokens,
+                "stream": True, "ignore_eos": True}
+
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
                                      connector=aiohttp.TCPConnector(limit=0)) as session:
-        await one(session, url, model, spec["prompts"][0], 4, {})
-        async def limited(p, m, o):
-            async with sem:
-                await one(session, url, model, p, m, o)
+        await stream(session, url, payload(spec["prompts"][0], 4), {})  # the test request
+
+        async def limited(prompt: str, max_tokens: int, out: dict) -> None:
+            async with semaphore:
+                await stream(session, url, payload(prompt, max_tokens), out)
+
         t0 = time.time()
-        await asyncio.gather(*[limited(p, m, o) for p, m, o in zip(spec["prompts"], spec["max_tokens"], outs)])
-    json.dump({"t0": t0, "requests": outs}, open(result_file, "w"))
+        await asyncio.gather(*[limited(p, m, o) for p, m, o in
+                               zip(spec["prompts"], spec["max_tokens"], outs)])
+    with open(result_file, "w") as f:
+        json.dump({"t0": t0, "requests": outs}, f)
+
 
 if __name__ == "__main__":
     asyncio.run(main(int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]))

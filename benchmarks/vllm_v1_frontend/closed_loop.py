@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -37,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import handover  # noqa: E402  (this directory's: the server and the V0 harness's helpers)
+from replay_stand_in import StandInTimer as V0StandInTimer  # noqa: E402  (the V0 harness's)
 from krakenlm.fileio import write_text_atomically  # noqa: E402
 from krakenlm.models import get_preset  # noqa: E402
 from krakenlm.serving import replay  # noqa: E402
@@ -74,26 +74,17 @@ def run_loop(env: Path, work: Path, n: int, count: int) -> dict:
             "host_gap_s": statistics.median(g for g in gaps if 0 <= g <= 0.1)}
 
 
-class StandInTimer:
-    """The replay's step time as the stand-in GPU times a step (11 ms + 25 us a token: its
-    formula depends on the tokens only), plus the host gap."""
+class StandInTimer(V0StandInTimer):
+    """The replay's step time as this stand-in GPU times a step (11 ms + 25 us a token: its
+    formula depends on the tokens only), plus one host gap after every step."""
 
     def __init__(self, gap_s: float):
-        self.gap_s = gap_s
-        self.profile = SimpleNamespace(host=SimpleNamespace(decode_step_s=gap_s))
-
-    def prefill_attention_s(self, chunk: int, context: int) -> float:
-        return 0.0
-
-    def decode_attention_s(self, sequences: int, mean_kv: float) -> float:
-        return 0.0
+        super().__init__({"prefill": [gap_s, 0.0, 0], "decode": [gap_s, 0.0, 0]})
 
     def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
                prefill: bool, attention_bound: str | None = None, host: bool = True) -> float:
-        return STEP["prefill_s"] + STEP["prefill_token_s"] * tokens + (self.gap_s if host else 0.0)
-
-    def decode_steps_list(self, sequences: int, mean_kv: float, steps: int) -> list[float]:
-        return [self.step_s(sequences, sequences, sequences, 0.0, False)] * steps
+        gap_s = self.gaps["decode"][0]
+        return STEP["prefill_s"] + STEP["prefill_token_s"] * tokens + (gap_s if host else 0.0)
 
 
 def replay_loop(n: int, count: int, gap_s: float, request_s: float,

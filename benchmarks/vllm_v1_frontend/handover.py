@@ -29,7 +29,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -68,21 +67,10 @@ def client(env: Path, work: Path, prompts: Path, result: Path) -> None:
 def one_server(env: Path, work: Path, sets: dict) -> dict[str, dict]:
     """Every burst on a fresh server: the sorted arrivals after the send, the client's TTFTs."""
     log = work / "arrivals.jsonl"
-    log.write_text("")
-    proc = serve(env, work, log)
     out = {}
-    try:
-        for name, path in sets.items():
-            result = work / f"{name}.result.json"
-            client(env, work, path, result)
-            end = time.time()
-            r = json.loads(result.read_text())
-            ttfts = [x["ttft"] for x in r["requests"] if x.get("ttft") and x.get("chunks", 0) > 1]
-            out[name] = {"arrivals_s": v0.arrivals(log, r["t0"], end).tolist(),
-                         "ttft_mean_s": float(np.mean(ttfts))}
-            time.sleep(2)
-    finally:
-        v0.stop(proc)
+    for name, r, t0, end in v0.burst_runs(env, work, sets, log, serve, client):
+        out[name] = {"arrivals_s": v0.arrivals(log, t0, end).tolist(),
+                     "ttft_mean_s": float(np.mean(v0.streamed_ttfts(r)))}
     return out
 
 
