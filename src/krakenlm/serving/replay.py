@@ -395,9 +395,11 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     so with `client_side` the engine's timeline changes, not only the reported times.
     `engine_version` (e.g. "0.5.4"): the server's engine version, which chooses the front
     end's form (`Frontend.at_version`): for the versions of its `front_loop_*` fields (vLLM
-    0.5.4's front-end process) a request reaches the engine when its send on the front end's
-    event loop ends (serving/frontend.py `front_loop_arrivals`), without holding the engine's
-    steps, instead of the engine-loop form. None: the engine-loop form.
+    V1's API server, every version; vLLM 0.5.4's front-end process) a request reaches the
+    engine when its hand-over on the front end's event loop ends (serving/frontend.py
+    `front_loop_arrivals`; in a closed loop `FrontLoop`, run with the client's sends and the
+    engines in time order), without holding the engine's steps, instead of the engine-loop
+    form. None: the form a profile gives every version (V1's loop; V0's engine loop).
     `kv_cache_dtype`: the engine's --kv-cache-dtype (`kv_cache.KV_CACHE_DTYPES`; "auto": the
     profile's).
     `max_concurrency`: a closed-loop client (vLLM's `benchmark_serving.py` and SGLang's
