@@ -79,22 +79,44 @@ def test_jsq_tokens_picks_the_replica_with_the_fewest_outstanding_tokens():
     assert choose([busy, light], req, "least-loaded", 0) is busy
 
 
+def _dp_engine(waiting: int, running: int):
+    return SimpleNamespace(waiting=[0] * waiting, running=[0] * running, advance=lambda t: None)
+
+
 def test_vllm_dp_balances_on_published_counts_plus_what_it_sent_since():
-    """vLLM V1's DP balancer: the lowest 4 x waiting + running from counts published every
-    100 ms, each raised by one waiting request per request sent since; ties to the first."""
+    """vLLM V1's DP balancer before 0.14: the lowest 4 x waiting + running from counts
+    published every 100 ms, each raised by one waiting request per request sent since; ties to
+    the first."""
     from krakenlm.serving.routing import DPLoadBalancer
 
-    def engine(waiting: int, running: int):
-        return SimpleNamespace(waiting=[0] * waiting, running=[0] * running,
-                               advance=lambda t: None)
-
+    engine = _dp_engine
     a, b = engine(0, 1), engine(0, 0)
-    lb = DPLoadBalancer([a, b])
+    lb = DPLoadBalancer([a, b], published=True)
     at = [lb.choose(Request(i, t, 10, 2)) for i, t in enumerate((0.01, 0.02, 0.03, 0.04))]
     # scores (a, b): (1, 0) -> b; (1, 4) -> a; (5, 4) -> b; (5, 8) -> a
     assert at == [b, a, b, a]
     b.running = [0] * 5  # the next publication: (1, 5) -> a; (5, 5) -> a, a tie to the first
     assert [lb.choose(Request(9, t, 10, 2)) for t in (0.12, 0.13)] == [a, a]
+
+
+def test_vllm_dp_from_0_14_balances_a_dense_model_blind_to_the_engines_load():
+    """From vLLM 0.14 a dense model's DP engines send no counts: the balancer alternates on
+    its own increments whatever the engines hold, and starts again from zeros (the first
+    engine) at each 5 s republication."""
+    from krakenlm.serving.routing import DPLoadBalancer, dp_counts_published
+
+    assert dp_counts_published("0.13.0") and dp_counts_published("0.8.5")
+    assert not dp_counts_published("0.14.0") and not dp_counts_published("0.19.0")
+    assert not dp_counts_published(None)  # no version: a current release
+    a, b = _dp_engine(0, 7), _dp_engine(0, 0)  # a busy, b idle: a load-aware choice is b
+    lb = DPLoadBalancer([a, b])
+    times = (0.1, 0.2, 0.3, 4.9, 5.1, 5.2)
+    assert [lb.choose(Request(i, t, 10, 2)) for i, t in enumerate(times)] == [a, b, a, b, a, b]
+    lb = DPLoadBalancer([a, b])
+    assert [lb.choose(Request(i, t, 10, 2)) for i, t in enumerate((0.1, 0.2, 0.3, 5.1))] \
+        == [a, b, a, a]  # three sent before the reset, so the fourth ties to the first again
+    published = DPLoadBalancer([a, b], published=True)
+    assert published.choose(Request(0, 0.1, 10, 2)) is b
 
 
 def test_vllm_dp_routes_serve_clusters_and_decode_pools_alike():

@@ -42,7 +42,7 @@ from .frontend import FrontLoop, apply_frontend, front_loop_arrivals
 from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
 from .packing import packed_array
 from .report import AMORTISATION_YEARS, RequestColumns, ServeReport, summarise, timeline
-from .routing import DPLoadBalancer
+from .routing import DPLoadBalancer, dp_counts_published
 from .sglang import POLICIES as SGLANG_POLICIES
 from .sglang import POOL_SIZED, SGLangEngine, max_running_requests
 from .step_time import StepTimer
@@ -454,7 +454,8 @@ def serve(trace: Trace, config: ModelConfig, system: System | str, *, software: 
     # a closed loop through the front end's own event loop: each send's handler and send run
     # there as the client sends (frontend.FrontLoop), the requests reach the engine as they end
     floop = FrontLoop(frontend) if front_loop and loop is not None else None
-    balancer = DPLoadBalancer(engines) if router == "vllm-dp" else None
+    balancer = DPLoadBalancer(engines, dp_counts_published(engine_version)) \
+        if router == "vllm-dp" else None
     way_in_s = frontend.per_prompt_token_s if client_side else 0.0
     sent_s: list[float] = []  # when the client sent each request (its row's arrival)
     requests, order = trace.requests, None

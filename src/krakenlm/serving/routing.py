@@ -19,11 +19,24 @@
 * vllm-dp: vLLM V1's own data-parallel load balancer (`--data-parallel-size N` behind one API
   server; vllm-project/vllm `vllm/v1/engine/core_client.py`,
   `DPLBAsyncMPClient.get_core_engine_for_request`): the lowest 4 x waiting + running, ties to
-  the first engine, from the counts the DP coordinator publishes every 100 ms
-  (`DP_STATS_PERIOD_S`), each raised by one waiting request for every request the client sent
-  to that engine since ("Increment local waiting count for better balancing between stats
-  updates"). Stateful (`DPLoadBalancer`): the counts are read at the first arrival of each
-  100 ms period, the engines advanced to it.
+  the first engine, from the counts the DP coordinator last published, each raised by one
+  waiting request for every request the client sent to that engine since ("Increment local
+  waiting count for better balancing between stats updates"). Which counts the coordinator
+  publishes depends on the release (`dp_counts_published`):
+  - before 0.14.0 every DP engine ran `DPEngineCoreProc`, whose busy loop sends the engine's
+    waiting and running counts to the coordinator when they change
+    (`_maybe_publish_request_counts`), and the coordinator publishes them every 100 ms
+    (`DP_STATS_PERIOD_S`; `vllm/v1/engine/coordinator.py`, `min_stats_update_interval_ms`);
+  - from 0.14.0 (vllm-project/vllm#30739, "Support online dense model DP without overhead") a
+    dense model's DP engines run the plain `EngineCoreProc` ("Non-MoE DP ranks are completely
+    independent, so treat like DP=1", `run_engine_core`), which never sends its counts: only
+    `DPEngineCoreProc.run_busy_loop` calls `_maybe_publish_request_counts`. The coordinator
+    then republishes its initial counts, all zero, every 5 s (`wait_for = ... if
+    stats_changed else 5000`; `DP_REPUBLISH_S`), and the front end balances on its own
+    increments since the last of them: a load-blind alternation between the engines, reset to
+    the first engine every 5 s. Read in the 0.14.0, 0.15.0 and 0.19.0 wheels (PyPI).
+  Stateful (`DPLoadBalancer`): the counts are read (or reset) at the first arrival of each
+  publication period, the engines advanced to it.
 
 A replica here is anything with `index`, `outstanding`, `outstanding_tokens()`,
 `cached_tokens(request)` and `advance(t)` (serving.cluster.Replica)."""
@@ -35,10 +48,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import KrakenError
+from ..simulator.kernels.gpu.allreduce_routes import version_tuple
 from .traces import Request
 
 ROUTERS = ("round-robin", "least-loaded", "prefix-affinity", "jsq-tokens", "vllm-dp")
 DP_STATS_PERIOD_S = 0.1  # the DP coordinator publishes the engines' counts this often (s)
+DP_REPUBLISH_S = 5.0  # and its unchanged counts this often (s): a dense model's, from 0.14.0
+DENSE_DP_UNPUBLISHED_SINCE = "0.14.0"  # the first release whose dense DP engines send no counts
 
 
 class RoutingError(KrakenError, ValueError):
@@ -60,12 +76,23 @@ def waiting_running(replica: Any) -> tuple[int, int]:
             sum(len(e.running) for e in engines))
 
 
+def dp_counts_published(engine_version: str | None) -> bool:
+    """Whether a vLLM V1 server of `engine_version` publishes its dense model's DP engines'
+    request counts to the load balancer (the module docstring): only before 0.14.0. No
+    version: a current release, which does not."""
+    return bool(engine_version) and \
+        version_tuple(engine_version) < version_tuple(DENSE_DP_UNPUBLISHED_SINCE)
+
+
 class DPLoadBalancer:
     """The `vllm-dp` router over `replicas` (the module docstring): its counts persist from one
-    request to the next, so one balancer routes one replay."""
+    request to the next, so one balancer routes one replay. `published`: the coordinator
+    publishes the engines' counts every 100 ms (releases before 0.14.0), else zeros every 5 s
+    (`dp_counts_published`)."""
 
-    def __init__(self, replicas: Sequence[Any], period_s: float = DP_STATS_PERIOD_S):
-        self.replicas, self.period_s = list(replicas), period_s
+    def __init__(self, replicas: Sequence[Any], published: bool = False):
+        self.replicas, self.published = list(replicas), published
+        self.period_s = DP_STATS_PERIOD_S if published else DP_REPUBLISH_S
         self._period: int | None = None
         self._counts: list[list[int]] = []
 
@@ -75,7 +102,8 @@ class DPLoadBalancer:
         period = math.floor(request.arrival_s / self.period_s)
         if period != self._period:  # a new publication of the engines' counts
             self._period = period
-            self._counts = [list(waiting_running(r)) for r in self.replicas]
+            self._counts = [list(waiting_running(r)) if self.published else [0, 0]
+                            for r in self.replicas]
         counts = self._counts
         best = min(range(len(counts)), key=lambda i: (4 * counts[i][0] + counts[i][1], i))
         counts[best][0] += 1
@@ -85,10 +113,12 @@ class DPLoadBalancer:
 class Router:
     """The router of one replay: `choose(request, k)` for the k-th request (0-based)."""
 
-    def __init__(self, replicas: Sequence[Any], router: str):
+    def __init__(self, replicas: Sequence[Any], router: str,
+                 engine_version: str | None = None):
         check_router(router)
         self.replicas, self.router = replicas, router
-        self._dp = DPLoadBalancer(replicas) if router == "vllm-dp" else None
+        self._dp = DPLoadBalancer(replicas, dp_counts_published(engine_version)) \
+            if router == "vllm-dp" else None
 
     def choose(self, request: Request, k: int) -> Any:
         if self._dp is not None:
