@@ -68,13 +68,32 @@ def test_a_replayed_closed_loop_of_one_equals_request_s_and_one_prefill_step():
     assert shipped == pytest.approx([0.03 + 0.011 + 128 * 2.5e-5 + 2e-3 + 128 * 1.24e-6] * 3)
 
 
-def test_the_committed_closed_loop_comparison_is_reproduced():
-    data = json.loads((DATA / "vllm-v1-closed-loop.json").read_text())
-    again = closed.compare(data["loops"])
+@pytest.mark.parametrize("name", ["vllm-v1-closed-loop.json", "vllm-v1-closed-loop-long.json"])
+def test_the_committed_closed_loop_comparison_is_reproduced(name):
+    data = json.loads((DATA / name).read_text())
+    again = closed.compare(data["loops"], data.get("prompt", closed.PROMPT), data["fake_gpu"])
     assert again["request_s"] == pytest.approx(data["comparison"]["request_s"])
     for n, row in data["comparison"]["loops"].items():
         for who in ("server", "replay_without_loop", "replay"):
             assert again["loops"][n][who] == pytest.approx(row[who]), (n, who)
+
+
+def test_the_long_prompt_loops_replay_like_the_server_within_two_percent():
+    """1,023-token prompts at 5 and 10 in flight: vLLM's server groups each wave's prompts
+    (one alone, the rest together); the shipped replay does the same (docs/serving.md)."""
+    data = json.loads((DATA / "vllm-v1-closed-loop-long.json").read_text())
+    for n in ("5", "10"):
+        row = data["comparison"]["loops"][n]
+        assert row["replay"]["mean_s"] == pytest.approx(row["server"]["mean_s"], rel=0.02)
+
+
+def test_loops_parse_with_one_in_flight_first_and_bad_ones_fail(capsys):
+    assert list(closed.parse_loops("10:200,1:5,5:50").items()) == [(1, 5), (10, 200), (5, 50)]
+    assert closed.parse_loops("5:50")[1] == closed.LOOPS[1]
+    for bad in ("5", "5:2", "x:1"):
+        with pytest.raises(SystemExit):
+            closed.parse_loops(bad)
+        assert capsys.readouterr().err.startswith("error: --loops")
 
 
 @pytest.mark.parametrize("script", [handover, closed])

@@ -2,12 +2,15 @@
 the replay reproduce the client's TTFT?
 
     python benchmarks/vllm_v1_frontend/closed_loop.py [--envs DIR] [--json FILE]
+        [--prompt TOKENS] [--token-s SECONDS] [--loops 1:30,10:200,...]
     python benchmarks/vllm_v1_frontend/closed_loop.py --from-json docs/data/vllm-v1-closed-loop.json
 
 A client like `vllm bench serve --max-concurrency N` (`closed.py`: every request created at once,
 a semaphore of N around each streaming request) sends 128-token prompts with 128 output tokens
 (`ignore_eos`) to vLLM 0.19's server over the stand-in executor, whose steps take 11 ms + 25 us
-a token (about a 70B model's on 8 H100s), at 1, 10, 25 and 50 in flight. Then the replay serves
+a token (about a 70B model's on 8 H100s), at 1, 10, 25 and 50 in flight (`--prompt`,
+`--token-s` and `--loops` change the prompt, the per-token time and the loops; 1 in flight is
+always run first, it sets the front end's time). Then the replay serves
 the same closed loops through vLLM V1's scheduler (serial steps: the stand-in does not schedule
 asynchronously) with a step timer that charges the same GPU times plus the median host gap the
 server's engine core left between its steps, client-side, with the profile's front end set from
@@ -50,14 +53,20 @@ PROMPT, OUTPUT = 128, 128
 LOOPS = {1: 30, 10: 200, 25: 300, 50: 400}  # in flight -> requests
 
 
-def run_loop(env: Path, work: Path, n: int, count: int) -> dict:
+def fake_gpu(token_s: float) -> dict[str, float]:
+    """The stand-in GPU's step times with `token_s` seconds a token (STEP's form)."""
+    return dict(STEP, prefill_token_s=token_s, decode_seq_s=token_s)
+
+
+def run_loop(env: Path, work: Path, n: int, count: int, prompt: int = PROMPT,
+             step: dict = STEP) -> dict:
     """One closed loop on a fresh server: each request's client TTFT, and the steps' host gaps."""
     log = work / f"c{n}.jsonl"
     log.write_text("")
     prompts = work / f"c{n}.prompts.json"
-    prompts.write_text(json.dumps({"prompts": handover.v0.prompt_texts([PROMPT] * count),
+    prompts.write_text(json.dumps({"prompts": handover.v0.prompt_texts([prompt] * count),
                                    "max_tokens": [OUTPUT] * count}))
-    proc = handover.serve(env, work, log, STEP)
+    proc = handover.serve(env, work, log, step)
     try:
         result = work / f"c{n}.result.json"
         done = subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "closed.py"),
@@ -75,20 +84,23 @@ def run_loop(env: Path, work: Path, n: int, count: int) -> dict:
 
 
 class StandInTimer(V0StandInTimer):
-    """The replay's step time as this stand-in GPU times a step (11 ms + 25 us a token: its
-    formula depends on the tokens only), plus one host gap after every step."""
+    """The replay's step time as this stand-in GPU times a step (11 ms + 25 us a token, or
+    `step`'s: its formula depends on the tokens only), plus one host gap after every step."""
 
-    def __init__(self, gap_s: float):
+    def __init__(self, gap_s: float, step: dict = STEP):
         super().__init__({"prefill": [gap_s, 0.0, 0], "decode": [gap_s, 0.0, 0]})
+        self.step = step
 
     def step_s(self, tokens: int, sequences: int, logits: int, attention_s: float,
                prefill: bool, attention_bound: str | None = None, host: bool = True) -> float:
         gap_s = self.gaps["decode"][0]
-        return STEP["prefill_s"] + STEP["prefill_token_s"] * tokens + (gap_s if host else 0.0)
+        return self.step["prefill_s"] + self.step["prefill_token_s"] * tokens + \
+            (gap_s if host else 0.0)
 
 
 def replay_loop(n: int, count: int, gap_s: float, request_s: float,
-                front_loop: bool = True) -> list[float]:
+                front_loop: bool = True, prompt: int = PROMPT,
+                step: dict = STEP) -> list[float]:
     """The replay's client TTFTs of the same closed loop (module docstring), through the
     profile's front-end loop or (`front_loop` False) without it."""
     profile = load_software("vllm")
@@ -96,8 +108,8 @@ def replay_loop(n: int, count: int, gap_s: float, request_s: float,
                                      "front_loop_send_s": 0.0}
     profile = dataclasses.replace(profile, frontend=dataclasses.replace(
         profile.frontend, request_s=request_s, per_prompt_token_s=0.0, **no_loop))
-    trace = Trace("closed", tuple(Request(i, 0.0, PROMPT, OUTPUT) for i in range(count)))
-    timer = StandInTimer(gap_s)
+    trace = Trace("closed", tuple(Request(i, 0.0, prompt, OUTPUT) for i in range(count)))
+    timer = StandInTimer(gap_s, step)
     original = replay._step_timer
     replay._step_timer = lambda *args, **kwargs: timer
     try:
@@ -115,22 +127,34 @@ def stats(ttfts: list[float]) -> dict[str, float]:
     return {"mean_s": float(t.mean()), "p50_s": float(np.median(t)), "p99_s": float(np.percentile(t, 99))}
 
 
-def compare(loops: dict) -> dict:
+def compare(loops: dict, prompt: int = PROMPT, step: dict = STEP) -> dict:
     """Per loop: the server's TTFT statistics and the replay's, without the front end's loop
     and as shipped."""
     one = loops["1"]
     gap = one["host_gap_s"]
-    request_s = float(np.mean(one["ttfts_s"])) - (STEP["prefill_s"] + STEP["prefill_token_s"] *
-                                                  PROMPT + gap)
+    request_s = float(np.mean(one["ttfts_s"])) - (step["prefill_s"] + step["prefill_token_s"] *
+                                                  prompt + gap)
     out = {"request_s": request_s, "loops": {}}
     for n, loop in loops.items():
         count = len(loop["ttfts_s"])
+        args = (int(n), count, loop["host_gap_s"], request_s)
         out["loops"][n] = {
             "server": stats(loop["ttfts_s"]),
-            "replay_without_loop": stats(replay_loop(int(n), count, loop["host_gap_s"],
-                                                     request_s, front_loop=False)),
-            "replay": stats(replay_loop(int(n), count, loop["host_gap_s"], request_s))}
+            "replay_without_loop": stats(replay_loop(*args, front_loop=False, prompt=prompt,
+                                                     step=step)),
+            "replay": stats(replay_loop(*args, prompt=prompt, step=step))}
     return out
+
+
+def parse_loops(text: str) -> dict[int, int]:
+    """`--loops` ("10:200,25:300": in flight:requests) with 1 in flight first."""
+    try:
+        loops = {int(a): int(b) for a, b in (item.split(":") for item in text.split(","))}
+    except ValueError:
+        handover.v0.fail(f"--loops {text!r}: not in-flight:requests pairs like 10:200,25:300")
+    if any(n < 1 or c < n for n, c in loops.items()):
+        handover.v0.fail(f"--loops {text!r}: each needs at least 1 in flight and as many requests")
+    return {1: loops.pop(1, LOOPS[1]), **loops}
 
 
 def report(result: dict) -> None:
@@ -151,30 +175,47 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v1")
     ap.add_argument("--json")
     ap.add_argument("--from-json", help="compare the loops of an earlier --json file again")
+    ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens of every request")
+    ap.add_argument("--token-s", type=float, default=STEP["prefill_token_s"],
+                    help="the stand-in GPU's seconds a token (prompt and decode alike)")
+    ap.add_argument("--loops", default=",".join(f"{n}:{c}" for n, c in LOOPS.items()),
+                    help="in-flight:requests pairs")
     args = ap.parse_args(argv)
     if args.from_json:
         try:
-            loops = json.loads(Path(args.from_json).read_text())["loops"]
+            data = json.loads(Path(args.from_json).read_text())
+            loops, step, prompt = data["loops"], data["fake_gpu"], data.get("prompt", PROMPT)
         except (OSError, ValueError, KeyError, TypeError) as e:
             handover.v0.fail(f"{args.from_json}: not a file this script wrote ({e})")
-        report(compare(loops))
+        report(compare(loops, prompt, step))
         return
+    if args.prompt < 1 or not args.token_s > 0:
+        handover.v0.fail("--prompt must be at least 1 and --token-s above 0")
+    plan, step = parse_loops(args.loops), fake_gpu(args.token_s)
     env = handover.environment(args.envs)
     work = Path(tempfile.mkdtemp(prefix="vllm-v1-closed-"))
     loops = {}
-    for n, count in LOOPS.items():
-        loops[str(n)] = run_loop(env, work, n, count)
+    for n, count in plan.items():
+        loops[str(n)] = run_loop(env, work, n, count, args.prompt, step)
         print(f"{n} in flight done", file=sys.stderr)
         time.sleep(2)
-    result = compare(loops)
+    result = compare(loops, args.prompt, step)
     report(result)
     if args.json:
+        named = (("--prompt", args.prompt), ("--token-s", args.token_s), ("--loops", args.loops))
+        command = "python benchmarks/vllm_v1_frontend/closed_loop.py" + "".join(
+            f" {flag} {value}" for flag, value in named if argv_has(argv, flag)) + \
+            f" --json {args.json}"
         write_text_atomically(args.json, json.dumps(
-            {"command": f"python benchmarks/vllm_v1_frontend/closed_loop.py --json {args.json}",
-             "cpu": handover.v0.cpu_name(), "vllm": handover.VERSION, "fake_gpu": STEP,
-             "server_flags": handover.FLAGS, "comparison": result, "loops": loops},
-            indent=1) + "\n")
+            {"command": command, "cpu": handover.v0.cpu_name(), "vllm": handover.VERSION,
+             "fake_gpu": step, "prompt": args.prompt, "server_flags": handover.FLAGS,
+             "comparison": result, "loops": loops}, indent=1) + "\n")
 
+
+def argv_has(argv: list[str] | None, flag: str) -> bool:
+    """Whether the command line named `flag` (so the recorded command repeats it)."""
+    return any(a == flag or a.startswith(flag + "=") for a in (sys.argv[1:] if argv is None
+                                                                else argv))
 
 if __name__ == "__main__":
     main()
