@@ -24,6 +24,7 @@ one job at a time, with the times handover.py fitted to this server's bursts).
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import statistics
@@ -79,8 +80,11 @@ def run_loop(env: Path, work: Path, n: int, count: int, prompt: int = PROMPT,
     finally:
         handover.v0.stop(proc)
     gaps = [b["t"] - (a["t"] + a["gpu_s"]) for a, b in zip(steps, steps[1:])]
+    prefills = collections.Counter(s["prompt_tokens"] for s in steps if s["prompt_tokens"])
     return {"ttfts_s": [x["ttft"] for x in r["requests"]],
-            "host_gap_s": statistics.median(g for g in gaps if 0 <= g <= 0.1)}
+            "host_gap_s": statistics.median(g for g in gaps if 0 <= g <= 0.1),
+            # how the engine core grouped the prompts: steps per number of prompt tokens
+            "prefill_steps": {str(k): v for k, v in sorted(prefills.items())}}
 
 
 class StandInTimer(V0StandInTimer):
