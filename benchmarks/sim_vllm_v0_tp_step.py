@@ -18,13 +18,23 @@ e.g. 89 ITLs for 883 tokens).
 
 For each GPU and TP n: gap(n) = step_0.5.4(n) - step_0.6.0(n), the per-step time that single-step
 scheduling adds. Its TP-independent part (scheduling, input preparation, output processing,
-sampling sync, API server) is gap(1); the part that grows with TP - the driver broadcasting the
-step's inputs to the other workers, which multi-step overlaps with the GPU - is
+sampling sync, API server) is gap(1); the part that grows with TP is
 
-    d(n) = gap(n) - gap(1)                      for n > 1,
+    d(n) = gap(n) - gap(1)                      for n > 1.
 
-and the constant is the plain mean of d(n) over every (GPU, n > 1) that has both engines at n and
-at 1. Nothing is fitted. Assumed: the other 0.5.4 -> 0.6.0 changes are TP-neutral, and the GPU
+The replay charges the TP cost T(n) (the driver broadcasting the step's inputs to the other
+workers, on the host's critical path) on every 0.5.4 step and on the first step of each 0.6.0
+round of k = 10 steps (the round's scheduling and input preparation), and on each of the k - 1
+later steps of a round the GPU's wait for the same broadcast B(n), its NCCL part
+(serving/step_time.py `multi_step_broadcast_s`: the `vllm-v0` profile's
+`host.multi_step_broadcast_tensors` NCCL broadcasts, timed by the simulator's NCCL model on the
+run's system). Then d(n) = (k - 1) / k x (T(n) - B(n)), so
+
+    T(n) = d(n) x k / (k - 1) + B(n),
+
+and the constant is the plain mean of T(n) over every (GPU, n > 1) that has both engines at n and
+at 1 (before stop 52, the mean of d(n): T taken as hidden in every multi-step step and B as 0).
+Nothing is fitted. Assumed: the other 0.5.4 -> 0.6.0 changes are TP-neutral, and the GPU
 kernels are the same in both engines.
 
 With `--simulate` it also times, for each multi-step run, the simulator's GPU time alone: the
@@ -46,6 +56,7 @@ import itertools
 import json
 import math
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -132,8 +143,19 @@ def runs_by_key(runs: list[dict[str, Any]]) -> dict[Key, list[dict[str, Any]]]:
     return {key: sorted(group, key=lambda r: r["date"]) for key, group in grouped.items()}
 
 
-def derive(chosen: dict[Key, dict[str, Any]]) -> dict[str, Any]:
-    """Per GPU and TP the two per-step times, their gap and d(n); and the mean of d(n)."""
+def broadcast_ms(system: str, tp: int) -> float:
+    """B(n): the GPU's wait for the model input's broadcast before a later step of a
+    multi-step round on `tp` devices of `system` (module docstring), in ms."""
+    from krakenlm.serving.step_time import multi_step_broadcast_s
+    from krakenlm.simulator import Simulator
+
+    return multi_step_broadcast_s(Simulator(system, "vllm-v0"), tp) * 1e3
+
+
+def derive(chosen: dict[Key, dict[str, Any]],
+           broadcast: Callable[[str, int], float] | None = broadcast_ms) -> dict[str, Any]:
+    """Per GPU and TP the two per-step times, their gap, d(n), B(n) and T(n); and the mean of
+    T(n) (module docstring). `broadcast`: B(n) in ms from (system, tp); None: 0."""
     rows = []
     d_values = []
     for gpu in sorted({key[0] for key in chosen}):
@@ -148,12 +170,15 @@ def derive(chosen: dict[Key, dict[str, Any]]) -> dict[str, Any]:
                 "multi_step_ms": None if multi is None else step_ms(multi),
                 "single_step_file": None if single is None else single["path"],
                 "multi_step_file": None if multi is None else multi["path"],
-                "gap_ms": None, "d_ms": None}
+                "gap_ms": None, "d_ms": None, "broadcast_ms": None, "tp_step_ms": None}
             if single is not None and multi is not None:
                 row["gap_ms"] = row["single_step_ms"] - row["multi_step_ms"]
                 if tp > 1 and gap_1 is not None:
+                    k = multi["num_scheduler_steps"]
                     row["d_ms"] = row["gap_ms"] - gap_1
-                    d_values.append(row["d_ms"])
+                    row["broadcast_ms"] = broadcast(multi["system"], tp) if broadcast else 0.0
+                    row["tp_step_ms"] = row["d_ms"] * k / (k - 1) + row["broadcast_ms"]
+                    d_values.append(row["tp_step_ms"])
             rows.append(row)
     if not d_values:
         raise PairsError("no GPU has both engines at TP 1 and at a TP > 1: nothing to derive")
@@ -192,7 +217,13 @@ def gpu_only_check(chosen: dict[Key, dict[str, Any]]) -> list[dict[str, Any]]:
 def repeat_range_ms(grouped: dict[Key, list[dict[str, Any]]]) -> tuple[float, float, int]:
     """Smallest and largest constant over every choice of one run per (gpu, tp, engine)."""
     keys = sorted(grouped)
-    values = [derive(dict(zip(keys, choice)))["tp_step_cost_ms"]
+    memo: dict[tuple[str, int], float] = {}
+
+    def broadcast(system: str, tp: int) -> float:  # the same B(n) for every choice
+        if (system, tp) not in memo:
+            memo[(system, tp)] = broadcast_ms(system, tp)
+        return memo[(system, tp)]
+    values = [derive(dict(zip(keys, choice)), broadcast)["tp_step_cost_ms"]
               for choice in itertools.product(*(grouped[key] for key in keys))]
     return min(values), max(values), len(values)
 
@@ -221,11 +252,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
 
     print(f"{'GPU':14s} {'TP':>2s} {'0.5.4 ms':>8s} {'0.6.0 ms':>8s} {'gap ms':>8s} "
-          f"{'d(n) ms':>8s}")
+          f"{'d(n) ms':>8s} {'B(n) ms':>8s} {'T(n) ms':>8s}")
     for row in result["rows"]:
         print(f"{row['gpu']:14s} {row['tp']:2d} {_fmt(row['single_step_ms'])} "
-              f"{_fmt(row['multi_step_ms'])} {_fmt(row['gap_ms'])} {_fmt(row['d_ms'])}")
-    print(f"per-step TP cost (mean d over {result['n_points']} points): "
+              f"{_fmt(row['multi_step_ms'])} {_fmt(row['gap_ms'])} {_fmt(row['d_ms'])} "
+              f"{_fmt(row['broadcast_ms'])} {_fmt(row['tp_step_ms'])}")
+    print(f"per-step TP cost (mean T over {result['n_points']} points): "
           f"{result['tp_step_cost_ms']:.3f} ms")
     print(f"over every choice of repeats ({n_choices}): {low_ms:.3f} .. {high_ms:.3f} ms")
     repeats = []
@@ -249,7 +281,9 @@ def main(argv: list[str] | None = None) -> None:
         command = " ".join(["python", "benchmarks/sim_vllm_v0_tp_step.py", *argv])
         doc = {"command": command, "runs_file": RUNS_FILE,
                "formula": "step = median_itl_ms / num_scheduler_steps; gap(n) = step_0.5.4(n) - "
-                          "step_0.6.0(n); d(n) = gap(n) - gap(1) for n > 1; constant = mean d",
+                          "step_0.6.0(n); d(n) = gap(n) - gap(1) for n > 1; T(n) = d(n) k / "
+                          "(k - 1) + B(n), k = 10 steps a round, B(n) the multi-step broadcast "
+                          "(serving/step_time.py multi_step_broadcast_s); constant = mean T",
                "selection": "earliest-dated run per (gpu, tp, engine)",
                **result,
                "repeat_range_ms": {"low": low_ms, "high": high_ms, "choices": n_choices},

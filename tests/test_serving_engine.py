@@ -785,6 +785,37 @@ def test_vllm_v0_multi_step_options_vllm_refuses_are_one_error(change, message):
         serve(trace, get_preset(MODEL), "h100-80gb-x8", software="vllm-v0", options=options)
 
 
+def test_a_multi_step_round_at_tp_2_waits_for_the_input_broadcast_before_each_later_step():
+    """vLLM 0.6.0 broadcasts the whole model input again before every step of a round (one NCCL
+    broadcast per GPU tensor, `host.multi_step_broadcast_tensors`): at TP 2 each of a round's
+    later steps is that much longer; at TP 1, and in a single-step engine, nothing changes."""
+    from krakenlm.serving.step_time import BROADCAST_TENSOR_BYTES
+    from krakenlm.serving.vllm_v1 import Seq
+
+    sim = Simulator("h100-80gb-x8", "vllm-v0")
+    tp2 = StepTimer(sim, get_preset(MODEL), 2, max_tokens=1024, max_sequences=16)
+    assert sim.profile.host.multi_step_broadcast_tensors == 10
+    assert tp2.multi_step_broadcast_s == pytest.approx(
+        10 * sim.timer.collective_s("all_gather", BROADCAST_TENSOR_BYTES, 2), rel=1e-12)
+    assert 2e-5 < tp2.multi_step_broadcast_s < 5e-4  # ten NCCL latency floors
+    assert StepTimer(sim, get_preset(MODEL), 1, max_tokens=1024,
+                     max_sequences=16).multi_step_broadcast_s == 0.0
+
+    def finish(broadcast_s: float, steps: int = 10) -> float:
+        tp2.multi_step_broadcast_s = broadcast_s
+        engine = V0Engine(tp2, V1Options(2048, 16, 16, enable_prefix_caching=False,
+                                         chunked_prefill=False, num_scheduler_steps=steps), 1000)
+        s = Seq(Request(0, 0.0, 100, 21))
+        engine.add(s)
+        engine.advance(float("inf"))
+        return s.finish_s
+
+    b = tp2.multi_step_broadcast_s
+    # 20 decodes: two rounds of 10 steps, 9 later steps each
+    assert finish(b) - finish(0.0) == pytest.approx(18 * b, rel=1e-9)
+    assert finish(b, steps=1) == finish(0.0, steps=1)
+
+
 def test_multi_step_on_another_engine_is_one_error():
     trace = Trace("t", (Request(0, 0.0, 100, 10),))
     with pytest.raises(ServeError, match="multi-step scheduling"):

@@ -42,6 +42,12 @@ def test_malformed_profiles_are_errors_naming_the_field(tmp_path):
         profile_from_dict({"name": "x"}, "f")
     with pytest.raises(SoftwareError, match="expected a number >= 0"):
         profile_from_dict({"name": "x", "kernels": "v", "host": {"per_kernel_s": -1}}, "f")
+    with pytest.raises(SoftwareError, match=r"^f: host\.multi_step_broadcast_tensors: expected a "
+                       "whole number >= 0, got 2.5"):
+        profile_from_dict({"name": "x", "kernels": "v",
+                           "host": {"multi_step_broadcast_tensors": 2.5}}, "f")
+    assert profile_from_dict({"name": "x", "kernels": "v", "host": {
+        "multi_step_broadcast_tensors": 10.0}}, "f").host.multi_step_broadcast_tensors == 10
     with pytest.raises(SoftwareError, match=r"^f: collectives\.custom_since: 'abc' is not an "
                        "engine version"):
         profile_from_dict({"name": "x", "kernels": "v", "collectives": {"custom_since": "abc"}},

@@ -56,11 +56,22 @@ def test_mean_matches_an_independent_recomputation():
         return (first[(gpu, tp, "0.5.4")]["median_itl_ms"]
                 - first[(gpu, tp, "0.6.0")]["median_itl_ms"] / 10)
 
-    d = [gap(gpu, tp) - gap(gpu, 1) for (gpu, tp, version) in first
-         if version == "0.5.4" and tp > 1 and (gpu, tp, "0.6.0") in first]
+    def broadcast(gpu: str, tp: int) -> float:  # B(n), independently: 10 NCCL all-gathers
+        from krakenlm.simulator import Simulator
+        sim = Simulator(first[(gpu, tp, "0.6.0")]["system"], "vllm-v0")
+        return 10 * sim.timer.collective_s("all_gather", 4096, tp) * 1e3
+
+    pairs = [(gpu, tp) for (gpu, tp, version) in first
+             if version == "0.5.4" and tp > 1 and (gpu, tp, "0.6.0") in first]
+    d = [gap(gpu, tp) - gap(gpu, 1) for gpu, tp in pairs]
+    t = [dn * 10 / 9 + broadcast(gpu, tp) for dn, (gpu, tp) in zip(d, pairs)]
     result = tp_step.derive({k: g[0] for k, g in tp_step.runs_by_key(runs).items()})
-    assert result["tp_step_cost_ms"] == pytest.approx(sum(d) / len(d), rel=1e-12)
+    assert result["tp_step_cost_ms"] == pytest.approx(sum(t) / len(t), rel=1e-12)
     assert 0.3 < result["tp_step_cost_ms"] < 1.0  # the source's size: tenths of a ms
+    assert 0.03 < min(t[i] - d[i] * 10 / 9 for i in range(len(t))) < 0.2  # B: NCCL's floor x 10
+    # without the broadcast (B = 0): the mean of d x 10 / 9
+    bare = tp_step.derive({k: g[0] for k, g in tp_step.runs_by_key(runs).items()}, None)
+    assert bare["tp_step_cost_ms"] == pytest.approx(sum(d) / len(d) * 10 / 9, rel=1e-12)
 
 
 def test_a_run_without_median_itl_is_refused_in_one_line(tmp_path: Path):

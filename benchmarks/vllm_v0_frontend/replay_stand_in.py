@@ -50,6 +50,8 @@ MAX_MODEL_LEN = 2048  # run.FLAGS: V0's token budget max(max_model_len, 2048)
 class StandInTimer:
     """The replay's step-time oracle as the stand-in GPU times a step, plus the host gap."""
 
+    multi_step_broadcast_s = 0.0  # one device: no broadcast between a round's steps
+
     def __init__(self, gaps: dict[str, list[float]]):
         self.gaps = gaps
         self.profile = SimpleNamespace(host=SimpleNamespace(decode_step_s=gaps["decode"][0]))

@@ -61,6 +61,11 @@ from ..simulator.graph import OpSpec, SimulationError, head_graph, model_graphs
 from ..simulator.run import step_overhead
 from ..simulator.schedule import TimedOp
 
+# the bytes of each tensor a multi-step round's later step broadcasts (token ids, positions,
+# slot mapping, sequence lengths, block tables of up to a few hundred sequences): a few KiB,
+# NCCL's latency floor, where the time does not depend on the size (`multi_step_broadcast_s`)
+BROADCAST_TENSOR_BYTES = 4096
+
 ATTENTION_FRACTIONS = (0.0, 0.0625, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0, 1.25,
                        1.5, 2.0, 3.0, 4.0)
 
@@ -83,6 +88,19 @@ def sequence_grid(high: int) -> list[int]:
     aligned = [d for d in range(1, high + 1) if d <= 128 or (d <= 512 and d % 8 == 0)
                or d % 16 == 0]
     return sorted({p for d in aligned for p in (d, d + 1) if p <= high} | {high})
+
+
+def multi_step_broadcast_s(sim: Simulator, tp: int) -> float:
+    """The GPU time between two steps of a vLLM V0 multi-step round on `tp` devices: the
+    driver broadcasts the model input's `host.multi_step_broadcast_tensors` GPU tensors again
+    before every later step, one NCCL broadcast each (`broadcast_tensor_dict`), and the next
+    step's kernels wait for them (serving/vllm_v0.py). Each is timed as the session's NCCL
+    all-gather of BROADCAST_TENSOR_BYTES: a ring broadcast, like an all-gather, passes n - 1
+    hops, and at a few KiB both sit on NCCL's latency floor. 0 on one device."""
+    tensors = sim.profile.host.multi_step_broadcast_tensors
+    if tp <= 1 or not tensors:
+        return 0.0
+    return tensors * sim.timer.collective_s("all_gather", BROADCAST_TENSOR_BYTES, tp)
 
 
 class Linear1D:
@@ -307,6 +325,7 @@ class StepTimer:
         self._head = Linear1D(self.seq_grid, [self._head_s(n) for n in self.seq_grid])
         self.build_s = 0.0
         self._fast_tables, self._host, self._head_floor = self._fast_constants()
+        self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()

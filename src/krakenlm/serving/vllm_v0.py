@@ -65,7 +65,12 @@ Llama-3.1-8B-FP8 files, with per-request ITLs, show last chunks 2-7 ms before th
 regular chunks where the GPU step is long). Host work: the round's first step
 carries the scheduling and input preparation (the profile's per-step, per-sequence and TP
 costs); the later steps only the GPU's time and graph launch (`advance_step` updates the
-inputs on the GPU; output processing runs beside the next step). Not with chunked prefill
+inputs on the GPU; output processing runs beside the next step) and, at TP > 1, the
+broadcast of the model input before each of them: `MultiStepWorker._get_driver_input_and_broadcast`
+(vLLM 0.6.0 `vllm/worker/multi_step_worker.py`) sends the whole input again at every step ("the
+delta optimization for model_inputs" is a TODO), one NCCL broadcast per GPU tensor, whose
+handles the next step's stream waits on (`host.multi_step_broadcast_tensors`,
+`step_time.multi_step_broadcast_s`). Not with chunked prefill
 (vLLM raises "Chunked prefill is not supported with multi-step") nor, here, swap preemption.
 
 Swap preemption (`preemption_mode="swap"`, vLLM's `--preemption-mode swap`; vLLM uses it by
@@ -288,9 +293,11 @@ class V0Engine(V1Engine):
         n = len(sched)
         mean_kv = sum(s.computed for s, _ in sched) / n + 1  # the KV each decode reads, step 1
         step_ends = []
+        broadcast_s = timer.multi_step_broadcast_s  # before every later step (docstring)
         for k in range(steps):
             attention = timer.decode_attention_s(n, mean_kv + k)
-            self.now += timer.step_s(n, n, n, attention, False, "memory", host=k == 0)
+            self.now += timer.step_s(n, n, n, attention, False, "memory", host=k == 0) + \
+                (broadcast_s if k else 0.0)
             if k == 0:  # when the GPU started the round: its first step less the GPU's time
                 gpu_start = self.now - timer.step_s(n, n, n, attention, False, "memory",
                                                     host=False)

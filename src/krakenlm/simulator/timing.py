@@ -389,6 +389,14 @@ class OpTimer:
         return self._template(("attention", prefill, dtype, kv_dtype),
                               [batch, heads, kv_heads, q_len, kv_len, hd], tile)
 
+    def collective_s(self, kind: str, size_bytes: float, n: int) -> float:
+        """Time of one collective `kind` ("all_reduce", "all_gather", "reduce_scatter") of
+        `size_bytes` (nccl-tests' convention, kernels/gpu/collectives.py) over `n` devices, as
+        an operator of a graph times it; 0 on one device."""
+        if n <= 1:
+            return 0.0
+        return float(self._collective(kind, np.array([float(size_bytes)]), np.array([n]))[0])
+
     def _collective(self, kind: str, size, n) -> np.ndarray:
         dev, ic = self.dev, self.system.interconnect
         if self.mode == "roofline":

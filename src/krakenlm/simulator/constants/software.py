@@ -86,6 +86,10 @@ class Host:
     # hand each step's inputs to the other ranks before the forward pass (vLLM V0's
     # `broadcast_tensor_dict`), on the GPU's critical path like the per-step work
     tp_step_s: float = 0.0
+    # vLLM V0's multi-step rounds (0.6.x) at TP > 1: the GPU tensors of the model input the
+    # driver broadcasts again before every later step of a round, one NCCL broadcast each,
+    # which the GPU runs between the steps (serving/vllm_v0.py; 0: none)
+    multi_step_broadcast_tensors: int = 0
     graph_launch_s: float = 0.0      # per CUDA-graph replay
     step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
     # the first engine version whose output processing runs beside the GPU (vLLM 0.6.0's
@@ -422,8 +426,10 @@ def _section(cls: type, data: Any, where: str) -> Any:
                     or not _finite(value) or value < 0:
                 raise SoftwareError(f"{where}.{name}: expected a number >= 0, got "
                                     f"{value!r:.60}")
-            value = type(default)(value) if isinstance(default, int) and float(value).is_integer() \
-                else float(value)
+            if isinstance(default, int) and not float(value).is_integer():
+                raise SoftwareError(f"{where}.{name}: expected a whole number >= 0, got "
+                                    f"{value!r:.60}")
+            value = type(default)(value)
         elif isinstance(default, str):
             if not isinstance(value, str):
                 raise SoftwareError(f"{where}.{name}: expected text, got {value!r}")
