@@ -88,14 +88,20 @@ def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
     from ..errors import warn
     from ..simulator.constants.software import Frontend, is_engine_version, load_software
     from .replay import ServeError
+    from .routing import dp_counts_published
 
     if o.engine_version is not None and not is_engine_version(o.engine_version):
         raise ServeError(f"--engine-version {o.engine_version!r} is not an engine version "
                          "such as 0.5.4")
+    if o.engine_version is not None and o.router == "vllm-dp" and (_is_cluster(o) or pd_search) \
+            and dp_counts_published(o.engine_version):
+        warn(f"--router vllm-dp routes a cluster or disaggregated replay as vLLM 0.14 and later "
+             f"do (blind to the engines' load); --engine-version {o.engine_version} sets the "
+             "balancer of a single pool of replicas only")
     if not o.client_side:
-        if o.engine_version is not None:
-            warn("--engine-version chooses the front end's form of a --client-side replay; "
-                 "without --client-side it changes nothing")
+        if o.engine_version is not None and o.router != "vllm-dp":
+            warn("--engine-version chooses the front end's form of a --client-side replay and "
+                 "the vllm-dp balancer's counts; without either it changes nothing")
         return
     if _is_cluster(o) or pd_search:
         raise ServeError("--client-side is modelled on one pool of replicas (--replicas N, "
