@@ -298,9 +298,6 @@ CASES: list[BadInput] = [
             "software trtllm has no front-end constants"),
     warning(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm-v0 --engine-version 0.5.4",
             "--engine-version chooses the front end's form of a --client-side replay"),
-    warning(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm --replicas h100-80gb-x8:tp1:2 "
-            "--router vllm-dp --engine-version 0.10.0",
-            "--router vllm-dp routes a cluster or disaggregated replay as vLLM 0.14 and later do"),
     # studies and benchmarks
     case("study ttft --system nope --out {tmp}/ttft", "unknown system 'nope'"),
     case("study serving --seeds 3 --out {tmp}/serving", "--seeds needs at least two seeds"),

@@ -119,6 +119,22 @@ def test_vllm_dp_from_0_14_balances_a_dense_model_blind_to_the_engines_load():
     assert published.choose(Request(0, 0.1, 10, 2)) is b
 
 
+def test_a_cluster_replay_takes_the_engine_version_for_vllm_dp():
+    """`serve_cluster(engine_version=)` sets the balancer as `serve` does: before 0.14 on the
+    engines' counts, from 0.14 blind; the same replay either way as `serve`'s."""
+    trace, config = _trace(), get_preset(MODEL)
+    from dataclasses import replace
+
+    from krakenlm.serving.replay import default_options
+    opt = replace(default_options("vllm-v1", load_system("h100-80gb-x8"), config), **SMALL)
+    for version in ("0.10.0", "0.19.0"):
+        a = serve(trace, config, "h100-80gb-x8", replicas=2, router="vllm-dp", options=opt,
+                  engine_version=version)
+        b = serve_cluster(trace, config, parse_pools("h100-80gb-x8:tp1:2"), router="vllm-dp",
+                          overrides=SMALL, engine_version=version)
+        assert a.rows == b.rows, version
+
+
 def test_vllm_dp_routes_serve_clusters_and_decode_pools_alike():
     """The `vllm-dp` balancer in `serve` and in a cluster of the same pool gives the same
     replay; a disaggregated decode pool routes with it too (its pending requests wait)."""

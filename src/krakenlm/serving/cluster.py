@@ -283,13 +283,14 @@ def start_replay(router: str, slo_ttft_s: float | None, slo_tpot_s: float | None
 
 def dispatch(replicas: Sequence[Replica], trace: Trace, router: str,
              progress: Callable[[int, int], None] | None, *,
-             prefill_only: bool = False) -> list[Seq]:
+             prefill_only: bool = False, engine_version: str | None = None) -> list[Seq]:
     """Route every request of `trace` in arrival order to a replica chosen by `router` and run
     the replicas to the end; `prefill_only`: each request is replayed for its first token only
-    (the router still sees its whole output). The requests' sequences, in trace order."""
+    (the router still sees its whole output); `engine_version`: the server's, for the vllm-dp
+    balancer (routing.dp_counts_published). The requests' sequences, in trace order."""
     seqs = []
     total = len(trace.requests)
-    route = Router(replicas, router)
+    route = Router(replicas, router, engine_version)
     for k, req in enumerate(trace.requests):
         r = route.choose(req, k)
         seq = Seq(replace(req, output_tokens=1) if prefill_only else req, r.index)
@@ -308,15 +309,17 @@ def serve_cluster(trace: Trace, model: ModelConfig | Callable[[int], ModelConfig
                   scheduler: str | None = None, dtype: str = "fp16", model_name: str = "model",
                   slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
                   skip_long: bool = False, network: Network | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> ServeReport:
-    """Replay `trace` through every pool's replicas behind `router`."""
+                  progress: Callable[[int, int], None] | None = None,
+                  engine_version: str | None = None) -> ServeReport:
+    """Replay `trace` through every pool's replicas behind `router` (`engine_version`: the
+    server's, for the vllm-dp balancer)."""
     started = start_replay(router, slo_ttft_s, slo_tpot_s)
     network = network or pools_network(pools)
     built, trace = build_pools(pools, trace, model, software=software, scheduler=scheduler,
                                overrides=overrides or {}, dtype=dtype, model_name=model_name,
                                skip_long=skip_long, network=network)
     replicas = build_replicas(built, trace)
-    seqs = dispatch(replicas, trace, router, progress)
+    seqs = dispatch(replicas, trace, router, progress, engine_version=engine_version)
     total = len(trace.requests)
     if progress is not None:
         progress(total, total)

@@ -88,16 +88,10 @@ def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
     from ..errors import warn
     from ..simulator.constants.software import Frontend, is_engine_version, load_software
     from .replay import ServeError
-    from .routing import dp_counts_published
 
     if o.engine_version is not None and not is_engine_version(o.engine_version):
         raise ServeError(f"--engine-version {o.engine_version!r} is not an engine version "
                          "such as 0.5.4")
-    if o.engine_version is not None and o.router == "vllm-dp" and (_is_cluster(o) or pd_search) \
-            and dp_counts_published(o.engine_version):
-        warn(f"--router vllm-dp routes a cluster or disaggregated replay as vLLM 0.14 and later "
-             f"do (blind to the engines' load); --engine-version {o.engine_version} sets the "
-             "balancer of a single pool of replicas only")
     if not o.client_side:
         if o.engine_version is not None and o.router != "vllm-dp":
             warn("--engine-version chooses the front end's form of a --client-side replay and "
@@ -293,7 +287,7 @@ def _cluster_replay(o: ServeOptions, progress):
     common = {"software": _software(o), "router": o.router, "overrides": _overrides(o),
               "scheduler": o.scheduler, "dtype": o.dtype, "model_name": label,
               "slo_ttft_s": o.slo_ttft_s, "slo_tpot_s": o.slo_tpot_s, "network": network,
-              "progress": progress}
+              "progress": progress, "engine_version": o.engine_version}
     if o.prefill_replicas is not None:
         return (lambda tr, skip: serve_disaggregated(tr, model, prefill, decode,
                                                      skip_long=skip, **common)), trace
@@ -319,7 +313,8 @@ def pd_search_command(o: ServeOptions, instances: int, percentile: int = 99,
                      slo_ttft_s=o.slo_ttft_s, slo_tpot_s=o.slo_tpot_s, progress=progress,
                      software=_software(o), router=o.router, overrides=_overrides(o),
                      scheduler=o.scheduler, dtype=o.dtype, model_name=label,
-                     network=pools_network([instance], o.network_gbps))
+                     network=pools_network([instance], o.network_gbps),
+                     engine_version=o.engine_version)
 
 
 # synthetic traces kept for the process, by their options: a configuration search replays

@@ -136,8 +136,10 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
                         dtype: str = "fp16", model_name: str = "model",
                         slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
                         skip_long: bool = False, network: Network | None = None,
-                        progress: Callable[[int, int], None] | None = None) -> ServeReport:
-    """Replay `trace` through prefill pools and decode pools (the module docstring)."""
+                        progress: Callable[[int, int], None] | None = None,
+                        engine_version: str | None = None) -> ServeReport:
+    """Replay `trace` through prefill pools and decode pools (the module docstring;
+    `engine_version`: the server's, for the vllm-dp balancer)."""
     started = start_replay(router, slo_ttft_s, slo_tpot_s)
     network = network or pools_network(list(prefill) + list(decode))
     common = {"software": software, "scheduler": scheduler, "overrides": overrides or {},
@@ -155,7 +157,8 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
     d_reps = build_replicas(d_built, trace, len(p_reps), nodes[len(p_reps):])
     decoders = [_Decoder(r) for r in d_reps]
     # 1. prompts on the prefill side (it does not wait for the decode side)
-    pre_seqs = dispatch(p_reps, trace, router, progress, prefill_only=True)
+    pre_seqs = dispatch(p_reps, trace, router, progress, prefill_only=True,
+                        engine_version=engine_version)
     total = len(trace.requests)
     # 2-3. transfers and decode admission, in time order
     kv_dtype = p_built[0].sim.precision("kv_cache")
@@ -169,7 +172,7 @@ def serve_disaggregated(trace: Trace, model: ModelConfig | Callable[[int], Model
     transfer = [0.0] * total
     ready = [math.nan] * total
     chosen = [-1] * total
-    route = Router(decoders, router)
+    route = Router(decoders, router, engine_version)
     while events:
         t, kind, i = heapq.heappop(events)
         req, pre = trace.requests[i], pre_seqs[i]
