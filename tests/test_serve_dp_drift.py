@@ -50,7 +50,7 @@ def test_a_committed_row_is_reproduced_by_replaying_its_run():
     # without the difference the two engines stay in phase: the grouped prompts' TTFT
     with bench.second_engine_slower(0.0, False):
         same = score(run, replay_run(run, runs, 0)[1])["ttft_mean"]["bias"]
-    assert same > 1.0 > 0.5 > got
+    assert same > 1.0 and got < 0.5  # in phase: +128 %; 1 % apart: +11 %
 
 
 @pytest.mark.parametrize("slower", ["a", "0.5,1", ""])
