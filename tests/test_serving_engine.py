@@ -816,6 +816,41 @@ def test_a_multi_step_round_at_tp_2_waits_for_the_input_broadcast_before_each_la
     assert finish(b, steps=1) == finish(0.0, steps=1)
 
 
+def test_a_multi_step_later_step_lasts_at_least_the_hosts_work_before_its_sampler():
+    """vLLM 0.6.0 launches a later step's sampler only after the output processor and the
+    pythonizing of the previous step (`host.multi_step_host_seq_s` x the batch): a later step
+    lasts the longer of its GPU time and that; the round's first step, and a floor below every
+    GPU step, change nothing."""
+    import dataclasses
+
+    from krakenlm.serving.vllm_v1 import Seq
+
+    from krakenlm.simulator.constants.software import load_software
+
+    assert load_software("vllm-v0").host.multi_step_host_seq_s == pytest.approx(3.43e-5)
+    st = timer()
+    base = st.profile
+
+    def finish(per_seq_s: float) -> float:
+        st.profile = dataclasses.replace(base, host=dataclasses.replace(
+            base.host, multi_step_host_seq_s=per_seq_s))
+        engine = _multi_step_engine()
+        s = Seq(Request(0, 0.0, 100, 21))
+        engine.add(s)
+        engine.advance(float("inf"))
+        return s.finish_s
+
+    try:
+        free = finish(0.0)
+        assert finish(1e-9) == free  # below every GPU step
+        # one sequence, 20 decodes: two rounds of 10 steps, the 18 later ones each 1 s
+        later = [st.step_s(1, 1, 1, st.decode_attention_s(1, 100 + 10 * r + k + 1), False,
+                           "memory", host=False) for r in range(2) for k in range(1, 10)]
+        assert finish(1.0) - free == pytest.approx(sum(1.0 - t for t in later), rel=1e-9)
+    finally:
+        st.profile = base
+
+
 def test_multi_step_on_another_engine_is_one_error():
     trace = Trace("t", (Request(0, 0.0, 100, 10),))
     with pytest.raises(ServeError, match="multi-step scheduling"):

@@ -204,3 +204,45 @@ def test_the_committed_stand_in_comparison_is_reproduced():
     assert again["host_gaps"] == data["host_gaps"]
     for name, row in data["bursts"].items():
         assert again["bursts"][name] == pytest.approx(row), name
+
+
+multi = load_benchmark("vllm_v0_frontend/multi_step_host",
+                       "benchmarks_vllm_v0_frontend_multi_step_host")
+MULTI_DATA = Path(__file__).parent.parent / "docs/data/vllm-v0-multi-step-host.json"
+
+
+def test_a_later_step_is_launch_to_launch_inside_one_round():
+    # a round of 4 steps at batch 8, then the next round's first: steps 1 and 2 are later
+    # steps followed inside the round; step 0 schedules, step 3 is the round's last
+    log = [{"t": 0.0, "seqs": 8, "step": 0, "last": False, "host_s": 1e-3},
+           {"t": 0.010, "seqs": 8, "step": 1, "last": False, "host_s": 2e-4},
+           {"t": 0.0125, "seqs": 8, "step": 2, "last": False, "host_s": 3e-4},
+           {"t": 0.0155, "seqs": 8, "step": 3, "last": True, "host_s": 4e-4},
+           {"t": 0.020, "seqs": 8, "step": 0, "last": False, "host_s": 1e-3}]
+    rows = multi.later_steps(log)
+    assert [(n, round(s, 6), h) for n, s, h in rows] == [(8, 0.0025, 2e-4), (8, 0.003, 3e-4)]
+    # a prompt step between two decode steps breaks the pairing
+    assert multi.later_steps([log[1], {"t": 0.011, "seqs": 8, "prompts": 8}, log[2]]) == []
+
+
+def test_the_host_time_per_sequence_is_the_least_squares_line_through_the_origin():
+    rows = [(10, 0.0, 10 * 3e-5), (100, 0.0, 100 * 3e-5), (200, 0.0, 200 * 3e-5)]
+    assert multi.per_sequence(rows) == pytest.approx(3e-5)
+    noisy = [(10, 0.0, 4e-4), (20, 0.0, 5e-4)]
+    # sum(n y) / sum(n^2) = (10 * 4e-4 + 20 * 5e-4) / 500
+    assert multi.per_sequence(noisy) == pytest.approx(2.8e-5)
+
+
+def test_the_shipped_multi_step_host_constant_is_the_committed_servers_fit():
+    from krakenlm.simulator.constants.software import load_software
+
+    data = json.loads(MULTI_DATA.read_text())
+    summary = multi.summarise(data["servers"])
+    assert summary["gpu_bound"]["host_to_sampler_per_seq_s"] == pytest.approx(
+        data["gpu_bound"]["host_to_sampler_per_seq_s"], rel=1e-12)
+    shipped = load_software("vllm-v0").host.multi_step_host_seq_s
+    assert shipped == pytest.approx(summary["gpu_bound"]["host_to_sampler_per_seq_s"], rel=5e-3)
+    # the GPU-bound servers' steps are the stand-in GPU's until the host's work outgrows it
+    by_batch = summary["gpu_bound"]["by_batch"]
+    assert by_batch["80"]["step_s"] == pytest.approx(0.012, rel=1e-3)
+    assert by_batch["256"]["step_s"] > 0.012

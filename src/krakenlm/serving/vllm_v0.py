@@ -65,7 +65,14 @@ Llama-3.1-8B-FP8 files, with per-request ITLs, show last chunks 2-7 ms before th
 regular chunks where the GPU step is long). Host work: the round's first step
 carries the scheduling and input preparation (the profile's per-step, per-sequence and TP
 costs); the later steps only the GPU's time and graph launch (`advance_step` updates the
-inputs on the GPU; output processing runs beside the next step) and, at TP > 1, the
+inputs on the GPU; output processing runs beside the forward pass) unless the host's work
+before the sampler's launch is longer: the model runner launches the forward pass, then runs
+the asynchronous output processor (`_process_model_outputs`: each sequence's token appended,
+detokenised, its stop conditions checked) and pythonizes the previous step's output, and only
+then launches the sampler (vLLM 0.6.0 `vllm/worker/multi_step_model_runner.py`
+`execute_model` -> `_async_process_outputs`), so a later step lasts at least
+`host.multi_step_host_seq_s` x the batch (measured with 0.6.0's own engine over a stand-in GPU:
+benchmarks/vllm_v0_frontend/multi_step_host.py); and, at TP > 1, the
 broadcast of the model input before each of them: `MultiStepWorker._get_driver_input_and_broadcast`
 (vLLM 0.6.0 `vllm/worker/multi_step_worker.py`) sends the whole input again at every step ("the
 delta optimization for model_inputs" is a TODO), one NCCL broadcast per GPU tensor, whose
@@ -294,10 +301,12 @@ class V0Engine(V1Engine):
         mean_kv = sum(s.computed for s, _ in sched) / n + 1  # the KV each decode reads, step 1
         step_ends = []
         broadcast_s = timer.multi_step_broadcast_s  # before every later step (docstring)
+        # a later step lasts at least the host's work before its sampler's launch (docstring)
+        host_s = timer.profile.host.multi_step_host_seq_s * n
         for k in range(steps):
             attention = timer.decode_attention_s(n, mean_kv + k)
-            self.now += timer.step_s(n, n, n, attention, False, "memory", host=k == 0) + \
-                (broadcast_s if k else 0.0)
+            step = timer.step_s(n, n, n, attention, False, "memory", host=k == 0)
+            self.now += max(step + broadcast_s, host_s) if k else step
             if k == 0:  # when the GPU started the round: its first step less the GPU's time
                 gpu_start = self.now - timer.step_s(n, n, n, attention, False, "memory",
                                                     host=False)
