@@ -133,8 +133,14 @@ def main() -> None:
         write_bytes_atomically(Path(args.plot), _plot(results))
 
 
+BARS_UP_TO = 12  # a source with more runs is drawn as the spread of its runs per metric
+
+
 def _plot(results: list[dict]) -> bytes:
-    """One panel per source: predicted vs measured (%) per metric, one bar per run."""
+    """One panel per source: predicted vs measured (%) per metric. A source of at most
+    BARS_UP_TO runs has one bar per run (its legend beside the panel); a larger one the spread
+    of its runs per metric: a box of the quartiles with the median, and every run as a dot,
+    coloured by its system."""
     import io
 
     import matplotlib
@@ -142,27 +148,46 @@ def _plot(results: list[dict]) -> bytes:
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["source"] for r in results))
-    fig, axes = plt.subplots(len(names), 1, figsize=(10, 4.2 * len(names)), squeeze=False)
+    fig, axes = plt.subplots(len(names), 1, figsize=(13, 4.2 * len(names)), squeeze=False,
+                             layout="constrained")
     for ax, name in zip(axes[:, 0], names):
         runs = [r for r in results if r["source"] == name]
         metrics = sorted({k for r in runs for k in r["scores"]})
-        width = 0.8 / len(runs)
-        for i, r in enumerate(runs):
-            bias = [100 * r["scores"][k]["bias"] if k in r["scores"] else np.nan
-                    for k in metrics]
-            rate = "burst" if r["rate_per_s"] is None else f"{r['rate_per_s']:g}/s"
-            if r.get("max_concurrency"):
-                rate += f", {r['max_concurrency']} in flight"
-            ax.bar(np.arange(len(metrics)) + i * width, bias, width, color=plt.cm.tab20(i),
-                   label=f"{r['id'].removeprefix(name + '-')} ({rate})")
+        x = np.arange(len(metrics))
+        if len(runs) <= BARS_UP_TO:
+            width = 0.8 / len(runs)
+            for i, r in enumerate(runs):
+                bias = [100 * r["scores"][k]["bias"] if k in r["scores"] else np.nan
+                        for k in metrics]
+                rate = "burst" if r["rate_per_s"] is None else f"{r['rate_per_s']:g}/s"
+                if r.get("max_concurrency"):
+                    rate += f", {r['max_concurrency']} in flight"
+                ax.bar(x + i * width, bias, width, color=plt.cm.tab20(i),
+                       label=f"{r['id'].removeprefix(name + '-')} ({rate})")
+            ax.set_xticks(x + 0.4 - width / 2, metrics, rotation=30, ha="right", fontsize=8)
+            ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            what = "one bar per run"
+        else:
+            systems = sorted({r["system"] for r in runs})
+            values = [[100 * r["scores"][k]["bias"] for r in runs if k in r["scores"]]
+                      for k in metrics]
+            ax.boxplot(values, positions=x, widths=0.6, showfliers=False,
+                       medianprops={"color": "k"})
+            for j, k in enumerate(metrics):
+                scored = [r for r in runs if k in r["scores"]]
+                offsets = np.linspace(-0.25, 0.25, len(scored)) if len(scored) > 1 else [0.0]
+                for dx, r in zip(offsets, scored):
+                    ax.plot(x[j] + dx, 100 * r["scores"][k]["bias"], "o", ms=2.5, alpha=0.6,
+                            color=plt.cm.tab10(systems.index(r["system"])))
+            for i, system in enumerate(systems):
+                ax.plot([], [], "o", ms=4, color=plt.cm.tab10(i), label=system)
+            ax.set_xticks(x, metrics, rotation=30, ha="right", fontsize=8)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            what = f"{len(runs)} runs: quartiles, median and every run"
         ax.axhline(0, color="k", lw=0.6)
-        ax.set_xticks(np.arange(len(metrics)) + 0.4 - width / 2, metrics, rotation=30,
-                      ha="right", fontsize=8)
         ax.set_ylabel("predicted vs measured (%)")
         ax.set_title(f"source {name}: krakenlm sim serve against public runs "
-                     "(nothing fitted on them)", fontsize=9)
-        ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+                     f"(nothing fitted on them; {what})", fontsize=9)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
