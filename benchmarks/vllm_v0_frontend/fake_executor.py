@@ -11,14 +11,18 @@ step to `FAKE_LOG`.steps.
 
 0.6.0's multi-step rounds (`--num-scheduler-steps` N > 1) follow its `MultiStepModelRunner`
 (vllm/worker/multi_step_model_runner.py of the 0.6.0 wheel, `execute_model`,
-`_async_process_outputs`, `_final_process_outputs`): a later step of a round first waits for the
-previous step's GPU work (`wait_previous_step`), launches the forward pass, then runs the
-asynchronous callback (the engine's `_process_model_outputs` of the queued outputs) and
-pythonizes every earlier step of the round, queueing each and calling the callback again, and
-only then launches the sampler, so the step's GPU work ends at the later of the forward pass's
-end and the callback's. The round's last step pythonizes the steps left (`_final_process_outputs`,
-blocking on the GPU for the last) and returns the last one's output. Pythonizing is the fake's
-object building (one `SequenceOutput` with its logprob per sequence), not the runner's own
+`_async_process_outputs`, `_final_process_outputs`): a later step of a round launches the
+forward pass, then runs the asynchronous callback (the engine's `_process_model_outputs` of the
+queued outputs) and pythonizes every earlier step of the round, queueing each and calling the
+callback again, and only then launches the sampler, so the step's GPU work ends at the later of
+the forward pass's end and the callback's. The round's last step pythonizes the steps left
+(`_final_process_outputs`, blocking on the GPU for the last) and returns the last one's output.
+One difference: the stand-in holds the host at a later step's start until the previous step's
+GPU work has ended, where 0.6.0's `wait_previous_step` makes the stream wait (a CUDA event's
+`wait`) and lets the host run ahead, pythonizing only the steps whose events have fired. That
+moves when the host's work for a step starts, not how much of it there is, which is what
+benchmarks/vllm_v0_frontend/multi_step_host.py measures. Pythonizing is the fake's object
+building (one `SequenceOutput` with its logprob per sequence), not the runner's own
 `_pythonize_sampler_output`; the input broadcast to other ranks and `advance_step` are not run.
 """
 import asyncio
@@ -125,7 +129,7 @@ class FakeExecutor(ExecutorAsyncBase):
         groups = request.seq_group_metadata_list
         if request.is_first_multi_step:
             self.round = []  # the round's steps not pythonized yet
-        else:  # wait_previous_step
+        else:  # the stand-in's hold until the previous step's GPU work ends (docstring)
             await wait_until(self.gpu_end)
         launch = time.time()
         callback = request.async_callback

@@ -6,13 +6,14 @@ the `vllm-v0` profile's `host.multi_step_host_seq_s` (VMH).
 
 vLLM 0.6.0 runs a multi-step round (`--num-scheduler-steps 10`) one engine step at a time: the
 scheduler only at the round's start, but at every step the engine's loop, and in the model
-runner the wait for the previous step's GPU work, the forward pass's launch, then the
-asynchronous output processor (`_process_model_outputs`: each sequence's token appended,
+runner the forward pass's launch, then the asynchronous output processor (`_process_model_outputs`: each sequence's token appended,
 detokenised, its stop conditions checked) and the pythonizing of the earlier steps' outputs,
 and only then the sampler's launch (vllm/worker/multi_step_model_runner.py of the 0.6.0 wheel:
 `execute_model` -> `_async_process_outputs`; vllm/worker/model_runner.py: the callback runs
-"right before sampler"). So a step cannot be shorter than the host's work for it, which grows
-with the batch. This runs 0.6.0's own OpenAI server with LambdaLabs' flags and
+"right before sampler"). The host does not wait for the GPU inside a round (`wait_previous_step`
+makes the stream wait on a CUDA event), so a step cannot be shorter than the host's work for it,
+which grows with the batch; its part from the forward pass's launch to the sampler's is measured
+here. This runs 0.6.0's own OpenAI server with LambdaLabs' flags and
 `--num-scheduler-steps 10 --max-num-seqs 256` over the stand-in GPU of fake_executor.py, which
 follows the runner's order in a round, with a GPU step of 0.5 ms (so the host sets the pace;
 the engine process on core 0, the front end and the client on core 1),

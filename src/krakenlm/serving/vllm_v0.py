@@ -70,9 +70,11 @@ before the sampler's launch is longer: the model runner launches the forward pas
 the asynchronous output processor (`_process_model_outputs`: each sequence's token appended,
 detokenised, its stop conditions checked) and pythonizes the previous step's output, and only
 then launches the sampler (vLLM 0.6.0 `vllm/worker/multi_step_model_runner.py`
-`execute_model` -> `_async_process_outputs`), so a later step lasts at least
-`host.multi_step_host_seq_s` x the batch (measured with 0.6.0's own engine over a stand-in GPU:
-benchmarks/vllm_v0_frontend/multi_step_host.py); and, at TP > 1, the
+`execute_model` -> `_async_process_outputs`), and inside a round the host never waits for the
+GPU (`wait_previous_step` is a stream wait), so a later step lasts at least the host's work for
+it, of which the part before the sampler's launch is `host.multi_step_host_seq_s` x the batch
+(measured with 0.6.0's own engine over a stand-in GPU:
+benchmarks/vllm_v0_frontend/multi_step_host.py; a lower bound); and, at TP > 1, the
 broadcast of the model input before each of them: `MultiStepWorker._get_driver_input_and_broadcast`
 (vLLM 0.6.0 `vllm/worker/multi_step_worker.py`) sends the whole input again at every step ("the
 delta optimization for model_inputs" is a TODO), one NCCL broadcast per GPU tensor, whose
