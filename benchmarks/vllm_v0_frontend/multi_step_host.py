@@ -38,9 +38,9 @@ needs a GPU (the runner's own pythonizing, the input's broadcast to the other ra
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -76,17 +76,6 @@ def burst_files(work: Path) -> dict[str, Path]:
     return sets
 
 
-def client(env: Path, work: Path, prompts: Path, result: Path) -> None:
-    """run.py's client on core 1, beside the front end: the engine's core is its own, as on a
-    server whose clients are elsewhere."""
-    done = subprocess.run(["taskset", "-c", "1", str(env / "bin/python"),
-                           str(HERE / "burst.py"), str(run.PORT), str(work / "model"),
-                           str(prompts), str(result)], stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        run.fail(f"the client's burst {prompts.name} failed ({last}); see {work}/server.log")
-
-
 def later_steps(steps: list[dict]) -> list[tuple[int, float, float]]:
     """(batch, step, host before the sampler's launch) of every later step of a round whose
     next step is in the same round: the time from its launch to the next launch."""
@@ -108,6 +97,9 @@ def one_server(env: Path, work: Path, sets: dict, gpu: dict) -> dict[str, list]:
     def serve(env, work, log):
         return run.serve(env, work, log, flags=FLAGS, step=gpu)
 
+    # the client on core 1, beside the front end: the engine's core is its own, as on a server
+    # whose clients are elsewhere
+    client = functools.partial(run.client, core="1")
     for name, _, t0, end in run.burst_runs(env, work, sets, log, serve=serve, client=client):
         steps = [json.loads(x) for x in steps_log.read_text().splitlines()]
         steps = [s for s in steps if t0 <= s["t"] < end]
@@ -174,11 +166,7 @@ def main(argv: list[str] | None = None) -> None:
                     "(no servers are started; with --json, write the file with the new summary)")
     args = ap.parse_args(argv)
     if args.from_json:
-        try:
-            earlier = json.loads(Path(args.from_json).read_text())
-            raw = earlier["servers"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            run.fail(f"{args.from_json}: not a file this script wrote ({e})")
+        earlier, raw = run.read_earlier(args.from_json, "servers")
         summary = summarise(raw)
         report(summary)
         if args.json:  # the same servers' figures, summarised by this version of the script

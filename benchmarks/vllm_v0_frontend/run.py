@@ -96,6 +96,16 @@ def prompt_texts(lengths: list[int]) -> list[str]:
     return texts
 
 
+def read_earlier(path: str, key: str) -> tuple[dict, object]:
+    """An earlier --json file of a script here and its `key` (the servers' raw figures); a file
+    that is not one is one error line."""
+    try:
+        earlier = json.loads(Path(path).read_text())
+        return earlier, earlier[key]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"{path}: not a file this script wrote ({e})")
+
+
 def environment(envs: str, version: str) -> Path:
     """setup.sh's virtual environment of vLLM `version` under `envs`; one error line if absent."""
     env = Path(envs) / f"vllm-{version}"
@@ -139,9 +149,11 @@ def serve(env: Path, work: Path, log: Path, flags: list[str] = FLAGS,
     fail(f"the vLLM server in {env} did not start; see {work}/server.log")
 
 
-def client(env: Path, work: Path, prompts: Path, result: Path, port: int = PORT) -> None:
-    """burst.py on core 0 against the running server; a failed request is one error line."""
-    done = subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "burst.py"),
+def client(env: Path, work: Path, prompts: Path, result: Path, port: int = PORT,
+           core: str = "0") -> None:
+    """burst.py on `core` (0: beside the engine) against the running server; a failed request
+    is one error line."""
+    done = subprocess.run(["taskset", "-c", core, str(env / "bin/python"), str(HERE / "burst.py"),
                            str(port), str(work / "model"), str(prompts), str(result)],
                           stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -291,11 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     lengths = {name: float(np.mean(p)) for name, (p, _) in bursts().items()}
     sharegpt = lengths["sharegpt160"]
     if args.from_json:
-        try:
-            earlier = json.loads(Path(args.from_json).read_text())
-            raw = earlier["reps"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            fail(f"{args.from_json}: not a file this script wrote ({e})")
+        earlier, raw = read_earlier(args.from_json, "reps")
         table, fit, n_fit = summarise(raw, lengths)
         front_loop = fit_front_loop(raw, lengths)
         report(table, fit, bootstrap(raw, lengths, sharegpt), sharegpt, front_loop)
