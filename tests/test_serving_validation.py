@@ -57,7 +57,21 @@ LAMBDA = {"lambda-h100-tp1-mistral7b-inf-n10": (1585, 2490, 1),
           "lambda-a100-tp4-mistral7b-inf-n10": (1585, 2483, 1),
           "lambda-a100-tp4-mistral7b-inf-n160": (37741, 34058, 14),
           "lambda-a100-tp8-mistral7b-inf-n20": (3438, 4912, 1),
-          "lambda-a100-tp8-mistral7b-inf-n160": (37741, 34261, 14)}
+          "lambda-a100-tp8-mistral7b-inf-n160": (37741, 34261, 14),
+          # the 40- and 80-prompt runs of August 2024 (stop 53)
+          "lambda-h100-tp1-mistral7b-inf-n40": (9349, 8987, 2),
+          "lambda-h100-tp1-mistral7b-inf-n80": (21713, 16102, 6),
+          "lambda-h100-tp2-mistral7b-inf-n40": (9349, 8965, 2),
+          "lambda-h100-tp4-mistral7b-inf-n40": (9349, 8991, 2),
+          "lambda-h100-tp4-mistral7b-inf-n80": (21713, 15901, 6),
+          "lambda-h100-tp8-mistral7b-inf-n40": (9349, 9028, 2),
+          "lambda-h100-tp8-mistral7b-inf-n80": (21713, 16151, 6),
+          "lambda-a100-tp1-mistral7b-inf-n80": (21713, 16099, 6),
+          "lambda-a100-tp2-mistral7b-inf-n40": (9349, 9026, 2),
+          "lambda-a100-tp4-mistral7b-inf-n40": (9349, 9023, 2),
+          "lambda-a100-tp4-mistral7b-inf-n80": (21713, 16016, 6),
+          "lambda-a100-tp8-mistral7b-inf-n40": (9349, 9044, 2),
+          "lambda-a100-tp8-mistral7b-inf-n80": (21713, 16164, 6)}
 
 
 # lambda_v060: the September 2024 files (vLLM 0.6.0, --num-scheduler-steps 10): id -> the
