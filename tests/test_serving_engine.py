@@ -851,6 +851,52 @@ def test_a_multi_step_later_step_lasts_at_least_the_hosts_work_before_its_sample
         st.profile = base
 
 
+def test_a_multi_step_later_step_runs_its_samplers_gpu_kernels():
+    """vLLM 0.6.0's greedy sampler (`profile.sampler`: 42 bytes per logit in 6 kernels, read in
+    its sampler.py) runs on the GPU after each step's forward pass; a later step of a round
+    carries it, timed as six streaming kernels over the batch x the whole vocabulary; the
+    round's first step (its sampler is in the host's measured per-sequence work) and a
+    single-step engine do not."""
+    import dataclasses
+
+    from krakenlm.serving.step_time import sampler_s
+    from krakenlm.serving.vllm_v1 import Seq
+    from krakenlm.simulator.constants.software import Sampler, load_software
+    from krakenlm.simulator.graph import OpSpec
+
+    assert load_software("vllm-v0").sampler == Sampler(bytes_per_logit=42.0, kernels=6)
+    assert load_software("vllm").sampler == Sampler()  # charged nowhere else
+    sim = Simulator("h100-80gb-x8", "vllm-v0")
+    vocab = get_preset(MODEL).vocab_size
+    one = sim.timer(OpSpec("s", "Sampler", "stream", ("residual", 64, vocab, 7.0))).time_s
+    v0 = sim.profile.sampler
+    assert sampler_s(sim, v0, vocab, 64) == pytest.approx(6 * one, rel=1e-12)
+    assert sampler_s(sim, v0, vocab, 0) == 0.0 == sampler_s(sim, Sampler(), vocab, 64)
+    assert 0 < sampler_s(sim, v0, vocab, 8) < sampler_s(sim, v0, vocab, 64) < \
+        sampler_s(sim, v0, vocab, 256)
+
+    st = timer()
+    base = st.profile
+
+    def finish(sampler: Sampler, steps: int = 10) -> float:
+        st.profile = dataclasses.replace(base, sampler=sampler)
+        st._sampler = {}
+        engine = _multi_step_engine(steps)
+        s = Seq(Request(0, 0.0, 100, 21))
+        engine.add(s)
+        engine.advance(float("inf"))
+        return s.finish_s
+
+    try:
+        with_sampler, without = finish(v0), finish(Sampler())
+        # one sequence, 20 decodes: two rounds of 10 steps, 18 later steps
+        assert with_sampler - without == pytest.approx(
+            18 * sampler_s(st.sim, v0, vocab, 1), rel=1e-9)
+        assert finish(v0, steps=1) == finish(Sampler(), steps=1)
+    finally:
+        st.profile, st._sampler = base, {}
+
+
 def test_multi_step_on_another_engine_is_one_error():
     trace = Trace("t", (Request(0, 0.0, 100, 10),))
     with pytest.raises(ServeError, match="multi-step scheduling"):

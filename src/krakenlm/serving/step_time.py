@@ -57,6 +57,7 @@ except ImportError:  # numpy < 2
 from ..hardware.schema import DTYPE_BYTES
 from ..models import ModelConfig
 from ..simulator import Simulator
+from ..simulator.constants.software import Sampler
 from ..simulator.graph import OpSpec, SimulationError, head_graph, model_graphs
 from ..simulator.run import step_overhead
 from ..simulator.schedule import TimedOp
@@ -101,6 +102,18 @@ def multi_step_broadcast_s(sim: Simulator, tp: int) -> float:
     if tp <= 1 or not tensors:
         return 0.0
     return tensors * sim.timer.collective_s("all_gather", BROADCAST_TENSOR_BYTES, tp)
+
+
+def sampler_s(sim: Simulator, spec: Sampler, vocab: int, sequences: int) -> float:
+    """GPU time of a profile's sampler kernels (`spec`, the profile's `sampler`) over
+    `sequences` x `vocab` logits on `sim`'s device: `kernels` plain streaming kernels, each
+    moving an equal share of `bytes_per_logit` per logit (timing.py `_stream` with bytes per
+    element: the elementwise kind's constants, one launch floor each). 0 when it charges none."""
+    if not spec.kernels or not spec.bytes_per_logit or sequences <= 0:
+        return 0.0
+    share = spec.bytes_per_logit / spec.kernels
+    op = OpSpec("sampler", "Sampler", "stream", ("residual", sequences, vocab, share))
+    return spec.kernels * sim.timer(op).time_s
 
 
 class Linear1D:
@@ -327,6 +340,7 @@ class StepTimer:
         self._fast_tables, self._host, self._head_floor = self._fast_constants()
         self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
+        self._sampler: dict[int, float] = {}  # `sampler_s` per batch size
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
         self._decode_rows = [(r.x, r.y) for r in self._decode_attention]
@@ -389,6 +403,15 @@ class StepTimer:
     def _head_s(self, sequences: int) -> float:
         g = head_graph(self.config, self.tp, sequences, self.bytes_per_value, self.sim.options)
         return self.sim.scheduler(self._timed(g.ops)).total_s
+
+    def sampler_s(self, sequences: int) -> float:
+        """The profile's sampler kernels over `sequences` rows of the whole vocabulary (an
+        engine gathers the logits to one rank before it samples: `sampler_s`)."""
+        t = self._sampler.get(sequences)
+        if t is None:
+            t = self._sampler[sequences] = sampler_s(self.sim, self.profile.sampler,
+                                                     self.config.vocab_size, sequences)
+        return t
 
     def _attention_spec(self, graph_ops: list[OpSpec]) -> OpSpec:
         return next(op for op in graph_ops if op.model in ("flash_prefill", "flash_decode"))

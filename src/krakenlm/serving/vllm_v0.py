@@ -74,7 +74,11 @@ then launches the sampler (vLLM 0.6.0 `vllm/worker/multi_step_model_runner.py`
 GPU (`wait_previous_step` is a stream wait), so a later step lasts at least the host's work for
 it, of which the part before the sampler's launch is `host.multi_step_host_seq_s` x the batch
 (measured with 0.6.0's own engine over a stand-in GPU:
-benchmarks/vllm_v0_frontend/multi_step_host.py; a lower bound); and, at TP > 1, the
+benchmarks/vllm_v0_frontend/multi_step_host.py; a lower bound); its sampler's GPU kernels
+after the forward pass (`profile.sampler`: the greedy path of vLLM 0.6.0's `Sampler.forward`,
+42 bytes per logit over the batch x the whole vocabulary in 6 kernels, `StepTimer.sampler_s`),
+which the round's first step's measured host work holds (Vidur's SAMPLER_E2E is a wall time)
+and nothing else charges in a later one; and, at TP > 1, the
 broadcast of the model input before each of them: `MultiStepWorker._get_driver_input_and_broadcast`
 (vLLM 0.6.0 `vllm/worker/multi_step_worker.py`) sends the whole input again at every step ("the
 delta optimization for model_inputs" is a TODO), one NCCL broadcast per GPU tensor, whose
@@ -305,10 +309,12 @@ class V0Engine(V1Engine):
         broadcast_s = timer.multi_step_broadcast_s  # before every later step (docstring)
         # a later step lasts at least the host's work before its sampler's launch (docstring)
         host_s = timer.profile.host.multi_step_host_seq_s * n
+        # and its sampler's GPU kernels, which no host time charged in it holds (docstring)
+        sampler_s = timer.sampler_s(n)
         for k in range(steps):
             attention = timer.decode_attention_s(n, mean_kv + k)
             step = timer.step_s(n, n, n, attention, False, "memory", host=k == 0)
-            self.now += max(step + broadcast_s, host_s) if k else step
+            self.now += max(step + broadcast_s + sampler_s, host_s) if k else step
             if k == 0:  # when the GPU started the round: its first step less the GPU's time
                 gpu_start = self.now - timer.step_s(n, n, n, attention, False, "memory",
                                                     host=False)

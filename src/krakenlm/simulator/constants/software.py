@@ -343,6 +343,20 @@ SAME_HOST = {"a100-40gb-x8": "a100-80gb-x8"}
 
 
 @dataclass(frozen=True)
+class Sampler:
+    """The sampler's GPU kernels after the LM head, for the steps whose time nothing measured
+    carries: `kernels` kernels over the (sequences x vocabulary) logits moving
+    `bytes_per_logit` bytes per logit in all (the greedy path an engine runs for requests at
+    temperature 0), timed as plain streaming kernels of equal share (serving/step_time.py
+    `sampler_s`). Charged only where a step's host work does not wait for them: a measured
+    per-step host time (vLLM V0's single step: Vidur's SAMPLER_E2E, a wall time) already holds
+    them; a later step of a vLLM V0 multi-step round runs them on the GPU with nothing else
+    charging them (serving/vllm_v0.py). 0: not charged."""
+    bytes_per_logit: float = 0.0
+    kernels: int = 0
+
+
+@dataclass(frozen=True)
 class SoftwareProfile:
     """A serving stack (`--software`, one YAML file in software_profiles/): its
     kernels, CUDA graphs, host costs, collectives, attention, fusions, FP8 policy and front end,
@@ -360,6 +374,7 @@ class SoftwareProfile:
     frontend: Frontend = Frontend()
     kv_profile: KVProfile = KVProfile()
     issued_kernels: IssuedKernels = IssuedKernels()
+    sampler: Sampler = Sampler()
     # the KV cache's storage dtype as a serving engine's --kv-cache-dtype sets it ("auto": the
     # profile's own, i.e. the model dtype or its FP8 policy); set per run, not in the YAML
     kv_cache_dtype: str = "auto"
@@ -393,7 +408,7 @@ class SoftwareProfile:
 
 _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": Collectives,
              "attention": Attention, "fusions": Fusions, "fp8": Fp8Policy, "frontend": Frontend,
-             "kv_profile": KVProfile, "issued_kernels": IssuedKernels}
+             "kv_profile": KVProfile, "issued_kernels": IssuedKernels, "sampler": Sampler}
 
 
 # an engine version `measurements.harness.engine_era` can compare: "0.8", "1.0.0rc1", "0.5.6.post2"
