@@ -22,7 +22,9 @@ unseen data. A within-source check gives the second-best evidence there is: c ch
 server's TP 1 runs, scored on its TP 2-8 runs.
 
 TPOT and throughput are printed too: the hand-over delays the first step only, so they stay
-within a point of c = 0 (a check that the mechanism does not leak into decode).
+within a point of c = 0 (a check that the mechanism does not leak into decode). Every replay
+uses the profile's own host times (no server's host time scale, `replay_run(scale=1.0)`), as
+when this study was made.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def sweep(runs, by_id, grid_ms: list[float]) -> list[dict]:
         profile = with_loop(c_ms * 1e-3)
         for run in runs:
             run = dataclasses.replace(run, engine_version=None)
-            report, summary = replay_run(run, by_id, software=profile)
+            report, summary = replay_run(run, by_id, software=profile, scale=1.0)
             scores = score(run, summary)
             first = min(r["first_token_s"] - r["arrival_s"] for r in report.rows)
             out.append({"id": run.id, "server": server_of(run), "tp": run.tp,

@@ -12,7 +12,8 @@ seed 0), the `vllm_pr6883` runs and the `lambda` runs at TP 1 (vLLM 0.5.4 bursts
 160 prompts on the H100 and A100 80GB servers, without chunked prefill) with the profile's
 per-sequence cost replaced by each value of the grid (0.1 ms is the shipped one, vLLM #6913),
 and prints the TTFT and TPOT mean errors of each run. A value that fits one source and breaks the
-other is not a mechanism both share.
+other is not a mechanism both share. Every replay uses the profile's own host times (no
+server's host time scale, `replay_run(scale=1.0)`), as when this study was made.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         what_if = dataclasses.replace(profile, host=dataclasses.replace(
             profile.host, per_sequence_s=ms / 1000))
         for run in runs:
-            _, summary = replay_run(run, runs_by_id, seed=0, software=what_if)
+            _, summary = replay_run(run, runs_by_id, seed=0, software=what_if, scale=1.0)
             scores = score(run, summary)
             row = {"per_sequence_ms": ms, "run": run.id, "source": run.source}
             for metric in ("ttft_mean", "tpot_mean"):

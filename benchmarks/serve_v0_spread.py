@@ -11,7 +11,8 @@ handlers, so a burst reaches the engine in one clump, the engine-loop form
 and 160 prompts, TP 1-8, one H100 and one A100 server) name their engine version, so the
 replay takes the spread form; this replays each run both ways, client-side as
 benchmarks/serve_validation.py does, and prints the median |TTFT mean error| overall and per
-server. The clump column is how the replay served these runs at stop 50.
+server. The clump column is how the replay served these runs at stop 50. Both forms replay
+with the profile's own host times (no server's host time scale, `replay_run(scale=1.0)`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def ttft_errors(run, by_id) -> dict[str, float]:
     """The run's signed TTFT mean error in the spread form (its own engine version) and in
     the clump form (no engine version)."""
     clump = dataclasses.replace(run, engine_version=None)
-    return {form: score(r, replay_run(r, by_id)[1])["ttft_mean"]["bias"]
+    return {form: score(r, replay_run(r, by_id, scale=1.0)[1])["ttft_mean"]["bias"]
             for form, r in (("spread", run), ("clump", clump))}
 
 

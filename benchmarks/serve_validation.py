@@ -9,8 +9,11 @@ order, its arrival process, the engine's defaults on its GPUs, the prefix cache 
 runs on the same server left it) once per arrival seed, and every metric the run measured is
 scored (relative error of the mean over the seeds; a statistic computed from the run's saved
 per-request values, such as the TTFT p90 of its `ttfts_s`, is scored like a printed one).
-Nothing is fitted on these runs: every score is held out, so the leave-one-source-out score (each source scored by a simulator that
-never saw it) is the plain score of that source's runs. A second replay with a cold prefix
+Every score is held out: the one constant fitted on these runs, a shared server's host time
+scale, is fitted leave-one-source-out (`benchmarks/serve_host_fit.py`; each run is replayed with
+the scale fitted on the other sources' runs of its server, `validation.host_scale`), and nothing
+else is fitted on them, so the leave-one-source-out score (each source scored by a simulator
+that never saw it) is the plain score of that source's runs. A second replay with a cold prefix
 cache shows how much the server's history matters (only for runs that have one). Prints one
 line per run and metric, the medians over each source's runs and over all runs against the
 issue's goals (naming the goals' metrics a source or no run states); writes the JSON and the
@@ -31,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from krakenlm.fileio import write_bytes_atomically, write_text_atomically
-from krakenlm.serving.validation import load_runs, medians, replay_run, score
+from krakenlm.serving.validation import host_scale, load_host_scales, load_runs, medians, \
+    replay_run, score
 
 # the issue's goals: median over runs of the relative error
 GOALS = {"e2e_mean": 0.06, "e2e_p99": 0.08, "ttft_mean": 0.12, "ttft_p90": 0.15,
@@ -101,6 +105,7 @@ def main() -> None:
                         "requests": len(run.prompt_tokens), "seeds": len(warm),
                         "kv_blocks_predicted": report.setup["kv_cache"]["blocks"],
                         "kv_blocks_logged": run.kv_blocks_logged,
+                        "host_time_scale": host_scale(run),
                         "scores": scored, "cold_cache_scores": cold_scores[-1]})
         for k, v in scored.items():
             print(f"{run.id:28s} {k:32s} predicted {v['predicted']:10.4g} measured "
@@ -126,7 +131,11 @@ def main() -> None:
            "medians": summary,
            "medians_cold_cache": cold, "goals": GOALS,
            "not_measured_by_any_run": [k for k in GOALS if k not in summary],
-           "fitted_on_these_runs": False, "cpu_s": time.process_time() - started}
+           "fitted_on_these_runs": {
+               "what": "each shared server's host time scale, leave-one-source-out only: a "
+                       "run is replayed with the scale fitted without its source",
+               "host_time_scale_without_source": load_host_scales()},
+           "cpu_s": time.process_time() - started}
     if args.json:
         write_text_atomically(Path(args.json), json.dumps(out, indent=1) + "\n")
     if args.plot:

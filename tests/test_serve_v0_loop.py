@@ -38,9 +38,9 @@ def test_a_ten_prompt_burst_moves_by_ten_hand_overs(v0l):
     _, runs = load_runs()
     by_id = {r.id: r for r in runs}
     run = dataclasses.replace(by_id["lambda-h100-tp1-mistral7b-inf-n10"], engine_version=None)
-    own = replay_run(run, by_id)[0].rows
-    zero = replay_run(run, by_id, software=v0l.with_loop(0.0))[0].rows
-    loop = replay_run(run, by_id, software=v0l.with_loop(1e-3))[0].rows
+    own = replay_run(run, by_id, scale=1.0)[0].rows
+    zero = replay_run(run, by_id, software=v0l.with_loop(0.0), scale=1.0)[0].rows
+    loop = replay_run(run, by_id, software=v0l.with_loop(1e-3), scale=1.0)[0].rows
     assert [b["ttft_s"] - a["ttft_s"] for a, b in zip(zero, loop)] == \
         pytest.approx([10e-3] * len(own))
     front = load_software("vllm-v0").frontend

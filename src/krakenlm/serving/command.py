@@ -13,7 +13,7 @@ import numpy as np
 
 from ..hardware import load_system
 from ..simulator import arch_variant, resolve_model
-from ..simulator.constants.software import load_software
+from ..simulator.constants.software import SoftwareProfile, load_software
 from .capacity import Capacity, find_capacity, ttft_misses_deciding
 from .cluster import PoolSpec, is_pool_spec, parse_pools, pools_network, serve_cluster
 from .disagg import PDSearch, pd_search, serve_disaggregated
@@ -80,6 +80,9 @@ class ServeOptions:
     client_side: bool = False  # times through the software profile's front end (frontend.py)
     max_concurrency: int | None = None  # a closed-loop client (replay.serve's max_concurrency)
     engine_version: str | None = None  # the server's engine version (replay.serve's)
+    # the server's CPU: its host and front-end work takes this many times the profile's
+    # (`SoftwareProfile.host_time_scaled`); 1: the profile's times
+    host_time_scale: float = 1.0
 
 
 def _check_client_side(o: ServeOptions, pd_search: bool = False) -> None:
@@ -204,8 +207,19 @@ def _without_long(trace: Trace, config) -> Trace:
 
 
 def _software(o: ServeOptions):
-    """The software profile (its name, or the profile with the KV cache dtype asked for)."""
-    return kv_cache_software(o.software, o.kv_cache_dtype)
+    """The software profile: its name, or the profile with the KV cache dtype and the host
+    time scale asked for."""
+    software = kv_cache_software(o.software, o.kv_cache_dtype)
+    scale = o.host_time_scale
+    if scale == 1.0:
+        return software
+    from .replay import ServeError
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ServeError(f"--host-time-scale {scale} must be a positive number (how many times "
+                         "the profile's host and front-end times the server's CPU takes; 1: as "
+                         "the profile times them)")
+    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    return profile.host_time_scaled(float(scale))
 
 
 def _is_cluster(o: ServeOptions) -> bool:

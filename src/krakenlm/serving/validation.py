@@ -7,9 +7,13 @@ or all at once) and the prompt and output tokens of every request, in the order 
 sent them; `run_trace` rebuilds that workload (the arrival times drawn from a
 seeded generator: the client's own draw is not recorded) and `replay_run` serves it with the
 engine's default knobs. `score` compares a replay's summary with what the run measured: the
-relative error of every metric both give. Nothing of the simulator is fitted on these runs,
-so every score is already a held-out one (the leave-one-source-out score of the static
-simulator equals the plain score here).
+relative error of every metric both give. One constant is fitted on these runs, and only
+leave-one-source-out: a server's host time scale (how much longer its CPU takes for the host
+and front-end work the software profile times; `SoftwareProfile.host_time_scaled`), where a
+run names its `server` and another source used the same machine. A run is replayed with the
+scale fitted on the other sources' runs of its server (serving/host_fit.py ->
+data/host_scales.json, `host_scale`), never on its own source's; every other constant is fitted
+on none of them, so every score is a held-out one.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ import numpy as np
 
 from ..errors import KrakenError
 from ..fileio import read_user_text
-from ..simulator.constants.software import is_engine_version
+from ..simulator.constants.software import SoftwareProfile, is_engine_version, load_software
 from .kv_cache import PROFILE_CHARGES, with_accounting
 from .routing import ROUTERS
 from .traces import Request, Trace
 from .vllm_v1 import V1Options
 
 RUNS_FILE = Path(__file__).resolve().parent / "data" / "serving_runs.json"
+HOST_SCALES_FILE = Path(__file__).resolve().parent / "data" / "host_scales.json"
 # (summary section, statistic) pairs a run may state, in the issue's order
 METRICS = (("e2e_s", "mean"), ("e2e_s", "p99"), ("ttft_s", "mean"), ("ttft_s", "p90"),
            ("ttft_s", "p99"), ("tpot_s", "mean"), ("e2e_s", "p50"), ("ttft_s", "p50"),
@@ -89,6 +94,10 @@ class ServingRun:
     # the server's engine version where the replay needs it (vLLM V0's front end: 0.5.4 hands
     # requests over from a process of its own, `Frontend.at_version`; None: the profile's form)
     engine_version: str | None = None
+    # the machine the run ran on, where a source says which and another source used it too
+    # (e.g. LambdaLabs' A100 server of both its sweeps): the replay's host time scale is the
+    # server's, fitted on the other sources' runs (`host_scale`); None: the profile's times
+    server: str | None = None
 
 
 def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[ServingRun, ...]]:
@@ -123,7 +132,8 @@ def load_runs(path: Path | str = RUNS_FILE) -> tuple[dict[str, Any], tuple[Servi
                 replicas=int(r.get("replicas", 1)), router=str(r.get("router", "least-loaded")),
                 special_tokens_added=int(r.get("special_tokens_added", 0)),
                 engine_version=None if r.get("engine_version") is None
-                else str(r["engine_version"]))
+                else str(r["engine_version"]),
+                server=None if r.get("server") is None else str(r["server"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationDataError(f"{where}: missing or bad field ({e})") from None
         if run.special_tokens_added < 0:
@@ -220,8 +230,39 @@ def _ids(position: int, prompt_tokens: int) -> tuple[int, ...]:
     return tuple(position * ID_STRIDE + k for k in range(prompt_tokens // PREFIX_BLOCK_TOKENS))
 
 
+def load_host_scales(path: Path | str = HOST_SCALES_FILE) -> dict[str, dict[str, float]]:
+    """Per server, per source left out, the host time scale fitted without that source
+    (data/host_scales.json, written by `benchmarks/serve_host_fit.py`); {} without the file."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(read_user_text(path, "host scales file", ValidationDataError))
+        scales = {str(server): {str(src): float(v) for src, v in fit["without"].items()}
+                  for server, fit in data["servers"].items()}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValidationDataError(f"{path}: not a host scales file ({e}); rewrite it with "
+                                  "python benchmarks/serve_host_fit.py") from None
+    for server, by_source in scales.items():
+        for src, v in by_source.items():
+            if not (v > 0 and np.isfinite(v)):
+                raise ValidationDataError(f"{path}: server {server}, without {src}: scale {v} "
+                                          "is not a positive number")
+    return scales
+
+
+def host_scale(run: ServingRun, scales: dict[str, dict[str, float]] | None = None) -> float:
+    """The host time scale `run` is replayed with: its server's, fitted on the runs of the
+    other sources on that server (`scales`, default `load_host_scales()`), never on the run's
+    own source; 1 where the run names no server or none was fitted without its source."""
+    if run.server is None:
+        return 1.0
+    scales = load_host_scales() if scales is None else scales
+    return scales.get(run.server, {}).get(run.source, 1.0)
+
+
 def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed: int = 0,
-               client_side: bool = True, software=None):
+               client_side: bool = True, software=None, scale: float | None = None):
     """Serve the run's workload with the engine's defaults on the run's system; returns the
     report of the whole replay and the summary of the measured requests only (without the
     inter-token latencies, which the engine records for all requests together). The runs
@@ -232,7 +273,9 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
     batched-token budget) replace those of the engine's defaults on the run's system; a
     concurrency run replays its client's closed loop (`serve`'s `max_concurrency`). A run's
     `profile_charges` sizes its KV cache with its engine version's accounting. `software`
-    (a profile or its name) replaces the run's profile: a what-if of one of its constants."""
+    (a profile or its name) replaces the run's profile: a what-if of one of its constants.
+    `scale`: the host time scale (`SoftwareProfile.host_time_scaled`); None: `host_scale`'s,
+    the run's server's fitted without its source."""
     from ..hardware import load_system
     from ..models import get_preset
     from ..simulator import Simulator
@@ -242,6 +285,10 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
     trace, first = run_trace(run, runs, seed)
     config = get_preset(run.model)
     software = run.software if software is None else software
+    scale = host_scale(run) if scale is None else scale
+    if scale != 1.0:
+        profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+        software = profile.host_time_scaled(scale)
     options = None
     if run.engine_options:
         system = load_system(run.system)

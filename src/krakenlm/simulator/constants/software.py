@@ -383,6 +383,19 @@ class SoftwareProfile:
     host_systems: dict[str, Host] = field(default_factory=dict, hash=False, compare=False)
     fits: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
+    def host_time_scaled(self, scale: float) -> SoftwareProfile:
+        """This stack on a host whose CPU takes `scale` times as long for the same work: every
+        host time (the `Host` fields in seconds, the per-system fits' too) and every front-end
+        time (the `Frontend` fields in seconds) x `scale`; what the GPU runs, and
+        `prefill_gpu_time_scale`, unchanged. 1: this profile itself. A serving run's CPU is
+        rarely stated: serving/host_fit.py fits a server's scale on the runs of the other
+        sources that used the same server."""
+        if scale == 1.0:
+            return self
+        return dataclasses.replace(
+            self, host=_times_scaled(self.host, scale), frontend=_times_scaled(self.frontend, scale),
+            host_systems={k: _times_scaled(h, scale) for k, h in self.host_systems.items()})
+
     def host_for(self, system_name: str) -> Host:
         """The host constants on `system_name`: its fitted values where the profile has them.
         A design `sim sweep` derives from a system is named "<base>:<knobs>" and keeps its
@@ -404,6 +417,13 @@ class SoftwareProfile:
     def uses_custom_all_reduce(self, size_bytes: float) -> bool:
         c = self.collectives
         return c.all_reduce == "custom" and (c.custom_max_bytes <= 0 or size_bytes <= c.custom_max_bytes)
+
+
+def _times_scaled(section: Any, scale: float) -> Any:
+    """`section` (Host or Frontend) with every float field in seconds (named *_s) x scale."""
+    return dataclasses.replace(section, **{
+        f.name: getattr(section, f.name) * scale for f in dataclasses.fields(section)
+        if f.name.endswith("_s") and isinstance(getattr(section, f.name), float)})
 
 
 _SECTIONS = {"graphs": Graphs, "host": Host, "prefill": Prefill, "collectives": Collectives,
