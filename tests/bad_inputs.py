@@ -287,6 +287,8 @@ CASES: list[BadInput] = [
          "--max-concurrency is modelled on one pool of replicas"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --engine-version v0.5.4",
          "--engine-version 'v0.5.4' is not an engine version such as 0.5.4"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --host-time-scale 0",
+         "--host-time-scale 0.0 must be a positive number"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --pp 2 --client-side",
          "--client-side is modelled on one pool of replicas"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --pd-search 4 --slo-ttft-s 1 --client-side",
