@@ -90,7 +90,7 @@ def test_the_fit_never_sees_the_source_it_is_for(monkeypatch):
     a100 = [r for r in runs if r.server == "lambdalabs-8xA100-80GB-SXM"]
     best = {"lambda": 1.3, "lambda_v060": 0.8}  # each source's runs prefer their own scale
 
-    def fake(runs_, by_id, scale):
+    def fake(runs_, by_id, scale, metrics=host_fit.OBJECTIVE_METRICS):
         sources = {r.source for r in runs_}
         seen.setdefault(scale, set()).update(sources)
         (src,) = sources
