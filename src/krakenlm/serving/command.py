@@ -13,7 +13,7 @@ import numpy as np
 
 from ..hardware import load_system
 from ..simulator import arch_variant, resolve_model
-from ..simulator.constants.software import SoftwareProfile, load_software
+from ..simulator.constants.software import host_time_scaled, load_software
 from .capacity import Capacity, find_capacity, ttft_misses_deciding
 from .cluster import PoolSpec, is_pool_spec, parse_pools, pools_network, serve_cluster
 from .disagg import PDSearch, pd_search, serve_disaggregated
@@ -218,8 +218,7 @@ def _software(o: ServeOptions):
         raise ServeError(f"--host-time-scale {scale} must be a positive number (how many times "
                          "the profile's host and front-end times the server's CPU takes; 1: as "
                          "the profile times them)")
-    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
-    return profile.host_time_scaled(float(scale))
+    return host_time_scaled(software, float(scale))
 
 
 def _is_cluster(o: ServeOptions) -> bool:

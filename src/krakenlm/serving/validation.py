@@ -18,6 +18,7 @@ on none of them, so every score is a held-out one.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 
 from ..errors import KrakenError
 from ..fileio import read_user_text
-from ..simulator.constants.software import SoftwareProfile, is_engine_version, load_software
+from ..simulator.constants.software import host_time_scaled, is_engine_version
 from .kv_cache import PROFILE_CHARGES, with_accounting
 from .routing import ROUTERS
 from .traces import Request, Trace
@@ -232,10 +233,20 @@ def _ids(position: int, prompt_tokens: int) -> tuple[int, ...]:
 
 def load_host_scales(path: Path | str = HOST_SCALES_FILE) -> dict[str, dict[str, float]]:
     """Per server, per source left out, the host time scale fitted without that source
-    (data/host_scales.json, written by `benchmarks/serve_host_fit.py`); {} without the file."""
+    (data/host_scales.json, written by `benchmarks/serve_host_fit.py`); {} without the file.
+    Read once per version of the file (a validation replays hundreds of runs)."""
     path = Path(path)
     if not path.exists():
         return {}
+    stat = path.stat()
+    return {server: dict(by_source) for server, by_source in
+            _read_host_scales(str(path.resolve()), stat.st_mtime_ns, stat.st_size).items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _read_host_scales(path_text: str, mtime_ns: int, size: int) -> dict[str, dict[str, float]]:
+    """`load_host_scales`'s parse of one version of the file (keyed by its path, mtime, size)."""
+    path = Path(path_text)
     try:
         data = json.loads(read_user_text(path, "host scales file", ValidationDataError))
         scales = {str(server): {str(src): float(v) for src, v in fit["without"].items()}
@@ -285,10 +296,7 @@ def replay_run(run: ServingRun, runs: dict[str, ServingRun] | None = None, seed:
     trace, first = run_trace(run, runs, seed)
     config = get_preset(run.model)
     software = run.software if software is None else software
-    scale = host_scale(run) if scale is None else scale
-    if scale != 1.0:
-        profile = software if isinstance(software, SoftwareProfile) else load_software(software)
-        software = profile.host_time_scaled(scale)
+    software = host_time_scaled(software, host_scale(run) if scale is None else scale)
     options = None
     if run.engine_options:
         system = load_system(run.system)

@@ -561,3 +561,14 @@ def load_software(name_or_path: str | None = None) -> SoftwareProfile:
     except yaml.YAMLError as exc:
         raise SoftwareError(f"{source} is not valid YAML: {str(exc).splitlines()[0]}") from None
     return profile_from_dict(data, source)
+
+
+def host_time_scaled(software: SoftwareProfile | str | None,
+                     scale: float) -> SoftwareProfile | str | None:
+    """`software` (a profile, its name or path, or None for the default) on a host whose CPU
+    takes `scale` times its host and front-end times (`SoftwareProfile.host_time_scaled`); at
+    scale 1 `software` itself, as given."""
+    if scale == 1.0:
+        return software
+    profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+    return profile.host_time_scaled(scale)
