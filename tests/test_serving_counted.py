@@ -99,7 +99,7 @@ def test_the_counted_engine_replays_exactly_what_v1_replays(name, monkeypatch):
     monkeypatch.setattr(CountedV1Engine, "_uncount", stop)
     counted = outputs(*replay(timer, CountedV1Engine, make(), blocks, block_tokens))
     assert counted == plain
-    assert used["windows"] > 10
+    assert used["windows"] >= 10  # the counted windows ran (10-30 per case)
     if plain["preemptions"]:
         assert used["stopped"] > 0
 

@@ -10,7 +10,10 @@ instead of 22,809); the two tight V1 cases keep their pools (and digests) by nam
 accounting of V1 before #19312, and the two SGLang cases keep theirs (and their retraction)
 by naming the accounting SGLang was sized with before its own "free-share"; every case since hardware.cost prices memory per GiB (the
 summary's cost.usd and $/Mtok fall 1.6 % with the H100 system's price, $43,758 -> $43,051;
-every row and the timeline are unchanged)."""
+every row and the timeline are unchanged); the four vLLM cases since the vllm and vllm-v0
+profiles pad a step to the CUDA graph captured for it (`Graphs.padded_tokens`: V0's decode
+batches to 1, 2, 4 or a multiple of 8, V1's steps of up to 512 tokens), whose layers then run
+at the padded count."""
 
 from __future__ import annotations
 
@@ -19,13 +22,13 @@ from serving_golden import cases, digest, run
 
 PINNED = {
     "vllm-v1 preempting":
-        "43bb512f11186a4facfd40dd55130ae156527f8d016305de6f83e9cf7a750b19",
+        "b38c51775162081e5abfa0a13603fed1f36b9cb638ec179f65105d1309259731",
     "vllm-v1 prefix cache 2 replicas prefix-affinity":
-        "3ed083a0d6d89247d2fac41516ac5798b2419e0dce0cafe2c785c094d6540983",
+        "fcb48b17419c7b963dea60cd5029cd89b5d8405542357deb4effbfe570130702",
     "vllm-v1 roomy 3 replicas least-loaded":
-        "bf247736d797449bf6181d002d75dd0e9a47a0ee7c7aa6e9644f64a05f5d5d43",
+        "f6e5cb1401ef1c3590440e083cd049b410b7543523735f59e9fbdae047c1ced7",
     "vllm-v0 preempting":
-        "bc14f79d8b44c0ec5af163f12259cfde8550025c2f52bc2f70232778746e2fbe",
+        "bb711b1dd122887ec7c3765c06fd53149847d51013ba1905f333b3cdbe91bb06",
     "trtllm no-evict":
         "656152c471a426786cf52396b060c3f8bd4d7b9eb6794bbc3af8a80bc379d3e2",
     "trtllm max-utilization chunked":

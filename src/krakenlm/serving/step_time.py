@@ -340,6 +340,13 @@ class StepTimer:
         self._fast_tables, self._host, self._head_floor = self._fast_constants()
         self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
+        # the token count a step's padded operators run at, per token count up to the largest
+        # captured graph, for steps with prompt tokens (True) and pure-decode steps (False):
+        # `Graphs.padded_tokens` read once (empty lists: the engine does not pad)
+        graphs = self.profile.graphs
+        self._pad: dict[bool, list[int]] = {
+            p: [graphs.padded_tokens(t, p) for t in range(graphs.pad_max + 1)]
+            if graphs.pad_step else [] for p in (True, False)}
         self._sampler: dict[int, float] = {}  # `sampler_s` per batch size
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
@@ -516,12 +523,17 @@ class StepTimer:
         token is in it (the host model of a prefill step, else of a decode step). `host`
         False: without the per-step and per-sequence host work (the GPU's time and its graph
         launch: a step of a multi-step round after the first, whose scheduling and input
-        preparation the round's first step did, serving/vllm_v0.py).
+        preparation the round's first step did, serving/vllm_v0.py). The layers run at the
+        captured graph's padded token count where the engine pads (`Graphs.padded_tokens`);
+        attention, the LM head and the host work see the real sequences.
 
         The engines' hot path: the interpolations of `Linear1D.__call__` and `_bracket` are
         written out here (the same operations in the same order, so the same floats) and the
         host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
+        pad = self._pad[prefill]  # a captured graph's padded rows (`Graphs.padded_tokens`)
+        if tokens < len(pad):
+            tokens = pad[tokens]
         _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
         rows = self._step_rows.get((bound, tokens))
         if rows is None:
@@ -707,7 +719,9 @@ class StepTimer:
             attention = (rows[i], rows[j], w, 0)
         host, sw = self.profile.host, self.profile
         floored = not sw.graphs.decode and host.per_kernel_s > 0
-        i, j, w = _bracket(self.tokens_grid, sequences)
+        padded = self._pad[False]  # the layers run at the captured graph's batch
+        i, j, w = _bracket(self.tokens_grid,
+                           padded[sequences] if sequences < len(padded) else sequences)
         graphs = tuple((t.residual["memory"][i], t.residual["memory"][j], w, t.attention,
                         t.kernels * host.per_kernel_s if floored else None, t.count)
                        for t in self._tables)

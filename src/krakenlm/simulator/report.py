@@ -42,7 +42,8 @@ class RunReport:
             cats.add_row(cat, f"{r.prefill.categories.get(cat, 0.0) * 1e3:,.3f}",
                          f"{r.decode.categories.get(cat, 0.0) * 1e3:,.3f}")
         m = r.memory
-        return [ops, cats, f"software {r.software}; attention {r.attention_path}",
+        return [ops, cats, f"software {r.software}; attention {r.attention_path}"
+                + _graph_padding_note(r),
                 *(f"  {family}: {how}" for family, how in r.kernel_sources.items()),
                 f"TTFT {r.ttft_s * 1e3:,.2f} ms | mean TPOT {r.tpot_s * 1e3:,.3f} ms | "
                 f"end-to-end {r.e2e_s:,.3f} s", *_interval_lines(r),
@@ -50,6 +51,23 @@ class RunReport:
                 f"{m.kv_cache_bytes / 1e9:.2f} GB + activations {m.activation_bytes / 1e9:.2f} GB"
                 f" + reserve {m.reserve_bytes / 1e9:.2f} GB = {m.total_bytes / 1e9:.2f} GB of "
                 f"{m.capacity_bytes / 1e9:.2f} GB" + ("" if m.fits else "  [DOES NOT FIT]")]
+
+
+def _graph_padding_note(r: Result) -> str:
+    """Where the engine replays a CUDA graph captured for more tokens than a step holds
+    (`Graphs.padded_tokens`; `run.padded_graphs` times its layers at that size): say so."""
+    graphs = r.profile.graphs if r.profile is not None else None
+    if graphs is None or r.attention_path != "fused":
+        return ""
+    notes = []
+    prefill_tokens = r.batch * r.prompt_tokens
+    if graphs.padded_tokens(prefill_tokens, True) != prefill_tokens:
+        notes.append(f"prefill's {prefill_tokens} tokens run the graph captured for "
+                     f"{graphs.padded_tokens(prefill_tokens, True)}")
+    if r.gen_tokens > 1 and graphs.padded_tokens(r.batch, False) != r.batch:
+        notes.append(f"decode's batch of {r.batch} runs the graph captured for "
+                     f"{graphs.padded_tokens(r.batch, False)}")
+    return "; CUDA graphs: " + ", ".join(notes) if notes else ""
 
 
 def run_report(system: str, model: str, tp: int, batch: int, prompt: int, gen: int, *,
@@ -123,6 +141,8 @@ class SoftwareReport:
         for p in self.profiles:
             graphs = "+".join(k for k, v in (("prefill", p.graphs.prefill),
                                              ("decode", p.graphs.decode)) if v) or "none"
+            if p.graphs.pad_step:  # the captured sizes a step is padded to
+                graphs += f", padded <= {p.graphs.pad_max}"
             ar = p.collectives.all_reduce + (f" <= {p.collectives.custom_max_bytes / 2**20:g} MiB"
                                              if p.collectives.custom_max_bytes else "")
             steps = f"{p.host.prefill_step_s * 1e3:g} / {p.host.decode_step_s * 1e3:g}"

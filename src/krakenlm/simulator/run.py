@@ -411,6 +411,30 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
                             software.issued_kernels.elementwise_bytes_per_element()))
 
 
+ATTENTION_MODELS = ("flash_prefill", "flash_decode")  # the fused attention operators
+
+
+def padded_graphs(real: list[Graph], padded: list[Graph]) -> list[Graph]:
+    """A step that replays a CUDA graph captured for more tokens than it holds
+    (`Graphs.padded_tokens`): the graphs of `padded` (built at the padded token count), with
+    each fused attention operator and the LM head's graph (the last) taken from `real` (the
+    padded rows hold no KV and sample nothing: vllm-v0.yaml VCG0, vllm.yaml VCG). `real`
+    itself where the two do not line up operator for operator (an unfused attention)."""
+    if len(real) != len(padded) or any(
+            a.name != b.name or [o.name for o in a.ops] != [o.name for o in b.ops]
+            for a, b in zip(real, padded)) or not any(
+            o.model in ATTENTION_MODELS for g in real for o in g.ops):
+        return real
+    out = []
+    for i, (r, p) in enumerate(zip(real, padded)):
+        if i == len(real) - 1:
+            out.append(r)
+            continue
+        ops = [ro if ro.model in ATTENTION_MODELS else po for ro, po in zip(r.ops, p.ops)]
+        out.append(dataclasses.replace(p, ops=ops))
+    return out
+
+
 def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
              software: SoftwareProfile, batch: int,
              tp: int) -> tuple[PhaseResult, dict[str, float], float]:
@@ -477,6 +501,11 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
     kv = np.arange(prompt + 1, prompt + steps + 1)
     base = model_graphs(config, tp, batch, 1, int(kv[0]), "decode", b, options=opts)
     other = model_graphs(config, tp, batch, 1, int(kv[0]) + 1, "decode", b, options=opts)
+    padded = software.graphs.padded_tokens(batch, False)
+    if padded != batch:  # the batch replays a larger captured graph
+        base, other = (padded_graphs(g, model_graphs(config, tp, padded, 1, k, "decode", b,
+                                                     options=opts))
+                       for g, k in ((base, int(kv[0])), (other, int(kv[0]) + 1)))
     captured = software.graphs.decode
     per_kernel = software.host.per_kernel_s
     overhead = step_overhead(software.host, software, "decode", batch, tp)
@@ -640,6 +669,10 @@ class Simulator:
         if prefilled:
             graphs = model_graphs(config, tp, batch, prefilled, prefilled, "prefill", b,
                                   options=opts)
+            padded = profile.graphs.padded_tokens(batch * prefilled, True)
+            if padded != batch * prefilled:  # a prompt step replays a larger captured graph
+                graphs = padded_graphs(graphs, model_graphs(config, tp, 1, padded, padded,
+                                                            "prefill", b, options=opts))
             prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile,
                                                     batch, tp)
         else:  # a one-token prompt goes straight to its decode step

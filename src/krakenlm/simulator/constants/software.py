@@ -5,7 +5,8 @@ A `SoftwareProfile` (YAML in `krakenlm/simulator/software_profiles/`, or a user'
 * `kernels`: whose measured kernels time the GEMMs, attention, collectives and streaming ops
   (a framework key of the GPU calibration files: trtllm, vllm, sglang);
 * `graphs`: whether prefill and decode steps are replayed as CUDA graphs (no host cost per
-  kernel, one launch per step) or issued kernel by kernel from the host;
+  kernel, one launch per step) or issued kernel by kernel from the host, and the sizes the
+  graphs were captured for, to which a replayed step is padded (`Graphs.padded_tokens`);
 * `host`: the host's time per kernel it issues outside a graph, per forward step
   (scheduling, input preparation, sampling, output processing) and per sequence the step
   carries (the same work done for each sequence: a Python engine loops over them), and whether
@@ -198,9 +199,40 @@ class Frontend:
 
 @dataclass(frozen=True)
 class Graphs:
-    """Which phases the stack replays as CUDA graphs (no per-kernel host issue time)."""
+    """Which phases the stack replays as CUDA graphs (no per-kernel host issue time), and the
+    batch padding of a replay: a graph is captured for a few token counts only, and a step
+    replays the smallest one at least its size, its rows past the real tokens running as
+    padding (the GEMMs, norms and collectives see the padded count; attention and the LM head
+    only the real sequences). Captured sizes: 1, 2, 4, then multiples of `pad_step` up to
+    `pad_coarse_from`, then multiples of `pad_coarse_step`, up to `pad_max`; a larger step is
+    not padded. `pad_step` 0: no padding (an engine whose sizes are not read). `pad_mixed`:
+    a step with prompt tokens pads too (vLLM V1's piecewise graphs), else only pure-decode
+    steps do (`padded_tokens`)."""
     prefill: bool = False
     decode: bool = True
+    pad_step: int = 0
+    pad_coarse_from: int = 0
+    pad_coarse_step: int = 0
+    pad_max: int = 0
+    pad_mixed: bool = False
+
+    def padded_tokens(self, tokens: int, prefill: bool) -> int:
+        """The token count a step of `tokens` runs its padded operators at: `prefill` whether
+        it holds prompt tokens (padded only when `pad_mixed` and prefill is captured)."""
+        if not self.pad_step or tokens > self.pad_max or tokens <= 2:
+            return tokens
+        if prefill and not (self.pad_mixed and self.prefill):
+            return tokens
+        if not prefill and not self.decode:
+            return tokens
+        if tokens <= 4:
+            return 4
+        coarse = self.pad_coarse_from
+        if coarse and self.pad_coarse_step and tokens > coarse:
+            step = self.pad_coarse_step
+            return min(coarse + -(-(tokens - coarse) // step) * step, self.pad_max)
+        step = self.pad_step
+        return min(-(-tokens // step) * step, self.pad_max)
 
 
 @dataclass(frozen=True)
@@ -513,6 +545,12 @@ def profile_from_dict(data: Any, source: str) -> SoftwareProfile:
     per_system = raw_host.pop("systems", None) or {}
     sections = {name: _section(cls, raw_host if name == "host" else data.get(name),
                                f"{source}: {name}") for name, cls in _SECTIONS.items()}
+    graphs = sections["graphs"]
+    if graphs.pad_step and graphs.pad_max < 4:
+        raise SoftwareError(f"{source}: graphs.pad_step {graphs.pad_step} needs pad_max (the "
+                            "largest captured size, at least 4)")
+    if bool(graphs.pad_coarse_from) != bool(graphs.pad_coarse_step):
+        raise SoftwareError(f"{source}: graphs.pad_coarse_from and pad_coarse_step go together")
     front = sections["frontend"]
     if (front.engine_loop_request_s or front.engine_loop_token_s) and front.front_loop(None):
         raise SoftwareError(f"{source}: frontend sets both engine_loop_* and front_loop_* for "

@@ -1,0 +1,116 @@
+"""A step that replays a CUDA graph runs at the graph's captured size (`Graphs.padded_tokens`,
+the profiles' `graphs.pad_*` read from vLLM's code): its layers at the padded token count, its
+attention, LM head and host work at the real one, in `Simulator.run` and in the serving
+step-time oracle alike."""
+
+import dataclasses
+
+import pytest
+
+from krakenlm.models import get_preset
+from krakenlm.serving.step_time import StepTimer
+from krakenlm.simulator import Simulator
+from krakenlm.simulator.constants.software import SoftwareError, load_software, \
+    profile_from_dict
+
+MODEL = get_preset("llama3-8b")
+
+
+def unpadded(name: str):
+    p = load_software(name)
+    return dataclasses.replace(p, graphs=dataclasses.replace(p.graphs, pad_step=0))
+
+
+@pytest.mark.parametrize("tokens,expected", [
+    (1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (9, 16), (10, 16), (17, 24), (250, 256),
+    (256, 256), (257, 257), (1000, 1000)])
+def test_vllm_v0_pads_a_decode_batch_as_get_graph_batch_size_does(tokens, expected):
+    graphs = load_software("vllm-v0").graphs
+    assert graphs.padded_tokens(tokens, False) == expected
+    assert graphs.padded_tokens(tokens, True) == tokens  # V0 prefills eagerly
+
+
+@pytest.mark.parametrize("tokens,expected", [
+    (3, 4), (10, 16), (248, 248), (249, 256), (257, 272), (300, 304), (500, 512), (512, 512),
+    (513, 513)])
+def test_vllm_v1_pads_any_step_to_its_capture_sizes(tokens, expected):
+    graphs = load_software("vllm").graphs
+    assert graphs.padded_tokens(tokens, False) == expected
+    assert graphs.padded_tokens(tokens, True) == expected  # piecewise graphs: mixed steps too
+
+
+@pytest.mark.parametrize("name", ["sglang", "trtllm", "eager", "vllm-eager"])
+def test_engines_whose_sizes_are_not_read_do_not_pad(name):
+    graphs = load_software(name).graphs
+    assert [graphs.padded_tokens(t, p) for t in (3, 10, 100) for p in (True, False)] == \
+        [3, 3, 10, 10, 100, 100]
+
+
+def test_a_padding_rule_without_its_largest_size_is_an_error():
+    with pytest.raises(SoftwareError, match="graphs.pad_step 8 needs pad_max"):
+        profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {"pad_step": 8}}, "f")
+    with pytest.raises(SoftwareError, match="pad_coarse_from and pad_coarse_step go together"):
+        profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {
+            "pad_step": 8, "pad_max": 512, "pad_coarse_from": 256}}, "f")
+
+
+def test_a_padded_decode_batch_runs_its_gemms_at_the_captured_size_and_attention_at_its_own():
+    sim = Simulator("h100-80gb-x8", "vllm-v0")
+    ten, sixteen = (sim.run(MODEL, 1, b, 128, 4).decode.categories for b in (10, 16))
+    assert ten["GEMM"] == pytest.approx(sixteen["GEMM"], rel=1e-12)
+    assert ten["attention"] < sixteen["attention"]
+    plain = Simulator("h100-80gb-x8", unpadded("vllm-v0")).run(MODEL, 1, 10, 128, 4)
+    assert plain.decode.categories["GEMM"] < ten["GEMM"]
+    # the attention kernel and the LM head see the 10 sequences (RoPE and the KV write, in
+    # the attention category too, are token operators of the graph: padded)
+    padded_ops = sim.run(MODEL, 1, 10, 128, 4).decode.ops
+    for op in ("attention", "lm_head"):
+        assert plain.decode.ops[op]["time_s"] == pytest.approx(padded_ops[op]["time_s"],
+                                                               rel=1e-12), op
+    assert plain.decode.ops["kv_cache_write"]["time_s"] < \
+        padded_ops["kv_cache_write"]["time_s"]
+
+
+def test_a_batch_at_a_captured_size_is_not_changed():
+    padded = Simulator("h100-80gb-x8", "vllm").run(MODEL, 2, 8, 128, 16)
+    plain = Simulator("h100-80gb-x8", unpadded("vllm")).run(MODEL, 2, 8, 128, 16)
+    assert (padded.ttft_s, padded.tpot_s) == (plain.ttft_s, plain.tpot_s)
+
+
+def test_vllm_v1_pads_a_short_prompt_step_and_v0_does_not():
+    for name, changes in (("vllm", True), ("vllm-v0", False)):
+        padded = Simulator("h100-80gb-x8", name).run(MODEL, 1, 1, 100, 2)
+        plain = Simulator("h100-80gb-x8", unpadded(name)).run(MODEL, 1, 1, 100, 2)
+        assert (padded.prefill.time_s > plain.prefill.time_s) is changes, name
+
+
+def test_the_oracle_pads_as_the_simulator_does():
+    sim = Simulator("h100-80gb-x8", "vllm-v0")
+    timer = StepTimer(sim, MODEL, 1, max_tokens=1024, max_sequences=64, max_context=2048)
+    a = timer.decode_attention_s(10, 500)
+    # the layers of a 10-sequence decode step run at 16 tokens: the same step as 16 tokens
+    assert timer.step_s(10, 10, 10, a, False) == timer.step_s(16, 10, 10, a, False)
+    assert timer.step_s(10, 10, 10, a, False) > \
+        StepTimer(Simulator("h100-80gb-x8", unpadded("vllm-v0")), MODEL, 1, max_tokens=1024,
+                  max_sequences=64, max_context=2048).step_s(10, 10, 10, a, False)
+    # a decode window times each step as a single step does
+    assert timer.decode_steps_list(10, 500.0, 3)[0] == pytest.approx(
+        timer.step_s(10, 10, 10, a, False), rel=1e-12)
+    # and both agree with the simulator's own padded decode step
+    direct = sim.run(MODEL, 1, 10, 499, 2, check_memory=False).decode.step_times_s[0]
+    assert timer.step_s(10, 10, 10, a, False) == pytest.approx(direct, rel=0.01)
+
+
+def test_the_run_report_says_which_graph_a_padded_step_replays():
+    from krakenlm.simulator.report import run_report
+
+    def line(software, batch, prompt):
+        table = run_report("h100-80gb-x8", "llama3-8b", 1, batch, prompt, 20,
+                           software=software).to_table()
+        return next(t for t in table if isinstance(t, str) and t.startswith("software"))
+
+    assert line("vllm", 3, 100) == ("software vllm; attention fused; CUDA graphs: prefill's 300 "
+                                    "tokens run the graph captured for 304, decode's batch of 3 "
+                                    "runs the graph captured for 4")
+    assert line("vllm-v0", 10, 100).endswith("decode's batch of 10 runs the graph captured for 16")
+    assert line("vllm", 8, 128) == "software vllm; attention fused"
