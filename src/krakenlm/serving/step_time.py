@@ -58,7 +58,7 @@ from ..hardware.schema import DTYPE_BYTES
 from ..models import ModelConfig
 from ..simulator import Simulator
 from ..simulator.constants.software import Sampler
-from ..simulator.graph import OpSpec, SimulationError, head_graph, model_graphs
+from ..simulator.graph import ATTENTION_MODELS, OpSpec, SimulationError, head_graph, model_graphs
 from ..simulator.run import step_overhead
 from ..simulator.schedule import TimedOp
 
@@ -421,7 +421,7 @@ class StepTimer:
         return t
 
     def _attention_spec(self, graph_ops: list[OpSpec]) -> OpSpec:
-        return next(op for op in graph_ops if op.model in ("flash_prefill", "flash_decode"))
+        return next(op for op in graph_ops if op.model in ATTENTION_MODELS)
 
     def _prefill_attention_table(self) -> Linear1D:
         lengths = [0] + token_grid(self.max_context)

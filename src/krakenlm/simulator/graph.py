@@ -303,6 +303,9 @@ def layer_graph(cfg: ModelConfig, tp: int, batch: int, q_len: int, kv_len: int, 
 # the names of the graphs around the layers (every other graph of `model_graphs` is a layer)
 EMBEDDING_GRAPH = "embedding"
 HEAD_GRAPH = "head"
+# the fused attention operators' kernel models (prefill, decode): the per-sequence operators
+# of a layer graph, timed by the attention kernel tables
+ATTENTION_MODELS = ("flash_prefill", "flash_decode")
 
 
 def embedding_graph(cfg: ModelConfig, batch: int, q_len: int) -> Graph:

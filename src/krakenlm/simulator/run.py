@@ -43,6 +43,7 @@ from .constants.gpu_kernels import DeviceCalibration
 from .constants.software import Host, SoftwareProfile, load_software
 from .constants.template import Calibration
 from .graph import (
+    ATTENTION_MODELS,
     HEAD_GRAPH,
     Graph,
     GraphOptions,
@@ -411,13 +412,10 @@ def _graph_options(software: SoftwareProfile, attention: str, mode: str) -> Grap
                             software.issued_kernels.elementwise_bytes_per_element()))
 
 
-ATTENTION_MODELS = ("flash_prefill", "flash_decode")  # the fused attention operators
-
-
 def padded_graphs(real: list[Graph], padded: list[Graph]) -> list[Graph]:
     """A step that replays a CUDA graph captured for more tokens than it holds
     (`Graphs.padded_tokens`): the graphs of `padded` (built at the padded token count), with
-    each fused attention operator and the LM head's graph (the last) taken from `real` (the
+    each fused attention operator and the LM head's graph (`HEAD_GRAPH`) taken from `real` (the
     padded rows hold no KV and sample nothing: vllm-v0.yaml VCG0, vllm.yaml VCG). `real`
     itself where the two do not line up operator for operator (an unfused attention)."""
     if len(real) != len(padded) or any(
@@ -426,8 +424,8 @@ def padded_graphs(real: list[Graph], padded: list[Graph]) -> list[Graph]:
             o.model in ATTENTION_MODELS for g in real for o in g.ops):
         return real
     out = []
-    for i, (r, p) in enumerate(zip(real, padded)):
-        if i == len(real) - 1:
+    for r, p in zip(real, padded):
+        if r.name == HEAD_GRAPH:
             out.append(r)
             continue
         ops = [ro if ro.model in ATTENTION_MODELS else po for ro, po in zip(r.ops, p.ops)]

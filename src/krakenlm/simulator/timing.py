@@ -31,7 +31,7 @@ from ..hardware.schema import DTYPE_BYTES, System
 from .constants.gpu_kernels import DeviceCalibration, Entry
 from .constants.software import SoftwareProfile
 from .constants.template import Calibration, default_calibration
-from .graph import OpSpec
+from .graph import ATTENTION_MODELS, OpSpec
 from .kernels.base import SERVING, Setting
 from .kernels.gpu.attention import context_kernel_dtype, splitting_mha
 from .kernels.gpu.borrowed import kernel_system, same_links
@@ -267,7 +267,7 @@ class OpTimer:
             return self._matmul(spec, *args)
         if model == "stream":
             return self._stream(*args)
-        if model in ("flash_prefill", "flash_decode"):
+        if model in ATTENTION_MODELS:
             return self._attention(model == "flash_prefill", args)
         if model == "collective":
             return self._collective(*args), ""
