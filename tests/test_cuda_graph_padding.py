@@ -49,6 +49,9 @@ def test_engines_whose_sizes_are_not_read_do_not_pad(name):
 def test_a_padding_rule_without_its_largest_size_is_an_error():
     with pytest.raises(SoftwareError, match="graphs.pad_step 8 needs pad_max"):
         profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {"pad_step": 8}}, "f")
+    with pytest.raises(SoftwareError, match="pad_max .* from 4 to 65536, got 1000000000"):
+        profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {
+            "pad_step": 8, "pad_max": 10**9}}, "f")
     with pytest.raises(SoftwareError, match="pad_coarse_from and pad_coarse_step go together"):
         profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {
             "pad_step": 8, "pad_max": 512, "pad_coarse_from": 256}}, "f")

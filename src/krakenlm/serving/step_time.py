@@ -343,9 +343,11 @@ class StepTimer:
         # the token count a step's padded operators run at, per token count up to the largest
         # captured graph, for steps with prompt tokens (True) and pure-decode steps (False):
         # `Graphs.padded_tokens` read once (empty lists: the engine does not pad)
+        # (up to the token grid's top: no step holds more tokens than the budget it spans)
         graphs = self.profile.graphs
+        top = min(graphs.pad_max, self.tokens_grid[-1])
         self._pad: dict[bool, list[int]] = {
-            p: [graphs.padded_tokens(t, p) for t in range(graphs.pad_max + 1)]
+            p: [graphs.padded_tokens(t, p) for t in range(top + 1)]
             if graphs.pad_step else [] for p in (True, False)}
         self._sampler: dict[int, float] = {}  # `sampler_s` per batch size
         self._prefill_attention = self._prefill_attention_table()

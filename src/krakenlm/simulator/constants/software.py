@@ -197,6 +197,9 @@ class Frontend:
                                    front_loop_send_s=0.0)
 
 
+MAX_CAPTURED_TOKENS = 65536  # a `Graphs.pad_max` beyond this is a typo, not an engine's graph
+
+
 @dataclass(frozen=True)
 class Graphs:
     """Which phases the stack replays as CUDA graphs (no per-kernel host issue time), and the
@@ -546,9 +549,10 @@ def profile_from_dict(data: Any, source: str) -> SoftwareProfile:
     sections = {name: _section(cls, raw_host if name == "host" else data.get(name),
                                f"{source}: {name}") for name, cls in _SECTIONS.items()}
     graphs = sections["graphs"]
-    if graphs.pad_step and graphs.pad_max < 4:
+    if graphs.pad_step and not 4 <= graphs.pad_max <= MAX_CAPTURED_TOKENS:
         raise SoftwareError(f"{source}: graphs.pad_step {graphs.pad_step} needs pad_max (the "
-                            "largest captured size, at least 4)")
+                            f"largest captured size) from 4 to {MAX_CAPTURED_TOKENS}, got "
+                            f"{graphs.pad_max}")
     if bool(graphs.pad_coarse_from) != bool(graphs.pad_coarse_step):
         raise SoftwareError(f"{source}: graphs.pad_coarse_from and pad_coarse_step go together")
     front = sections["frontend"]
