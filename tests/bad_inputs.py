@@ -21,6 +21,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {badsince}   TensorRT-LLM's software profile with collectives.custom_since "abc"
   {baduntil}   vLLM V0's software profile with host.per_sequence_until "soon"
   {badkvsince} vLLM V0's software profile with attention.rocm_shared_kv_since "later"
+  {badpad}     vLLM V1's software profile whose largest captured CUDA graph is 10^9 tokens
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
   {binarycorpus} a corpus directory whose one .txt file is random bytes
@@ -602,6 +603,9 @@ NEW_USER_CASES: list[BadInput] = [
          "host.per_sequence_until: 'soon' is not an engine version"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badkvsince}}",
          "attention.rocm_shared_kv_since: 'later' is not an engine version"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badpad}}",
+         "graphs.pad_step 8 needs pad_max (the largest captured size) from 4 to 65536, got "
+         "1000000000"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{tmp}}/missing.yaml",
          "No such file or directory"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{emptyfile}}",
@@ -760,6 +764,10 @@ def fixture_paths(root: Path) -> dict[str, str]:
         'per_sequence_until: "0.6.0"', 'per_sequence_until: "soon"', 1))
     (root / "bad-kv-since.yaml").write_text(vllm_v0.read_text().replace(
         'rocm_shared_kv_since: "0.6.2"', 'rocm_shared_kv_since: "later"', 1))
+    vllm_v1 = resources.files("krakenlm.simulator.constants").joinpath(
+        "software_profiles/vllm.yaml")
+    (root / "bad-pad.yaml").write_text(vllm_v1.read_text().replace(
+        "pad_max: 512 ", "pad_max: 1000000000 ", 1))
     (root / "bad-host-link.yaml").write_text(preset.read_text().replace(
         "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "big-visible.yaml").write_text(preset.read_text().replace(
@@ -800,7 +808,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
             "badnetwork": str(root / "bad-network.yaml"),
             "badsince": str(root / "bad-since.yaml"),
             "baduntil": str(root / "bad-until.yaml"),
-            "badkvsince": str(root / "bad-kv-since.yaml"),
+            "badkvsince": str(root / "bad-kv-since.yaml"), "badpad": str(root / "bad-pad.yaml"),
             "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),
