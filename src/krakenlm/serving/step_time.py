@@ -341,9 +341,9 @@ class StepTimer:
         self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
         # the token count a step's padded operators run at, per token count up to the largest
-        # captured graph, for steps with prompt tokens (True) and pure-decode steps (False):
-        # `Graphs.padded_tokens` read once (empty lists: the engine does not pad)
-        # (up to the token grid's top: no step holds more tokens than the budget it spans)
+        # captured graph or the token grid's top (no step holds more than the budget), for
+        # steps with prompt tokens (True) and pure-decode steps (False): `Graphs.padded_tokens`
+        # read once (empty lists: the engine does not pad)
         graphs = self.profile.graphs
         top = min(graphs.pad_max, self.tokens_grid[-1])
         self._pad: dict[bool, list[int]] = {

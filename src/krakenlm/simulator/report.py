@@ -60,7 +60,9 @@ def _graph_padding_note(r: Result) -> str:
     if graphs is None or r.attention_path != "fused":
         return ""
     notes = []
-    prefill_tokens = r.batch * r.prompt_tokens
+    # the tokens `Simulator.run` prefills (an engine that decodes the prompt's last token
+    # prefills one fewer)
+    prefill_tokens = r.batch * (r.prompt_tokens - int(r.profile.prefill.last_token_in_decode))
     if graphs.padded_tokens(prefill_tokens, True) != prefill_tokens:
         notes.append(f"prefill's {prefill_tokens} tokens run the graph captured for "
                      f"{graphs.padded_tokens(prefill_tokens, True)}")
