@@ -117,3 +117,31 @@ def test_the_run_report_says_which_graph_a_padded_step_replays():
                                     "runs the graph captured for 4")
     assert line("vllm-v0", 10, 100).endswith("decode's batch of 10 runs the graph captured for 16")
     assert line("vllm", 8, 128) == "software vllm; attention fused"
+
+
+@pytest.mark.parametrize("max_num_seqs,budget,largest", [
+    (256, 2048, 512), (1024, 8192, 512), (16, 1024, 32), (50, 8192, 96), (256, 300, 288),
+    (3, 8192, 4), (1, 100, 2)])
+def test_vllm_v1_captures_up_to_twice_max_num_seqs_and_the_token_budget(max_num_seqs, budget,
+                                                                         largest):
+    # vllm/config/vllm.py `_set_cudagraph_sizes` (0.19): min(2 x max_num_seqs, 512, budget),
+    # then the largest of 1, 2, 4, multiples of 8 below 256 and of 16 from 256 under it
+    graphs = load_software("vllm").graphs
+    assert graphs.largest_captured(max_num_seqs, budget) == largest
+    assert graphs.padded_tokens(largest + 1, True, largest) == largest + 1  # no graph: unpadded
+    assert graphs.padded_tokens(largest, True, largest) == largest
+
+
+def test_the_oracle_pads_only_up_to_the_graphs_its_engine_captures():
+    sim = Simulator("h100-80gb-x8", "vllm")
+    small = StepTimer(sim, MODEL, 1, max_tokens=1024, max_sequences=16, max_context=2048)
+    large = StepTimer(sim, MODEL, 1, max_tokens=1024, max_sequences=256, max_context=2048)
+    plain = StepTimer(Simulator("h100-80gb-x8", unpadded("vllm")), MODEL, 1, max_tokens=1024,
+                      max_sequences=16, max_context=2048)
+    a = small.prefill_attention_s(100, 0)
+    # a 100-token prompt step: above 32 (max_num_seqs 16 captures up to 32) it runs unpadded,
+    # under the default knobs (up to 512) at the graph of 104
+    assert small.step_s(100, 1, 1, a, True) == plain.step_s(100, 1, 1, a, True)
+    assert large.step_s(100, 1, 1, a, True) == large.step_s(104, 1, 1, a, True)
+    assert large.step_s(100, 1, 1, a, True) > plain.step_s(100, 1, 1, a, True)
+    assert load_software("vllm-v0").graphs.largest_captured(16, 1024) == 256  # V0: fixed

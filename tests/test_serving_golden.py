@@ -13,7 +13,9 @@ summary's cost.usd and $/Mtok fall 1.6 % with the H100 system's price, $43,758 -
 every row and the timeline are unchanged); the four vLLM cases since the vllm and vllm-v0
 profiles pad a step to the CUDA graph captured for it (`Graphs.padded_tokens`: V0's decode
 batches to 1, 2, 4 or a multiple of 8, V1's steps of up to 512 tokens), whose layers then run
-at the padded count."""
+at the padded count; the three V1 cases again since V1 captures graphs only up to
+min(2 x max_num_seqs, 512, max_num_batched_tokens) (`Graphs.largest_captured`: 32 tokens at
+their max_num_seqs of 16, so their larger steps run unpadded)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,11 @@ from serving_golden import cases, digest, run
 
 PINNED = {
     "vllm-v1 preempting":
-        "b38c51775162081e5abfa0a13603fed1f36b9cb638ec179f65105d1309259731",
+        "c5316d1968fce7552975aafd367c65a0cadc7d196bb2b0af85e8a6d37ad9e39a",
     "vllm-v1 prefix cache 2 replicas prefix-affinity":
-        "fcb48b17419c7b963dea60cd5029cd89b5d8405542357deb4effbfe570130702",
+        "e5a733608785800219ece466a484bb546d8ad2bf67903808caa4d23d2545205b",
     "vllm-v1 roomy 3 replicas least-loaded":
-        "f6e5cb1401ef1c3590440e083cd049b410b7543523735f59e9fbdae047c1ced7",
+        "5e3dffd85ab1f83960446bc0c0692864cb9aea0c2bb3126534f99c66a9610187",
     "vllm-v0 preempting":
         "bb711b1dd122887ec7c3765c06fd53149847d51013ba1905f333b3cdbe91bb06",
     "trtllm no-evict":

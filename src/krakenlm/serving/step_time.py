@@ -341,13 +341,15 @@ class StepTimer:
         self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
         # the token count a step's padded operators run at, per token count up to the largest
-        # captured graph or the token grid's top (no step holds more than the budget), for
-        # steps with prompt tokens (True) and pure-decode steps (False): `Graphs.padded_tokens`
-        # read once (empty lists: the engine does not pad)
+        # graph the engine captures under its knobs (this oracle's `max_sequences` and
+        # `max_tokens`: `Graphs.largest_captured`) or the token grid's top, for steps with
+        # prompt tokens (True) and pure-decode steps (False): `Graphs.padded_tokens` read once
+        # (empty lists: the engine does not pad)
         graphs = self.profile.graphs
-        top = min(graphs.pad_max, self.tokens_grid[-1])
+        largest = graphs.largest_captured(max_sequences, max_tokens)
+        top = min(largest, self.tokens_grid[-1])
         self._pad: dict[bool, list[int]] = {
-            p: [graphs.padded_tokens(t, p) for t in range(top + 1)]
+            p: [graphs.padded_tokens(t, p, largest) for t in range(top + 1)]
             if graphs.pad_step else [] for p in (True, False)}
         self._sampler: dict[int, float] = {}  # `sampler_s` per batch size
         self._prefill_attention = self._prefill_attention_table()

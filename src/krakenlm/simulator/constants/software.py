@@ -210,7 +210,9 @@ class Graphs:
     `pad_coarse_from`, then multiples of `pad_coarse_step`, up to `pad_max`; a larger step is
     not padded. `pad_step` 0: no padding (an engine whose sizes are not read). `pad_mixed`:
     a step with prompt tokens pads too (vLLM V1's piecewise graphs), else only pure-decode
-    steps do (`padded_tokens`)."""
+    steps do (`padded_tokens`). `pad_max_per_sequence` k > 0: the engine captures up to
+    min(`pad_max`, k x max_num_seqs, max_num_batched_tokens) only, rounded down to a captured
+    size (vLLM V1: k = 2; `largest_captured`); 0: up to `pad_max` whatever the knobs."""
     prefill: bool = False
     decode: bool = True
     pad_step: int = 0
@@ -218,11 +220,36 @@ class Graphs:
     pad_coarse_step: int = 0
     pad_max: int = 0
     pad_mixed: bool = False
+    pad_max_per_sequence: int = 0
 
-    def padded_tokens(self, tokens: int, prefill: bool) -> int:
+    def largest_captured(self, max_num_seqs: int | None = None,
+                         max_num_batched_tokens: int | None = None) -> int:
+        """The largest size the engine captures under its knobs (`pad_max_per_sequence`);
+        `pad_max` where the knobs are not given or do not bound it; 0 without padding."""
+        if not self.pad_step:
+            return 0
+        cap = self.pad_max
+        if self.pad_max_per_sequence and max_num_seqs is not None:
+            cap = min(cap, self.pad_max_per_sequence * max_num_seqs)
+        if self.pad_max_per_sequence and max_num_batched_tokens is not None:
+            cap = min(cap, max_num_batched_tokens)
+        if cap >= self.pad_max:
+            return self.pad_max
+        # the largest captured size at most `cap`: 1, 2, 4, then the grid below it
+        if cap < 4:
+            return 2 if cap >= 2 else cap
+        coarse = self.pad_coarse_from
+        if coarse and self.pad_coarse_step and cap >= coarse:
+            return coarse + (cap - coarse) // self.pad_coarse_step * self.pad_coarse_step
+        return max(4, cap // self.pad_step * self.pad_step)
+
+    def padded_tokens(self, tokens: int, prefill: bool, largest: int | None = None) -> int:
         """The token count a step of `tokens` runs its padded operators at: `prefill` whether
-        it holds prompt tokens (padded only when `pad_mixed` and prefill is captured)."""
-        if not self.pad_step or tokens > self.pad_max or tokens <= 2:
+        it holds prompt tokens (padded only when `pad_mixed` and prefill is captured);
+        `largest` the largest captured size (`largest_captured`; default `pad_max`): a larger
+        step runs without a graph, unpadded."""
+        largest = self.pad_max if largest is None else largest
+        if not self.pad_step or tokens > largest or tokens <= 2:
             return tokens
         if prefill and not (self.pad_mixed and self.prefill):
             return tokens
@@ -233,9 +260,9 @@ class Graphs:
         coarse = self.pad_coarse_from
         if coarse and self.pad_coarse_step and tokens > coarse:
             step = self.pad_coarse_step
-            return min(coarse + -(-(tokens - coarse) // step) * step, self.pad_max)
+            return min(coarse + -(-(tokens - coarse) // step) * step, largest)
         step = self.pad_step
-        return min(-(-tokens // step) * step, self.pad_max)
+        return min(-(-tokens // step) * step, largest)
 
 
 @dataclass(frozen=True)
