@@ -22,6 +22,7 @@ in docs/bad-inputs.md). Placeholders in braces are filled from `fixture_paths()`
   {baduntil}   vLLM V0's software profile with host.per_sequence_until "soon"
   {badkvsince} vLLM V0's software profile with attention.rocm_shared_kv_since "later"
   {badpad}     vLLM V1's software profile whose largest captured CUDA graph is 10^9 tokens
+  {badtiers}   SGLang's software profile whose captured-size tiers are not [first, step] pairs
   {badjson}    a model config that is not JSON
   {tinycorpus} a directory with one sentence of text
   {binarycorpus} a corpus directory whose one .txt file is random bytes
@@ -604,8 +605,10 @@ NEW_USER_CASES: list[BadInput] = [
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badkvsince}}",
          "attention.rocm_shared_kv_since: 'later' is not an engine version"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badpad}}",
-         "graphs.pad_step 8 needs pad_max (the largest captured size) from 4 to 65536, got "
+         "graphs.pad_tiers needs pad_max (the largest captured size) from 4 to 65536, got "
          "1000000000"),
+    case(f"{SIM_RUN} --prompt 8 --gen 2 --software {{badtiers}}",
+         "graphs.pad_tiers: expected a list of [first size, step] pairs of whole numbers >= 1"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{tmp}}/missing.yaml",
          "No such file or directory"),
     case(f"{SIM_RUN} --prompt 8 --gen 2 --calibration {{emptyfile}}",
@@ -768,6 +771,10 @@ def fixture_paths(root: Path) -> dict[str, str]:
         "software_profiles/vllm.yaml")
     (root / "bad-pad.yaml").write_text(vllm_v1.read_text().replace(
         "pad_max: 512 ", "pad_max: 1000000000 ", 1))
+    sglang = resources.files("krakenlm.simulator.constants").joinpath(
+        "software_profiles/sglang.yaml")
+    (root / "bad-tiers.yaml").write_text(sglang.read_text().replace(
+        "pad_tiers: [[8, 4], [16, 8], [256, 16], [512, 32]]", "pad_tiers: [8, 4, 16, 8]", 1))
     (root / "bad-host-link.yaml").write_text(preset.read_text().replace(
         "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "big-visible.yaml").write_text(preset.read_text().replace(
@@ -809,6 +816,7 @@ def fixture_paths(root: Path) -> dict[str, str]:
             "badsince": str(root / "bad-since.yaml"),
             "baduntil": str(root / "bad-until.yaml"),
             "badkvsince": str(root / "bad-kv-since.yaml"), "badpad": str(root / "bad-pad.yaml"),
+            "badtiers": str(root / "bad-tiers.yaml"),
             "badjson": str(root / "bad.json"), "tinycorpus": str(root / "tiny-corpus"),
             "readonly": "/sys/krakenlm-bad-input", "binary": str(root / "binary.png"),
             "latin1": str(root / "latin1.yaml"), "badmeta": str(root / "table.csv"),

@@ -1,7 +1,7 @@
 """A step that replays a CUDA graph runs at the graph's captured size (`Graphs.padded_tokens`,
-the profiles' `graphs.pad_*` read from vLLM's code): its layers at the padded token count, its
-attention, LM head and host work at the real one, in `Simulator.run` and in the serving
-step-time oracle alike."""
+the profiles' `graphs.pad_*` read from vLLM's and SGLang's code): its layers at the padded
+token count, its attention, LM head and host work at the real one, in `Simulator.run` and in
+the serving step-time oracle alike."""
 
 import dataclasses
 
@@ -18,7 +18,7 @@ MODEL = get_preset("llama3-8b")
 
 def unpadded(name: str):
     p = load_software(name)
-    return dataclasses.replace(p, graphs=dataclasses.replace(p.graphs, pad_step=0))
+    return dataclasses.replace(p, graphs=dataclasses.replace(p.graphs, pad_tiers=()))
 
 
 @pytest.mark.parametrize("tokens,expected", [
@@ -26,8 +26,10 @@ def unpadded(name: str):
     (256, 256), (257, 257), (1000, 1000)])
 def test_vllm_v0_pads_a_decode_batch_as_get_graph_batch_size_does(tokens, expected):
     graphs = load_software("vllm-v0").graphs
-    assert graphs.padded_tokens(tokens, False) == expected
-    assert graphs.padded_tokens(tokens, True) == tokens  # V0 prefills eagerly
+    largest = graphs.largest_captured()  # the default max_num_seqs 256
+    assert largest == 256
+    assert graphs.padded_tokens(tokens, False, largest) == expected
+    assert graphs.padded_tokens(tokens, True, largest) == tokens  # V0 prefills eagerly
 
 
 @pytest.mark.parametrize("tokens,expected", [
@@ -39,22 +41,66 @@ def test_vllm_v1_pads_any_step_to_its_capture_sizes(tokens, expected):
     assert graphs.padded_tokens(tokens, True) == expected  # piecewise graphs: mixed steps too
 
 
-@pytest.mark.parametrize("name", ["sglang", "trtllm", "eager", "vllm-eager"])
+@pytest.mark.parametrize("tokens,expected", [
+    (3, 4), (5, 8), (9, 12), (12, 12), (13, 16), (17, 24), (250, 256), (257, 272), (500, 512),
+    (513, 544), (600, 608)])
+def test_sglang_pads_a_decode_batch_to_its_capture_sizes(tokens, expected):
+    # server_args.py `_generate_cuda_graph_batch_sizes` (0.5.9): [1, 2, 4, 8, 12] +
+    # range(16, 257, 8) + range(272, 512, 16) + range(512, max + 1, 32)
+    graphs = load_software("sglang").graphs
+    assert graphs.padded_tokens(tokens, False, 1024) == expected
+    assert graphs.padded_tokens(tokens, True, 1024) == tokens  # prefill (extend) runs eagerly
+
+
+@pytest.mark.parametrize("system,tp,largest", [
+    ("h100-80gb-x8", 1, 256), ("h100-80gb-x8", 2, 256), ("h100-80gb-x8", 4, 512),
+    ("a100-80gb-x8", 8, 512), ("a100-40gb-x8", 1, 32), ("a100-40gb-x8", 4, 160),
+    ("h200-x8", 1, 256), ("b200-x8", 1, 512)])
+def test_sglang_captures_up_to_its_memory_and_tp_default(system, tp, largest):
+    # `_handle_gpu_memory_settings`: below 60 GiB 32 / 160, below 160 GiB 256 / 512 (TP < 4 /
+    # TP >= 4), above 512
+    assert Simulator(system, "sglang").largest_captured(tp) == largest
+
+
+def test_sglang_captures_its_request_pool_size_itself():
+    # `get_batch_sizes_to_capture`: sizes above the pool are dropped and the pool size added
+    graphs = load_software("sglang").graphs
+    largest = graphs.largest_captured(100)
+    assert largest == 100
+    assert [graphs.padded_tokens(t, False, largest) for t in (95, 96, 97, 100, 101)] == \
+        [96, 96, 100, 100, 101]
+
+
+@pytest.mark.parametrize("max_num_seqs,largest", [
+    (None, 256), (16, 16), (100, 104), (256, 256), (300, 304), (10000, 8192)])
+def test_vllm_v0_captures_up_to_max_num_seqs_rounded_up(max_num_seqs, largest):
+    # 0.6.0 worker/model_runner.py `_get_max_graph_batch_size(max_num_seqs)`
+    assert load_software("vllm-v0").graphs.largest_captured(max_num_seqs, 1024) == largest
+
+
+@pytest.mark.parametrize("name", ["trtllm", "eager", "vllm-eager"])
 def test_engines_whose_sizes_are_not_read_do_not_pad(name):
     graphs = load_software(name).graphs
     assert [graphs.padded_tokens(t, p) for t in (3, 10, 100) for p in (True, False)] == \
         [3, 3, 10, 10, 100, 100]
 
 
-def test_a_padding_rule_without_its_largest_size_is_an_error():
-    with pytest.raises(SoftwareError, match="graphs.pad_step 8 needs pad_max"):
-        profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {"pad_step": 8}}, "f")
+def test_a_malformed_padding_rule_is_an_error():
+    def load(graphs):
+        return profile_from_dict({"name": "x", "kernels": "vllm", "graphs": graphs}, "f")
+    with pytest.raises(SoftwareError, match="graphs.pad_tiers needs pad_max"):
+        load({"pad_tiers": [[8, 8]]})
     with pytest.raises(SoftwareError, match="pad_max .* from 4 to 65536, got 1000000000"):
-        profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {
-            "pad_step": 8, "pad_max": 10**9}}, "f")
-    with pytest.raises(SoftwareError, match="pad_coarse_from and pad_coarse_step go together"):
-        profile_from_dict({"name": "x", "kernels": "vllm", "graphs": {
-            "pad_step": 8, "pad_max": 512, "pad_coarse_from": 256}}, "f")
+        load({"pad_tiers": [[8, 8]], "pad_max": 10**9})
+    with pytest.raises(SoftwareError, match=r"graphs.pad_tiers: expected a list of \[first "
+                                            r"size, step\] pairs"):
+        load({"pad_tiers": [8, 8], "pad_max": 512})
+    with pytest.raises(SoftwareError, match=r"must rise from above 4 .*got \[256, 8\]"):
+        load({"pad_tiers": [[256, 16], [8, 8]], "pad_max": 512})
+    with pytest.raises(SoftwareError, match="pad_limit 'sglang' needs pad_tiers"):
+        load({"pad_limit": "sglang"})
+    with pytest.raises(SoftwareError, match="pad_limit: 'v2' is not one of '', vllm-v0"):
+        load({"pad_tiers": [[8, 8]], "pad_max": 512, "pad_limit": "v2"})
 
 
 def test_a_padded_decode_batch_runs_its_gemms_at_the_captured_size_and_attention_at_its_own():
@@ -144,4 +190,8 @@ def test_the_oracle_pads_only_up_to_the_graphs_its_engine_captures():
     assert small.step_s(100, 1, 1, a, True) == plain.step_s(100, 1, 1, a, True)
     assert large.step_s(100, 1, 1, a, True) == large.step_s(104, 1, 1, a, True)
     assert large.step_s(100, 1, 1, a, True) > plain.step_s(100, 1, 1, a, True)
-    assert load_software("vllm-v0").graphs.largest_captured(16, 1024) == 256  # V0: fixed
+    # V0 captures up to max_num_seqs rounded up: 16 here, so a 10-sequence batch still pads
+    v0 = StepTimer(Simulator("h100-80gb-x8", "vllm-v0"), MODEL, 1, max_tokens=1024,
+                   max_sequences=16, max_context=2048)
+    d = v0.decode_attention_s(10, 500)
+    assert v0.step_s(10, 10, 10, d, False) == v0.step_s(16, 10, 10, d, False)

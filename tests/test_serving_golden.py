@@ -15,7 +15,9 @@ profiles pad a step to the CUDA graph captured for it (`Graphs.padded_tokens`: V
 batches to 1, 2, 4 or a multiple of 8, V1's steps of up to 512 tokens), whose layers then run
 at the padded count; the three V1 cases again since V1 captures graphs only up to
 min(2 x max_num_seqs, 512, max_num_batched_tokens) (`Graphs.largest_captured`: 32 tokens at
-their max_num_seqs of 16, so their larger steps run unpadded)."""
+their max_num_seqs of 16, so their larger steps run unpadded); the two SGLang cases since the
+sglang profile pads a decode batch to the CUDA graph SGLang 0.5.9 captures for it (1, 2, 4, 8,
+12, then multiples of 8 to 256, 16 to 512, 32 above; up to its request pool, 16 here)."""
 
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ PINNED = {
     "trtllm max-utilization chunked":
         "b6e38597fb95924f2966475a5f04df9df7b17012b2f41f20db6c8b2ac29ed425",
     "sglang lpm prefix cache":
-        "c743eb96f72e312c137a89ba73861911c0994e5f43597f00aa2e173bfd37e06b",
+        "eeff8deb360ed2daf56893786c7cdede0177a41628a5a27a786074c62643a573",
     "sglang fcfs preempting":
-        "cbdeac64ad129c77c8c03fefd8ce42fdb2383e10c893eae431805653cebb5315",
+        "0f3e1eda7da45a66fb5df42548e91d1915e363443f81bc2fc6e0072cc797910e",
 }
 
 

@@ -346,11 +346,11 @@ class StepTimer:
         # prompt tokens (True) and pure-decode steps (False): `Graphs.padded_tokens` read once
         # (empty lists: the engine does not pad)
         graphs = self.profile.graphs
-        largest = graphs.largest_captured(max_sequences, max_tokens)
+        largest = sim.largest_captured(tp, max_sequences, max_tokens)
         top = min(largest, self.tokens_grid[-1])
         self._pad: dict[bool, list[int]] = {
             p: [graphs.padded_tokens(t, p, largest) for t in range(top + 1)]
-            if graphs.pad_step else [] for p in (True, False)}
+            if graphs.pads else [] for p in (True, False)}
         self._sampler: dict[int, float] = {}  # `sampler_s` per batch size
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()

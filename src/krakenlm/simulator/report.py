@@ -63,12 +63,13 @@ def _graph_padding_note(r: Result) -> str:
     # the tokens `Simulator.run` prefills (an engine that decodes the prompt's last token
     # prefills one fewer)
     prefill_tokens = r.batch * (r.prompt_tokens - int(r.profile.prefill.last_token_in_decode))
-    if graphs.padded_tokens(prefill_tokens, True) != prefill_tokens:
+    largest = r.graph_largest
+    if graphs.padded_tokens(prefill_tokens, True, largest) != prefill_tokens:
         notes.append(f"prefill's {prefill_tokens} tokens run the graph captured for "
-                     f"{graphs.padded_tokens(prefill_tokens, True)}")
-    if r.gen_tokens > 1 and graphs.padded_tokens(r.batch, False) != r.batch:
+                     f"{graphs.padded_tokens(prefill_tokens, True, largest)}")
+    if r.gen_tokens > 1 and graphs.padded_tokens(r.batch, False, largest) != r.batch:
         notes.append(f"decode's batch of {r.batch} runs the graph captured for "
-                     f"{graphs.padded_tokens(r.batch, False)}")
+                     f"{graphs.padded_tokens(r.batch, False, largest)}")
     return "; CUDA graphs: " + ", ".join(notes) if notes else ""
 
 
@@ -143,8 +144,8 @@ class SoftwareReport:
         for p in self.profiles:
             graphs = "+".join(k for k, v in (("prefill", p.graphs.prefill),
                                              ("decode", p.graphs.decode)) if v) or "none"
-            if p.graphs.pad_step:  # the captured sizes a step is padded to
-                graphs += f", padded <= {p.graphs.pad_max}"
+            if p.graphs.pads:  # the captured sizes a step is padded to (default knobs)
+                graphs += f", padded <= {p.graphs.largest_captured()}"
             ar = p.collectives.all_reduce + (f" <= {p.collectives.custom_max_bytes / 2**20:g} MiB"
                                              if p.collectives.custom_max_bytes else "")
             steps = f"{p.host.prefill_step_s * 1e3:g} / {p.host.decode_step_s * 1e3:g}"

@@ -140,6 +140,9 @@ class Result:
     kernel_calibration: str | None = None
     decode_method: str = ""
     simulated_in_s: float = 0.0
+    # the largest CUDA graph the profile's engine captures here (`Simulator.largest_captured`;
+    # 0: it pads no step), to which the report's padding note reads the steps' padding
+    graph_largest: int = 0
     profile: SoftwareProfile | None = field(default=None, repr=False, compare=False)
     # nominal 80 % interval of ttft_s / tpot_s / e2e_s from the leave-one-source-out residuals
     # of comparable public measurements, and what the query extrapolates beyond (uncertainty.py)
@@ -492,14 +495,17 @@ def _overlap_free(ops: list[OpSpec], varying: set[str]) -> bool:
 
 def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b: int,
             opts: GraphOptions, timer: OpTimer, scheduler: _Scheduler,
-            software: SoftwareProfile, exact: bool) -> tuple[PhaseResult, dict[str, float], str]:
+            software: SoftwareProfile, exact: bool,
+            largest: int) -> tuple[PhaseResult, dict[str, float], str]:
+    """The decode phase; `largest` the largest captured graph (a batch up to it replays the
+    padded size's, `Graphs.padded_tokens`)."""
     phase = PhaseResult()
     if steps <= 0:
         return phase, {}, "none"
     kv = np.arange(prompt + 1, prompt + steps + 1)
     base = model_graphs(config, tp, batch, 1, int(kv[0]), "decode", b, options=opts)
     other = model_graphs(config, tp, batch, 1, int(kv[0]) + 1, "decode", b, options=opts)
-    padded = software.graphs.padded_tokens(batch, False)
+    padded = software.graphs.padded_tokens(batch, False, largest)
     if padded != batch:  # the batch replays a larger captured graph
         base, other = (padded_graphs(g, model_graphs(config, tp, padded, 1, k, "decode", b,
                                                      options=opts))
@@ -629,6 +635,17 @@ class Simulator:
             self.timer.software = _tile_software(profile)
         self.scheduler = _Scheduler(comm_core_share)
 
+    def largest_captured(self, tp: int, max_num_seqs: int | None = None,
+                         max_num_batched_tokens: int | None = None) -> int:
+        """The largest CUDA graph the profile's engine captures on this system at TP `tp`
+        under its knobs (`Graphs.largest_captured`; a knob not given is the engine's
+        default), reading the device's memory as the engine does: what the runtime reports
+        where the hardware file knows it, else the datasheet capacity."""
+        memory = self.system.device.memory
+        return self.profile.graphs.largest_captured(
+            max_num_seqs, max_num_batched_tokens,
+            device_memory_bytes=memory.runtime_visible_bytes or memory.capacity_bytes, tp=tp)
+
     def run(self, config: ModelConfig, tp: int, batch: int, prompt_tokens: int,
             gen_tokens: int, *, check_memory: bool = True, check_context: bool = True,
             model_name: str = "model", exact_decode: bool = False) -> Result:
@@ -659,6 +676,7 @@ class Simulator:
         if check_memory:
             check_fits(use, model_name, system, tp)
         b = DTYPE_BYTES[self.precision("all_reduce")]
+        largest = self.largest_captured(tp)  # a step up to it replays a padded graph
         # an engine that decodes the prompt's last token prefills one token less and takes
         # one decode step more, whose time belongs to the first token
         split = profile.prefill.last_token_in_decode
@@ -667,7 +685,7 @@ class Simulator:
         if prefilled:
             graphs = model_graphs(config, tp, batch, prefilled, prefilled, "prefill", b,
                                   options=opts)
-            padded = profile.graphs.padded_tokens(batch * prefilled, True)
+            padded = profile.graphs.padded_tokens(batch * prefilled, True, largest)
             if padded != batch * prefilled:  # a prompt step replays a larger captured graph
                 graphs = padded_graphs(graphs, model_graphs(config, tp, 1, padded, padded,
                                                             "prefill", b, options=opts))
@@ -677,7 +695,7 @@ class Simulator:
             prefill, prefill_layer, ttft = PhaseResult(), {}, 0.0
         decode, decode_layer, method = _decode(config, tp, batch, prefilled, decode_steps,
                                                b, opts, self.timer, self.scheduler, profile,
-                                               exact_decode)
+                                               exact_decode, largest)
         steps = gen_tokens - 1
         first_s = 0.0  # a decode step counted in the TTFT
         if split:
@@ -703,7 +721,7 @@ class Simulator:
                       kernel_calibration=None if self.timer.gpu is None else
                       self.timer.gpu.device_key, decode_method=method,
                       simulated_in_s=time.perf_counter() - started, profile=profile,
-                      interval=interval)
+                      interval=interval, graph_largest=largest)
 
 
 def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,

@@ -199,6 +199,17 @@ class Frontend:
 
 MAX_CAPTURED_TOKENS = 65536  # a `Graphs.pad_max` beyond this is a typo, not an engine's graph
 
+# `Graphs.pad_limit`: how an engine's knobs bound the largest graph it captures
+PAD_LIMITS = ("", "vllm-v0", "vllm-v1", "sglang")
+# vLLM V0's default `max_num_seqs` (EngineArgs), which a query without knobs runs at
+V0_DEFAULT_MAX_NUM_SEQS = 256
+# SGLang 0.5.9 `ServerArgs._handle_gpu_memory_settings` (python/sglang/srt/server_args.py of
+# the PyPI wheel): the default `cuda_graph_max_bs` by the GPU's memory (MiB, nvidia-smi's
+# total) below a bound, at TP < 4 and at TP >= 4; above the last bound (B200, MI300X) it is
+# 512 (`Graphs.pad_max`)
+SGLANG_MAX_BS_BY_MEMORY_MIB = ((20 * 1024, 8, 8), (35 * 1024, 24, 80), (60 * 1024, 32, 160),
+                               (90 * 1024, 256, 512), (160 * 1024, 256, 512))
+
 
 @dataclass(frozen=True)
 class Graphs:
@@ -206,42 +217,94 @@ class Graphs:
     batch padding of a replay: a graph is captured for a few token counts only, and a step
     replays the smallest one at least its size, its rows past the real tokens running as
     padding (the GEMMs, norms and collectives see the padded count; attention and the LM head
-    only the real sequences). Captured sizes: 1, 2, 4, then multiples of `pad_step` up to
-    `pad_coarse_from`, then multiples of `pad_coarse_step`, up to `pad_max`; a larger step is
-    not padded. `pad_step` 0: no padding (an engine whose sizes are not read). `pad_mixed`:
-    a step with prompt tokens pads too (vLLM V1's piecewise graphs), else only pure-decode
-    steps do (`padded_tokens`). `pad_max_per_sequence` k > 0: the engine captures up to
-    min(`pad_max`, k x max_num_seqs, max_num_batched_tokens) only, rounded down to a captured
-    size (vLLM V1: k = 2; `largest_captured`); 0: up to `pad_max` whatever the knobs."""
+    only the real sequences). Captured sizes: 1, 2, 4, then, for each of `pad_tiers`' (first,
+    step) pairs in turn, first, first + step, ... below the next tier's first size, the last
+    tier up to `pad_max` (vLLM V0: ((8, 8),); V1: ((8, 8), (256, 16)); SGLang: ((8, 4),
+    (16, 8), (256, 16), (512, 32))); a larger step is not padded. No tiers: no padding (an
+    engine whose sizes are not read). `pad_mixed`: a step with prompt tokens pads too (vLLM
+    V1's piecewise graphs), else only pure-decode steps do (`padded_tokens`). `pad_limit`
+    names the engine rule that bounds the largest captured size by its knobs
+    (`largest_captured`); "": `pad_max` whatever the knobs."""
     prefill: bool = False
     decode: bool = True
-    pad_step: int = 0
-    pad_coarse_from: int = 0
-    pad_coarse_step: int = 0
+    pad_tiers: tuple[tuple[int, int], ...] = ()
     pad_max: int = 0
     pad_mixed: bool = False
-    pad_max_per_sequence: int = 0
+    pad_limit: str = ""
 
-    def largest_captured(self, max_num_seqs: int | None = None,
-                         max_num_batched_tokens: int | None = None) -> int:
-        """The largest size the engine captures under its knobs (`pad_max_per_sequence`);
-        `pad_max` where the knobs are not given or do not bound it; 0 without padding."""
-        if not self.pad_step:
-            return 0
-        cap = self.pad_max
-        if self.pad_max_per_sequence and max_num_seqs is not None:
-            cap = min(cap, self.pad_max_per_sequence * max_num_seqs)
-        if self.pad_max_per_sequence and max_num_batched_tokens is not None:
-            cap = min(cap, max_num_batched_tokens)
-        if cap >= self.pad_max:
-            return self.pad_max
-        # the largest captured size at most `cap`: 1, 2, 4, then the grid below it
+    @property
+    def pads(self) -> bool:
+        """Whether a replayed step is padded to a captured size."""
+        return bool(self.pad_tiers)
+
+    def _size_at_least(self, tokens: int) -> int:
+        """The smallest size of the capture grid (1, 2, 4, then the tiers, unbounded) that
+        holds `tokens`."""
+        if tokens <= 2:
+            return tokens
+        if tokens <= 4:
+            return 4
+        tiers = self.pad_tiers
+        for i, (first, step) in enumerate(tiers):
+            if tokens <= first:
+                return first
+            following = tiers[i + 1][0] if i + 1 < len(tiers) else None
+            if following is None or tokens < following:
+                size = first + -(-(tokens - first) // step) * step
+                return size if following is None else min(size, following)
+        raise AssertionError("unreachable: the last tier is unbounded")
+
+    def _size_at_most(self, cap: int) -> int:
+        """The largest size of the capture grid at most `cap` (>= 1)."""
         if cap < 4:
             return 2 if cap >= 2 else cap
-        coarse = self.pad_coarse_from
-        if coarse and self.pad_coarse_step and cap >= coarse:
-            return coarse + (cap - coarse) // self.pad_coarse_step * self.pad_coarse_step
-        return max(4, cap // self.pad_step * self.pad_step)
+        size = 4
+        for first, step in self.pad_tiers:
+            if cap < first:
+                break
+            size = first + (cap - first) // step * step
+        return size
+
+    def largest_captured(self, max_num_seqs: int | None = None,
+                         max_num_batched_tokens: int | None = None, *,
+                         device_memory_bytes: float | None = None,
+                         tp: int | None = None) -> int:
+        """The largest size the engine captures under its knobs, by `pad_limit` (0 without
+        padding; `pad_max` where a knob is not given or does not bound it):
+
+        * "vllm-v0": vLLM 0.6.0 `_get_max_graph_batch_size(max_num_seqs)` (worker/
+          model_runner.py): `max_num_seqs` (default 256) rounded up to a captured size, at
+          most `pad_max` (0.5.4 captured up to 256 whatever the knob: equal at the default);
+        * "vllm-v1": vLLM 0.19 `_set_cudagraph_sizes` (config/vllm.py): min(`pad_max`,
+          2 x max_num_seqs, max_num_batched_tokens), rounded down to a captured size;
+        * "sglang": SGLang 0.5.9 `cuda_graph_max_bs` by the GPU's memory and TP
+          (`SGLANG_MAX_BS_BY_MEMORY_MIB`; `pad_max` above the last bound or when the device is
+          not given), at most the request pool (`max_num_seqs`), which is itself captured
+          (`get_batch_sizes_to_capture` adds `req_to_token_pool.size`)."""
+        if not self.pad_tiers:
+            return 0
+        top = self.pad_max
+        if self.pad_limit == "vllm-v0":
+            seqs = V0_DEFAULT_MAX_NUM_SEQS if max_num_seqs is None else max_num_seqs
+            return min(top, self._size_at_least(max(1, seqs)))
+        if self.pad_limit == "vllm-v1":
+            cap = top
+            if max_num_seqs is not None:
+                cap = min(cap, 2 * max_num_seqs)
+            if max_num_batched_tokens is not None:
+                cap = min(cap, max_num_batched_tokens)
+            return top if cap >= top else self._size_at_most(max(1, cap))
+        if self.pad_limit == "sglang":
+            if device_memory_bytes is not None and tp is not None:
+                mib = device_memory_bytes / 2**20
+                for below, small_tp, large_tp in SGLANG_MAX_BS_BY_MEMORY_MIB:
+                    if mib < below:
+                        top = min(top, small_tp if tp < 4 else large_tp)
+                        break
+            if max_num_seqs is not None:
+                top = min(top, max(1, max_num_seqs))
+            return top
+        return top
 
     def padded_tokens(self, tokens: int, prefill: bool, largest: int | None = None) -> int:
         """The token count a step of `tokens` runs its padded operators at: `prefill` whether
@@ -249,20 +312,13 @@ class Graphs:
         `largest` the largest captured size (`largest_captured`; default `pad_max`): a larger
         step runs without a graph, unpadded."""
         largest = self.pad_max if largest is None else largest
-        if not self.pad_step or tokens > largest or tokens <= 2:
+        if not self.pad_tiers or tokens > largest or tokens <= 2:
             return tokens
         if prefill and not (self.pad_mixed and self.prefill):
             return tokens
         if not prefill and not self.decode:
             return tokens
-        if tokens <= 4:
-            return 4
-        coarse = self.pad_coarse_from
-        if coarse and self.pad_coarse_step and tokens > coarse:
-            step = self.pad_coarse_step
-            return min(coarse + -(-(tokens - coarse) // step) * step, largest)
-        step = self.pad_step
-        return min(-(-tokens // step) * step, largest)
+        return min(self._size_at_least(tokens), largest)
 
 
 @dataclass(frozen=True)
@@ -509,6 +565,18 @@ def _finite(number: float) -> bool:
         return False
 
 
+def _pairs(value: Any, where: str) -> tuple[tuple[int, int], ...]:
+    """A list of [first, step] pairs of whole numbers >= 1 (`Graphs.pad_tiers`)."""
+    ok = isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in p)
+        for p in value)
+    if not ok:
+        raise SoftwareError(f"{where}: expected a list of [first size, step] pairs of whole "
+                            f"numbers >= 1, e.g. [[8, 8], [256, 16]], got {value!r:.60}")
+    return tuple((int(a), int(b)) for a, b in value)
+
+
 def _section(cls: type, data: Any, where: str) -> Any:
     if data is None:
         return cls()
@@ -521,7 +589,9 @@ def _section(cls: type, data: Any, where: str) -> Any:
     kwargs = {}
     for name, value in data.items():
         default = getattr(cls(), name)
-        if isinstance(default, bool):
+        if isinstance(default, tuple):  # `Graphs.pad_tiers`: [[first, step], ...]
+            value = _pairs(value, f"{where}.{name}")
+        elif isinstance(default, bool):
             if not isinstance(value, bool):
                 raise SoftwareError(f"{where}.{name}: expected true or false, got {value!r}")
         elif isinstance(default, (int, float)):
@@ -541,7 +611,7 @@ def _section(cls: type, data: Any, where: str) -> Any:
             choices = _NAMED_CHOICES.get((cls.__name__, name))
             if choices is not None and value not in choices:
                 raise SoftwareError(f"{where}.{name}: {value!r} is not one of "
-                                    f"{', '.join(choices)}")
+                                    f"{', '.join(c or repr(c) for c in choices)}")
             if cls is Collectives and name == "all_reduce" and value not in ("custom", "nccl"):
                 raise SoftwareError(f"{where}.{name}: {value!r} is not 'custom' or 'nccl'")
             if name in ("custom_since", "per_sequence_until", "rocm_shared_kv_since",
@@ -555,6 +625,7 @@ def _section(cls: type, data: Any, where: str) -> Any:
 
 # Text fields that take one of a few words: (section class, field) -> the words.
 _NAMED_CHOICES = {("KVProfile", "accounting"): KV_ACCOUNTINGS,
+                  ("Graphs", "pad_limit"): PAD_LIMITS,
                   ("Attention", "kv_append"): KV_APPENDS}
 
 
@@ -576,12 +647,16 @@ def profile_from_dict(data: Any, source: str) -> SoftwareProfile:
     sections = {name: _section(cls, raw_host if name == "host" else data.get(name),
                                f"{source}: {name}") for name, cls in _SECTIONS.items()}
     graphs = sections["graphs"]
-    if graphs.pad_step and not 4 <= graphs.pad_max <= MAX_CAPTURED_TOKENS:
-        raise SoftwareError(f"{source}: graphs.pad_step {graphs.pad_step} needs pad_max (the "
-                            f"largest captured size) from 4 to {MAX_CAPTURED_TOKENS}, got "
-                            f"{graphs.pad_max}")
-    if bool(graphs.pad_coarse_from) != bool(graphs.pad_coarse_step):
-        raise SoftwareError(f"{source}: graphs.pad_coarse_from and pad_coarse_step go together")
+    if graphs.pad_tiers and not 4 <= graphs.pad_max <= MAX_CAPTURED_TOKENS:
+        raise SoftwareError(f"{source}: graphs.pad_tiers needs pad_max (the largest captured "
+                            f"size) from 4 to {MAX_CAPTURED_TOKENS}, got {graphs.pad_max}")
+    firsts = [first for first, _ in graphs.pad_tiers]
+    if firsts and (firsts[0] <= 4 or firsts != sorted(set(firsts))):
+        raise SoftwareError(f"{source}: graphs.pad_tiers' first sizes must rise from above 4 "
+                            f"(1, 2 and 4 are always captured), got {firsts}")
+    if graphs.pad_limit and not graphs.pad_tiers:
+        raise SoftwareError(f"{source}: graphs.pad_limit {graphs.pad_limit!r} needs pad_tiers "
+                            "(the captured sizes it bounds)")
     front = sections["frontend"]
     if (front.engine_loop_request_s or front.engine_loop_token_s) and front.front_loop(None):
         raise SoftwareError(f"{source}: frontend sets both engine_loop_* and front_loop_* for "
