@@ -33,7 +33,7 @@ def test_host_time_scaled_scales_every_host_and_front_end_time_and_nothing_else(
                 assert after == pytest.approx(1.5 * before, rel=1e-15), f.name
             else:
                 assert after == before, f.name
-    assert scaled.host.multi_step_host_seq_s == pytest.approx(1.5 * 3.43e-5)
+    assert scaled.host.multi_step_host_seq_s == pytest.approx(1.5 * 4.73e-5)
     assert scaled.host.prefill_gpu_time_scale == base.host.prefill_gpu_time_scale
     assert (scaled.attention, scaled.collectives, scaled.sampler, scaled.kv_profile) == \
         (base.attention, base.collectives, base.sampler, base.kv_profile)

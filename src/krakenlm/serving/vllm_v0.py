@@ -71,10 +71,10 @@ the asynchronous output processor (`_process_model_outputs`: each sequence's tok
 detokenised, its stop conditions checked) and pythonizes the previous step's output, and only
 then launches the sampler (vLLM 0.6.0 `vllm/worker/multi_step_model_runner.py`
 `execute_model` -> `_async_process_outputs`), and inside a round the host never waits for the
-GPU (`wait_previous_step` is a stream wait), so a later step lasts at least the host's work for
-it, of which the part before the sampler's launch is `host.multi_step_host_seq_s` x the batch
-(measured with 0.6.0's own engine over a stand-in GPU:
-benchmarks/vllm_v0_frontend/multi_step_host.py; a lower bound); its sampler's GPU kernels
+GPU (`wait_previous_step` is a stream wait), so a later step lasts at least the host's whole
+cycle for it, `host.multi_step_host_seq_s` x the batch (measured with 0.6.0's own engine over a
+stand-in GPU fast enough that the host sets the pace, launch to launch:
+benchmarks/vllm_v0_frontend/multi_step_host.py); its sampler's GPU kernels
 after the forward pass (`profile.sampler`: the greedy path of vLLM 0.6.0's `Sampler.forward`,
 42 bytes per logit over the batch x the whole vocabulary in 6 kernels, `StepTimer.sampler_s`),
 which the round's first step's measured host work holds (Vidur's SAMPLER_E2E is a wall time)

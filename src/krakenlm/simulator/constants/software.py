@@ -91,11 +91,11 @@ class Host:
     # driver broadcasts again before every later step of a round, one NCCL broadcast each,
     # which the GPU runs between the steps (serving/vllm_v0.py; 0: none)
     multi_step_broadcast_tensors: int = 0
-    # vLLM V0's multi-step rounds (0.6.x): the host's work per sequence in each later step of a
-    # round between the forward pass's launch and the sampler's (the asynchronous output
-    # processor and the pythonizing of the round's previous step), which the GPU's forward pass
-    # hides until it is longer: a later step lasts at least this x the batch
-    # (serving/vllm_v0.py; 0: never binds)
+    # vLLM V0's multi-step rounds (0.6.x): the host's whole cycle per sequence in each later
+    # step of a round (its loop, the forward pass's launch, the asynchronous output processor
+    # and the pythonizing of the round's previous step, the sampler's launch), measured where
+    # the host sets the pace, which the GPU hides until it is longer: a later step lasts at
+    # least this x the batch (serving/vllm_v0.py; 0: never binds)
     multi_step_host_seq_s: float = 0.0
     graph_launch_s: float = 0.0      # per CUDA-graph replay
     step_overlaps_gpu: bool = False  # per-step host work runs beside the GPU (async scheduler)
