@@ -309,9 +309,9 @@ class Graphs:
     def padded_tokens(self, tokens: int, prefill: bool, largest: int | None = None) -> int:
         """The token count a step of `tokens` runs its padded operators at: `prefill` whether
         it holds prompt tokens (padded only when `pad_mixed` and prefill is captured);
-        `largest` the largest captured size (`largest_captured`; default `pad_max`): a larger
-        step runs without a graph, unpadded."""
-        largest = self.pad_max if largest is None else largest
+        `largest` the largest captured size (`largest_captured`; default: under the engine's
+        default knobs): a larger step runs without a graph, unpadded."""
+        largest = self.largest_captured() if largest is None else largest
         if not self.pad_tiers or tokens > largest or tokens <= 2:
             return tokens
         if prefill and not (self.pad_mixed and self.prefill):
