@@ -757,24 +757,22 @@ def fixture_paths(root: Path) -> dict[str, str]:
 
     preset = resources.files("krakenlm.hardware").joinpath("presets/a100-80gb-x8.yaml")
     (root / "bad-hw.yaml").write_text(preset.read_text().replace("bandwidth", "bandwith", 1))
-    trtllm = resources.files("krakenlm.simulator.constants").joinpath(
-        "software_profiles/trtllm.yaml")
-    (root / "bad-since.yaml").write_text(trtllm.read_text().replace(
-        'custom_since: "0.8"', 'custom_since: "abc"', 1))
-    vllm_v0 = resources.files("krakenlm.simulator.constants").joinpath(
-        "software_profiles/vllm-v0.yaml")
-    (root / "bad-until.yaml").write_text(vllm_v0.read_text().replace(
-        'per_sequence_until: "0.6.0"', 'per_sequence_until: "soon"', 1))
-    (root / "bad-kv-since.yaml").write_text(vllm_v0.read_text().replace(
-        'rocm_shared_kv_since: "0.6.2"', 'rocm_shared_kv_since: "later"', 1))
-    vllm_v1 = resources.files("krakenlm.simulator.constants").joinpath(
-        "software_profiles/vllm.yaml")
-    (root / "bad-pad.yaml").write_text(vllm_v1.read_text().replace(
-        "pad_max: 512 ", "pad_max: 1000000000 ", 1))
-    sglang = resources.files("krakenlm.simulator.constants").joinpath(
-        "software_profiles/sglang.yaml")
-    (root / "bad-tiers.yaml").write_text(sglang.read_text().replace(
-        "pad_tiers: [[8, 4], [16, 8], [256, 16], [512, 32]]", "pad_tiers: [8, 4, 16, 8]", 1))
+    def profile(name: str) -> str:  # a shipped software profile's text
+        return resources.files("krakenlm.simulator.constants").joinpath(
+            f"software_profiles/{name}.yaml").read_text()
+
+    for file, name, good, bad in (
+            ("bad-since.yaml", "trtllm", 'custom_since: "0.8"', 'custom_since: "abc"'),
+            ("bad-until.yaml", "vllm-v0", 'per_sequence_until: "0.6.0"',
+             'per_sequence_until: "soon"'),
+            ("bad-kv-since.yaml", "vllm-v0", 'rocm_shared_kv_since: "0.6.2"',
+             'rocm_shared_kv_since: "later"'),
+            ("bad-pad.yaml", "vllm", "pad_max: 512 ", "pad_max: 1000000000 "),
+            ("bad-tiers.yaml", "sglang", "pad_tiers: [[8, 4], [16, 8], [256, 16], [512, 32]]",
+             "pad_tiers: [8, 4, 16, 8]")):
+        text = profile(name)
+        assert good in text, (name, good)  # a fixture that changed nothing would test nothing
+        (root / file).write_text(text.replace(good, bad, 1))
     (root / "bad-host-link.yaml").write_text(preset.read_text().replace(
         "host_link_bandwidth_bytes_per_s: 32e9", "host_link_bandwidth_bytes_per_s: fast", 1))
     (root / "big-visible.yaml").write_text(preset.read_text().replace(
