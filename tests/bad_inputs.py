@@ -270,6 +270,10 @@ CASES: list[BadInput] = [
     case("sim serve --model llama3.1-8b --trace synthetic --rate 5 --requests 20 --system "
          "h100-80gb-x8 --software vllm-v0 --num-scheduler-steps 8",
          "pass --no-chunked-prefill (vLLM V0 turns it on by itself past a 32K context)"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --cuda-graph-max -1",
+         "--cuda-graph-max must be from 0 (no CUDA graphs) to 65536, got -1"),
+    case(f"{SIM_SERVE} --system h100-80gb-x8 --software vllm-v0 --cuda-graph-max 64",
+         "the vllm-v0 profile's engine has no knob for its largest CUDA graph"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1",
          "needs both --prefill-replicas and --decode-replicas"),
     case(f"{SIM_SERVE} --system h100-80gb-x8 --prefill-replicas 1 --decode-replicas 0",

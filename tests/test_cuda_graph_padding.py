@@ -4,6 +4,7 @@ token count, its attention, LM head and host work at the real one, in `Simulator
 the serving step-time oracle alike."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -195,3 +196,75 @@ def test_the_oracle_pads_only_up_to_the_graphs_its_engine_captures():
                    max_sequences=16, max_context=2048)
     d = v0.decode_attention_s(10, 500)
     assert v0.step_s(10, 10, 10, d, False) == v0.step_s(16, 10, 10, d, False)
+
+
+@pytest.mark.parametrize("name,knob,seqs,budget,largest", [
+    # vLLM V1 --max-cudagraph-capture-size replaces min(2 x max_num_seqs, 512), still capped
+    # by the token budget and rounded down to a captured size (0.19 `_set_cudagraph_sizes`)
+    ("vllm", 64, 16, 8192, 64), ("vllm", 1000, 256, 8192, 992), ("vllm", 1000, 256, 512, 512),
+    ("vllm", 100, 256, 8192, 96),
+    # SGLang --cuda-graph-max-bs replaces the memory rule; sizes above it dropped, the request
+    # pool still bounds it and is captured itself (0.5.9 `_generate_cuda_graph_batch_sizes`)
+    ("sglang", 100, 2048, 8192, 96), ("sglang", 1024, 4096, 8192, 1024),
+    ("sglang", 1024, 700, 8192, 700)])
+def test_an_engines_capture_size_knob_replaces_its_default(name, knob, seqs, budget, largest):
+    sim = Simulator("h100-80gb-x8", name)
+    assert sim.largest_captured(1, seqs, budget, knob) == largest
+
+
+def test_no_cuda_graphs_issue_every_kernel_from_python_and_pad_nothing():
+    from krakenlm.serving.replay import cuda_graph_session
+    from krakenlm.serving.vllm_v1 import V1Options
+
+    eager_s = load_software("eager").host.per_kernel_s
+    for name, kind in (("vllm", "vllm-v1"), ("sglang", "sglang"), ("trtllm", "trtllm")):
+        sim = Simulator("h100-80gb-x8", name)
+        off = cuda_graph_session(sim, V1Options(cuda_graph_max=0), kind, "fp16")
+        graphs = off.profile.graphs
+        assert (graphs.prefill, graphs.decode, graphs.pads) == (False, False, False)
+        issued = off.profile.host_for("h100-80gb-x8").per_kernel_s
+        if kind == "trtllm":  # its C++ runtime issues at its own (fitted) rate
+            assert issued == sim.profile.host_for("h100-80gb-x8").per_kernel_s
+        else:
+            assert issued == eager_s  # PyTorch's eager dispatch (gpt-fast's measured rate)
+        assert cuda_graph_session(sim, V1Options(), kind, "fp16") is sim
+    # a small model's decode step is launch-bound without its graphs
+    sim = Simulator("h100-80gb-x8", "vllm")
+    model = get_preset("gpt3-1.3b")
+    on = StepTimer(sim, model, 1, max_tokens=1024, max_sequences=64, max_context=2048)
+    off = StepTimer(cuda_graph_session(sim, V1Options(cuda_graph_max=0), "vllm-v1", "fp16"),
+                    model, 1, max_tokens=1024, max_sequences=64, max_context=2048)
+    a = on.decode_attention_s(8, 500)
+    assert off.step_s(8, 8, 8, a, False) > 1.5 * on.step_s(8, 8, 8, a, False)
+
+
+@pytest.mark.parametrize("name,knob,message", [
+    ("vllm", -1, "--cuda-graph-max must be from 0 (no CUDA graphs) to 65536, got -1"),
+    ("sglang", 100000, "--cuda-graph-max must be from 0 (no CUDA graphs) to 65536"),
+    ("vllm-v0", 64, "--cuda-graph-max 64: the vllm-v0 profile's engine has no knob"),
+    ("trtllm", 8, "--cuda-graph-max 8: the trtllm profile's engine has no knob")])
+def test_a_capture_size_knob_the_engine_lacks_is_an_error(name, knob, message):
+    from krakenlm.serving.replay import ServeError, cuda_graph_session
+    from krakenlm.serving.vllm_v1 import V1Options
+
+    with pytest.raises(ServeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        cuda_graph_session(Simulator("h100-80gb-x8", name), V1Options(cuda_graph_max=knob),
+                           "x", "fp16")
+
+
+def test_the_capture_size_knob_reaches_the_replay_and_a_cluster(capsys):
+    from krakenlm.cli import main
+
+    base = ["sim", "serve", "--model", "gpt3-1.3b", "--trace", "synthetic", "--rate", "20",
+            "--requests", "60", "--lengths", "fixed:200,40", "--seed", "1", "--json"]
+    tpot = {}
+    for replicas in (["--replicas", "1"], ["--replicas", "h100-80gb-x8:tp1:2"]):
+        for knob in ([], ["--cuda-graph-max", "0"]):
+            with pytest.raises(SystemExit) as done:
+                main(base + ["--system", "h100-80gb-x8"] * (replicas[1] == "1") + replicas
+                     + knob)
+            out = capsys.readouterr().out
+            assert done.value.code in (0, None), out
+            tpot[(replicas[1], bool(knob))] = json.loads(out)["summary"]["tpot_s"]["mean"]
+    for pool in ("1", "h100-80gb-x8:tp1:2"):
+        assert tpot[(pool, True)] > tpot[(pool, False)]

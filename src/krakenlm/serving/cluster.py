@@ -38,6 +38,7 @@ from .replay import (
     _check_requests,
     _rows,
     _step_timer,
+    cuda_graph_session,
     default_options,
     engine_summary,
     pool_sized_options,
@@ -192,8 +193,10 @@ def build_pool(spec: PoolSpec, model: ModelConfig | Callable[[int], ModelConfig]
         raise ServeError(f"pool {spec.label}: {sizing.blocks} KV blocks cannot be split over "
                          f"{spec.pp} virtual engines; use a smaller pp")
     started = time.perf_counter()
+    sim = cuda_graph_session(sim, options, kind, dtype, f"pool {spec.label}")
     timer = _step_timer(sim, stage, spec.tp, options.max_num_batched_tokens,
-                        options.max_num_seqs, max(max_context, options.max_num_batched_tokens))
+                        options.max_num_seqs, max(max_context, options.max_num_batched_tokens),
+                        options.cuda_graph_max)
     if spec.pp > 1:
         bpv = DTYPE_BYTES[sim.precision("all_reduce")]
         per_node = system.device_count

@@ -72,6 +72,7 @@ class ServeOptions:
     swap_space: float = 4.0  # vLLM V0 only: CPU swap space, GiB per GPU
     num_scheduler_steps: int = 1  # vLLM V0 only: multi-step scheduling (vllm_v0.py)
     async_scheduling: bool | None = None  # vLLM V1 only (None: its default, on since 0.14)
+    cuda_graph_max: int | None = None  # the engine's largest CUDA graph; 0: none (V1Options)
     dtype: str = "fp16"
     kv_cache_dtype: str = "auto"  # the engine's --kv-cache-dtype (kv_cache.KV_CACHE_DTYPES)
     slo_ttft_s: float | None = None
@@ -272,7 +273,7 @@ def _overrides(o: ServeOptions) -> dict:
     given = {"max_num_batched_tokens": o.max_num_batched_tokens,
              "max_num_seqs": o.max_num_seqs, "block_size": o.block_size,
              "enable_prefix_caching": o.prefix_caching, "chunked_prefill": o.chunked_prefill,
-             "async_scheduling": o.async_scheduling}
+             "async_scheduling": o.async_scheduling, "cuda_graph_max": o.cuda_graph_max}
     out = {k: v for k, v in given.items() if v is not None}
     out.update(gpu_memory_utilization=o.gpu_memory_utilization,
                capacity_policy=o.capacity_policy, schedule_policy=o.schedule_policy)
@@ -393,5 +394,5 @@ def _setup(o: ServeOptions):
                       preemption_mode=o.preemption_mode, swap_space_gib=o.swap_space,
                       num_scheduler_steps=o.num_scheduler_steps,
                       async_scheduling=defaults.async_scheduling if o.async_scheduling is None
-                      else o.async_scheduling)
+                      else o.async_scheduling, cuda_graph_max=o.cuda_graph_max)
     return trace, config, label, system, options

@@ -321,7 +321,8 @@ class StepTimer:
     """Mixed-batch step times for one model on one replica (a `Simulator` session, TP)."""
 
     def __init__(self, sim: Simulator, config: ModelConfig, tp: int, *, max_tokens: int = 8192,
-                 max_sequences: int = 256, max_context: int | None = None):
+                 max_sequences: int = 256, max_context: int | None = None,
+                 capture_max: int | None = None):
         if sim.options.attention_path(config.head_dim) != "fused":
             raise SimulationError(
                 f"the serving simulator times fused attention only; head dim {config.head_dim} "
@@ -341,12 +342,13 @@ class StepTimer:
         self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
         # the token count a step's padded operators run at, per token count up to the largest
-        # graph the engine captures under its knobs (this oracle's `max_sequences` and
-        # `max_tokens`: `Graphs.largest_captured`) or the token grid's top, for steps with
+        # graph the engine captures under its knobs (this oracle's `max_sequences`,
+        # `max_tokens` and `capture_max`, the engine's own capture-size knob where given:
+        # `Graphs.largest_captured`) or the token grid's top, for steps with
         # prompt tokens (True) and pure-decode steps (False): `Graphs.padded_tokens` read once
         # (empty lists: the engine does not pad)
         graphs = self.profile.graphs
-        largest = sim.largest_captured(tp, max_sequences, max_tokens)
+        largest = sim.largest_captured(tp, max_sequences, max_tokens, capture_max)
         top = min(largest, self.tokens_grid[-1])
         self._pad: dict[bool, list[int]] = {
             p: [graphs.padded_tokens(t, p, largest) for t in range(top + 1)]

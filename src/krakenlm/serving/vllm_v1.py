@@ -71,6 +71,10 @@ class V1Options:
     # vLLM V1 only: asynchronous scheduling (`--async-scheduling`, the default from 0.14):
     # a step's batch is fixed as the step before it starts (`V1Engine.hold_for_schedule`)
     async_scheduling: bool = False
+    # the largest CUDA graph the engine captures (vLLM V1 `--max-cudagraph-capture-size`,
+    # SGLang `--cuda-graph-max-bs`); 0: no CUDA graphs (vLLM `--enforce-eager`, SGLang
+    # `--disable-cuda-graph`); None: the engine's default (replay.cuda_graph_session)
+    cuda_graph_max: int | None = None
 
     @staticmethod
     def defaults_for(device_name: str, memory_bytes: float) -> V1Options:

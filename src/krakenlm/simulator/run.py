@@ -636,7 +636,8 @@ class Simulator:
         self.scheduler = _Scheduler(comm_core_share)
 
     def largest_captured(self, tp: int, max_num_seqs: int | None = None,
-                         max_num_batched_tokens: int | None = None) -> int:
+                         max_num_batched_tokens: int | None = None,
+                         capture_max: int | None = None) -> int:
         """The largest CUDA graph the profile's engine captures on this system at TP `tp`
         under its knobs (`Graphs.largest_captured`; a knob not given is the engine's
         default), reading the device's memory as the engine does: what the runtime reports
@@ -644,7 +645,8 @@ class Simulator:
         memory = self.system.device.memory
         return self.profile.graphs.largest_captured(
             max_num_seqs, max_num_batched_tokens,
-            device_memory_bytes=memory.runtime_visible_bytes or memory.capacity_bytes, tp=tp)
+            device_memory_bytes=memory.runtime_visible_bytes or memory.capacity_bytes, tp=tp,
+            capture_max=capture_max)
 
     def run(self, config: ModelConfig, tp: int, batch: int, prompt_tokens: int,
             gen_tokens: int, *, check_memory: bool = True, check_context: bool = True,

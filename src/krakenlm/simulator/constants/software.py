@@ -268,19 +268,23 @@ class Graphs:
     def largest_captured(self, max_num_seqs: int | None = None,
                          max_num_batched_tokens: int | None = None, *,
                          device_memory_bytes: float | None = None,
-                         tp: int | None = None) -> int:
+                         tp: int | None = None, capture_max: int | None = None) -> int:
         """The largest size the engine captures under its knobs, by `pad_limit` (0 without
-        padding; `pad_max` where a knob is not given or does not bound it):
+        padding; `pad_max` where a knob is not given or does not bound it). `capture_max`:
+        the engine's own knob for it where it has one (vLLM V1 `--max-cudagraph-capture-size`,
+        SGLang `--cuda-graph-max-bs`), which replaces the default below:
 
         * "vllm-v0": vLLM 0.6.0 `_get_max_graph_batch_size(max_num_seqs)` (worker/
           model_runner.py): `max_num_seqs` (default 256) rounded up to a captured size, at
           most `pad_max` (0.5.4 captured up to 256 whatever the knob: equal at the default);
         * "vllm-v1": vLLM 0.19 `_set_cudagraph_sizes` (config/vllm.py): min(`pad_max`,
-          2 x max_num_seqs, max_num_batched_tokens), rounded down to a captured size;
+          2 x max_num_seqs) or `capture_max`, at most max_num_batched_tokens, rounded down to
+          a captured size;
         * "sglang": SGLang 0.5.9 `cuda_graph_max_bs` by the GPU's memory and TP
           (`SGLANG_MAX_BS_BY_MEMORY_MIB`; `pad_max` above the last bound or when the device is
-          not given), at most the request pool (`max_num_seqs`), which is itself captured
-          (`get_batch_sizes_to_capture` adds `req_to_token_pool.size`)."""
+          not given) or `capture_max`, rounded down to a captured size, at most the request
+          pool (`max_num_seqs`), which is itself captured (`get_batch_sizes_to_capture` adds
+          `req_to_token_pool.size`)."""
         if not self.pad_tiers:
             return 0
         top = self.pad_max
@@ -288,14 +292,16 @@ class Graphs:
             seqs = V0_DEFAULT_MAX_NUM_SEQS if max_num_seqs is None else max_num_seqs
             return min(top, self._size_at_least(max(1, seqs)))
         if self.pad_limit == "vllm-v1":
-            cap = top
-            if max_num_seqs is not None:
+            cap = top if capture_max is None else capture_max
+            if max_num_seqs is not None and capture_max is None:
                 cap = min(cap, 2 * max_num_seqs)
             if max_num_batched_tokens is not None:
                 cap = min(cap, max_num_batched_tokens)
-            return top if cap >= top else self._size_at_most(max(1, cap))
+            return top if cap == top else self._size_at_most(max(1, cap))
         if self.pad_limit == "sglang":
-            if device_memory_bytes is not None and tp is not None:
+            if capture_max is not None:
+                top = self._size_at_most(max(1, capture_max))
+            elif device_memory_bytes is not None and tp is not None:
                 mib = device_memory_bytes / 2**20
                 for below, small_tp, large_tp in SGLANG_MAX_BS_BY_MEMORY_MIB:
                     if mib < below:
