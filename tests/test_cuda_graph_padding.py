@@ -163,7 +163,9 @@ def test_the_run_report_says_which_graph_a_padded_step_replays():
                                     "tokens run the graph captured for 304, decode's batch of 3 "
                                     "runs the graph captured for 4")
     assert line("vllm-v0", 10, 100).endswith("decode's batch of 10 runs the graph captured for 16")
-    assert line("vllm", 8, 128) == "software vllm; attention fused"
+    assert line("vllm", 8, 64) == "software vllm; attention fused"  # 512 tokens, batch 8
+    assert line("vllm", 8, 128) == ("software vllm; attention fused; CUDA graphs: prefill's "
+                                    "1024 tokens run without one (the largest is 512)")
 
 
 @pytest.mark.parametrize("max_num_seqs,budget,largest", [
@@ -185,10 +187,18 @@ def test_the_oracle_pads_only_up_to_the_graphs_its_engine_captures():
     large = StepTimer(sim, MODEL, 1, max_tokens=1024, max_sequences=256, max_context=2048)
     plain = StepTimer(Simulator("h100-80gb-x8", unpadded("vllm")), MODEL, 1, max_tokens=1024,
                       max_sequences=16, max_context=2048)
+    p = load_software("vllm")
+    ungraphed = StepTimer(
+        Simulator("h100-80gb-x8", dataclasses.replace(p, graphs=dataclasses.replace(
+            p.graphs, prefill=False, decode=False, pad_tiers=()))),
+        MODEL, 1, max_tokens=1024, max_sequences=16, max_context=2048)
     a = small.prefill_attention_s(100, 0)
-    # a 100-token prompt step: above 32 (max_num_seqs 16 captures up to 32) it runs unpadded,
-    # under the default knobs (up to 512) at the graph of 104
-    assert small.step_s(100, 1, 1, a, True) == plain.step_s(100, 1, 1, a, True)
+    # a 100-token prompt step: above 32 (max_num_seqs 16 captures up to 32) it runs without a
+    # graph (unpadded, its kernels issued from the host at the profile's rate, no graph
+    # launch), under the default knobs (up to 512) at the graph of 104
+    assert small.step_s(100, 1, 1, a, True) == ungraphed.step_s(100, 1, 1, a, True)
+    assert small.step_s(100, 1, 1, a, True) != plain.step_s(100, 1, 1, a, True)
+    assert small.step_s(32, 1, 1, a, True) == plain.step_s(32, 1, 1, a, True)  # graphed
     assert large.step_s(100, 1, 1, a, True) == large.step_s(104, 1, 1, a, True)
     assert large.step_s(100, 1, 1, a, True) > plain.step_s(100, 1, 1, a, True)
     # V0 captures up to max_num_seqs rounded up: 16 here, so a 10-sequence batch still pads
@@ -268,3 +278,37 @@ def test_the_capture_size_knob_reaches_the_replay_and_a_cluster(capsys):
             tpot[(replicas[1], bool(knob))] = json.loads(out)["summary"]["tpot_s"]["mean"]
     for pool in ("1", "h100-80gb-x8:tp1:2"):
         assert tpot[(pool, True)] > tpot[(pool, False)]
+
+
+def _ungraphed(name: str):
+    p = load_software(name)
+    return dataclasses.replace(p, graphs=dataclasses.replace(p.graphs, prefill=False,
+                                                             decode=False, pad_tiers=()))
+
+
+def test_a_batch_above_the_largest_graph_runs_without_one_in_the_simulator():
+    # vLLM V0 captures decode graphs up to 256 at its default max_num_seqs: a static batch of
+    # 300 decodes without a graph, as the graphs-off profile times it
+    sim = Simulator("h100-80gb-x8", "vllm-v0")
+    above, at = sim.run(MODEL, 1, 300, 128, 4), sim.run(MODEL, 1, 256, 128, 4)
+    assert (above.decode_captured, at.decode_captured) == (False, True)
+    off = Simulator("h100-80gb-x8", _ungraphed("vllm-v0")).run(MODEL, 1, 300, 128, 4)
+    assert above.tpot_s == pytest.approx(off.tpot_s, rel=1e-12)
+    assert above.retimed(sim.profile.host) == pytest.approx((above.ttft_s, above.tpot_s),
+                                                            rel=1e-9)
+    # vLLM V1's prompt step of more tokens than its largest graph (512) runs without one
+    v1 = Simulator("h100-80gb-x8", "vllm")
+    assert v1.run(MODEL, 1, 1, 600, 2).prefill_captured is False
+    assert v1.run(MODEL, 1, 1, 500, 2).prefill_captured is True
+
+
+def test_the_oracle_times_a_decode_window_above_the_largest_graph_without_one():
+    sim = Simulator("h100-80gb-x8", "vllm")
+    small = StepTimer(sim, MODEL, 1, max_tokens=1024, max_sequences=16, max_context=2048)
+    off = StepTimer(Simulator("h100-80gb-x8", _ungraphed("vllm")), MODEL, 1, max_tokens=1024,
+                    max_sequences=16, max_context=2048)
+    # 40 decodes: above the 32 tokens max_num_seqs 16 captures, in a window and in one step
+    assert small.decode_steps_list(40, 500.0, 3) == off.decode_steps_list(40, 500.0, 3)
+    a = small.decode_attention_s(40, 500)
+    assert small.step_s(40, 40, 40, a, False) == off.step_s(40, 40, 40, a, False)
+    assert small.step_s(24, 24, 24, a, False) != off.step_s(24, 24, 24, a, False)  # graphed

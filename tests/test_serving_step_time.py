@@ -21,7 +21,10 @@ TP = 2
 def oracle(arch: str) -> tuple[Simulator, object, StepTimer]:
     config = arch_variant(get_preset("gpt3-1.3b"), arch, TP)
     sim = Simulator("h100-80gb-x8", "vllm")
-    return sim, config, StepTimer(sim, config, TP, max_tokens=2048, max_sequences=64)
+    # the engine's graphs as `Simulator.run` takes them, up to 512 tokens (vLLM V1's default
+    # knob; max_num_seqs 64 alone would capture up to 128: `Graphs.largest_captured`)
+    return sim, config, StepTimer(sim, config, TP, max_tokens=2048, max_sequences=64,
+                                  capture_max=512)
 
 
 def _prefill(sim, config, prompt):

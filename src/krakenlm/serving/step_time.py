@@ -338,9 +338,12 @@ class StepTimer:
                                             sim.options).ops)
         self._head = Linear1D(self.seq_grid, [self._head_s(n) for n in self.seq_grid])
         self.build_s = 0.0
-        self._fast_tables, self._host, self._head_floor = self._fast_constants()
+        self._fast_tables, self._host, self._head_floor, self._host_ungraphed = \
+            self._fast_constants()
         self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
+        # the same for the steps above the largest captured graph (`_graph_top`)
+        self._heads_ungraphed: dict[bool, dict[int, float]] = {True: {}, False: {}}
         # the token count a step's padded operators run at, per token count up to the largest
         # graph the engine captures under its knobs (this oracle's `max_sequences`,
         # `max_tokens` and `capture_max`, the engine's own capture-size knob where given:
@@ -353,6 +356,15 @@ class StepTimer:
         self._pad: dict[bool, list[int]] = {
             p: [graphs.padded_tokens(t, p, largest) for t in range(top + 1)]
             if graphs.pads else [] for p in (True, False)}
+        # per phase, the largest step that replays a graph where the engine's captured sizes
+        # are read (`Graphs.pads`) and the phase is captured: a step of more tokens runs
+        # without a graph, its kernels issued from the host (`_host_ungraphed`); None: every
+        # step of the phase as the profile says (a profile whose sizes are not read times
+        # them as captured)
+        self._graph_top: dict[bool, int | None] = {
+            p: largest if graphs.pads and (graphs.prefill and graphs.pad_mixed if p
+                                           else graphs.decode) else None
+            for p in (True, False)}
         self._sampler: dict[int, float] = {}  # `sampler_s` per batch size
         self._prefill_attention = self._prefill_attention_table()
         self._decode_attention = self._decode_attention_table()
@@ -457,15 +469,17 @@ class StepTimer:
         tables = {bound: [([(r.x, r.y) for r in t.residual[bound]], t.attention,
                            t.kernels * per_kernel, t.count) for t in self._tables]
                   for bound in ("compute", "memory")}
-        consts = {}
+        consts, ungraphed = {}, {}
         for prefill in (True, False):
             captured = sw.graphs.prefill if prefill else sw.graphs.decode
-            consts[prefill] = (
-                captured, host.prefill_gpu_time_scale if prefill else 1.0,
-                not captured and per_kernel > 0,
-                host.per_step_s("prefill" if prefill else "decode", self.tp), host.per_sequence_s,
-                host.graph_launch_s if captured else 0.0, host.step_overlaps_gpu)
-        return tables, consts, self._head_kernels * per_kernel
+            for out, graphed in ((consts, captured), (ungraphed, False)):
+                out[prefill] = (
+                    graphed, host.prefill_gpu_time_scale if prefill else 1.0,
+                    not graphed and per_kernel > 0,
+                    host.per_step_s("prefill" if prefill else "decode", self.tp),
+                    host.per_sequence_s, host.graph_launch_s if graphed else 0.0,
+                    host.step_overlaps_gpu)
+        return tables, consts, self._head_kernels * per_kernel, ungraphed
 
     # --------------------------------------------------------------------------- queries
     def prefill_attention_s(self, chunk: int, context: int) -> float:
@@ -538,9 +552,18 @@ class StepTimer:
         host constants read once per session (`_host`)."""
         bound = attention_bound or ("compute" if prefill else "memory")
         pad = self._pad[prefill]  # a captured graph's padded rows (`Graphs.padded_tokens`)
+        heads = self._heads[prefill]
         if tokens < len(pad):
             tokens = pad[tokens]
-        _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
+            _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
+        else:
+            top = self._graph_top[prefill]
+            if top is not None and tokens > top:  # no graph holds it: issued from the host
+                _, scale, floor, per_step, per_seq, launch, overlaps = \
+                    self._host_ungraphed[prefill]
+                heads = self._heads_ungraphed[prefill]
+            else:
+                _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
         rows = self._step_rows.get((bound, tokens))
         if rows is None:
             rows = self._step_rows[bound, tokens] = self._rows_at(bound, tokens)
@@ -586,10 +609,10 @@ class StepTimer:
                 if floor and t < kernel_floor:
                     t = kernel_floor
                 gpu += t * count
-        heads = self._heads[prefill]
         head = heads.get(logits)
         if head is None:
-            head = heads[logits] = self._head_step_s(logits, prefill)
+            head = heads[logits] = self._head_step_s(logits, prefill,
+                                                     heads is self._heads_ungraphed[prefill])
         gpu += head
         overhead = per_step + sequences * per_seq + launch if host else launch
         if overlaps:  # max(gpu, overhead) without the call
@@ -624,10 +647,11 @@ class StepTimer:
                 flat = None
         return w, tuple(graphs), None if flat is None else tuple(flat)
 
-    def _head_step_s(self, logits: int, prefill: bool) -> float:
+    def _head_step_s(self, logits: int, prefill: bool, ungraphed: bool = False) -> float:
         """The LM head's part of `step_s` for `logits` sampling sequences (kept per count in
-        `_heads`: the interpolation is the same on every call)."""
-        _, scale, floor = self._host[prefill][:3]
+        `_heads`: the interpolation is the same on every call); `ungraphed`: of a step above
+        the largest captured graph."""
+        _, scale, floor = (self._host_ungraphed if ungraphed else self._host)[prefill][:3]
         head = self._head(max(1, logits)) * scale
         return self._head_floor if floor and head < self._head_floor else head
 
@@ -724,7 +748,9 @@ class StepTimer:
             i, j, w = _bracket(grid, sequences)
             attention = (rows[i], rows[j], w, 0)
         host, sw = self.profile.host, self.profile
-        floored = not sw.graphs.decode and host.per_kernel_s > 0
+        top = self._graph_top[False]
+        graphed = sw.graphs.decode and (top is None or sequences <= top)
+        floored = not graphed and host.per_kernel_s > 0
         padded = self._pad[False]  # the layers run at the captured graph's batch
         i, j, w = _bracket(self.tokens_grid,
                            padded[sequences] if sequences < len(padded) else sequences)
@@ -734,7 +760,7 @@ class StepTimer:
         head = self._head(sequences)
         if floored:
             head = max(head, self._head_kernels * host.per_kernel_s)
-        overhead = step_overhead(host, sw, "decode", sequences, self.tp)
+        overhead = step_overhead(host, sw, "decode", sequences, self.tp, graphed)
         scalar = _scalar_form(graphs)
         row, _, w, beyond = attention
         line = None

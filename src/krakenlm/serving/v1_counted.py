@@ -81,7 +81,7 @@ class CountedV1Engine(V1Engine):
             self._gap_values, self._gap_counts, self.itl_s, timeline.t_s, timeline.kv_blocks,
             timeline._log, kv_index, timer._step_rows if fast else None,
             timer._host if fast else None, timer._heads if fast else None,
-            timer._pad if fast else None)
+            timer._pad if fast else None, timer._graph_top if fast else None)
         self._window_consts = (
             timer, pool, opt.block_size, opt.max_num_batched_tokens, self._lines,
             timer.decode_steps_list, self._gap_values, self._gap_counts, self.itl_window_s,
@@ -268,7 +268,7 @@ class CountedV1Engine(V1Engine):
         The engine's fields (`now`, `_tick`, `_kv`, `_last_s`) are written where the helpers
         wrote them (`_finish` and `_uncount` read them)."""
         (timer, pool, bs, budget, max_seqs, memo, attention_rows, gap_values, gap_counts, itl,
-         t_log, kv_log, log, kv_index, step_rows, hosts, heads, pads) = self._step_consts
+         t_log, kv_log, log, kv_index, step_rows, hosts, heads, pads, tops) = self._step_consts
         running, waiting = self.running, self.waiting
         d = len(running)
         if d > budget:
@@ -368,7 +368,11 @@ class CountedV1Engine(V1Engine):
         rows = None
         if step_rows is not None:
             pad = pads[prefill]  # `step_s`'s padding to a captured graph, written out
-            rows = step_rows.get((bound, pad[tokens] if tokens < len(pad) else tokens))
+            if tokens < len(pad):
+                rows = step_rows.get((bound, pad[tokens]))
+            elif tops[prefill] is None or tokens <= tops[prefill]:
+                rows = step_rows.get((bound, tokens))
+            # else a step above the largest graph: `step_s` times it (its host constants)
         head = heads[prefill].get(logits) if rows is not None else None
         if head is not None and rows[2] is not None and 0.0 < a < 1.0:
             # `step_s` on its kept rows and LM head time, its flat path written out (the

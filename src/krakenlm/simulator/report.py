@@ -55,7 +55,8 @@ class RunReport:
 
 def _graph_padding_note(r: Result) -> str:
     """Where the engine replays a CUDA graph captured for more tokens than a step holds
-    (`Graphs.padded_tokens`; `run.padded_graphs` times its layers at that size): say so."""
+    (`Graphs.padded_tokens`; `run.padded_graphs` times its layers at that size), or runs a
+    step of a captured phase without one, above its largest graph: say so."""
     graphs = r.profile.graphs if r.profile is not None else None
     if graphs is None or r.attention_path != "fused":
         return ""
@@ -70,6 +71,13 @@ def _graph_padding_note(r: Result) -> str:
     if r.gen_tokens > 1 and graphs.padded_tokens(r.batch, False, largest) != r.batch:
         notes.append(f"decode's batch of {r.batch} runs the graph captured for "
                      f"{graphs.padded_tokens(r.batch, False, largest)}")
+    # a phase the engine captures whose step is above the largest graph runs without one
+    if graphs.prefill and r.prefill_captured is False:
+        notes.append(f"prefill's {prefill_tokens} tokens run without one (the largest is "
+                     f"{largest})")
+    if r.gen_tokens > 1 and graphs.decode and r.decode_captured is False:
+        notes.append(f"decode's batch of {r.batch} runs without one (the largest is "
+                     f"{largest})")
     return "; CUDA graphs: " + ", ".join(notes) if notes else ""
 
 

@@ -143,6 +143,10 @@ class Result:
     # the largest CUDA graph the profile's engine captures here (`Simulator.largest_captured`;
     # 0: it pads no step), to which the report's padding note reads the steps' padding
     graph_largest: int = 0
+    # whether the prefill step and the decode steps replayed a CUDA graph (a step above the
+    # largest captured one runs without); None: as the profile captures the phase
+    prefill_captured: bool | None = None
+    decode_captured: bool | None = None
     profile: SoftwareProfile | None = field(default=None, repr=False, compare=False)
     # nominal 80 % interval of ttft_s / tpot_s / e2e_s from the leave-one-source-out residuals
     # of comparable public measurements, and what the query extrapolates beyond (uncertainty.py)
@@ -154,16 +158,22 @@ class Result:
         sw = self.profile
         if sw is None:
             raise ValueError("this result keeps no software profile")
-        ttft = _first_step(_step_times(self.prefill.graphs, host, sw.graphs.prefill,
-                                       step_overhead(host, sw, "prefill", self.batch, self.tp), 1,
+        prefill_captured = sw.graphs.prefill if self.prefill_captured is None \
+            else self.prefill_captured
+        decode_captured = sw.graphs.decode if self.decode_captured is None \
+            else self.decode_captured
+        ttft = _first_step(_step_times(self.prefill.graphs, host, prefill_captured,
+                                       step_overhead(host, sw, "prefill", self.batch, self.tp,
+                                                     prefill_captured), 1,
                                        host.prefill_gpu_time_scale)) \
             if self.prefill.graphs else 0.0
         split = sw.prefill.last_token_in_decode
         steps = self.gen_tokens - (0 if split else 1)
         if steps <= 0:
             return ttft, 0.0
-        decode = host_step_times(self.decode.graphs, host, sw.graphs.decode,
-                                 step_overhead(host, sw, "decode", self.batch, self.tp), steps)
+        decode = host_step_times(self.decode.graphs, host, decode_captured,
+                                 step_overhead(host, sw, "decode", self.batch, self.tp,
+                                               decode_captured), steps)
         if split:  # the first decode step produced the first token
             return ttft + float(decode[0]), _mean(decode[1:]) if steps > 1 else 0.0
         return ttft, _mean(decode)
@@ -383,11 +393,13 @@ def _add_graph(phase: PhaseResult, g: Graph, timed: list[TimedOp], sched: Schedu
 
 
 def step_overhead(host: Host, software: SoftwareProfile, phase: str, batch: int,
-                  tp: int) -> float:
+                  tp: int, captured: bool | None = None) -> float:
     """Host work of one step that the GPU waits for: the per-step part (with the part that
     drives the other ranks when `tp` > 1: `Host.per_step_s`), the per-sequence part for each
-    of the `batch` sequences the step carries, and the graph launch if captured."""
-    graphs = software.graphs.prefill if phase == "prefill" else software.graphs.decode
+    of the `batch` sequences the step carries, and the graph launch if captured (`captured`;
+    None: as the profile captures the phase)."""
+    graphs = (software.graphs.prefill if phase == "prefill" else software.graphs.decode) \
+        if captured is None else captured
     return host.per_step_s(phase, tp) + batch * host.per_sequence_s + \
         (host.graph_launch_s if graphs else 0.0)
 
@@ -437,11 +449,12 @@ def padded_graphs(real: list[Graph], padded: list[Graph]) -> list[Graph]:
 
 
 def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
-             software: SoftwareProfile, batch: int,
-             tp: int) -> tuple[PhaseResult, dict[str, float], float]:
+             software: SoftwareProfile, batch: int, tp: int,
+             captured: bool) -> tuple[PhaseResult, dict[str, float], float]:
+    """The prefill step; `captured` whether it replays a CUDA graph (kernels issued from the
+    host otherwise, `_host_bound`)."""
     phase = PhaseResult()
     layer: dict[str, float] = {}
-    captured = software.graphs.prefill
     scale = software.host.prefill_gpu_time_scale
     timer.prime(spec for g in graphs for spec in g.ops)
     for g in graphs:
@@ -459,7 +472,7 @@ def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
             if host > gpu:
                 layer[HOST_KERNELS] = host - gpu
     step = _finish_step(phase, phase.time_s,
-                        step_overhead(software.host, software, "prefill", batch, tp),
+                        step_overhead(software.host, software, "prefill", batch, tp, captured),
                         software.host.step_overlaps_gpu)
     return phase, layer, step
 
@@ -510,9 +523,11 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
         base, other = (padded_graphs(g, model_graphs(config, tp, padded, 1, k, "decode", b,
                                                      options=opts))
                        for g, k in ((base, int(kv[0])), (other, int(kv[0]) + 1)))
-    captured = software.graphs.decode
+    # a batch above the largest captured graph runs without one (`Graphs.pads`: the engine's
+    # sizes are read; a profile without them times every batch as captured)
+    captured = software.graphs.decode and not (software.graphs.pads and batch > largest)
     per_kernel = software.host.per_kernel_s
-    overhead = step_overhead(software.host, software, "decode", batch, tp)
+    overhead = step_overhead(software.host, software, "decode", batch, tp, captured)
     overlaps = software.host.step_overlaps_gpu
 
     timer.prime(spec for g in base for spec in g.ops)
@@ -679,6 +694,12 @@ class Simulator:
             check_fits(use, model_name, system, tp)
         b = DTYPE_BYTES[self.precision("all_reduce")]
         largest = self.largest_captured(tp)  # a step up to it replays a padded graph
+        graphs_of = profile.graphs
+        # the prompt's one step replays a graph only up to the largest captured one, where the
+        # engine's sizes are read (a mixed step: `pad_mixed`); above it, no graph
+        prefill_captured = graphs_of.prefill and not (
+            graphs_of.pads and graphs_of.pad_mixed
+            and batch * (prompt_tokens - int(profile.prefill.last_token_in_decode)) > largest)
         # an engine that decodes the prompt's last token prefills one token less and takes
         # one decode step more, whose time belongs to the first token
         split = profile.prefill.last_token_in_decode
@@ -692,7 +713,7 @@ class Simulator:
                 graphs = padded_graphs(graphs, model_graphs(config, tp, 1, padded, padded,
                                                             "prefill", b, options=opts))
             prefill, prefill_layer, ttft = _prefill(graphs, self.timer, self.scheduler, profile,
-                                                    batch, tp)
+                                                    batch, tp, prefill_captured)
         else:  # a one-token prompt goes straight to its decode step
             prefill, prefill_layer, ttft = PhaseResult(), {}, 0.0
         decode, decode_layer, method = _decode(config, tp, batch, prefilled, decode_steps,
@@ -723,7 +744,10 @@ class Simulator:
                       kernel_calibration=None if self.timer.gpu is None else
                       self.timer.gpu.device_key, decode_method=method,
                       simulated_in_s=time.perf_counter() - started, profile=profile,
-                      interval=interval, graph_largest=largest)
+                      interval=interval, graph_largest=largest,
+                      prefill_captured=prefill_captured,
+                      decode_captured=graphs_of.decode and not (graphs_of.pads
+                                                                and batch > largest))
 
 
 def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,

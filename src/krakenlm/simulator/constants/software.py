@@ -220,8 +220,9 @@ class Graphs:
     only the real sequences). Captured sizes: 1, 2, 4, then, for each of `pad_tiers`' (first,
     step) pairs in turn, first, first + step, ... below the next tier's first size, the last
     tier up to `pad_max` (vLLM V0: ((8, 8),); V1: ((8, 8), (256, 16)); SGLang: ((8, 4),
-    (16, 8), (256, 16), (512, 32))); a larger step is not padded. No tiers: no padding (an
-    engine whose sizes are not read). `pad_mixed`: a step with prompt tokens pads too (vLLM
+    (16, 8), (256, 16), (512, 32))); a larger step is not padded and runs without a graph, its
+    kernels issued from the host (`Simulator.run`, the serving oracle). No tiers: no padding,
+    every step of a captured phase timed as captured (an engine whose sizes are not read). `pad_mixed`: a step with prompt tokens pads too (vLLM
     V1's piecewise graphs), else only pure-decode steps do (`padded_tokens`). `pad_limit`
     names the engine rule that bounds the largest captured size by its knobs
     (`largest_captured`); "": `pad_max` whatever the knobs."""
