@@ -508,10 +508,11 @@ def _overlap_free(ops: list[OpSpec], varying: set[str]) -> bool:
 
 def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b: int,
             opts: GraphOptions, timer: OpTimer, scheduler: _Scheduler,
-            software: SoftwareProfile, exact: bool,
-            largest: int) -> tuple[PhaseResult, dict[str, float], str]:
+            software: SoftwareProfile, exact: bool, largest: int,
+            captured: bool) -> tuple[PhaseResult, dict[str, float], str]:
     """The decode phase; `largest` the largest captured graph (a batch up to it replays the
-    padded size's, `Graphs.padded_tokens`)."""
+    padded size's, `Graphs.padded_tokens`), `captured` whether the batch replays a graph
+    (kernels issued from the host otherwise, `_host_bound`)."""
     phase = PhaseResult()
     if steps <= 0:
         return phase, {}, "none"
@@ -523,9 +524,6 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
         base, other = (padded_graphs(g, model_graphs(config, tp, padded, 1, k, "decode", b,
                                                      options=opts))
                        for g, k in ((base, int(kv[0])), (other, int(kv[0]) + 1)))
-    # a batch above the largest captured graph runs without one (`Graphs.pads`: the engine's
-    # sizes are read; a profile without them times every batch as captured)
-    captured = software.graphs.decode and not (software.graphs.pads and batch > largest)
     per_kernel = software.host.per_kernel_s
     overhead = step_overhead(software.host, software, "decode", batch, tp, captured)
     overlaps = software.host.step_overlaps_gpu
@@ -700,6 +698,9 @@ class Simulator:
         prefill_captured = graphs_of.prefill and not (
             graphs_of.pads and graphs_of.pad_mixed
             and batch * (prompt_tokens - int(profile.prefill.last_token_in_decode)) > largest)
+        # a decode batch above the largest captured graph runs without one (`Graphs.pads`: the
+        # engine's sizes are read; a profile without them times every batch as captured)
+        decode_captured = graphs_of.decode and not (graphs_of.pads and batch > largest)
         # an engine that decodes the prompt's last token prefills one token less and takes
         # one decode step more, whose time belongs to the first token
         split = profile.prefill.last_token_in_decode
@@ -718,7 +719,7 @@ class Simulator:
             prefill, prefill_layer, ttft = PhaseResult(), {}, 0.0
         decode, decode_layer, method = _decode(config, tp, batch, prefilled, decode_steps,
                                                b, opts, self.timer, self.scheduler, profile,
-                                               exact_decode, largest)
+                                               exact_decode, largest, decode_captured)
         steps = gen_tokens - 1
         first_s = 0.0  # a decode step counted in the TTFT
         if split:
@@ -745,9 +746,7 @@ class Simulator:
                       self.timer.gpu.device_key, decode_method=method,
                       simulated_in_s=time.perf_counter() - started, profile=profile,
                       interval=interval, graph_largest=largest,
-                      prefill_captured=prefill_captured,
-                      decode_captured=graphs_of.decode and not (graphs_of.pads
-                                                                and batch > largest))
+                      prefill_captured=prefill_captured, decode_captured=decode_captured)
 
 
 def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,
