@@ -227,22 +227,22 @@ def test_no_cuda_graphs_issue_every_kernel_from_python_and_pad_nothing():
     from krakenlm.serving.vllm_v1 import V1Options
 
     eager_s = load_software("eager").host.per_kernel_s
-    for name, kind in (("vllm", "vllm-v1"), ("sglang", "sglang"), ("trtllm", "trtllm")):
+    for name in ("vllm", "vllm-v0", "sglang", "trtllm"):
         sim = Simulator("h100-80gb-x8", name)
-        off = cuda_graph_session(sim, V1Options(cuda_graph_max=0), kind, "fp16")
+        off = cuda_graph_session(sim, V1Options(cuda_graph_max=0))
         graphs = off.profile.graphs
         assert (graphs.prefill, graphs.decode, graphs.pads) == (False, False, False)
         issued = off.profile.host_for("h100-80gb-x8").per_kernel_s
-        if kind == "trtllm":  # its C++ runtime issues at its own (fitted) rate
+        if name == "trtllm":  # its C++ runtime issues at its own (fitted) rate
             assert issued == sim.profile.host_for("h100-80gb-x8").per_kernel_s
         else:
             assert issued == eager_s  # PyTorch's eager dispatch (gpt-fast's measured rate)
-        assert cuda_graph_session(sim, V1Options(), kind, "fp16") is sim
+        assert cuda_graph_session(sim, V1Options()) is sim
     # a small model's decode step is launch-bound without its graphs
     sim = Simulator("h100-80gb-x8", "vllm")
     model = get_preset("gpt3-1.3b")
     on = StepTimer(sim, model, 1, max_tokens=1024, max_sequences=64, max_context=2048)
-    off = StepTimer(cuda_graph_session(sim, V1Options(cuda_graph_max=0), "vllm-v1", "fp16"),
+    off = StepTimer(cuda_graph_session(sim, V1Options(cuda_graph_max=0)),
                     model, 1, max_tokens=1024, max_sequences=64, max_context=2048)
     a = on.decode_attention_s(8, 500)
     assert off.step_s(8, 8, 8, a, False) > 1.5 * on.step_s(8, 8, 8, a, False)
@@ -258,8 +258,7 @@ def test_a_capture_size_knob_the_engine_lacks_is_an_error(name, knob, message):
     from krakenlm.serving.vllm_v1 import V1Options
 
     with pytest.raises(ServeError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        cuda_graph_session(Simulator("h100-80gb-x8", name), V1Options(cuda_graph_max=knob),
-                           "x", "fp16")
+        cuda_graph_session(Simulator("h100-80gb-x8", name), V1Options(cuda_graph_max=knob))
 
 
 def test_the_capture_size_knob_reaches_the_replay_and_a_cluster(capsys):
@@ -312,3 +311,38 @@ def test_the_oracle_times_a_decode_window_above_the_largest_graph_without_one():
     a = small.decode_attention_s(40, 500)
     assert small.step_s(40, 40, 40, a, False) == off.step_s(40, 40, 40, a, False)
     assert small.step_s(24, 24, 24, a, False) != off.step_s(24, 24, 24, a, False)  # graphed
+
+
+def test_sim_runs_capture_size_knob_bounds_the_static_batchs_graph():
+    # vLLM V1 --max-cudagraph-capture-size 64: a decode batch of 128 runs without a graph, as
+    # the graphs-off profile at V1's own issue rate times it; 64 still replays its graph
+    from krakenlm.simulator.run import simulate
+
+    sim = Simulator("h100-80gb-x8", "vllm")
+    above = sim.run(MODEL, 1, 128, 128, 4, capture_max=64)
+    assert (above.graph_largest, above.decode_captured) == (64, False)
+    assert sim.run(MODEL, 1, 64, 128, 4, capture_max=64).decode_captured is True
+    assert sim.run(MODEL, 1, 128, 128, 4).decode_captured is True  # the default 512
+    off = Simulator("h100-80gb-x8", _ungraphed("vllm")).run(MODEL, 1, 128, 128, 4)
+    assert above.tpot_s == pytest.approx(off.tpot_s, rel=1e-12)
+    assert simulate(MODEL, "h100-80gb-x8", 1, 128, 128, 4, software="vllm",
+                    cuda_graph_max=64).tpot_s == above.tpot_s
+    # 0: no graphs, every kernel at PyTorch's eager rate (the same session `sim serve` builds)
+    eager = simulate(MODEL, "h100-80gb-x8", 1, 8, 128, 4, software="vllm", cuda_graph_max=0)
+    none = Simulator("h100-80gb-x8", load_software("vllm").without_cuda_graphs())
+    assert eager.tpot_s == none.run(MODEL, 1, 8, 128, 4).tpot_s
+    assert eager.tpot_s > sim.run(MODEL, 1, 8, 128, 4).tpot_s
+    with pytest.raises(SoftwareError, match="the trtllm profile's engine has no knob"):
+        simulate(MODEL, "h100-80gb-x8", 1, 8, 128, 4, software="trtllm", cuda_graph_max=8)
+    with pytest.raises(Exception, match="is another profile"):
+        sim.run(MODEL, 1, 8, 128, 4, capture_max=0)
+
+
+def test_sim_run_says_when_no_phase_replays_a_graph(capsys):
+    from krakenlm.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["sim", "run", "--system", "h100-80gb-x8", "--model", "gpt3-1.3b", "--prompt", "64",
+              "--gen", "8", "--software", "sglang", "--cuda-graph-max", "0"])
+    assert done.value.code == 0
+    assert "CUDA graphs: none, every kernel issued from the host" in capsys.readouterr().out

@@ -114,6 +114,7 @@ def run(
     beyond_context: bool = typer.Option(False, "--beyond-context", help="Time prompt + generation longer than the model's context, as if its context were extended (default: an error)."),
     calibration_path: str = typer.Option(None, "--calibration", help="Template constants file (default: the package's)."),
     gpu_calibration_path: str = typer.Option(None, "--gpu-calibration", help="GPU kernel constants file from `sim calibrate --source aiconfigurator` (default: the package's file for the device)."),
+    cuda_graph_max: int = typer.Option(None, "--cuda-graph-max", help="The largest CUDA graph the engine captures: vLLM V1's --max-cudagraph-capture-size (tokens a step; default 512), SGLang's --cuda-graph-max-bs (decode batch; default 256 or 512 by GPU memory and TP); a larger step runs without a graph. 0: no CUDA graphs, every kernel issued from the host (vLLM --enforce-eager, SGLang --disable-cuda-graph; any engine)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Simulate inference: per-operator breakdown, TTFT, mean TPOT, end-to-end time and memory
@@ -125,7 +126,8 @@ def run(
                             kraken_rule=kraken_rule, mode=mode, software=software, dtype=dtype,
                             attention=attention, check_memory=not skip_memory_check,
                             check_context=not beyond_context, calibration_path=calibration_path,
-                            gpu_calibration_path=gpu_calibration_path), as_json)
+                            gpu_calibration_path=gpu_calibration_path,
+                            cuda_graph_max=cuda_graph_max), as_json)
 
 
 @sim_app.command("fit-software")

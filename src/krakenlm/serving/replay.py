@@ -37,12 +37,7 @@ from ..hardware.cost import system_cost
 from ..hardware.schema import System
 from ..models import ModelConfig
 from ..simulator import Simulator
-from ..simulator.constants.software import (
-    MAX_CAPTURED_TOKENS,
-    Graphs,
-    SoftwareProfile,
-    load_software,
-)
+from ..simulator.constants.software import SoftwareError, SoftwareProfile, load_software
 from .frontend import FrontLoop, apply_frontend, front_loop_arrivals
 from .kv_cache import KVCacheError, kv_cache_software, size_kv_cache
 from .packing import packed_array
@@ -253,7 +248,7 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
             f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
             + (" or pass --chunked-prefill" if kind in ("trtllm", "vllm-v0") else ""))
     built = time.perf_counter()
-    sim = cuda_graph_session(sim, opt, kind, dtype)
+    sim = cuda_graph_session(sim, opt)
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens), opt.cuda_graph_max)
     built = time.perf_counter() - built
@@ -645,11 +640,6 @@ class _ClosedLoop:
 _TIMERS: dict[tuple, StepTimer] = {}
 TIMER_CACHE_SIZE = 8
 _SESSIONS: dict[tuple, Simulator] = {}
-# the capture-size rules whose engine has a knob for its largest CUDA graph (`Graphs.pad_limit`)
-CAPTURE_KNOBS = ("vllm-v1", "sglang")
-# the schedulers whose engine issues its kernels from Python (PyTorch's eager dispatch) when it
-# replays no CUDA graph (`cuda_graph_session`)
-PYTHON_ENGINES = ("vllm-v1", "vllm-v0", "sglang")
 SESSION_CACHE_SIZE = 8
 
 
@@ -694,43 +684,24 @@ def _step_timer(sim: Simulator, config: ModelConfig, tp: int, max_tokens: int,
     return timer
 
 
-def cuda_graph_session(sim: Simulator, opt: V1Options, kind: str, dtype: str,
-                       label: str = "") -> Simulator:
+def cuda_graph_session(sim: Simulator, opt: V1Options, label: str = "") -> Simulator:
     """The session the engine's capture-size knob (`V1Options.cuda_graph_max`) leaves: the
     same one when not given or above 0 (the step-time oracle reads it,
     `Graphs.largest_captured`), one whose profile replays no CUDA graph at 0 (vLLM
-    `--enforce-eager`, SGLang `--disable-cuda-graph`): every kernel is issued from the host,
-    by the Python engines (`PYTHON_ENGINES`) through PyTorch's eager dispatch, at least the
-    `eager` profile's measured time per kernel (gpt-fast's eager LLaMA-7B, source GF), by
-    TensorRT-LLM's C++ runtime at its own. An error where the engine has no such knob or the
-    value is out of range."""
+    `--enforce-eager`, SGLang `--disable-cuda-graph`; `SoftwareProfile.without_cuda_graphs`:
+    every kernel issued from the host, at the profile's eager rate where it names one). An
+    error where the engine has no such knob or the value is out of range
+    (`SoftwareProfile.check_cuda_graph_max`)."""
     n = opt.cuda_graph_max
     if n is None:
         return sim
-    where = f"{label}: " if label else ""
-    if not 0 <= n <= MAX_CAPTURED_TOKENS:
-        raise ServeError(f"{where}--cuda-graph-max must be from 0 (no CUDA graphs) to "
-                         f"{MAX_CAPTURED_TOKENS}, got {n}")
-    graphs = sim.profile.graphs
+    try:
+        sim.profile.check_cuda_graph_max(n)
+    except SoftwareError as e:
+        raise ServeError(f"{label}: {e}" if label else str(e)) from None
     if n == 0:
-        profile = replace(sim.profile, graphs=Graphs(prefill=False, decode=False))
-        if kind in PYTHON_ENGINES:
-            floor = load_software("eager").host.per_kernel_s
-            profile = replace(profile, host=_issued_eagerly(profile.host, floor),
-                              host_systems={k: _issued_eagerly(h, floor)
-                                            for k, h in profile.host_systems.items()})
-        return session(sim.system, profile, dtype)
-    if graphs.pad_limit not in CAPTURE_KNOBS:
-        raise ServeError(
-            f"{where}--cuda-graph-max {n}: the {sim.profile.name} profile's engine has no knob "
-            "for its largest CUDA graph (vLLM V1's --max-cudagraph-capture-size and SGLang's "
-            "--cuda-graph-max-bs are modelled); use 0 for no CUDA graphs, or drop it")
+        return session(sim.system, sim.profile.without_cuda_graphs(), sim.dtype)
     return sim
-
-
-def _issued_eagerly(host, floor_s: float):
-    """`host` with every kernel issued at no less than `floor_s` (`cuda_graph_session`)."""
-    return replace(host, per_kernel_s=max(host.per_kernel_s, floor_s))
 
 
 def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,

@@ -60,6 +60,8 @@ def _graph_padding_note(r: Result) -> str:
     graphs = r.profile.graphs if r.profile is not None else None
     if graphs is None or r.attention_path != "fused":
         return ""
+    if not graphs.prefill and not graphs.decode:  # e.g. `--cuda-graph-max 0`
+        return "; CUDA graphs: none, every kernel issued from the host"
     notes = []
     # the tokens `Simulator.run` prefills (an engine that decodes the prompt's last token
     # prefills one fewer)
@@ -86,7 +88,8 @@ def run_report(system: str, model: str, tp: int, batch: int, prompt: int, gen: i
                software: str | None = None, dtype: str = "fp16", attention: str = "fused",
                check_memory: bool = True, check_context: bool = True,
                calibration_path: str | None = None,
-               gpu_calibration_path: str | None = None) -> RunReport:
+               gpu_calibration_path: str | None = None,
+               cuda_graph_max: int | None = None) -> RunReport:
     """Simulate `model` (a preset or a config.json), as `arch` if given, on `system` (a preset
     or a YAML file); the constants files default to the package's."""
     from ..hardware import load_system
@@ -108,7 +111,7 @@ def run_report(system: str, model: str, tp: int, batch: int, prompt: int, gen: i
         calibration=None if calibration_path is None else load_calibration(calibration_path),
         gpu_calibration=None if gpu_calibration_path is None else load_file(gpu_calibration_path),
         software=software, check_memory=check_memory, check_context=check_context,
-        model_name=label))
+        model_name=label, cuda_graph_max=cuda_graph_max))
     interval = report.result.interval
     if interval and interval.get("extrapolation"):
         warn(f"this query extrapolates beyond the validated cases: {interval['extrapolation']}")

@@ -663,7 +663,13 @@ class Simulator:
 
     def run(self, config: ModelConfig, tp: int, batch: int, prompt_tokens: int,
             gen_tokens: int, *, check_memory: bool = True, check_context: bool = True,
-            model_name: str = "model", exact_decode: bool = False) -> Result:
+            model_name: str = "model", exact_decode: bool = False,
+            capture_max: int | None = None) -> Result:
+        """Simulate one static batch. `capture_max`: the engine's knob for its largest CUDA
+        graph (vLLM V1 `--max-cudagraph-capture-size`, SGLang `--cuda-graph-max-bs`;
+        `Graphs.largest_captured`), a step above it running without a graph; None: the
+        engine's default. No graphs at all is another profile
+        (`SoftwareProfile.without_cuda_graphs`, what `simulate(cuda_graph_max=0)` runs)."""
         started = time.perf_counter()
         system, profile, opts = self.system, self.profile, self.options
         if config.lm_head_width is not None:
@@ -690,8 +696,15 @@ class Simulator:
                          self.precision)
         if check_memory:
             check_fits(use, model_name, system, tp)
+        if capture_max is not None:
+            if capture_max == 0:
+                raise SimulationError(
+                    "capture_max 0 (no CUDA graphs) is another profile: simulate with "
+                    "software=profile.without_cuda_graphs() (simulate(cuda_graph_max=0))")
+            profile.check_cuda_graph_max(capture_max)
         b = DTYPE_BYTES[self.precision("all_reduce")]
-        largest = self.largest_captured(tp)  # a step up to it replays a padded graph
+        # a step up to it replays a padded graph
+        largest = self.largest_captured(tp, capture_max=capture_max)
         graphs_of = profile.graphs
         # the prompt's one step replays a graph only up to the largest captured one, where the
         # engine's sizes are read (a mixed step: `pad_mixed`); above it, no graph
@@ -756,7 +769,8 @@ def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,
              calibration: Calibration | None = None,
              gpu_calibration: DeviceCalibration | None = None,
              check_memory: bool = True, check_context: bool = True, model_name: str = "model",
-             exact_decode: bool = False, comm_core_share: float = COMM_CORE_SHARE) -> Result:
+             exact_decode: bool = False, comm_core_share: float = COMM_CORE_SHARE,
+             cuda_graph_max: int | None = None) -> Result:
     """Simulate serving `config` on `system` with tensor parallelism `tp` (one query; for many,
     keep a `Simulator`).
 
@@ -765,15 +779,22 @@ def simulate(config: ModelConfig, system: System | str, tp: int, batch: int,
     traffic. `software`: a profile name or path (default: trtllm) or a SoftwareProfile.
     attention "fused" (the software's fused kernel, unfused beyond its head-size limit) or
     "unfused". `comm_core_share`: the fraction of the cores a running collective takes from
-    compute beside it (schedule.py). Raises SimulationError / ModelDoesNotFit (KrakenError)
-    for bad requests.
+    compute beside it (schedule.py). `cuda_graph_max`: the engine's knob for its largest CUDA
+    graph (`Simulator.run`'s `capture_max`); 0: no CUDA graphs (vLLM `--enforce-eager`, SGLang
+    `--disable-cuda-graph`: `SoftwareProfile.without_cuda_graphs`). Raises SimulationError /
+    ModelDoesNotFit / SoftwareError (KrakenError) for bad requests.
     """
+    if cuda_graph_max is not None:
+        profile = software if isinstance(software, SoftwareProfile) else load_software(software)
+        profile.check_cuda_graph_max(cuda_graph_max)
+        if cuda_graph_max == 0:
+            software, cuda_graph_max = profile.without_cuda_graphs(), None
     session = Simulator(system, software, mode, dtype=dtype, attention=attention,
                         calibration=calibration, gpu_calibration=gpu_calibration,
                         comm_core_share=comm_core_share)
     return session.run(config, tp, batch, prompt_tokens, gen_tokens, check_memory=check_memory,
                        check_context=check_context, model_name=model_name,
-                       exact_decode=exact_decode)
+                       exact_decode=exact_decode, capture_max=cuda_graph_max)
 
 
 def _tile_software(profile: SoftwareProfile) -> SoftwareProfile:

@@ -80,6 +80,10 @@ class Host:
     """The host (CPU) side of a serving stack: the time it spends issuing kernels and
     running each step, per system where fitted, and the prefill GPU-time scale."""
     per_kernel_s: float = 0.0        # host time to issue one kernel outside a CUDA graph
+    # host time per kernel with the engine's CUDA graphs switched off (vLLM --enforce-eager,
+    # SGLang --disable-cuda-graph), when the model runs in PyTorch's eager dispatch: at least
+    # this (`SoftwareProfile.without_cuda_graphs`); 0: `per_kernel_s` (a C++ runtime)
+    eager_per_kernel_s: float = 0.0
     prefill_step_s: float = 0.0      # per prefill forward pass
     decode_step_s: float = 0.0       # per decode step
     per_sequence_s: float = 0.0      # per sequence a step carries (prefill and decode alike)
@@ -198,6 +202,9 @@ class Frontend:
 
 
 MAX_CAPTURED_TOKENS = 65536  # a `Graphs.pad_max` beyond this is a typo, not an engine's graph
+# the capture-size rules (`Graphs.pad_limit`) whose engine has a knob for its largest CUDA graph
+# (`--cuda-graph-max`: vLLM V1 --max-cudagraph-capture-size, SGLang --cuda-graph-max-bs)
+CAPTURE_KNOBS = ("vllm-v1", "sglang")
 
 # `Graphs.pad_limit`: how an engine's knobs bound the largest graph it captures
 PAD_LIMITS = ("", "vllm-v0", "vllm-v1", "sglang")
@@ -520,6 +527,32 @@ class SoftwareProfile:
         return dataclasses.replace(
             self, host=_times_scaled(self.host, scale), frontend=_times_scaled(self.frontend, scale),
             host_systems={k: _times_scaled(h, scale) for k, h in self.host_systems.items()})
+
+    def without_cuda_graphs(self) -> SoftwareProfile:
+        """This stack with its CUDA graphs switched off (vLLM `--enforce-eager`, SGLang
+        `--disable-cuda-graph`; `sim run` / `sim serve --cuda-graph-max 0`): no phase replays a
+        graph, so every kernel is issued from the host, at no less than `host.eager_per_kernel_s`
+        where the profile gives it (an engine whose model then runs in PyTorch's eager
+        dispatch), else at its own `per_kernel_s`; the per-system fits likewise."""
+        def eager(host: Host) -> Host:
+            return dataclasses.replace(
+                host, per_kernel_s=max(host.per_kernel_s, host.eager_per_kernel_s))
+        return dataclasses.replace(
+            self, graphs=Graphs(prefill=False, decode=False), host=eager(self.host),
+            host_systems={k: eager(h) for k, h in self.host_systems.items()})
+
+    def check_cuda_graph_max(self, n: int) -> None:
+        """Raise SoftwareError unless `n` is a value of the engine's knob for its largest
+        CUDA graph (`--cuda-graph-max`): 0 (no graphs, any engine), or a size up to
+        MAX_CAPTURED_TOKENS where the engine has such a knob (`CAPTURE_KNOBS`)."""
+        if not 0 <= n <= MAX_CAPTURED_TOKENS:
+            raise SoftwareError(f"--cuda-graph-max must be from 0 (no CUDA graphs) to "
+                                f"{MAX_CAPTURED_TOKENS}, got {n}")
+        if n and self.graphs.pad_limit not in CAPTURE_KNOBS:
+            raise SoftwareError(
+                f"--cuda-graph-max {n}: the {self.name} profile's engine has no knob for its "
+                "largest CUDA graph (vLLM V1's --max-cudagraph-capture-size and SGLang's "
+                "--cuda-graph-max-bs are modelled); use 0 for no CUDA graphs, or drop it")
 
     def host_for(self, system_name: str) -> Host:
         """The host constants on `system_name`: its fitted values where the profile has them.
