@@ -58,3 +58,32 @@ def test_lock_holder_names_a_live_holder_and_changes_nothing(tmp_path):
     with acquire_lock(path) as again:  # the probe left the lock free
         assert again.previous == {"pid": 1, "host": "elsewhere"}
     assert held.previous == {}
+
+
+def test_an_atomic_write_has_the_permissions_a_plain_write_would(tmp_path):
+    """mkstemp's 0600 (and mkdtemp's 0700) must not reach the result: a new file gets what
+    open() gives under the umask, a replaced one keeps its own mode."""
+    import os
+    import stat
+
+    from krakenlm.fileio import write_bytes_atomically, write_text_atomically
+    from krakenlm.interop.atomic_dir import write_directory_atomically
+
+    old = os.umask(0o022)
+    try:
+        new = write_text_atomically(tmp_path / "new.json", "{}\n")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+        binary = write_bytes_atomically(tmp_path / "plot.png", b"\x89PNG")
+        assert stat.S_IMODE(binary.stat().st_mode) == 0o644
+        private = tmp_path / "private.txt"
+        private.write_text("a")
+        private.chmod(0o600)
+        write_text_atomically(private, "b")
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600 and private.read_text() == "b"
+        out = write_directory_atomically(tmp_path / "export", lambda d: (d / "x").write_text("1"),
+                                         force=False, what="export")
+        assert stat.S_IMODE(out.stat().st_mode) == 0o755
+        os.umask(0o077)
+        assert stat.S_IMODE(write_text_atomically(tmp_path / "other", "").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -26,13 +26,33 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 
+def umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def created_mode(path: Path, directory: bool = False) -> int:
+    """The permissions a file (or `directory`) written over `path` keeps: the ones it has
+    where it exists, else what `open` (`mkdir`) would give under the umask. A temporary file
+    (`tempfile.mkstemp`, 0600) or directory (`mkdtemp`, 0700) renamed into place would
+    otherwise leave a result only its owner can read."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return (0o777 if directory else 0o666) & ~umask()
+
+
 def write_text_atomically(path: str | Path, text: str,
                           check: Callable[[Path], None] | None = None) -> Path:
     """Write `text` to `path` atomically; `check(tmp)` may raise to keep the old file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = created_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", newline="") as fh:
             fh.write(text)
             fh.flush()
@@ -50,8 +70,10 @@ def write_bytes_atomically(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` atomically (a figure, any binary file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = created_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from ..batching import batches
 from ..errors import KrakenError, warn
-from ..fileio import acquire_lock, describe_holder
+from ..fileio import acquire_lock, created_mode, describe_holder
 from .sources import (bible_documents, hub_documents, local_documents, local_files,
                       shakespeare_documents)
 from .vocab import DEFAULT_TOKENIZER, get_tokenizer
@@ -257,6 +257,7 @@ def _prepare(spec: CorpusSpec, tokenizer, root_dir: Path, progress: bool) -> Pre
             shutil.rmtree(final)  # an older layout, or damaged: rebuild
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+        tmp.chmod(created_mode(final, directory=True))  # not mkdtemp's 0700
         try:
             meta = _tokenize_to(tmp, spec, key, tokenizer, progress)
             _publish(tmp, final)

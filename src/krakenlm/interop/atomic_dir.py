@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import KrakenError
+from ..fileio import created_mode
 
 
 def check_output_dir(out: Path, force: bool, what: str, source: Path | None = None) -> None:
@@ -53,6 +54,7 @@ def write_directory_atomically(out: Path, fill: Callable[[Path], None], *, force
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        tmp.chmod(created_mode(out, directory=True))  # not mkdtemp's 0700
     except OSError as exc:
         raise KrakenError(f"cannot write the {what} next to {out}: {exc.strerror or exc}; "
                           "choose a writable --out") from None
