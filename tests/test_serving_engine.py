@@ -18,7 +18,7 @@ from serving_cases import MODEL, replay, small_timer
 from krakenlm.models import get_preset
 from krakenlm.serving import vllm_v1
 from krakenlm.serving.kv_cache import size_kv_cache
-from krakenlm.serving.replay import ServeError, serve
+from krakenlm.serving.replay import ServeError, serial_session, serve
 from krakenlm.serving.step_time import StepTimer
 from krakenlm.serving.traces import Request, Trace, synthetic_trace
 from krakenlm.serving.trtllm import TRTEngine
@@ -87,7 +87,7 @@ def test_async_scheduling_starts_a_request_arriving_mid_step_after_the_next_step
 
 
 def test_async_scheduling_on_another_engine_is_an_error():
-    from krakenlm.serving.replay import ServeError, serve
+    from krakenlm.serving.replay import ServeError, serial_session, serve
     from krakenlm.serving.traces import Trace
 
     trace = Trace("one", (Request(0, 0.0, 64, 2),))
@@ -299,8 +299,9 @@ def test_one_at_a_time_with_a_fixed_service_time_the_waits_are_lindleys():
     a single server with deterministic service S. Each request's queueing delay must equal
     Lindley's recursion W' = max(0, W + S - gap) on the same arrivals (exact, no sampling
     error), and their mean the M/D/1 mean wait rho S / (2 (1 - rho)) within sampling error."""
-    st = StepTimer(Simulator("h100-80gb-x8", "vllm"), get_preset(MODEL), 1, max_tokens=1024,
-                   max_sequences=1)
+    # the replay's session: vLLM V1 without async scheduling steps serially
+    sim = serial_session(Simulator("h100-80gb-x8", "vllm"), V1Options(1024, 1), "vllm-v1")
+    st = StepTimer(sim, get_preset(MODEL), 1, max_tokens=1024, max_sequences=1)
     service = st.batch_s([(512, 0)], [])
     rho = 0.6
     trace = synthetic_trace(np.random.default_rng(1), 5000, rho / service, "fixed:512,1")
@@ -676,8 +677,13 @@ def test_vllm_v0_multi_step_runs_decode_rounds_of_n_steps_with_the_host_once_per
     client gets one chunk per round."""
     from krakenlm.serving.vllm_v1 import Seq
 
-    st = timer()
-    engine = _multi_step_engine()
+    # vLLM V0's host work is on the GPU's critical path (the profile's overlapped V1 host
+    # would hide it): the timer of the same profile stepping serially
+    st = StepTimer(serial_session(Simulator("h100-80gb-x8", "vllm"), V1Options(1024, 16),
+                                  "vllm-v1"), get_preset(MODEL), 1, max_tokens=1024,
+                   max_sequences=16)
+    engine = V0Engine(st, V1Options(2048, 16, 16, enable_prefix_caching=False,
+                                    chunked_prefill=False, num_scheduler_steps=10), 1000, 0)
     s = Seq(Request(0, 0.0, 100, 25))
     engine.add(s)
     engine.advance(float("inf"))
@@ -925,3 +931,25 @@ def test_a_multi_step_replay_charges_the_host_of_vllm_0_6_0():
     assert host.at_version("0.6.0").per_sequence_s == host.per_sequence_async_s < \
         host.per_sequence_s
     assert host.at_version("0.5.4") is host and host.at_version(None) is host
+
+
+def test_vllm_v1_without_async_scheduling_adds_its_host_work_to_each_step():
+    """The vllm profile's engine-core host work per step (source VS1) runs beside the GPU with
+    async scheduling (the step lasts the longer of the two) and after it without
+    (`serial_session`: V1 0.8-0.13, `--no-async-scheduling`); other schedulers and async V1
+    keep the session as it is."""
+    sim = Simulator("h100-80gb-x8", "vllm")
+    host = sim.profile.host
+    assert host.decode_step_s > 0 and host.per_sequence_s > 0 and host.step_overlaps_gpu
+    serial = serial_session(sim, V1Options(1024, 16), "vllm-v1")
+    assert not serial.profile.host.step_overlaps_gpu
+    assert serial_session(sim, V1Options(1024, 16, async_scheduling=True), "vllm-v1") is sim
+    assert serial_session(sim, V1Options(1024, 16), "sglang") is sim
+    model = get_preset(MODEL)
+    beside = StepTimer(sim, model, 1, max_tokens=1024, max_sequences=16)
+    after = StepTimer(serial, model, 1, max_tokens=1024, max_sequences=16)
+    a = beside.decode_attention_s(16, 600)
+    gpu = beside.step_s(16, 16, 16, a, False, host=False)  # the launch hidden beside it
+    work = host.decode_step_s + 16 * host.per_sequence_s + host.graph_launch_s
+    assert after.step_s(16, 16, 16, a, False) == pytest.approx(gpu + work, rel=1e-12)
+    assert beside.step_s(16, 16, 16, a, False) == pytest.approx(max(gpu, work), rel=1e-12)

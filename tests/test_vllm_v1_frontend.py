@@ -9,6 +9,7 @@ from benchmark_module import load_benchmark
 
 handover = load_benchmark("vllm_v1_frontend/handover", "benchmarks_vllm_v1_frontend_handover")
 closed = load_benchmark("vllm_v1_frontend/closed_loop", "benchmarks_vllm_v1_frontend_closed_loop")
+serial = load_benchmark("vllm_v1_frontend/serial_step", "benchmarks_vllm_v1_frontend_serial_step")
 DATA = Path(__file__).parent.parent / "docs/data"
 
 
@@ -96,10 +97,37 @@ def test_loops_parse_with_one_in_flight_first_and_bad_ones_fail(capsys):
         assert capsys.readouterr().err.startswith("error: --loops")
 
 
-@pytest.mark.parametrize("script", [handover, closed])
+@pytest.mark.parametrize("script", [handover, closed, serial])
 def test_a_missing_environment_is_one_error_line(script, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--envs", str(tmp_path)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no vLLM 0.19.0 environment") and err.count("\n") == 1
+
+
+def test_the_serial_gaps_are_decode_to_decode_and_fit_a_line():
+    steps = [{"t": 0.0, "seqs": 4, "prompt_tokens": 0, "gpu_s": 0.01},
+             {"t": 0.0106, "seqs": 4, "prompt_tokens": 0, "gpu_s": 0.01},  # gap 0.6 ms
+             {"t": 0.0212, "seqs": 5, "prompt_tokens": 128, "gpu_s": 0.01},  # a prefill follows
+             {"t": 0.0318, "seqs": 5, "prompt_tokens": 0, "gpu_s": 0.01}]
+    assert serial.decode_gaps(steps) == [(4, pytest.approx(6e-4))]
+    line = {str(n): [(n, 4e-4 + 1e-5 * n)] * 3 for n in (1, 10, 100)}
+    line["7"] = [(7, 0.5)]  # a descheduled process: left out
+    fit = serial.fit(line)
+    assert (fit["per_step_s"], fit["per_sequence_s"]) == pytest.approx((4e-4, 1e-5))
+    assert fit["gaps"] == 9 and fit["rms_s"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_shipped_profile_carries_the_committed_serial_step_fit():
+    from krakenlm.simulator.constants.software import load_software
+    data = json.loads((DATA / "vllm-v1-serial-step.json").read_text())
+    loops = {n: [tuple(p) for p in gaps] for n, gaps in data["loops"].items()}
+    fit = serial.fit(loops)
+    assert fit == pytest.approx(data["fit"])
+    for n, row in serial.medians(loops).items():
+        assert row == pytest.approx(data["medians"][n]), n
+    host = load_software("vllm").host
+    assert host.decode_step_s == host.prefill_step_s == float(f"{fit['per_step_s']:.3g}")
+    assert host.per_sequence_s == float(f"{fit['per_sequence_s']:.3g}")
+    assert host.step_overlaps_gpu  # beside the GPU unless the replay steps serially

@@ -60,8 +60,9 @@ def fake_gpu(token_s: float) -> dict[str, float]:
 
 
 def run_loop(env: Path, work: Path, n: int, count: int, prompt: int = PROMPT,
-             step: dict = STEP) -> dict:
-    """One closed loop on a fresh server: each request's client TTFT, and the steps' host gaps."""
+             step: dict = STEP, client_core: str = "0") -> dict:
+    """One closed loop on a fresh server: each request's client TTFT, and the steps' host gaps.
+    The client runs on `client_core` (0: beside the engine core; 1: beside the API server)."""
     log = work / f"c{n}.jsonl"
     log.write_text("")
     prompts = work / f"c{n}.prompts.json"
@@ -70,7 +71,8 @@ def run_loop(env: Path, work: Path, n: int, count: int, prompt: int = PROMPT,
     proc = handover.serve(env, work, log, step)
     try:
         result = work / f"c{n}.result.json"
-        done = subprocess.run(["taskset", "-c", "0", str(env / "bin/python"), str(HERE / "closed.py"),
+        done = subprocess.run(["taskset", "-c", client_core, str(env / "bin/python"),
+                               str(HERE / "closed.py"),
                                str(handover.PORT), str(work / "model"), str(prompts), str(n),
                                str(result)], stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:

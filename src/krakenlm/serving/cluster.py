@@ -43,6 +43,7 @@ from .replay import (
     engine_summary,
     pool_sized_options,
     scheduler_for,
+    serial_session,
     session,
 )
 from .report import AMORTISATION_YEARS, ServeReport, timeline
@@ -193,7 +194,7 @@ def build_pool(spec: PoolSpec, model: ModelConfig | Callable[[int], ModelConfig]
         raise ServeError(f"pool {spec.label}: {sizing.blocks} KV blocks cannot be split over "
                          f"{spec.pp} virtual engines; use a smaller pp")
     started = time.perf_counter()
-    sim = cuda_graph_session(sim, options, f"pool {spec.label}")
+    sim = serial_session(cuda_graph_session(sim, options, f"pool {spec.label}"), options, kind)
     timer = _step_timer(sim, stage, spec.tp, options.max_num_batched_tokens,
                         options.max_num_seqs, max(max_context, options.max_num_batched_tokens),
                         options.cuda_graph_max)

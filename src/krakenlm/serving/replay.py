@@ -248,7 +248,7 @@ def _prepare(trace: Trace, config: ModelConfig, system: System | str, *, softwar
             f"--max-num-batched-tokens {opt.max_num_batched_tokens}; raise it"
             + (" or pass --chunked-prefill" if kind in ("trtllm", "vllm-v0") else ""))
     built = time.perf_counter()
-    sim = cuda_graph_session(sim, opt)
+    sim = serial_session(cuda_graph_session(sim, opt), opt, kind)
     timer = _step_timer(sim, config, tp, opt.max_num_batched_tokens, opt.max_num_seqs,
                         max(longest, opt.max_num_batched_tokens), opt.cuda_graph_max)
     built = time.perf_counter() - built
@@ -702,6 +702,22 @@ def cuda_graph_session(sim: Simulator, opt: V1Options, label: str = "") -> Simul
     if n == 0:
         return session(sim.system, sim.profile.without_cuda_graphs(), sim.dtype)
     return sim
+
+
+def serial_session(sim: Simulator, opt: V1Options, kind: str) -> Simulator:
+    """The session of a vLLM V1 engine that steps serially (`opt.async_scheduling` off: V1
+    0.8-0.13 by default, `--no-async-scheduling` later): its engine core schedules a step,
+    waits for it, then takes its output (`EngineCore.step`), so the profile's per-step host
+    work adds to the GPU's time instead of running beside it (`Host.step_overlaps_gpu`
+    false); the same session otherwise."""
+    host = sim.profile.host
+    if kind != "vllm-v1" or opt.async_scheduling or not host.step_overlaps_gpu:
+        return sim
+    def serial(h):
+        return replace(h, step_overlaps_gpu=False)
+    profile = replace(sim.profile, host=serial(host),
+                      host_systems={k: serial(h) for k, h in sim.profile.host_systems.items()})
+    return session(sim.system, profile, sim.dtype)
 
 
 def _rows(seqs: list[Seq], first_token_s: list[float] | None = None,
