@@ -152,6 +152,23 @@ class Result:
     # of comparable public measurements, and what the query extrapolates beyond (uncertainty.py)
     interval: dict[str, Any] | None = None
 
+    def cuda_graphs(self) -> dict[str, Any] | None:
+        """What the steps replayed: the largest graph the engine captures here (0: the profile
+        reads no captured sizes), whether the prompt's step and the decode steps replayed one,
+        and the token count each ran its padded operators at (`Graphs.padded_tokens`); None
+        without a profile."""
+        sw = self.profile
+        if sw is None:
+            return None
+        g = sw.graphs
+        prefill = g.prefill if self.prefill_captured is None else self.prefill_captured
+        decode = g.decode if self.decode_captured is None else self.decode_captured
+        tokens = self.batch * (self.prompt_tokens - int(sw.prefill.last_token_in_decode))
+        return {"largest_captured": self.graph_largest, "prefill": bool(prefill),
+                "decode": bool(decode) and self.gen_tokens > 1,
+                "prefill_runs_at_tokens": g.padded_tokens(tokens, True, self.graph_largest),
+                "decode_runs_at_batch": g.padded_tokens(self.batch, False, self.graph_largest)}
+
     def retimed(self, host: Host) -> tuple[float, float]:
         """(TTFT, mean TPOT) under other host constants, from the per-graph GPU times kept in
         `prefill.graphs` / `decode.graphs`: no re-simulation (used to fit host constants)."""
@@ -199,6 +216,7 @@ class Result:
                 "layer_categories": self.layer_categories,
                 "kernel_sources": self.kernel_sources,
                 "kernel_calibration": self.kernel_calibration, "decode_method": self.decode_method,
+                "cuda_graphs": self.cuda_graphs(),
                 "interval": self.interval, "simulated_in_s": self.simulated_in_s}
 
 
