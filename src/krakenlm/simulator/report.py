@@ -160,8 +160,12 @@ class SoftwareReport:
             ar = p.collectives.all_reduce + (f" <= {p.collectives.custom_max_bytes / 2**20:g} MiB"
                                              if p.collectives.custom_max_bytes else "")
             steps = f"{p.host.prefill_step_s * 1e3:g} / {p.host.decode_step_s * 1e3:g}"
+            if p.host.per_sequence_s:
+                steps += f" + {p.host.per_sequence_s * 1e3:g} per sequence"
             if p.host.tp_step_s:
                 steps += f" (+{p.host.tp_step_s * 1e3:g} at TP > 1)"
+            if p.host.step_overlaps_gpu and (p.host.prefill_step_s or p.host.decode_step_s):
+                steps += ", beside the GPU"
             table.add_row(p.name, p.kernels, graphs, f"{p.host.per_kernel_s * 1e6:g}", steps,
                           ar, f"{p.attention.kernel} ({p.attention.max_head_dim})",
                           ", ".join(sorted(p.host_systems)) or "-")
