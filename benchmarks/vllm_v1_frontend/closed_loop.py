@@ -23,7 +23,6 @@ one job at a time, with the times handover.py fitted to this server's bursts).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import json
@@ -177,8 +176,7 @@ def report(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v1")
+    ap = handover.arg_parser(__doc__)
     ap.add_argument("--json")
     ap.add_argument("--from-json", help="compare the loops of an earlier --json file again")
     ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens of every request")

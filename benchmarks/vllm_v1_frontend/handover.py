@@ -120,10 +120,16 @@ def report(medians: dict, c: float, rows: int, two_phase: tuple[float, float, fl
           f"tokens, send {send*1e3:.2f} ms (first and last arrivals of the same bursts)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arg_parser(doc: str) -> argparse.ArgumentParser:
+    """A V1 harness script's command line: its docstring's first paragraph and `--envs`."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v1",
-                    help="the directory setup.sh built (vllm-0.19.0/)")
+                    help=f"the directory setup.sh built (vllm-{VERSION}/)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = arg_parser(__doc__)
     ap.add_argument("--reps", type=int, default=5, help="fresh servers")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--from-json", help="summarise the servers of an earlier --json file again")

@@ -27,7 +27,6 @@ its CPU time from the engine core's gaps once hundreds of streams are open).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -91,9 +90,7 @@ def report(data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--envs", default="/tmp/krakenlm-vllm-v1",
-                    help="the directory setup.sh built (vllm-0.19.0/)")
+    ap = handover.arg_parser(__doc__)
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--from-json", help="fit the gaps of an earlier --json file again")
     args = ap.parse_args(argv)
