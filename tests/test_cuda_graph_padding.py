@@ -352,8 +352,8 @@ def test_sim_runs_json_says_which_graphs_the_steps_replayed():
     sim = Simulator("h100-80gb-x8", "vllm")
     graphs = sim.run(MODEL, 1, 100, 3, 8).to_json()["cuda_graphs"]
     # 300 prompt tokens replay V1's graph for 304, a decode batch of 100 the one for 104
-    assert graphs == {"largest_captured": 512, "prefill": True, "decode": True,
-                      "prefill_runs_at_tokens": 304, "decode_runs_at_batch": 104}
+    assert graphs == {"largest_captured": 512, "prefill_tokens": 300, "prefill": True,
+                      "decode": True, "prefill_runs_at_tokens": 304, "decode_runs_at_batch": 104}
     above = sim.run(MODEL, 1, 100, 3, 8, capture_max=64).to_json()["cuda_graphs"]
-    assert above == {"largest_captured": 64, "prefill": False, "decode": False,
-                     "prefill_runs_at_tokens": 300, "decode_runs_at_batch": 100}
+    assert above == {"largest_captured": 64, "prefill_tokens": 300, "prefill": False,
+                     "decode": False, "prefill_runs_at_tokens": 300, "decode_runs_at_batch": 100}

@@ -713,8 +713,10 @@ def serial_session(sim: Simulator, opt: V1Options, kind: str) -> Simulator:
     host = sim.profile.host
     if kind != "vllm-v1" or opt.async_scheduling or not host.step_overlaps_gpu:
         return sim
+
     def serial(h):
         return replace(h, step_overlaps_gpu=False)
+
     profile = replace(sim.profile, host=serial(host),
                       host_systems={k: serial(h) for k, h in sim.profile.host_systems.items()})
     return session(sim.system, profile, sim.dtype)

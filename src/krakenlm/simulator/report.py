@@ -62,22 +62,19 @@ def _graph_padding_note(r: Result) -> str:
         return ""
     if not graphs.prefill and not graphs.decode:  # e.g. `--cuda-graph-max 0`
         return "; CUDA graphs: none, every kernel issued from the host"
+    g = r.cuda_graphs()
+    tokens, largest, decodes = g["prefill_tokens"], g["largest_captured"], r.gen_tokens > 1
     notes = []
-    # the tokens `Simulator.run` prefills (an engine that decodes the prompt's last token
-    # prefills one fewer)
-    prefill_tokens = r.batch * (r.prompt_tokens - int(r.profile.prefill.last_token_in_decode))
-    largest = r.graph_largest
-    if graphs.padded_tokens(prefill_tokens, True, largest) != prefill_tokens:
-        notes.append(f"prefill's {prefill_tokens} tokens run the graph captured for "
-                     f"{graphs.padded_tokens(prefill_tokens, True, largest)}")
-    if r.gen_tokens > 1 and graphs.padded_tokens(r.batch, False, largest) != r.batch:
+    if g["prefill_runs_at_tokens"] != tokens:
+        notes.append(f"prefill's {tokens} tokens run the graph captured for "
+                     f"{g['prefill_runs_at_tokens']}")
+    if decodes and g["decode_runs_at_batch"] != r.batch:
         notes.append(f"decode's batch of {r.batch} runs the graph captured for "
-                     f"{graphs.padded_tokens(r.batch, False, largest)}")
+                     f"{g['decode_runs_at_batch']}")
     # a phase the engine captures whose step is above the largest graph runs without one
-    if graphs.prefill and r.prefill_captured is False:
-        notes.append(f"prefill's {prefill_tokens} tokens run without one (the largest is "
-                     f"{largest})")
-    if r.gen_tokens > 1 and graphs.decode and r.decode_captured is False:
+    if graphs.prefill and not g["prefill"]:
+        notes.append(f"prefill's {tokens} tokens run without one (the largest is {largest})")
+    if decodes and graphs.decode and not g["decode"]:
         notes.append(f"decode's batch of {r.batch} runs without one (the largest is "
                      f"{largest})")
     return "; CUDA graphs: " + ", ".join(notes) if notes else ""

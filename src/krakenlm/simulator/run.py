@@ -163,9 +163,11 @@ class Result:
         g = sw.graphs
         prefill = g.prefill if self.prefill_captured is None else self.prefill_captured
         decode = g.decode if self.decode_captured is None else self.decode_captured
+        # the tokens `Simulator.run` prefills (an engine that decodes the prompt's last token
+        # prefills one fewer)
         tokens = self.batch * (self.prompt_tokens - int(sw.prefill.last_token_in_decode))
-        return {"largest_captured": self.graph_largest, "prefill": bool(prefill),
-                "decode": bool(decode) and self.gen_tokens > 1,
+        return {"largest_captured": self.graph_largest, "prefill_tokens": tokens,
+                "prefill": bool(prefill), "decode": bool(decode) and self.gen_tokens > 1,
                 "prefill_runs_at_tokens": g.padded_tokens(tokens, True, self.graph_largest),
                 "decode_runs_at_batch": g.padded_tokens(self.batch, False, self.graph_largest)}
 
