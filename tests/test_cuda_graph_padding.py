@@ -287,12 +287,15 @@ def _ungraphed(name: str):
 
 def test_a_batch_above_the_largest_graph_runs_without_one_in_the_simulator():
     # vLLM V0 captures decode graphs up to 256 at its default max_num_seqs: a static batch of
-    # 300 decodes without a graph, as the graphs-off profile times it
+    # 300 decodes without a graph, eagerly (`eager_above_largest`), as the graphs-off profile
+    # times it; at V0's own rate for kernels outside a graph it would be faster
     sim = Simulator("h100-80gb-x8", "vllm-v0")
     above, at = sim.run(MODEL, 1, 300, 128, 4), sim.run(MODEL, 1, 256, 128, 4)
     assert (above.decode_captured, at.decode_captured) == (False, True)
-    off = Simulator("h100-80gb-x8", _ungraphed("vllm-v0")).run(MODEL, 1, 300, 128, 4)
-    assert above.tpot_s == pytest.approx(off.tpot_s, rel=1e-12)
+    off = Simulator("h100-80gb-x8", load_software("vllm-v0").without_cuda_graphs())
+    assert above.tpot_s == pytest.approx(off.run(MODEL, 1, 300, 128, 4).tpot_s, rel=1e-12)
+    own_rate = Simulator("h100-80gb-x8", _ungraphed("vllm-v0")).run(MODEL, 1, 300, 128, 4)
+    assert own_rate.tpot_s < above.tpot_s
     assert above.retimed(sim.profile.host) == pytest.approx((above.ttft_s, above.tpot_s),
                                                             rel=1e-9)
     # vLLM V1's prompt step of more tokens than its largest graph (512) runs without one
@@ -357,3 +360,25 @@ def test_sim_runs_json_says_which_graphs_the_steps_replayed():
     above = sim.run(MODEL, 1, 100, 3, 8, capture_max=64).to_json()["cuda_graphs"]
     assert above == {"largest_captured": 64, "prefill_tokens": 300, "prefill": False,
                      "decode": False, "prefill_runs_at_tokens": 300, "decode_runs_at_batch": 100}
+
+
+def test_sglang_and_vllm_v0_issue_a_step_above_their_largest_graph_eagerly():
+    """Above the largest captured graph SGLang and vLLM V0 run the model in PyTorch's eager
+    dispatch (`graphs.eager_above_largest`): the oracle times such a step, alone or in a
+    decode window, as the graphs-off profile (every kernel at the eager rate) does, and a
+    captured one as before; vLLM V1's compiled pieces keep its own rate."""
+    for name in ("vllm-v0", "sglang"):
+        profile = load_software(name)
+        assert profile.graphs.eager_above_largest
+        assert profile.issuing_host(profile.host, True).per_kernel_s == \
+            load_software("eager").host.per_kernel_s
+        sim = Simulator("h100-80gb-x8", name)
+        small = StepTimer(sim, MODEL, 1, max_tokens=1024, max_sequences=16, max_context=2048)
+        off = StepTimer(Simulator("h100-80gb-x8", profile.without_cuda_graphs()), MODEL, 1,
+                        max_tokens=1024, max_sequences=16, max_context=2048)
+        a = small.decode_attention_s(40, 500)
+        assert small.step_s(40, 40, 40, a, False) == off.step_s(40, 40, 40, a, False)
+        assert small.decode_steps_list(40, 500.0, 3) == off.decode_steps_list(40, 500.0, 3)
+        assert small.step_s(16, 16, 16, a, False) != off.step_s(16, 16, 16, a, False)
+    v1 = load_software("vllm")
+    assert not v1.graphs.eager_above_largest and v1.issuing_host(v1.host, True) is v1.host

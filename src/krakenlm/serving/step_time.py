@@ -338,8 +338,8 @@ class StepTimer:
                                             sim.options).ops)
         self._head = Linear1D(self.seq_grid, [self._head_s(n) for n in self.seq_grid])
         self.build_s = 0.0
-        self._fast_tables, self._host, self._head_floor, self._host_ungraphed = \
-            self._fast_constants()
+        (self._fast_tables, self._host, self._head_floor, self._host_ungraphed,
+         self._fast_tables_ungraphed, self._head_floor_ungraphed) = self._fast_constants()
         self.multi_step_broadcast_s = multi_step_broadcast_s(sim, tp)
         self._heads: dict[bool, dict[int, float]] = {True: {}, False: {}}  # `_head_step_s`
         # the same for the steps above the largest captured graph (`_graph_top`)
@@ -386,6 +386,10 @@ class StepTimer:
         # `step_s`'s rows per (bound, token count) (`_rows_at`: at most two entries per count
         # up to the budget, the same every call)
         self._step_rows: dict[tuple[str, int], tuple[float, tuple, tuple | None]] = {}
+        # the same for steps above the largest captured graph, where their kernels' issue
+        # rate differs (`_fast_constants`); else the same dict
+        self._step_rows_ungraphed = self._step_rows \
+            if self._fast_tables_ungraphed is self._fast_tables else {}
 
     # ------------------------------------------------------------------------ tabulation
     def _timed(self, ops: list[OpSpec]) -> list[TimedOp]:
@@ -466,20 +470,27 @@ class StepTimer:
         (prefill True/False) the host constants of `run.step_overhead` and the GPU scaling."""
         host, sw = self.profile.host, self.profile
         per_kernel = host.per_kernel_s
-        tables = {bound: [([(r.x, r.y) for r in t.residual[bound]], t.attention,
-                           t.kernels * per_kernel, t.count) for t in self._tables]
-                  for bound in ("compute", "memory")}
+        # a step above the largest captured graph issues at the rate the engine then runs at
+        # (`SoftwareProfile.issuing_host`: SGLang's and vLLM V0's eager dispatch)
+        above = sw.issuing_host(host, True).per_kernel_s
+
+        def tables_at(rate: float) -> dict:
+            return {bound: [([(r.x, r.y) for r in t.residual[bound]], t.attention,
+                             t.kernels * rate, t.count) for t in self._tables]
+                    for bound in ("compute", "memory")}
+        tables = tables_at(per_kernel)
         consts, ungraphed = {}, {}
         for prefill in (True, False):
             captured = sw.graphs.prefill if prefill else sw.graphs.decode
-            for out, graphed in ((consts, captured), (ungraphed, False)):
+            for out, graphed, rate in ((consts, captured, per_kernel), (ungraphed, False, above)):
                 out[prefill] = (
                     graphed, host.prefill_gpu_time_scale if prefill else 1.0,
-                    not graphed and per_kernel > 0,
+                    not graphed and rate > 0,
                     host.per_step_s("prefill" if prefill else "decode", self.tp),
                     host.per_sequence_s, host.graph_launch_s if graphed else 0.0,
                     host.step_overlaps_gpu)
-        return tables, consts, self._head_kernels * per_kernel, ungraphed
+        return (tables, consts, self._head_kernels * per_kernel, ungraphed,
+                tables if above == per_kernel else tables_at(above), self._head_kernels * above)
 
     # --------------------------------------------------------------------------- queries
     def prefill_attention_s(self, chunk: int, context: int) -> float:
@@ -553,6 +564,7 @@ class StepTimer:
         bound = attention_bound or ("compute" if prefill else "memory")
         pad = self._pad[prefill]  # a captured graph's padded rows (`Graphs.padded_tokens`)
         heads = self._heads[prefill]
+        cache = self._step_rows
         if tokens < len(pad):
             tokens = pad[tokens]
             _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
@@ -562,11 +574,13 @@ class StepTimer:
                 _, scale, floor, per_step, per_seq, launch, overlaps = \
                     self._host_ungraphed[prefill]
                 heads = self._heads_ungraphed[prefill]
+                cache = self._step_rows_ungraphed
             else:
                 _, scale, floor, per_step, per_seq, launch, overlaps = self._host[prefill]
-        rows = self._step_rows.get((bound, tokens))
+        rows = cache.get((bound, tokens))
         if rows is None:
-            rows = self._step_rows[bound, tokens] = self._rows_at(bound, tokens)
+            rows = cache[bound, tokens] = self._rows_at(bound, tokens,
+                                                        cache is not self._step_rows)
         w, graphs, flat = rows
         a = attention_s
         gpu = 0.0
@@ -619,7 +633,8 @@ class StepTimer:
             return overhead if overhead > gpu else gpu
         return gpu + overhead
 
-    def _rows_at(self, bound: str, tokens: int) -> tuple[float, tuple, tuple | None]:
+    def _rows_at(self, bound: str, tokens: int,
+                 ungraphed: bool = False) -> tuple[float, tuple, tuple | None]:
         """What `step_s` reads for a token count: the weight w of the upper of the two token
         grid points around it; per graph table (its residual row at the lower point as x
         and y lists, at the upper, whether it holds attention, its kernel floor, its repeat
@@ -637,7 +652,8 @@ class StepTimer:
             j = bisect_right(xs, tokens)
             i, w = j - 1, (tokens - xs[j - 1]) / (xs[j] - xs[j - 1])
         graphs, flat = [], []
-        for tables, attention, kernel_floor, count in self._fast_tables[bound]:
+        fast = self._fast_tables_ungraphed if ungraphed else self._fast_tables
+        for tables, attention, kernel_floor, count in fast[bound]:
             (ax, ay), (bx, by) = tables[i], tables[j]
             graphs.append((ax, ay, bx, by, attention, kernel_floor, float(count)))
             if flat is not None and ax == bx == [0.0, 1.0] and ay[0] == ay[1] and \
@@ -653,7 +669,8 @@ class StepTimer:
         the largest captured graph."""
         _, scale, floor = (self._host_ungraphed if ungraphed else self._host)[prefill][:3]
         head = self._head(max(1, logits)) * scale
-        return self._head_floor if floor and head < self._head_floor else head
+        head_floor = self._head_floor_ungraphed if ungraphed else self._head_floor
+        return head_floor if floor and head < head_floor else head
 
     def decode_steps_s(self, sequences: int, mean_kv: float, steps: int) -> np.ndarray:
         """Wall times of `steps` consecutive pure-decode steps of `sequences` sequences whose
@@ -750,16 +767,18 @@ class StepTimer:
         host, sw = self.profile.host, self.profile
         top = self._graph_top[False]
         graphed = sw.graphs.decode and (top is None or sequences <= top)
-        floored = not graphed and host.per_kernel_s > 0
+        # above the largest captured graph, the engine's issue rate there (`_fast_constants`)
+        rate = sw.issuing_host(host, sw.graphs.decode and not graphed).per_kernel_s
+        floored = not graphed and rate > 0
         padded = self._pad[False]  # the layers run at the captured graph's batch
         i, j, w = _bracket(self.tokens_grid,
                            padded[sequences] if sequences < len(padded) else sequences)
         graphs = tuple((t.residual["memory"][i], t.residual["memory"][j], w, t.attention,
-                        t.kernels * host.per_kernel_s if floored else None, t.count)
+                        t.kernels * rate if floored else None, t.count)
                        for t in self._tables)
         head = self._head(sequences)
         if floored:
-            head = max(head, self._head_kernels * host.per_kernel_s)
+            head = max(head, self._head_kernels * rate)
         overhead = step_overhead(host, sw, "decode", sequences, self.tp, graphed)
         scalar = _scalar_form(graphs)
         row, _, w, beyond = attention

@@ -181,7 +181,11 @@ class Result:
             else self.prefill_captured
         decode_captured = sw.graphs.decode if self.decode_captured is None \
             else self.decode_captured
-        ttft = _first_step(_step_times(self.prefill.graphs, host, prefill_captured,
+        # a step above the largest captured graph issues its kernels as the engine then does
+        issuing = {phase: sw.issuing_host(host, profiled and not captured) for phase, profiled,
+                   captured in (("prefill", sw.graphs.prefill, prefill_captured),
+                                ("decode", sw.graphs.decode, decode_captured))}
+        ttft = _first_step(_step_times(self.prefill.graphs, issuing["prefill"], prefill_captured,
                                        step_overhead(host, sw, "prefill", self.batch, self.tp,
                                                      prefill_captured), 1,
                                        host.prefill_gpu_time_scale)) \
@@ -190,7 +194,7 @@ class Result:
         steps = self.gen_tokens - (0 if split else 1)
         if steps <= 0:
             return ttft, 0.0
-        decode = host_step_times(self.decode.graphs, host, decode_captured,
+        decode = host_step_times(self.decode.graphs, issuing["decode"], decode_captured,
                                  step_overhead(host, sw, "decode", self.batch, self.tp,
                                                decode_captured), steps)
         if split:  # the first decode step produced the first token
@@ -472,17 +476,20 @@ def _prefill(graphs: list[Graph], timer: OpTimer, scheduler: _Scheduler,
              software: SoftwareProfile, batch: int, tp: int,
              captured: bool) -> tuple[PhaseResult, dict[str, float], float]:
     """The prefill step; `captured` whether it replays a CUDA graph (kernels issued from the
-    host otherwise, `_host_bound`)."""
+    host otherwise, `_host_bound`, at the rate `SoftwareProfile.issuing_host` gives a step
+    above the largest captured graph)."""
     phase = PhaseResult()
     layer: dict[str, float] = {}
     scale = software.host.prefill_gpu_time_scale
+    per_kernel = software.issuing_host(software.host,
+                                       software.graphs.prefill and not captured).per_kernel_s
     timer.prime(spec for g in graphs for spec in g.ops)
     for g in graphs:
         timed = [timer(spec) for spec in g.ops]
         sched = scheduler(timed)
         gpu = sched.total_s * scale
         kernels = issued_kernels(g, software, "prefill")
-        host = float(_host_bound(gpu, kernels, software.host.per_kernel_s, captured))
+        host = float(_host_bound(gpu, kernels, per_kernel, captured))
         _add_graph(phase, g, timed, sched, g.count, host, gpu)
         phase.graphs.append(GraphTime(g.name, kernels, g.count, np.array([sched.total_s])))
         if "layer" in g.name:
@@ -544,7 +551,8 @@ def _decode(config: ModelConfig, tp: int, batch: int, prompt: int, steps: int, b
         base, other = (padded_graphs(g, model_graphs(config, tp, padded, 1, k, "decode", b,
                                                      options=opts))
                        for g, k in ((base, int(kv[0])), (other, int(kv[0]) + 1)))
-    per_kernel = software.host.per_kernel_s
+    per_kernel = software.issuing_host(software.host,
+                                       software.graphs.decode and not captured).per_kernel_s
     overhead = step_overhead(software.host, software, "decode", batch, tp, captured)
     overlaps = software.host.step_overlaps_gpu
 

@@ -239,6 +239,11 @@ class Graphs:
     pad_max: int = 0
     pad_mixed: bool = False
     pad_limit: str = ""
+    # a step above the largest captured graph runs the model in PyTorch's eager dispatch
+    # (SGLang, vLLM V0), its kernels issued at no less than `Host.eager_per_kernel_s`
+    # (`SoftwareProfile.issuing_host`); false: at `per_kernel_s` (vLLM V1: its torch.compile'd
+    # pieces without a graph)
+    eager_above_largest: bool = False
 
     @property
     def pads(self) -> bool:
@@ -534,12 +539,17 @@ class SoftwareProfile:
         graph, so every kernel is issued from the host, at no less than `host.eager_per_kernel_s`
         where the profile gives it (an engine whose model then runs in PyTorch's eager
         dispatch), else at its own `per_kernel_s`; the per-system fits likewise."""
-        def eager(host: Host) -> Host:
-            return dataclasses.replace(
-                host, per_kernel_s=max(host.per_kernel_s, host.eager_per_kernel_s))
         return dataclasses.replace(
-            self, graphs=Graphs(prefill=False, decode=False), host=eager(self.host),
-            host_systems={k: eager(h) for k, h in self.host_systems.items()})
+            self, graphs=Graphs(prefill=False, decode=False), host=_issued_eagerly(self.host),
+            host_systems={k: _issued_eagerly(h) for k, h in self.host_systems.items()})
+
+    def issuing_host(self, host: Host, above_largest: bool) -> Host:
+        """The host constants a step issues its kernels by: `host`, or, for a step above the
+        largest captured graph (`above_largest`) of an engine that runs such a step eagerly
+        (`graphs.eager_above_largest`), `host` at no less than its `eager_per_kernel_s`."""
+        if above_largest and self.graphs.eager_above_largest:
+            return _issued_eagerly(host)
+        return host
 
     def check_cuda_graph_max(self, n: int) -> None:
         """Raise SoftwareError unless `n` is a value of the engine's knob for its largest
@@ -575,6 +585,13 @@ class SoftwareProfile:
     def uses_custom_all_reduce(self, size_bytes: float) -> bool:
         c = self.collectives
         return c.all_reduce == "custom" and (c.custom_max_bytes <= 0 or size_bytes <= c.custom_max_bytes)
+
+
+def _issued_eagerly(host: Host) -> Host:
+    """`host` issuing its kernels at no less than its eager rate (`eager_per_kernel_s`)."""
+    if host.eager_per_kernel_s <= host.per_kernel_s:
+        return host
+    return dataclasses.replace(host, per_kernel_s=host.eager_per_kernel_s)
 
 
 def _times_scaled(section: Any, scale: float) -> Any:
