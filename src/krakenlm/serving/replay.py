@@ -710,15 +710,9 @@ def serial_session(sim: Simulator, opt: V1Options, kind: str) -> Simulator:
     waits for it, then takes its output (`EngineCore.step`), so the profile's per-step host
     work adds to the GPU's time instead of running beside it (`Host.step_overlaps_gpu`
     false); the same session otherwise."""
-    host = sim.profile.host
-    if kind != "vllm-v1" or opt.async_scheduling or not host.step_overlaps_gpu:
+    if kind != "vllm-v1" or opt.async_scheduling or not sim.profile.host.step_overlaps_gpu:
         return sim
-
-    def serial(h):
-        return replace(h, step_overlaps_gpu=False)
-
-    profile = replace(sim.profile, host=serial(host),
-                      host_systems={k: serial(h) for k, h in sim.profile.host_systems.items()})
+    profile = sim.profile.with_hosts(lambda h: replace(h, step_overlaps_gpu=False))
     return session(sim.system, profile, sim.dtype)
 
 

@@ -56,7 +56,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -520,6 +520,13 @@ class SoftwareProfile:
     host_systems: dict[str, Host] = field(default_factory=dict, hash=False, compare=False)
     fits: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
+    def with_hosts(self, change: Callable[[Host], Host], **fields: Any) -> SoftwareProfile:
+        """This profile with `change` applied to its host constants and to every per-system
+        fit of them alike (and any other `fields` replaced)."""
+        return dataclasses.replace(
+            self, host=change(self.host),
+            host_systems={k: change(h) for k, h in self.host_systems.items()}, **fields)
+
     def host_time_scaled(self, scale: float) -> SoftwareProfile:
         """This stack on a host whose CPU takes `scale` times as long for the same work: every
         host time (the `Host` fields in seconds, the per-system fits' too) and every front-end
@@ -529,9 +536,8 @@ class SoftwareProfile:
         sources that used the same server."""
         if scale == 1.0:
             return self
-        return dataclasses.replace(
-            self, host=_times_scaled(self.host, scale), frontend=_times_scaled(self.frontend, scale),
-            host_systems={k: _times_scaled(h, scale) for k, h in self.host_systems.items()})
+        return self.with_hosts(lambda h: _times_scaled(h, scale),
+                               frontend=_times_scaled(self.frontend, scale))
 
     def without_cuda_graphs(self) -> SoftwareProfile:
         """This stack with its CUDA graphs switched off (vLLM `--enforce-eager`, SGLang
@@ -539,9 +545,7 @@ class SoftwareProfile:
         graph, so every kernel is issued from the host, at no less than `host.eager_per_kernel_s`
         where the profile gives it (an engine whose model then runs in PyTorch's eager
         dispatch), else at its own `per_kernel_s`; the per-system fits likewise."""
-        return dataclasses.replace(
-            self, graphs=Graphs(prefill=False, decode=False), host=_issued_eagerly(self.host),
-            host_systems={k: _issued_eagerly(h) for k, h in self.host_systems.items()})
+        return self.with_hosts(_issued_eagerly, graphs=Graphs(prefill=False, decode=False))
 
     def issuing_host(self, host: Host, above_largest: bool) -> Host:
         """The host constants a step issues its kernels by: `host`, or, for a step above the
